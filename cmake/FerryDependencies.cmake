@@ -1,0 +1,66 @@
+# Finds ferry's dependencies and decides which build this is (GPU or CPU), saying why.
+# Everything is found with find_package/find_path, so Debian packages and CMAKE_PREFIX_PATH
+# (a pip torch, unpacked .deb files on the GPU machine, a conda env) work the same way.
+
+find_package(Threads REQUIRED)
+
+# The CUDA toolkit is looked for first: a CUDA-enabled libtorch's own CMake config needs it too.
+if(NOT FERRY_GPU STREQUAL "OFF")
+  find_package(CUDAToolkit QUIET)
+endif()
+
+find_package(Torch REQUIRED)
+find_package(TBB REQUIRED COMPONENTS tbb)
+find_package(yaml-cpp REQUIRED)
+if(FERRY_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+
+# moodycamel::ConcurrentQueue is header-only. Debian installs it as concurrentqueue/*.h, upstream's
+# CMake install as concurrentqueue/moodycamel/*.h; ferry includes <blockingconcurrentqueue.h>.
+find_path(FERRY_CONCURRENTQUEUE_DIR
+  NAMES blockingconcurrentqueue.h
+  PATH_SUFFIXES concurrentqueue concurrentqueue/moodycamel include/concurrentqueue include/concurrentqueue/moodycamel)
+if(NOT FERRY_CONCURRENTQUEUE_DIR)
+  message(FATAL_ERROR "ferry: moodycamel concurrentqueue headers not found "
+                      "(Debian: apt-get install libconcurrentqueue-dev, or put its prefix on CMAKE_PREFIX_PATH)")
+endif()
+add_library(ferry_concurrentqueue INTERFACE)
+target_include_directories(ferry_concurrentqueue SYSTEM INTERFACE "${FERRY_CONCURRENTQUEUE_DIR}")
+
+# A CUDA-enabled libtorch defines torch_cuda (and CAFFE2_USE_CUDA); Debian's CPU-only one does not.
+set(FERRY_TORCH_HAS_CUDA OFF)
+if(TARGET torch_cuda OR CAFFE2_USE_CUDA OR TORCH_CUDA_LIBRARIES)
+  set(FERRY_TORCH_HAS_CUDA ON)
+endif()
+
+set(FERRY_HAVE_CUDART 0)
+set(FERRY_WITH_GPU 0)
+if(FERRY_GPU STREQUAL "OFF")
+  set(FERRY_BUILD_KIND "CPU")
+  set(FERRY_BUILD_REASON "GPU support switched off (FERRY_GPU=OFF)")
+elseif(NOT CUDAToolkit_FOUND)
+  set(FERRY_BUILD_KIND "CPU")
+  set(FERRY_BUILD_REASON "no CUDA toolkit found (put it on PATH or set CUDAToolkit_ROOT)")
+else()
+  set(FERRY_HAVE_CUDART 1)
+  if(FERRY_TORCH_HAS_CUDA)
+    set(FERRY_WITH_GPU 1)
+    set(FERRY_BUILD_KIND "GPU")
+    set(FERRY_BUILD_REASON "CUDA toolkit ${CUDAToolkit_VERSION} and libtorch ${Torch_VERSION} with CUDA")
+  else()
+    set(FERRY_BUILD_KIND "CPU")
+    set(FERRY_BUILD_REASON "libtorch ${Torch_VERSION} has no CUDA (CUDA toolkit ${CUDAToolkit_VERSION} found: pinned memory, streams and events are compiled and fall back at run time)")
+  endif()
+endif()
+if(FERRY_GPU STREQUAL "ON" AND NOT FERRY_WITH_GPU)
+  message(FATAL_ERROR "ferry: FERRY_GPU=ON but this cannot be a GPU build: ${FERRY_BUILD_REASON}")
+endif()
+message(STATUS "ferry: ${FERRY_BUILD_KIND} build: ${FERRY_BUILD_REASON}")
+
+# What every ferry library links: libtorch, and cudart when the toolkit is there. Shared cudart, so
+# that ferry and libtorch share one CUDA runtime (one set of contexts, streams and events).
+add_library(ferry_cuda_runtime INTERFACE)
+if(FERRY_HAVE_CUDART)
+  target_link_libraries(ferry_cuda_runtime INTERFACE CUDA::cudart)
+endif()

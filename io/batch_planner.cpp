@@ -1,0 +1,48 @@
+#include "io/batch_planner.h"
+
+#include <algorithm>
+
+#include "pipeline/error.h"
+
+namespace ferry {
+
+BatchPlanner::BatchPlanner(std::shared_ptr<const Sampler> sampler, Options options)
+    : sampler_(std::move(sampler)), options_(options) {
+  if (!sampler_) throw Error("batch planner: no sampler");
+  if (options_.batch_size == 0) throw Error("batch planner: batch_size must be at least 1");
+}
+
+uint64_t BatchPlanner::batches_per_epoch() const noexcept {
+  const uint64_t samples = sampler_->epoch_size();
+  const uint64_t size = options_.batch_size;
+  return options_.drop_last ? samples / size : (samples + size - 1) / size;
+}
+
+uint64_t BatchPlanner::total_batches() const noexcept {
+  const uint64_t all = batches_per_epoch() * options_.epochs;
+  return options_.max_batches == 0 ? all : std::min(all, options_.max_batches);
+}
+
+std::optional<BatchPlan> BatchPlanner::next() {
+  if (options_.max_batches != 0 && planned_ >= options_.max_batches) return std::nullopt;
+  const uint64_t per_epoch = batches_per_epoch();
+  while (epoch_ < options_.epochs && batch_in_epoch_ >= per_epoch) {
+    ++epoch_;
+    batch_in_epoch_ = 0;
+  }
+  if (epoch_ >= options_.epochs) return std::nullopt;
+
+  const uint64_t samples = sampler_->epoch_size();
+  const uint64_t first = batch_in_epoch_ * options_.batch_size;
+  const uint64_t count = std::min<uint64_t>(options_.batch_size, samples - first);
+  BatchPlan plan;
+  plan.epoch = epoch_;
+  plan.index = batch_in_epoch_;
+  plan.sample_indices.resize(count);
+  for (uint64_t k = 0; k < count; ++k) plan.sample_indices[k] = sampler_->index(epoch_, first + k);
+  ++batch_in_epoch_;
+  ++planned_;
+  return plan;
+}
+
+}  // namespace ferry

@@ -1,0 +1,23 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ferry {
+
+/// The order in which an epoch visits a source's samples.
+///
+/// index(epoch, position) is a pure function: the same arguments always give the same sample, so
+/// an epoch can be replayed or resumed from any position without replaying its beginning.
+/// Thread-safe (const).
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  /// Samples one epoch visits.
+  virtual uint64_t epoch_size() const = 0;
+  /// The source index of the position-th sample of `epoch` (position < epoch_size()).
+  virtual uint64_t index(uint64_t epoch, uint64_t position) const = 0;
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace ferry

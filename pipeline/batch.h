@@ -1,0 +1,75 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "pipeline/batch_schema.h"
+
+namespace ferry {
+
+class CudaEvent;
+
+/// Which batch this is: where it sits in the run and which samples it holds.
+struct BatchInfo {
+  uint64_t sequence = 0;  // position in the whole run: 0, 1, 2, ... across epochs
+  uint64_t epoch = 0;
+  uint64_t index = 0;     // position within its epoch
+  std::vector<uint64_t> sample_indices;  // source indices, in batch order
+};
+
+/// One delivered batch: named tensors (at::Tensor is torch::Tensor) on the pipeline's device, plus
+/// where it came from. All fields are views into one allocation (`buffer()`), made through
+/// libtorch's allocator, so keeping any field alive keeps the memory alive.
+///
+/// A batch handed out by Pipeline::next() is ready on the consumer's current CUDA stream: that
+/// stream already waits for the copy (`ready_event()`), and the allocator knows the stream uses the
+/// memory. Copyable (copies share the tensors). Not thread-safe to mutate; reading from several
+/// threads is fine.
+class Batch {
+ public:
+  Batch() = default;
+  Batch(std::shared_ptr<const BatchSchema> schema, std::vector<at::Tensor> tensors, BatchInfo info,
+        at::Tensor buffer = {}, std::shared_ptr<CudaEvent> ready = {});
+
+  /// The field called `name`. Throws ferry::Error naming the field and the fields there are.
+  const at::Tensor& operator[](std::string_view name) const;
+  const at::Tensor& at(std::string_view name) const { return (*this)[name]; }
+  /// The field called `name`, or nullptr.
+  const at::Tensor* find(std::string_view name) const;
+  bool contains(std::string_view name) const { return find(name) != nullptr; }
+
+  size_t size() const noexcept { return tensors_.size(); }
+  const std::vector<std::string>& names() const;
+  const std::vector<at::Tensor>& tensors() const noexcept { return tensors_; }
+
+  uint64_t sequence() const noexcept { return info_.sequence; }
+  uint64_t epoch() const noexcept { return info_.epoch; }
+  uint64_t index() const noexcept { return info_.index; }
+  const std::vector<uint64_t>& sample_indices() const noexcept { return info_.sample_indices; }
+  size_t batch_size() const noexcept { return info_.sample_indices.size(); }
+  const BatchInfo& info() const noexcept { return info_; }
+
+  /// The device all fields live on (CPU for an empty batch).
+  at::Device device() const;
+  /// Bytes of all fields together (without alignment padding between them).
+  size_t nbytes() const;
+
+  /// The single allocation the fields are views of (undefined if the batch was built otherwise).
+  const at::Tensor& buffer() const noexcept { return buffer_; }
+  /// The event recorded after the copy into buffer(); null for CPU batches.
+  const std::shared_ptr<CudaEvent>& ready_event() const noexcept { return ready_; }
+
+ private:
+  std::shared_ptr<const BatchSchema> schema_;
+  std::vector<at::Tensor> tensors_;
+  BatchInfo info_;
+  at::Tensor buffer_;
+  std::shared_ptr<CudaEvent> ready_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,35 @@
+#include "pipeline/cuda_stream.h"
+
+#include "ferry/build_config.h"
+#include "pipeline/cuda_error.h"
+#include "pipeline/device_guard.h"
+
+#if FERRY_HAVE_CUDART
+#include <cuda_runtime_api.h>
+#endif
+
+namespace ferry {
+
+CudaStream::CudaStream(int device, bool non_blocking) : device_(device) {
+  DeviceGuard guard(device);
+#if FERRY_HAVE_CUDART
+  FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault));
+#else
+  (void)non_blocking;
+#endif
+}
+
+CudaStream::~CudaStream() {
+#if FERRY_HAVE_CUDART
+  if (stream_ != nullptr && cudaStreamDestroy(stream_) != cudaSuccess) (void)cudaGetLastError();
+#endif
+}
+
+void CudaStream::synchronize() const {
+#if FERRY_HAVE_CUDART
+  DeviceGuard guard(device_);
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+#endif
+}
+
+}  // namespace ferry

@@ -1,0 +1,51 @@
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+namespace ferry {
+
+class CudaEvent;
+class PinnedPool;
+
+/// Exclusive use of one slab of a PinnedPool (RAII). Destroying or release()-ing the lease returns
+/// the slab; if a CUDA event was attached, the pool reuses the slab only after that event has
+/// completed (see Note [pinned slab reuse] in pinned_pool.h). Attach the event recorded after the
+/// last copy that reads the slab as soon as that copy is queued: then every path that drops the
+/// lease — delivery, an error, shutdown — is safe.
+///
+/// Movable, not copyable. Not thread-safe: one owner at a time.
+class PinnedLease {
+ public:
+  PinnedLease() = default;
+  PinnedLease(PinnedLease&& other) noexcept;
+  PinnedLease& operator=(PinnedLease&& other) noexcept;
+  PinnedLease(const PinnedLease&) = delete;
+  PinnedLease& operator=(const PinnedLease&) = delete;
+  ~PinnedLease() { release(); }
+
+  std::byte* data() const noexcept { return data_; }
+  size_t size() const noexcept { return size_; }
+  size_t slab() const noexcept { return slab_; }
+  explicit operator bool() const noexcept { return pool_ != nullptr; }
+
+  /// The slab must not be reused before `event` completes. Replaces an earlier event: attach the
+  /// one recorded after the last copy. Does not block.
+  void attach_event(std::shared_ptr<CudaEvent> event) noexcept { after_ = std::move(event); }
+
+  /// Returns the slab now (or, with an attached event, once it has completed). Idempotent.
+  void release() noexcept;
+
+ private:
+  friend class PinnedPool;
+  PinnedLease(std::shared_ptr<PinnedPool> pool, size_t slab, std::byte* data, size_t size) noexcept
+      : pool_(std::move(pool)), slab_(slab), data_(data), size_(size) {}
+
+  std::shared_ptr<PinnedPool> pool_;
+  size_t slab_ = 0;
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+  std::shared_ptr<CudaEvent> after_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,223 @@
+#include "pipeline/pinned_pool.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <limits>
+#include <thread>
+#include <utility>
+
+#include "ferry/build_config.h"
+#include "pipeline/cuda_device.h"
+#include "pipeline/cuda_error.h"
+#include "pipeline/cuda_event.h"
+#include "pipeline/device_guard.h"
+#include "pipeline/error.h"
+
+#if FERRY_HAVE_CUDART
+#include <cuda_runtime_api.h>
+#endif
+
+namespace ferry {
+namespace {
+
+constexpr size_t kPage = 4096;
+// How long destruction waits for copies still reading returned slabs before it gives up and leaks
+// the memory (freeing it under a running copy would corrupt the process; waiting forever would hang).
+constexpr auto kDestroyDeadline = std::chrono::milliseconds(500);
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+void say_fallback_once(const std::string& reason) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    std::cerr << "ferry: pinned host memory unavailable (" << reason
+              << "); staging slabs use page-aligned pageable memory\n";
+  });
+}
+
+}  // namespace
+
+std::shared_ptr<PinnedPool> PinnedPool::create(const PinnedPoolOptions& options) {
+  return std::shared_ptr<PinnedPool>(new PinnedPool(options));
+}
+
+PinnedPool::PinnedPool(const PinnedPoolOptions& options)
+    : slab_bytes_(options.slab_bytes),
+      slab_count_(options.slab_count),
+      slab_stride_(round_up(options.slab_bytes, kPage)) {
+  const ErrorContext where{"pinned-pool", {}, {}, {}};
+  if (slab_bytes_ == 0) throw Error(where, "slab_bytes must be positive");
+  if (slab_count_ == 0) throw Error(where, "slab_count must be positive");
+  if (slab_stride_ > std::numeric_limits<size_t>::max() / slab_count_) {
+    throw Error(where, "slab_count * slab_bytes overflows");
+  }
+  const size_t total = slab_stride_ * slab_count_;
+  if (options.budget_bytes != 0 && slab_count_ * slab_bytes_ > options.budget_bytes) {
+    throw Error(where, std::to_string(slab_count_) + " slabs of " + std::to_string(slab_bytes_) +
+                           " bytes exceed the pinned budget of " + std::to_string(options.budget_bytes) + " bytes");
+  }
+
+  if (options.pinned) {
+    const std::string unavailable = cuda_unavailable_reason();
+    if (unavailable.empty()) {
+#if FERRY_HAVE_CUDART
+      DeviceGuard guard(options.device);
+      void* memory = nullptr;
+      ++host_alloc_calls_;
+      const cudaError_t status = cudaHostAlloc(&memory, total, cudaHostAllocPortable);
+      if (status == cudaSuccess) {
+        base_ = static_cast<std::byte*>(memory);
+        pinned_ = true;
+      } else {
+        (void)cudaGetLastError();
+        say_fallback_once(std::string("cudaHostAlloc of ") + std::to_string(total) + " bytes failed with " +
+                          cudaGetErrorName(status));
+      }
+#endif
+    } else {
+      say_fallback_once(unavailable);
+    }
+  }
+  if (base_ == nullptr) {
+    base_ = static_cast<std::byte*>(std::aligned_alloc(kPage, total));
+    if (base_ == nullptr) throw Error(where, "cannot allocate " + std::to_string(total) + " bytes of staging memory");
+  }
+
+  free_.reserve(slab_count_);
+  pending_.reserve(slab_count_);
+  // Leased from the back: slab 0 first.
+  for (size_t i = slab_count_; i-- > 0;) free_.push_back(i);
+}
+
+PinnedPool::~PinnedPool() {
+  // Every lease holds a reference to the pool, so none is out; only pending slabs may still be
+  // read by a copy. Wait for them a bounded time.
+  const auto deadline = std::chrono::steady_clock::now() + kDestroyDeadline;
+  bool copies_done = true;
+  for (const Pending& pending : pending_) {
+    try {
+      while (!pending.event->query()) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          copies_done = false;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    } catch (const std::exception&) {
+      copies_done = false;  // the device is in an error state: do not free memory it may touch
+    }
+    if (!copies_done) break;
+  }
+  if (!copies_done) {
+    std::cerr << "ferry: pinned pool destroyed while a copy from it had not finished within "
+              << kDestroyDeadline.count() << " ms; leaking " << slab_stride_ * slab_count_
+              << " bytes rather than freeing memory a copy may still read\n";
+    return;
+  }
+#if FERRY_HAVE_CUDART
+  if (pinned_) {
+    if (cudaFreeHost(base_) != cudaSuccess) (void)cudaGetLastError();
+    return;
+  }
+#endif
+  std::free(base_);
+}
+
+PinnedLease PinnedPool::lease_locked(size_t slab) {
+  ++leases_;
+  leased_ += slab_bytes_;
+  if (leased_ > peak_leased_) peak_leased_ = leased_;
+  return PinnedLease(shared_from_this(), slab, base_ + slab * slab_stride_, slab_bytes_);
+}
+
+bool PinnedPool::reclaim_completed() {
+  std::vector<Pending> snapshot;
+  {
+    std::lock_guard lock(mutex_);
+    if (pending_.empty()) return false;
+    snapshot = pending_;
+  }
+  std::vector<size_t> completed;
+  for (const Pending& pending : snapshot) {
+    if (pending.event->query()) completed.push_back(pending.slab);  // CUDA call, unlocked
+  }
+  if (completed.empty()) return false;
+  std::lock_guard lock(mutex_);
+  for (size_t slab : completed) {
+    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+      if (it->slab == slab) {
+        pending_.erase(it);
+        free_.push_back(slab);
+        break;
+      }
+    }
+  }
+  return true;
+}
+
+std::optional<PinnedLease> PinnedPool::try_acquire() {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    {
+      std::lock_guard lock(mutex_);
+      if (!free_.empty()) {
+        const size_t slab = free_.back();
+        free_.pop_back();
+        return lease_locked(slab);
+      }
+    }
+    if (attempt == 0 && !reclaim_completed()) break;
+  }
+  return std::nullopt;
+}
+
+std::optional<PinnedLease> PinnedPool::acquire(Timeout timeout) {
+  if (auto lease = try_acquire()) return lease;
+  {
+    std::lock_guard lock(mutex_);
+    ++waits_;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    if (auto lease = try_acquire()) return lease;
+    std::unique_lock lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return std::nullopt;
+    // A slab comes back either through give_back (which notifies) or when a pending copy completes
+    // (which nothing notifies: poll the events again soon).
+    const auto poll = pending_.empty() ? deadline - now : std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                              std::chrono::microseconds(100));
+    returned_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(poll, deadline - now),
+                       [&] { return !free_.empty(); });
+  }
+}
+
+void PinnedPool::give_back(size_t slab, std::shared_ptr<CudaEvent> event) noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    leased_ -= slab_bytes_;
+    // reserve() in the constructor sized both vectors for every slab: these never allocate.
+    if (event) {
+      pending_.push_back(Pending{slab, std::move(event)});
+    } else {
+      free_.push_back(slab);
+    }
+  }
+  returned_.notify_one();
+}
+
+PinnedPoolStats PinnedPool::stats() const {
+  std::lock_guard lock(mutex_);
+  PinnedPoolStats s;
+  s.slab_bytes = slab_bytes_;
+  s.slab_count = slab_count_;
+  s.pinned = pinned_;
+  s.leases = leases_;
+  s.waits = waits_;
+  s.host_alloc_calls = host_alloc_calls_;
+  s.leased_bytes = leased_;
+  s.peak_bytes = peak_leased_;
+  s.pending = pending_.size();
+  return s;
+}
+
+}  // namespace ferry

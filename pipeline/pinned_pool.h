@@ -1,0 +1,120 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipeline/pinned_lease.h"
+
+namespace ferry {
+
+class CudaEvent;
+
+struct PinnedPoolOptions {
+  size_t slab_bytes = size_t{64} << 20;
+  size_t slab_count = 4;
+  /// Upper bound on pinned bytes (0: none). slab_count * slab_bytes above it is an error at
+  /// construction, so the pool can never pin more than the budget.
+  size_t budget_bytes = 0;
+  /// Device whose context is current while pinning (the memory is portable to every device).
+  int device = 0;
+  /// false: never pin (page-aligned pageable memory), e.g. for pipelines that deliver to the CPU.
+  bool pinned = true;
+};
+
+struct PinnedPoolStats {
+  size_t slab_bytes = 0;
+  size_t slab_count = 0;
+  bool pinned = false;           // page-locked (cudaHostAlloc) or the pageable fallback
+  uint64_t leases = 0;           // successful acquisitions
+  uint64_t waits = 0;            // acquisitions that found no free slab and had to wait
+  uint64_t host_alloc_calls = 0; // cudaHostAlloc calls: all of them at construction
+  size_t leased_bytes = 0;       // bytes leased now
+  size_t peak_bytes = 0;         // most bytes leased at once
+  size_t pending = 0;            // slabs returned whose copy event has not been seen complete yet
+};
+
+/// A fixed set of equally sized host buffers ("slabs") for staging host-to-device copies.
+///
+/// All memory is allocated once, at construction, in one cudaHostAlloc call (pinning costs about
+/// 2.3 GiB/s, so it must never happen on the hot path); afterwards no allocation happens at all and
+/// the pinned bytes never exceed slab_count * slab_bytes (<= budget_bytes when given). Without a
+/// CUDA device — or with pinned=false — it uses page-aligned pageable memory instead and says so
+/// once per process on stderr (when pinning was asked for).
+///
+/// Slabs are leased RAII-style (PinnedLease). Thread-safe: every method.
+///
+/// Note [pinned slab reuse]
+/// ~~~~~~~~~~~~~~~~~~~~~~~~
+/// A slab handed to cudaMemcpyAsync is read by the copy engine some time after the call returns. It
+/// must not be leased again — and overwritten by the next batch's pack — before that copy is done.
+/// So a lease may carry the CUDA event recorded after its last copy; when such a lease is returned,
+/// its slab goes to a `pending_` list with the event instead of the free list. acquire() moves pending
+/// slabs whose event has completed to the free list. The rules, as in PyTorch's caching host
+/// allocator:
+///   * the completion check is cudaEventQuery (never a blocking sync), and cudaErrorNotReady means
+///     "not yet";
+///   * no CUDA call is made while `mutex_` is held: acquire() copies the pending events out under
+///     the lock, queries them unlocked, then retakes the lock to move the completed ones;
+///   * an event in `pending_` is never re-recorded: the pool holds a reference, and the event pool
+///     recycles an event only when its last reference is dropped.
+class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
+ public:
+  using Timeout = std::chrono::microseconds;
+
+  /// Allocates every slab. Throws ferry::Error for a zero size or count, an overflow, a budget
+  /// below slab_count * slab_bytes, or when even the pageable fallback cannot be allocated.
+  static std::shared_ptr<PinnedPool> create(const PinnedPoolOptions& options);
+  ~PinnedPool();
+  PinnedPool(const PinnedPool&) = delete;
+  PinnedPool& operator=(const PinnedPool&) = delete;
+
+  /// A free slab, or nullopt when none is free (after reclaiming pending slabs whose copy is done).
+  /// Does not block; may query CUDA events (outside the lock). Throws ferry::CudaError if a query
+  /// reports a real CUDA error.
+  std::optional<PinnedLease> try_acquire();
+
+  /// Like try_acquire, but waits up to `timeout` for a slab (counted in stats().waits). Blocks.
+  std::optional<PinnedLease> acquire(Timeout timeout);
+
+  size_t slab_bytes() const noexcept { return slab_bytes_; }
+  size_t slab_count() const noexcept { return slab_count_; }
+  bool pinned() const noexcept { return pinned_; }
+  PinnedPoolStats stats() const;
+
+ private:
+  friend class PinnedLease;
+  struct Pending {
+    size_t slab;
+    std::shared_ptr<CudaEvent> event;
+  };
+
+  explicit PinnedPool(const PinnedPoolOptions& options);
+  void give_back(size_t slab, std::shared_ptr<CudaEvent> event) noexcept;
+  PinnedLease lease_locked(size_t slab);  // requires mutex_
+  bool reclaim_completed();               // must be called without mutex_
+
+  const size_t slab_bytes_;
+  const size_t slab_count_;
+  const size_t slab_stride_;  // slab_bytes rounded up to a page, so every slab is page-aligned
+  bool pinned_ = false;
+  std::byte* base_ = nullptr;
+  uint64_t host_alloc_calls_ = 0;
+
+  mutable std::mutex mutex_;
+  std::condition_variable returned_;
+  std::vector<size_t> free_;       // slabs ready to lease
+  std::vector<Pending> pending_;   // returned, waiting for their copy event
+  uint64_t leases_ = 0;
+  uint64_t waits_ = 0;
+  size_t leased_ = 0;
+  size_t peak_leased_ = 0;
+};
+
+}  // namespace ferry

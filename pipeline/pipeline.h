@@ -1,0 +1,87 @@
+#pragma once
+
+#include <cstddef>
+#include <iterator>
+#include <memory>
+#include <optional>
+
+#include "pipeline/batch.h"
+#include "pipeline/pipeline_options.h"
+#include "pipeline/pipeline_stats.h"
+#include "pipeline/stage.h"
+
+namespace ferry {
+
+namespace detail {
+class PipelineGraph;
+}
+
+/// A running loader: plans batches, decodes samples on decode_threads threads, collates, packs
+/// into pinned slabs, copies to the device and hands out GPU-resident batches in the sampler's
+/// order, keeping `prefetch` batches in flight. It starts working as soon as it is constructed.
+///
+///   ferry::Pipeline pipeline = ferry::make_pipeline(source, options);  // stages/standard_pipeline.h
+///   for (const ferry::Batch& batch : pipeline) { ... batch["image"] ... }
+///
+/// Consumer side: next()/iteration from one thread at a time (any thread); close() and stats() from
+/// any thread. A stage's failure is rethrown by next() as ferry::Error naming the stage and the
+/// sample, after every batch planned before the failing one was delivered.
+///
+/// Destruction at any moment (mid-epoch, batches unclaimed, a consumer blocked in next() that
+/// close() woke first) stops the work, joins every thread and returns every pinned slab; it returns
+/// as soon as the samples being decoded at that moment are done.
+class Pipeline {
+ public:
+  /// Builds and starts a pipeline from its stages (make_pipeline() assembles the standard ones).
+  /// Throws ferry::Error for invalid options or a missing stage; no thread is left behind.
+  Pipeline(StageSet stages, PipelineOptions options);
+  Pipeline(Pipeline&&) noexcept;
+  Pipeline& operator=(Pipeline&&) noexcept;
+  ~Pipeline();
+
+  /// The next batch, or nullopt at the end of the run (or after close()). Blocks until a batch is
+  /// ready. The batch's tensors are safe to use on the calling thread's current CUDA stream.
+  std::optional<Batch> next();
+
+  /// Stops the pipeline early; a next() blocked on another thread returns nullopt. Thread-safe.
+  void close();
+
+  PipelineStats stats() const;
+  const PipelineOptions& options() const noexcept { return options_; }
+
+  /// Single-pass input iterator over the remaining batches; ++ calls next() (and may throw).
+  class Iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const Batch*;
+    using reference = const Batch&;
+
+    Iterator() = default;
+    explicit Iterator(Pipeline* pipeline) : pipeline_(pipeline) { advance(); }
+    reference operator*() const { return *current_; }
+    pointer operator->() const { return &*current_; }
+    Iterator& operator++() {
+      advance();
+      return *this;
+    }
+    bool operator==(const Iterator& other) const noexcept { return pipeline_ == other.pipeline_; }
+
+   private:
+    void advance() {
+      current_ = pipeline_->next();
+      if (!current_) pipeline_ = nullptr;
+    }
+    Pipeline* pipeline_ = nullptr;  // null: the end
+    std::optional<Batch> current_;
+  };
+  Iterator begin() { return Iterator(this); }
+  Iterator end() { return Iterator(); }
+
+ private:
+  PipelineOptions options_;
+  std::unique_ptr<detail::PipelineGraph> graph_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,362 @@
+#include "pipeline/pipeline_graph.h"
+
+#include <oneapi/tbb/info.h>
+
+#include "pipeline/cuda_event.h"
+#include "pipeline/device_guard.h"
+#include "pipeline/torch_cuda.h"
+
+namespace ferry::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t nanoseconds_since(Clock::time_point start) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+}
+
+// The serial nodes besides decode: split, collate, pack, h2d. They need arena slots too.
+constexpr size_t kSerialNodes = 4;
+
+}  // namespace
+
+struct PipelineGraph::Nodes {
+  using SplitNode = tbb::flow::multifunction_node<PlanPtr, std::tuple<SamplePtr>>;
+  using CollateNode = tbb::flow::multifunction_node<SamplePtr, std::tuple<WorkPtr>>;
+
+  Nodes(tbb::flow::graph& g, PipelineGraph& p)
+      : source(g, [&p](tbb::flow_control& control) { return p.plan_next(control); }),
+        tokens(g, p.prefetch_),
+        split(g, tbb::flow::serial,
+              [](const PlanPtr& plan, SplitNode::output_ports_type& ports) {
+                for (size_t position = 0; position < plan->slots(); ++position) {
+                  auto sample = std::make_shared<SampleWork>();
+                  sample->plan = plan;
+                  sample->position = static_cast<uint32_t>(position);
+                  std::get<0>(ports).try_put(std::move(sample));
+                }
+              }),
+        decode(g, p.decode_threads_,
+               [&p](const SamplePtr& sample) {
+                 p.decode(*sample);
+                 return sample;
+               }),
+        reorder(g, [](const SamplePtr& sample) -> size_t { return sample->sequence(); }),
+        collate(g, tbb::flow::serial,
+                [&p](const SamplePtr& sample, CollateNode::output_ports_type& ports) {
+                  std::optional<WorkPtr> completed;
+                  p.collect(sample, completed);
+                  if (completed) std::get<0>(ports).try_put(std::move(*completed));
+                }),
+        pack(g, tbb::flow::serial,
+             [&p](const WorkPtr& work) {
+               p.run_batch_stage(kPack, *work);
+               work->samples.clear();  // packed: the decoded tensors are no longer needed
+               return work;
+             }),
+        h2d(g, tbb::flow::serial, [&p](const WorkPtr& work) {
+          p.run_batch_stage(kH2D, *work);
+          p.submit(work);
+          return tbb::flow::continue_msg();
+        }) {
+    tbb::flow::make_edge(source, tokens);
+    tbb::flow::make_edge(tokens, split);
+    tbb::flow::make_edge(tbb::flow::output_port<0>(split), decode);
+    tbb::flow::make_edge(decode, reorder);
+    tbb::flow::make_edge(reorder, collate);
+    tbb::flow::make_edge(tbb::flow::output_port<0>(collate), pack);
+    tbb::flow::make_edge(pack, h2d);
+  }
+
+  tbb::flow::input_node<PlanPtr> source;
+  tbb::flow::limiter_node<PlanPtr> tokens;
+  SplitNode split;
+  tbb::flow::function_node<SamplePtr, SamplePtr> decode;
+  tbb::flow::sequencer_node<SamplePtr> reorder;
+  CollateNode collate;
+  tbb::flow::function_node<WorkPtr, WorkPtr> pack;
+  tbb::flow::function_node<WorkPtr, tbb::flow::continue_msg> h2d;
+};
+
+PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
+    : stages_(std::move(stages)),
+      prefetch_(options.prefetch),
+      decode_threads_(options.resolved_decode_threads()),
+      device_(options.device),
+      started_(Clock::now()),
+      // Note [tokens]: at most prefetch_ items (batches or the end marker) exist downstream of the
+      // limiter, so neither queue can fill up.
+      in_flight_(options.prefetch + 1),
+      ready_(options.prefetch + 1) {
+  if (!stages_.batches || !stages_.decode || !stages_.collate || !stages_.pack || !stages_.h2d ||
+      !stages_.event_wait) {
+    throw Error("a pipeline needs every stage: batches, decode, collate, pack, h2d and event_wait");
+  }
+  // Decode runs decode_threads_ tasks at once beside the serial nodes; give the pipeline's arena that
+  // many slots. oneTBB's default thread limit is the core count: raise it where more decode threads
+  // were asked for (I/O-bound decoders want more threads than cores).
+  // (The limit counts one external thread beside the workers, hence the + 1.)
+  const size_t slots = decode_threads_ + kSerialNodes;
+  if (slots + 1 > static_cast<size_t>(tbb::info::default_concurrency())) {
+    parallelism_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, slots + 1);
+  }
+  arena_ = std::make_unique<tbb::task_arena>(static_cast<int>(slots), /*reserved_for_masters=*/0);
+  // A graph belongs to the arena it is built in; its tasks, including those that the consumer's
+  // token returns start, run there and never on the consumer's thread.
+  arena_->execute([this] {
+    graph_ = std::make_unique<tbb::flow::graph>();
+    nodes_ = std::make_unique<Nodes>(*graph_, *this);
+  });
+  completion_ = std::thread([this] { completion_loop(); });
+  arena_->execute([this] { nodes_->source.activate(); });
+}
+
+PipelineGraph::~PipelineGraph() {
+  close();
+  while (consumers_inside_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
+  if (completion_.joinable()) completion_.join();
+  if (graph_) {
+    arena_->execute([this] {
+      graph_->cancel();
+      graph_->wait_for_all();
+    });
+  }
+  nodes_.reset();
+  graph_.reset();
+}
+
+void PipelineGraph::close() noexcept {
+  stop_.store(true, std::memory_order_release);
+  in_flight_.close();
+  ready_.close();
+}
+
+template <typename Body>
+std::optional<Error> PipelineGraph::guarded(StageId id, const ErrorContext& where, Body&& body) {
+  const auto start = Clock::now();
+  std::optional<Error> error;
+  try {
+    body();
+  } catch (const Error& e) {
+    error = e.placed(where);
+  } catch (const std::exception& e) {
+    error = Error(where, e.what());
+  } catch (...) {
+    error = Error(where, "unknown exception");
+  }
+  counters_[id].busy_ns.fetch_add(nanoseconds_since(start), std::memory_order_relaxed);
+  counters_[id].items.fetch_add(1, std::memory_order_relaxed);
+  if (error) failed_.store(true, std::memory_order_release);
+  return error;
+}
+
+PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
+  if (planned_last_ || stop_.load(std::memory_order_acquire) || failed_.load(std::memory_order_acquire)) {
+    control.stop();
+    return nullptr;
+  }
+  std::optional<BatchPlan> plan;
+  try {
+    plan = stages_.batches->next();
+    if (plan && plan->kind == BatchPlan::Kind::kSamples && plan->sample_indices.empty()) {
+      throw Error("the batch planner produced an empty batch");
+    }
+  } catch (const std::exception& e) {
+    plan = BatchPlan{};
+    plan->kind = BatchPlan::Kind::kError;
+    const ErrorContext where{"source", {}, {}, {}};
+    const auto* ferry_error = dynamic_cast<const Error*>(&e);
+    plan->error = ferry_error ? ferry_error->placed(where) : Error(where, e.what());
+  }
+  if (!plan) {
+    plan = BatchPlan{};
+    plan->kind = BatchPlan::Kind::kEnd;
+  }
+  if (plan->kind != BatchPlan::Kind::kSamples) planned_last_ = true;
+  plan->sequence = next_batch_sequence_++;
+  plan->first_sample_sequence = next_sample_sequence_;
+  next_sample_sequence_ += plan->slots();
+  return std::make_shared<const BatchPlan>(std::move(*plan));
+}
+
+void PipelineGraph::decode(SampleWork& sample) {
+  // Only shutdown skips decoding. After another sample's failure, samples of earlier batches must
+  // still be decoded: those batches are delivered before the error (Note [in-band errors and markers]).
+  if (sample.is_marker() || stop_.load(std::memory_order_acquire)) return;
+  const ErrorContext where{"decode", sample.index(), sample.plan->epoch, sample.plan->index};
+  if (auto error = guarded(kDecode, where, [&] { stages_.decode->run(sample); })) sample.error = std::move(error);
+}
+
+void PipelineGraph::collect(SamplePtr sample, std::optional<WorkPtr>& completed) {
+  if (!collecting_) {
+    collecting_ = std::make_shared<BatchWork>();
+    collecting_->plan = sample->plan;
+    collecting_->samples.reserve(sample->plan->slots());
+  }
+  // The sequencer hands samples over in sequence order, so a batch's samples arrive together and
+  // in position order.
+  collecting_->samples.push_back(std::move(sample));
+  if (collecting_->samples.size() < collecting_->plan->slots()) return;
+
+  WorkPtr work = std::move(collecting_);
+  collecting_.reset();
+  const BatchPlan& plan = *work->plan;
+  if (plan.kind == BatchPlan::Kind::kError) {
+    work->error = plan.error;
+  } else if (plan.kind == BatchPlan::Kind::kSamples) {
+    for (const SamplePtr& decoded : work->samples) {
+      if (decoded->error) {
+        work->error = decoded->error;
+        break;
+      }
+    }
+    run_batch_stage(kCollate, *work);
+  }
+  completed = std::move(work);
+}
+
+bool PipelineGraph::skip(const BatchWork& work) const noexcept {
+  return work.error.has_value() || work.is_marker() || stop_.load(std::memory_order_acquire);
+}
+
+void PipelineGraph::run_batch_stage(StageId id, BatchWork& work) {
+  if (skip(work)) return;
+  BatchStage* stage = nullptr;
+  switch (id) {
+    case kCollate: stage = stages_.collate.get(); break;
+    case kPack: stage = stages_.pack.get(); break;
+    case kH2D: stage = stages_.h2d.get(); break;
+    case kEventWait: stage = stages_.event_wait.get(); break;
+    default: return;
+  }
+  if (auto error = guarded(id, work.plan->where(std::string(stage->name())), [&] { stage->run(work, stop_); })) {
+    work.error = std::move(error);
+  }
+}
+
+void PipelineGraph::submit(WorkPtr work) {
+  if (stop_.load(std::memory_order_acquire)) return;  // shutting down: drop it (its lease is safe)
+  WorkPtr kept = work;
+  const QueueStatus status = in_flight_.try_push(std::move(work));
+  if (status == QueueStatus::kTimeout) {
+    // Cannot happen while Note [tokens] holds; if it ever does, fail loudly rather than block a worker.
+    failed_.store(true, std::memory_order_release);
+    Error broken(kept->plan->where("h2d"), "internal error: the in-flight queue is full (token accounting broken)");
+    (void)ready_.try_push(Delivery{Delivery::Kind::kError, {}, std::move(broken)});
+  }
+}
+
+void PipelineGraph::completion_loop() {
+  while (true) {
+    WorkPtr work;
+    if (in_flight_.pop(work) != QueueStatus::kOk) return;  // closed: shutting down
+    if (work->error) {
+      deliver(Delivery{Delivery::Kind::kError, {}, work->error});
+      return;
+    }
+    if (work->plan->kind == BatchPlan::Kind::kEnd) {
+      deliver(Delivery{Delivery::Kind::kEnd, {}, std::nullopt});
+      return;
+    }
+    run_batch_stage(kEventWait, *work);
+    if (stop_.load(std::memory_order_acquire)) return;
+    if (work->error) {
+      deliver(Delivery{Delivery::Kind::kError, {}, work->error});
+      return;
+    }
+    deliver(Delivery{Delivery::Kind::kBatch, std::move(work->batch), std::nullopt});
+  }
+}
+
+void PipelineGraph::deliver(Delivery delivery) {
+  // Never waits while Note [tokens] holds; close() wakes it at shutdown regardless.
+  (void)ready_.push(std::move(delivery));
+}
+
+std::optional<Batch> PipelineGraph::next() {
+  // The destructor waits until no thread is inside next(); close() makes blocked ones return.
+  consumers_inside_.fetch_add(1, std::memory_order_acq_rel);
+  struct Leave {
+    std::atomic<int>& inside;
+    ~Leave() { inside.fetch_sub(1, std::memory_order_acq_rel); }
+  } leave{consumers_inside_};
+
+  auto finished_or_failed = [this]() -> bool {
+    std::lock_guard lock(consumer_mutex_);
+    if (sticky_error_) throw *sticky_error_;
+    return finished_;
+  };
+  if (finished_or_failed() || stop_.load(std::memory_order_acquire)) return std::nullopt;
+
+  Delivery delivery;
+  const auto start = Clock::now();
+  const QueueStatus status = ready_.pop(delivery);
+  consumer_wait_ns_.fetch_add(nanoseconds_since(start), std::memory_order_relaxed);
+  if (status != QueueStatus::kOk) {
+    finished_or_failed();  // another consumer may have met the error meanwhile
+    return std::nullopt;
+  }
+  switch (delivery.kind) {
+    case Delivery::Kind::kBatch: {
+      // Give the token back first, so the next batch is planned while this one is handed over.
+      nodes_->tokens.decrementer().try_put(tbb::flow::continue_msg());
+      make_ready_for_consumer(delivery.batch);
+      delivered_batches_.fetch_add(1, std::memory_order_relaxed);
+      delivered_samples_.fetch_add(delivery.batch.batch_size(), std::memory_order_relaxed);
+      delivered_bytes_.fetch_add(delivery.batch.nbytes(), std::memory_order_relaxed);
+      return std::move(delivery.batch);
+    }
+    case Delivery::Kind::kEnd: {
+      std::lock_guard lock(consumer_mutex_);
+      finished_ = true;
+      ready_.close();  // wake any other consumer thread blocked on the queue
+      return std::nullopt;
+    }
+    case Delivery::Kind::kError: {
+      std::lock_guard lock(consumer_mutex_);
+      sticky_error_ = delivery.error;
+      ready_.close();
+      throw *sticky_error_;
+    }
+  }
+  return std::nullopt;
+}
+
+void PipelineGraph::make_ready_for_consumer(const Batch& batch) const {
+  const std::shared_ptr<CudaEvent>& ready = batch.ready_event();
+  if (!ready || !batch.device().is_cuda()) return;
+  const int device = batch.device().index();
+  DeviceGuard guard(device);
+  // The consumer's stream waits for the copy on the device (the host does not block), and the
+  // allocator learns that stream uses the memory, so the memory is not reused under its kernels.
+  const CudaStreamHandle stream = current_torch_stream(device);
+  ready->wait_on(stream);
+  record_stream(batch.buffer(), stream);
+}
+
+PipelineStats PipelineGraph::stats() const {
+  PipelineStats stats;
+  stats.device = device_;
+  stats.decode_threads = decode_threads_;
+  stats.prefetch = prefetch_;
+  stats.elapsed_seconds = static_cast<double>(nanoseconds_since(started_)) * 1e-9;
+  stats.batches = delivered_batches_.load(std::memory_order_relaxed);
+  stats.samples = delivered_samples_.load(std::memory_order_relaxed);
+  stats.bytes = delivered_bytes_.load(std::memory_order_relaxed);
+  stats.consumer_wait_seconds = static_cast<double>(consumer_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  const std::array<std::string_view, kStageCount> names{stages_.decode->name(), stages_.collate->name(),
+                                                         stages_.pack->name(), stages_.h2d->name(),
+                                                         stages_.event_wait->name()};
+  for (size_t id = 0; id < kStageCount; ++id) {
+    StageStats stage;
+    stage.name = std::string(names[id]);
+    stage.items = counters_[id].items.load(std::memory_order_relaxed);
+    stage.busy_seconds = static_cast<double>(counters_[id].busy_ns.load(std::memory_order_relaxed)) * 1e-9;
+    stats.stages.push_back(std::move(stage));
+  }
+  stats.ready_queue_peak = ready_.peak_size();
+  if (stages_.pool) stats.pool = stages_.pool->stats();
+  return stats;
+}
+
+}  // namespace ferry::detail

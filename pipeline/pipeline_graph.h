@@ -1,0 +1,143 @@
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <oneapi/tbb/flow_graph.h>
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include "pipeline/batch.h"
+#include "pipeline/bounded_queue.h"
+#include "pipeline/pipeline_options.h"
+#include "pipeline/pipeline_stats.h"
+#include "pipeline/stage.h"
+
+namespace ferry::detail {
+
+/// The engine behind Pipeline: owns the oneTBB flow graph, the completion thread and the queues,
+/// and runs a StageSet. Built and started by its constructor; stopped and joined by its destructor.
+///
+///   source ─► tokens ─► split ─► decode ×N ─► reorder ─► collate ─► pack ─► h2d ─┐
+///   (plans)  (limiter)  (samples)                (sequencer)                        │ in_flight_
+///                 ▲                                                                  ▼
+///                 └──────── consumer pops a batch ◄── ready_ ◄── event-wait (completion thread)
+///
+/// Note [tokens]
+/// ~~~~~~~~~~~~~
+/// A limiter_node admits at most `prefetch` plans past the source; the consumer gives a token back
+/// when it takes a batch. So at most `prefetch` batches exist between planning and the consumer's
+/// hands, which bounds every buffer on the way: the in-flight and ready queues have room for all of
+/// them (plus the end marker), so no push into them ever waits, and the pinned pool has at least
+/// `prefetch` slabs, so pack always finds one. No TBB worker ever blocks on a queue or the pool; only
+/// the completion thread (ferry's own) waits, on CUDA events.
+///
+/// Note [in-band errors and markers]
+/// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+/// Node bodies never throw. A stage's exception becomes the work item's `error` (with the stage and
+/// the sample or batch named) and travels on in order; later stages pass it untouched. The consumer
+/// thus receives every batch planned before the failing one, then the error. The end of the run is a
+/// marker plan that travels the same way, so it arrives after the last batch. After a failure the
+/// source stops planning and everything still in flight is dropped at shutdown.
+///
+/// Note [shutdown]
+/// ~~~~~~~~~~~~~~~
+/// close() sets `stop_` and closes both queues: a consumer blocked in next() wakes, the completion
+/// thread leaves its event wait (it polls), node bodies return at once. The destructor then waits
+/// for consumers to leave next(), joins the completion thread, cancels the graph and waits for the
+/// tasks already running (at most one sample decode each). Work items dropped on the way return their
+/// slabs through their leases; a slab whose copy may still run returns only after its event.
+class PipelineGraph {
+ public:
+  PipelineGraph(StageSet stages, const PipelineOptions& options);
+  ~PipelineGraph();
+  PipelineGraph(const PipelineGraph&) = delete;
+  PipelineGraph& operator=(const PipelineGraph&) = delete;
+
+  /// The next batch, ready on the calling thread's current CUDA stream; nullopt at the end of the
+  /// run or after close(). Rethrows a stage's ferry::Error (and again on every later call). Blocks.
+  std::optional<Batch> next();
+  /// Stops the pipeline: wakes blocked next() calls (which return nullopt). Thread-safe, idempotent.
+  void close() noexcept;
+  PipelineStats stats() const;
+
+ private:
+  using PlanPtr = std::shared_ptr<const BatchPlan>;
+  using SamplePtr = std::shared_ptr<SampleWork>;
+  using WorkPtr = std::shared_ptr<BatchWork>;
+
+  struct Delivery {
+    enum class Kind { kBatch, kEnd, kError };
+    Kind kind = Kind::kEnd;
+    Batch batch;
+    std::optional<Error> error;
+  };
+
+  enum StageId { kDecode, kCollate, kPack, kH2D, kEventWait, kStageCount };
+  struct StageCounter {
+    std::atomic<uint64_t> items{0};
+    std::atomic<uint64_t> busy_ns{0};
+  };
+
+  struct Nodes;  // the flow graph's nodes (pipeline_graph.cpp)
+
+  PlanPtr plan_next(tbb::flow_control& control);
+  void decode(SampleWork& sample);
+  void collect(SamplePtr sample, std::optional<WorkPtr>& completed);
+  void run_batch_stage(StageId id, BatchWork& work);
+  void submit(WorkPtr work);
+  void completion_loop();
+  void deliver(Delivery delivery);
+  void make_ready_for_consumer(const Batch& batch) const;
+  bool skip(const BatchWork& work) const noexcept;
+  /// Runs `body`, timing it into counters_[id]; returns the exception it threw as a placed Error.
+  template <typename Body>
+  std::optional<Error> guarded(StageId id, const ErrorContext& where, Body&& body);
+
+  // Declaration order is destruction order in reverse: the stages (and the pool their leases
+  // return to) outlive the graph and the queues holding work items.
+  StageSet stages_;
+  const size_t prefetch_;
+  const size_t decode_threads_;
+  const std::string device_;
+  const std::chrono::steady_clock::time_point started_;
+
+  std::atomic<bool> stop_{false};    // close() was called
+  std::atomic<bool> failed_{false};  // a stage failed: plan no more
+  std::array<StageCounter, kStageCount> counters_;
+
+  BoundedQueue<WorkPtr> in_flight_;  // h2d -> completion thread
+  BoundedQueue<Delivery> ready_;     // completion thread -> consumer
+
+  // Source node state: touched only by the input_node body, which oneTBB runs serially.
+  uint64_t next_batch_sequence_ = 0;
+  uint64_t next_sample_sequence_ = 0;
+  bool planned_last_ = false;
+  // Collate node state: touched only by the serial collate node.
+  WorkPtr collecting_;
+
+  // Consumer side.
+  mutable std::mutex consumer_mutex_;
+  std::optional<Error> sticky_error_;
+  bool finished_ = false;
+  std::atomic<int> consumers_inside_{0};
+  std::atomic<uint64_t> delivered_batches_{0};
+  std::atomic<uint64_t> delivered_samples_{0};
+  std::atomic<uint64_t> delivered_bytes_{0};
+  std::atomic<uint64_t> consumer_wait_ns_{0};
+
+  std::unique_ptr<tbb::global_control> parallelism_;
+  std::unique_ptr<tbb::task_arena> arena_;
+  std::unique_ptr<tbb::flow::graph> graph_;
+  std::unique_ptr<Nodes> nodes_;
+  std::thread completion_;
+};
+
+}  // namespace ferry::detail

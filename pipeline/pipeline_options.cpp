@@ -1,0 +1,41 @@
+#include "pipeline/pipeline_options.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "pipeline/error.h"
+
+namespace ferry {
+namespace {
+
+bool power_of_two(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
+
+void require(bool ok, const std::string& key, const std::string& expected, const std::string& found) {
+  if (!ok) throw Error(ErrorContext{"options", {}, {}, {}}, key + ": expected " + expected + ", found " + found);
+}
+
+}  // namespace
+
+size_t PipelineOptions::resolved_decode_threads() const {
+  if (decode_threads != 0) return decode_threads;
+  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+  return hardware > 2 ? hardware - 2 : 1;
+}
+
+void PipelineOptions::check() const {
+  require(batch_size >= 1, "batch_size", "at least 1", std::to_string(batch_size));
+  require(batch_size <= (size_t{1} << 24), "batch_size", "at most 16777216", std::to_string(batch_size));
+  require(epochs >= 1, "epochs", "at least 1", std::to_string(epochs));
+  require(prefetch >= 1 && prefetch <= 1024, "prefetch", "1..1024", std::to_string(prefetch));
+  require(decode_threads <= 1024, "decode_threads", "0 (auto) or 1..1024", std::to_string(decode_threads));
+  require(pool.slab_count == 0 || pool.slab_count >= prefetch, "pool.slab_count",
+          "0 (auto) or at least prefetch (" + std::to_string(prefetch) + "): every batch in flight may hold a slab",
+          std::to_string(pool.slab_count));
+  require(power_of_two(transfer.min_alignment) && transfer.min_alignment <= 4096, "transfer.min_alignment",
+          "a power of two up to 4096", std::to_string(transfer.min_alignment));
+  require(transfer.max_chunk_bytes >= 4096, "transfer.max_chunk_bytes", "at least 4096",
+          std::to_string(transfer.max_chunk_bytes));
+  require(!collate.lengths_suffix.empty(), "collate.lengths_suffix", "a non-empty suffix", "\"\"");
+}
+
+}  // namespace ferry

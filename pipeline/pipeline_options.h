@@ -1,0 +1,60 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+namespace ferry {
+
+struct CollateOptions {
+  /// Pad value of variable-length fields (converted to the field's dtype as torch::full would).
+  double pad_value = 0.0;
+  /// Per-field pad values, overriding pad_value.
+  std::map<std::string, double, std::less<>> pad_values;
+  /// A variable-length field `x` comes with `x` + suffix: an int64 [batch] tensor of lengths.
+  std::string lengths_suffix = "_lengths";
+};
+
+struct PoolOptions {
+  /// Bytes per staging slab; a batch must fit in one. 0: the largest batch the source can make.
+  size_t slab_bytes = 0;
+  /// Number of slabs; 0: prefetch (each batch in flight holds at most one).
+  size_t slab_count = 0;
+  /// Cap on pinned bytes; 0: none.
+  size_t budget_bytes = 0;
+};
+
+struct TransferOptions {
+  /// Each cudaMemcpyAsync moves at most this many bytes of a packed batch.
+  size_t max_chunk_bytes = size_t{32} << 20;
+  /// Every packed field starts at a multiple of max(min_alignment, element size).
+  size_t min_alignment = 16;
+  /// Batches of at least this many bytes are packed (and, for CPU targets, copied) by several threads.
+  size_t parallel_pack_bytes = size_t{1} << 20;
+};
+
+/// Everything a standard pipeline needs to know; the YAML config (issue 3) fills the same struct.
+struct PipelineOptions {
+  size_t batch_size = 32;
+  bool drop_last = false;   // drop a last, smaller batch of an epoch
+  uint64_t epochs = 1;
+  uint64_t max_batches = 0; // stop after this many batches in all (0: run every epoch)
+  /// Concurrent decode tasks; 0: the machine's hardware threads minus two (at least 1).
+  size_t decode_threads = 0;
+  /// Batches in flight, from planning to the consumer's hands: bounds memory and keeps the device fed.
+  size_t prefetch = 3;
+  /// "auto" (the first GPU if this build and machine have one, else the CPU), "cpu", "cuda", "cuda:N".
+  std::string device = "auto";
+  CollateOptions collate;
+  PoolOptions pool;
+  TransferOptions transfer;
+
+  /// decode_threads with 0 resolved.
+  size_t resolved_decode_threads() const;
+  /// Throws ferry::Error naming the first option out of range (and what is allowed).
+  void check() const;
+};
+
+}  // namespace ferry

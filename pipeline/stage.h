@@ -1,0 +1,54 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "pipeline/pinned_pool.h"
+#include "pipeline/work_items.h"
+
+namespace ferry {
+
+/// Plans batches: which samples, in order. Called by the pipeline's source node, serially (never
+/// from two threads at once). Returns nullopt when the run is over. The engine fills in the
+/// plan's sequence numbers; the planner sets kind, epoch, index and sample_indices.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual std::optional<BatchPlan> next() = 0;
+};
+
+/// A stage that works on one sample at a time, called concurrently for different samples (up to
+/// decode_threads at once). Throwing from run() fails that sample; the engine adds the stage name
+/// and the sample's identity to the error.
+class SampleStage {
+ public:
+  virtual ~SampleStage() = default;
+  virtual std::string_view name() const = 0;
+  virtual void run(SampleWork& work) = 0;
+};
+
+/// A stage that works on one batch at a time, called serially, in batch order. `stop` turns true
+/// when the pipeline shuts down; a stage that waits must watch it and return early (leaving the
+/// work unfinished). Throwing from run() fails the batch.
+class BatchStage {
+ public:
+  virtual ~BatchStage() = default;
+  virtual std::string_view name() const = 0;
+  virtual void run(BatchWork& work, const std::atomic<bool>& stop) = 0;
+};
+
+/// Everything a Pipeline runs. The engine (pipeline/) only knows these interfaces; the standard
+/// stages live in stages/ and make_pipeline() assembles them.
+struct StageSet {
+  std::unique_ptr<BatchSource> batches;
+  std::unique_ptr<SampleStage> decode;
+  std::unique_ptr<BatchStage> collate;  // samples -> layout
+  std::unique_ptr<BatchStage> pack;     // layout -> packed staging slab
+  std::unique_ptr<BatchStage> h2d;      // slab -> device buffer, copies queued
+  std::unique_ptr<BatchStage> event_wait;  // runs on the pipeline's completion thread
+  std::shared_ptr<PinnedPool> pool;     // for stats; the pack stage owns its use
+};
+
+}  // namespace ferry

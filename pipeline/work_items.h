@@ -1,0 +1,62 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "pipeline/batch.h"
+#include "pipeline/batch_layout.h"
+#include "pipeline/error.h"
+#include "pipeline/pinned_lease.h"
+
+namespace ferry {
+
+/// One batch to make: which samples, in which order. The source node creates plans serially; the
+/// engine numbers them. Markers (end of stream, a planning error) travel the same path as batches
+/// so that they reach the consumer in order, after every batch planned before them.
+struct BatchPlan {
+  enum class Kind { kSamples, kEnd, kError };
+  Kind kind = Kind::kSamples;
+  uint64_t sequence = 0;  // 0, 1, 2, ... over the whole run
+  uint64_t epoch = 0;
+  uint64_t index = 0;     // within its epoch
+  uint64_t first_sample_sequence = 0;  // sample sequence numbers are contiguous over the run
+  std::vector<uint64_t> sample_indices;
+  std::optional<Error> error;  // kError
+
+  /// Sample slots this plan occupies in the per-sample part of the graph (a marker occupies one).
+  size_t slots() const noexcept { return kind == Kind::kSamples ? sample_indices.size() : 1; }
+  ErrorContext where(std::string stage) const { return ErrorContext{std::move(stage), std::nullopt, epoch, index}; }
+};
+
+/// One sample on its way through decode. Owned by one graph node at a time.
+struct SampleWork {
+  std::shared_ptr<const BatchPlan> plan;
+  uint32_t position = 0;           // within the batch
+  std::vector<at::Tensor> fields;  // decoded, in the source's field order
+  std::optional<Error> error;
+
+  uint64_t sequence() const noexcept { return plan->first_sample_sequence + position; }
+  bool is_marker() const noexcept { return plan->kind != BatchPlan::Kind::kSamples; }
+  uint64_t index() const { return plan->sample_indices.at(position); }
+};
+
+/// One batch on its way from collate to the consumer. Each stage fills its part; a stage that
+/// fails sets `error` and later stages pass the work on untouched, so the error reaches the
+/// consumer in order. Owned by one node (or the completion thread) at a time.
+struct BatchWork {
+  std::shared_ptr<const BatchPlan> plan;
+  std::vector<std::shared_ptr<SampleWork>> samples;  // collate input, in batch order
+  BatchLayout layout;                                // collate
+  PinnedLease slab;                                  // pack: the staging slab
+  std::vector<ByteRange> chunks;                     // pack: one copy each
+  Batch batch;                                       // h2d: the delivered batch (device views)
+  std::optional<Error> error;
+
+  bool is_marker() const noexcept { return plan->kind != BatchPlan::Kind::kSamples; }
+};
+
+}  // namespace ferry

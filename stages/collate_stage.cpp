@@ -1,0 +1,142 @@
+#include "stages/collate_stage.h"
+
+#include <cstring>
+#include <sstream>
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+
+#include "io/dtype_names.h"
+#include "pipeline/error.h"
+
+namespace ferry {
+namespace {
+
+size_t align_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+std::string sizes_text(at::IntArrayRef sizes) {
+  std::ostringstream out;
+  out << sizes;
+  return out.str();
+}
+
+int64_t product(at::IntArrayRef sizes, size_t from) {
+  int64_t n = 1;
+  for (size_t d = from; d < sizes.size(); ++d) n *= sizes[d];
+  return n;
+}
+
+}  // namespace
+
+CollateStage::CollateStage(std::vector<FieldSpec> fields, const CollateOptions& options, size_t min_alignment)
+    : fields_(std::move(fields)), min_alignment_(min_alignment) {
+  if (min_alignment_ == 0 || (min_alignment_ & (min_alignment_ - 1)) != 0) {
+    throw Error("collate: min_alignment must be a power of two, found " + std::to_string(min_alignment_));
+  }
+  for (const auto& [name, value] : options.pad_values) {
+    bool known = false;
+    for (const FieldSpec& spec : fields_) known = known || (spec.name == name && spec.variable());
+    if (!known) throw Error("collate.pad_values: '" + name + "' is not a variable-length field of the source");
+  }
+  std::vector<std::string> names;
+  for (const FieldSpec& spec : fields_) {
+    names.push_back(spec.name);
+    if (spec.variable()) names.push_back(spec.name + options.lengths_suffix);
+
+    // The pad element, converted exactly as torch::full converts (and refuses out-of-range values).
+    std::array<std::byte, 8> pad{};
+    const auto custom = options.pad_values.find(spec.name);
+    const double value = custom != options.pad_values.end() ? custom->second : options.pad_value;
+    try {
+      const at::Tensor element = at::full({1}, value, at::TensorOptions().dtype(spec.dtype));
+      std::memcpy(pad.data(), element.data_ptr(), element.nbytes());
+    } catch (const std::exception& e) {
+      throw Error("collate: pad value " + std::to_string(value) + " of field '" + spec.name + "' does not fit " +
+                  dtype_name(spec.dtype) + ": " + e.what());
+    }
+    pads_.push_back(pad);
+  }
+  schema_ = std::make_shared<const BatchSchema>(std::move(names));
+}
+
+std::optional<size_t> CollateStage::max_batch_bytes(size_t batch_size) const {
+  size_t cursor = 0;
+  for (const FieldSpec& spec : fields_) {
+    if (spec.variable() && spec.max_length <= 0) return std::nullopt;
+    const size_t element = c10::elementSize(spec.dtype);
+    const int64_t rows = spec.variable() ? spec.max_length : 1;
+    const size_t slot = static_cast<size_t>(rows * product(spec.shape, spec.variable() ? 1 : 0)) * element;
+    cursor = align_up(cursor, std::max(min_alignment_, element)) + slot * batch_size;
+    if (spec.variable()) cursor = align_up(cursor, std::max(min_alignment_, sizeof(int64_t))) + sizeof(int64_t) * batch_size;
+  }
+  return cursor;
+}
+
+void CollateStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
+  const auto& samples = work.samples;
+  const auto batch = static_cast<int64_t>(samples.size());
+  BatchLayout& layout = work.layout;
+  layout.schema = schema_;
+  layout.fields.clear();
+  layout.fields.reserve(schema_->size());
+  size_t cursor = 0;
+  auto place = [&](FieldLayout& field) {
+    const size_t element = c10::elementSize(field.dtype);
+    field.offset = align_up(cursor, std::max(min_alignment_, element));
+    cursor = field.offset + field.bytes;
+  };
+
+  for (size_t f = 0; f < fields_.size(); ++f) {
+    const FieldSpec& spec = fields_[f];
+    const size_t element = c10::elementSize(spec.dtype);
+    const at::Tensor& first = samples.front()->fields.at(f);
+    FieldLayout field;
+    field.dtype = spec.dtype;
+    field.source_field = static_cast<int>(f);
+
+    // Every sample must agree on the shape (fixed fields) or on the shape after dim 0 (variable ones).
+    const size_t from = spec.variable() ? 1 : 0;
+    int64_t longest = 0;
+    for (const auto& sample : samples) {
+      const at::Tensor& tensor = sample->fields.at(f);
+      bool same = tensor.dim() == first.dim();
+      for (size_t d = from; same && d < static_cast<size_t>(first.dim()); ++d) {
+        same = tensor.size(static_cast<int64_t>(d)) == first.size(static_cast<int64_t>(d));
+      }
+      if (!same) {
+        throw Error("field '" + spec.name + "': sample " + std::to_string(sample->index()) + " has shape " +
+                    sizes_text(tensor.sizes()) + " but sample " + std::to_string(samples.front()->index()) + " has " +
+                    sizes_text(first.sizes()) +
+                    (spec.variable() ? std::string(" (only dim 0 may differ)")
+                                     : std::string(" (declare the field variable-length, or resize it)")));
+      }
+      if (spec.variable()) longest = std::max(longest, tensor.size(0));
+    }
+
+    field.shape.reserve(first.dim() + 1);
+    field.shape.push_back(batch);
+    if (spec.variable()) field.shape.push_back(longest);
+    for (size_t d = from; d < static_cast<size_t>(first.dim()); ++d) field.shape.push_back(first.size(static_cast<int64_t>(d)));
+    field.slot_bytes = static_cast<size_t>((spec.variable() ? longest : 1) * product(first.sizes(), from)) * element;
+    field.bytes = field.slot_bytes * static_cast<size_t>(batch);
+    field.padded = spec.variable();
+    field.pad = pads_[f];
+    place(field);
+    layout.fields.push_back(std::move(field));
+
+    if (spec.variable()) {
+      FieldLayout lengths;
+      lengths.dtype = at::kLong;
+      lengths.shape = {batch};
+      lengths.bytes = sizeof(int64_t) * static_cast<size_t>(batch);
+      lengths.made = at::empty({batch}, at::kLong);
+      auto* out = lengths.made.data_ptr<int64_t>();
+      for (int64_t s = 0; s < batch; ++s) out[s] = samples[static_cast<size_t>(s)]->fields[f].size(0);
+      place(lengths);
+      layout.fields.push_back(std::move(lengths));
+    }
+  }
+  layout.total_bytes = cursor;
+}
+
+}  // namespace ferry

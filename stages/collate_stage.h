@@ -1,0 +1,42 @@
+#pragma once
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "io/source.h"
+#include "pipeline/pipeline_options.h"
+#include "pipeline/stage.h"
+
+namespace ferry {
+
+/// Decides the batch's packed form (its BatchLayout); PackStage then copies every byte once, from
+/// the decoded samples straight into the pinned slab. Fixed-shape fields are stacked (every sample
+/// must have the same shape); a variable-length field is padded along dim 0 to the batch's longest
+/// sample with its pad value and gets a companion `<field>_lengths` int64 [batch] tensor. Each
+/// field starts at a multiple of max(min_alignment, element size).
+///
+/// Serial (one batch at a time). Allocates the layout and the small lengths tensors.
+class CollateStage : public BatchStage {
+ public:
+  /// Throws ferry::Error for a pad value that does not fit its field's dtype or names no
+  /// variable-length field, or a min_alignment that is not a power of two.
+  CollateStage(std::vector<FieldSpec> fields, const CollateOptions& options, size_t min_alignment);
+  std::string_view name() const override { return "collate"; }
+  void run(BatchWork& work, const std::atomic<bool>& stop) override;
+
+  /// The names of the batches' fields, in order.
+  const std::shared_ptr<const BatchSchema>& schema() const noexcept { return schema_; }
+  /// Packed bytes of the largest possible batch of `batch_size` samples; nullopt when a
+  /// variable-length field has no max_length.
+  std::optional<size_t> max_batch_bytes(size_t batch_size) const;
+
+ private:
+  std::vector<FieldSpec> fields_;
+  std::vector<std::array<std::byte, 8>> pads_;  // per field: one element of its pad value
+  size_t min_alignment_;
+  std::shared_ptr<const BatchSchema> schema_;
+};
+
+}  // namespace ferry

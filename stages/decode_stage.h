@@ -1,0 +1,29 @@
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "io/decoder_registry.h"
+#include "io/source.h"
+#include "pipeline/stage.h"
+
+namespace ferry {
+
+/// Reads a sample from the source and decodes each field with the decoder its FieldSpec names,
+/// then checks the result against the spec (dtype, fixed dims, max_length), so that a decoder's
+/// mistake is reported here, naming the sample key and field, rather than as a confusing collate
+/// error later. Runs on decode_threads threads at once (thread-safe: it keeps no mutable state).
+class DecodeStage : public SampleStage {
+ public:
+  /// Resolves every field's decoder now: an unknown decoder name throws ferry::Error before any
+  /// thread starts.
+  DecodeStage(std::shared_ptr<const Source> source, const DecoderRegistry& registry);
+  std::string_view name() const override { return "decode"; }
+  void run(SampleWork& work) override;
+
+ private:
+  std::shared_ptr<const Source> source_;
+  std::vector<std::shared_ptr<const Decoder>> decoders_;  // one per field
+};
+
+}  // namespace ferry

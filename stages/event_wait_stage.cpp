@@ -1,0 +1,31 @@
+#include "stages/event_wait_stage.h"
+
+#include <chrono>
+#include <thread>
+
+#include "pipeline/cuda_event.h"
+
+namespace ferry {
+namespace {
+
+constexpr auto kYieldFor = std::chrono::microseconds(100);
+constexpr auto kSleepStep = std::chrono::microseconds(50);
+
+}  // namespace
+
+void EventWaitStage::run(BatchWork& work, const std::atomic<bool>& stop) {
+  if (const std::shared_ptr<CudaEvent>& ready = work.batch.ready_event()) {
+    const auto start = std::chrono::steady_clock::now();
+    while (!ready->query()) {
+      if (stop.load(std::memory_order_acquire)) return;
+      if (std::chrono::steady_clock::now() - start < kYieldFor) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(kSleepStep);
+      }
+    }
+  }
+  work.slab.release();
+}
+
+}  // namespace ferry

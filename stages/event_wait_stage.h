@@ -1,0 +1,24 @@
+#pragma once
+
+#include "pipeline/stage.h"
+
+namespace ferry {
+
+/// Waits, off the consumer's thread, until a batch's copy has completed, then returns its staging
+/// slab to the pool. Runs on the pipeline's completion thread, one batch at a time in order (copies
+/// on one stream complete in order, so the oldest batch is always the next to finish).
+///
+/// Note [event polling]
+/// ~~~~~~~~~~~~~~~~~~~~
+/// The wait polls cudaEventQuery rather than blocking in cudaEventSynchronize: a blocked thread
+/// cannot be told to stop, and a pipeline must shut down within a second even if a copy never
+/// finishes. Polling yields for the first ~100 us — a copy of a few MiB finishes in that time, and
+/// the batch's token returns promptly — then sleeps in short steps so an idle wait costs no core.
+class EventWaitStage : public BatchStage {
+ public:
+  std::string_view name() const override { return "event-wait"; }
+  /// Returns early, leaving the slab leased (with its event attached), when `stop` turns true.
+  void run(BatchWork& work, const std::atomic<bool>& stop) override;
+};
+
+}  // namespace ferry

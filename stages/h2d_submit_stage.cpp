@@ -1,0 +1,71 @@
+#include "stages/h2d_submit_stage.h"
+
+#include <ATen/ops/empty.h>
+
+#include "ferry/build_config.h"
+#include "pipeline/cuda_error.h"
+#include "pipeline/device_guard.h"
+#include "pipeline/tensor_views.h"
+#include "pipeline/torch_cuda.h"
+#include "stages/parallel_copy.h"
+
+#if FERRY_HAVE_CUDART
+#include <cuda_runtime_api.h>
+#endif
+
+namespace ferry {
+
+H2DSubmitStage::H2DSubmitStage(at::Device device, const TransferOptions& options)
+    : device_(device), options_(options) {
+  if (device_.is_cuda()) {
+    if (FERRY_WITH_GPU == 0) throw Error("cannot deliver to " + device_.str() + ": this is a " FERRY_BUILD_KIND " build (" FERRY_BUILD_REASON ")");
+    stream_ = std::make_unique<CudaStream>(device_.index(), /*non_blocking=*/true);
+    events_ = CudaEventPool::create(device_.index());
+  } else if (!device_.is_cpu()) {
+    throw Error("cannot deliver to " + device_.str() + ": only cpu and cuda devices are supported");
+  }
+}
+
+void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
+  std::shared_ptr<CudaEvent> ready;
+  const at::Tensor buffer = device_.is_cuda() ? copy_to_device(work, ready) : copy_to_host(work);
+
+  const BatchLayout& layout = work.layout;
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(layout.fields.size());
+  for (const FieldLayout& field : layout.fields) {
+    tensors.push_back(make_view(buffer.storage(), device_, field.dtype, field.offset, field.shape));
+  }
+  const BatchPlan& plan = *work.plan;
+  work.batch = Batch(layout.schema, std::move(tensors), BatchInfo{plan.sequence, plan.epoch, plan.index, plan.sample_indices},
+                     buffer, std::move(ready));
+}
+
+at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaEvent>& ready) {
+  const int device = device_.index();
+  DeviceGuard guard(device);
+  at::Tensor buffer = detail::allocate_device_buffer(device, stream_->handle(), work.layout.total_bytes);
+#if FERRY_HAVE_CUDART
+  auto* target = static_cast<std::byte*>(buffer.data_ptr());
+  const std::byte* source = work.slab.data();
+  for (const ByteRange& chunk : work.chunks) {
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(target + chunk.offset, source + chunk.offset, chunk.bytes, cudaMemcpyHostToDevice,
+                                     stream_->handle()));
+  }
+#endif
+  ready = events_->acquire();
+  ready->record(stream_->handle());
+  // From here on, however the lease ends (delivery, error, shutdown), the slab waits for the copy.
+  work.slab.attach_event(ready);
+  return buffer;
+}
+
+at::Tensor H2DSubmitStage::copy_to_host(BatchWork& work) const {
+  at::Tensor buffer = at::empty({static_cast<int64_t>(work.layout.total_bytes)}, at::kByte);
+  run_copies({CopyOp{static_cast<std::byte*>(buffer.data_ptr()), work.slab.data(), work.layout.total_bytes, {}, 1}},
+             options_.parallel_pack_bytes);
+  work.slab.release();
+  return buffer;
+}
+
+}  // namespace ferry

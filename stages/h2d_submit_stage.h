@@ -1,0 +1,46 @@
+#pragma once
+
+#include <memory>
+
+#include <c10/core/Device.h>
+
+#include "pipeline/cuda_event_pool.h"
+#include "pipeline/cuda_stream.h"
+#include "pipeline/pipeline_options.h"
+#include "pipeline/stage.h"
+
+namespace ferry {
+
+/// Moves a packed batch to its device and builds the Batch the consumer gets.
+///
+/// GPU: allocates one device buffer through libtorch's caching allocator (as if on the copy stream,
+/// so the allocator orders its reuse after ferry's copies), queues one cudaMemcpyAsync per chunk on a
+/// dedicated non-blocking stream, records a pooled event after them and attaches it to the slab's
+/// lease (the slab cannot be reused before the copy has read it). It does not wait: EventWaitStage
+/// does, on another thread. The fields are views into the buffer.
+///
+/// CPU: copies the slab into a fresh CPU tensor (the slab goes straight back to the pool), so a CPU
+/// pipeline runs exactly the stages a GPU one does.
+///
+/// Serial: one batch at a time, per device. Allocates the device buffer (a cudaMalloc only when
+/// libtorch's cache has no block).
+class H2DSubmitStage : public BatchStage {
+ public:
+  /// Creates the copy stream on a CUDA device. Throws ferry::Error when the device is unusable.
+  H2DSubmitStage(at::Device device, const TransferOptions& options);
+  std::string_view name() const override { return "h2d"; }
+  void run(BatchWork& work, const std::atomic<bool>& stop) override;
+
+  at::Device device() const noexcept { return device_; }
+
+ private:
+  at::Tensor copy_to_device(BatchWork& work, std::shared_ptr<CudaEvent>& ready);
+  at::Tensor copy_to_host(BatchWork& work) const;
+
+  at::Device device_;
+  TransferOptions options_;
+  std::unique_ptr<CudaStream> stream_;  // CUDA devices only
+  std::shared_ptr<CudaEventPool> events_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,30 @@
+#pragma once
+
+#include <memory>
+
+#include "pipeline/pinned_pool.h"
+#include "pipeline/pipeline_options.h"
+#include "pipeline/stage.h"
+
+namespace ferry {
+
+/// Copies a collated batch into one staging slab of the pinned pool: every sample's field bytes to
+/// their slot of the BatchLayout, pad values after short samples, collate-made tensors (lengths) as
+/// they are. Large batches are copied by several threads (run_copies). Then cuts the packed range
+/// into chunks of at most transfer.max_chunk_bytes: one cudaMemcpyAsync each.
+///
+/// Serial. Never blocks while the pipeline's token invariant holds (Note [tokens]): the pool has a
+/// slab for every batch in flight.
+class PackStage : public BatchStage {
+ public:
+  PackStage(std::shared_ptr<PinnedPool> pool, const TransferOptions& options);
+  std::string_view name() const override { return "pack"; }
+  /// Throws ferry::Error when the batch does not fit in a slab, or a decoded tensor is not on the CPU.
+  void run(BatchWork& work, const std::atomic<bool>& stop) override;
+
+ private:
+  std::shared_ptr<PinnedPool> pool_;
+  TransferOptions options_;
+};
+
+}  // namespace ferry

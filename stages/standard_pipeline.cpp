@@ -1,0 +1,92 @@
+#include "stages/standard_pipeline.h"
+
+#include "io/batch_planner.h"
+#include "io/decoder_registry.h"
+#include "io/sequential_sampler.h"
+#include "pipeline/cuda_device.h"
+#include "stages/collate_stage.h"
+#include "stages/decode_stage.h"
+#include "stages/event_wait_stage.h"
+#include "stages/h2d_submit_stage.h"
+#include "stages/pack_stage.h"
+
+namespace ferry {
+namespace {
+
+// A slab never smaller than a page: tiny batches still get a sensible staging buffer.
+constexpr size_t kMinSlabBytes = 4096;
+
+}  // namespace
+
+at::Device resolve_device(const std::string& name) {
+  const ErrorContext where{"options", {}, {}, {}};
+  if (name == "cpu") return at::Device(at::kCPU);
+  if (name == "auto") {
+    return gpu_build() && cuda_device_count() > 0 ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  }
+  if (name != "cuda" && name.rfind("cuda:", 0) != 0) {
+    throw Error(where, "device: expected auto, cpu, cuda or cuda:N, found '" + name + "'");
+  }
+  int index = 0;
+  if (name != "cuda") {
+    const std::string digits = name.substr(5);
+    if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos) {
+      throw Error(where, "device: expected cuda:N with N a device number, found '" + name + "'");
+    }
+    index = std::stoi(digits);
+  }
+  if (!gpu_build()) throw Error(where, "device '" + name + "' needs GPU support, but this is a " + build_description());
+  const int count = cuda_device_count();
+  if (count == 0) throw Error(where, "device '" + name + "': " + cuda_unavailable_reason());
+  if (index >= count) {
+    throw Error(where, "device '" + name + "' does not exist: " + std::to_string(count) + " CUDA device" +
+                           (count == 1 ? " is" : "s are") + " visible (cuda:0" +
+                           (count > 1 ? "..cuda:" + std::to_string(count - 1) : std::string()) + ")");
+  }
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions options,
+                       std::shared_ptr<const Sampler> sampler) {
+  options.check();
+  if (!source) throw Error("make_pipeline: no source");
+  const at::Device device = resolve_device(options.device);
+  options.device = device.str();
+  if (!sampler) sampler = std::make_shared<SequentialSampler>(source->size());
+
+  auto collate = std::make_unique<CollateStage>(source->fields(), options.collate, options.transfer.min_alignment);
+  size_t slab_bytes = options.pool.slab_bytes;
+  if (slab_bytes == 0) {
+    const std::optional<size_t> largest = collate->max_batch_bytes(options.batch_size);
+    if (!largest) {
+      std::string field;
+      for (const FieldSpec& spec : source->fields()) {
+        if (spec.variable() && spec.max_length <= 0) field = spec.name;
+      }
+      throw Error(ErrorContext{"options", {}, {}, {}},
+                  "pool.slab_bytes must be set: field '" + field + "' of " + source->describe() +
+                      " is variable-length with no max_length, so the largest batch is unknown");
+    }
+    slab_bytes = std::max(*largest, kMinSlabBytes);
+  }
+
+  PinnedPoolOptions pool_options;
+  pool_options.slab_bytes = slab_bytes;
+  pool_options.slab_count = options.pool.slab_count != 0 ? options.pool.slab_count : options.prefetch;
+  pool_options.budget_bytes = options.pool.budget_bytes;
+  pool_options.device = device.is_cuda() ? device.index() : 0;
+  pool_options.pinned = device.is_cuda();
+
+  StageSet stages;
+  stages.batches = std::make_unique<BatchPlanner>(
+      sampler, BatchPlanner::Options{options.batch_size, options.drop_last, options.epochs, options.max_batches});
+  stages.decode = std::make_unique<DecodeStage>(source, DecoderRegistry::global());
+  stages.collate = std::move(collate);
+  stages.pool = PinnedPool::create(pool_options);
+  stages.pack = std::make_unique<PackStage>(stages.pool, options.transfer);
+  stages.h2d = std::make_unique<H2DSubmitStage>(device, options.transfer);
+  stages.event_wait = std::make_unique<EventWaitStage>();
+  return Pipeline(std::move(stages), std::move(options));
+}
+
+}  // namespace ferry

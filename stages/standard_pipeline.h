@@ -1,0 +1,29 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <c10/core/Device.h>
+
+#include "io/sampler.h"
+#include "io/source.h"
+#include "pipeline/pipeline.h"
+
+namespace ferry {
+
+/// Builds and starts the standard pipeline over `source`: batch planner (over `sampler`, or the
+/// sequential order when null) -> DecodeStage -> CollateStage -> PackStage -> H2DSubmitStage ->
+/// EventWaitStage, with a pinned pool sized from the options (or from the source's largest batch).
+///
+/// Everything is checked before a thread starts; problems throw ferry::Error naming the option or
+/// field: invalid options, an unusable device, an unknown decoder, a variable-length field without
+/// max_length and no pool.slab_bytes, a pinned budget too small for the slabs.
+Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions options,
+                       std::shared_ptr<const Sampler> sampler = nullptr);
+
+/// "auto", "cpu", "cuda" or "cuda:N" as a device this build and machine can use. "auto" is cuda:0
+/// when there is one, else the CPU. Throws ferry::Error saying why a device cannot be used (a CPU
+/// build, no visible device, an index out of range, an unknown name).
+at::Device resolve_device(const std::string& name);
+
+}  // namespace ferry
