@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,9 @@ struct FieldSpec {
   at::ScalarType dtype = at::kByte;
   /// Per-sample shape. A variable-length field has shape[0] == kVariableLength and the fixed rest.
   std::vector<int64_t> shape;
-  /// Largest length of a variable-length field (0: not known; then pool.slab_bytes must be set).
-  int64_t max_length = 0;
+  /// Largest length of a variable-length field; unset when not known (pool.slab_bytes must then be
+  /// set, as the largest batch is unknown).
+  std::optional<int64_t> max_length;
   /// Name of the decoder (see DecoderRegistry) that turns this field's encoded bytes into a tensor.
   std::string decoder = "raw";
 

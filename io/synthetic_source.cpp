@@ -95,6 +95,12 @@ SyntheticSource::SyntheticSource(SyntheticOptions options) : options_(std::move(
     for (int64_t size : field.shape) {
       if (size < 0) throw Error(where + ": negative size in its shape");
     }
+    if (field.variable) {
+      int64_t row = 1;
+      for (int64_t size : field.shape) row *= size;
+      // Raw bytes carry a variable field's length only through their count: empty rows lose it.
+      if (row == 0) throw Error(where + ": a variable-length field needs rows of at least one element");
+    }
     if (field.variable && (field.min_length < 0 || field.max_length < field.min_length)) {
       throw Error(where + ": lengths must satisfy 0 <= min_length <= max_length, found " +
                   std::to_string(field.min_length) + ".." + std::to_string(field.max_length));

@@ -13,7 +13,8 @@ namespace ferry {
 struct SyntheticField {
   std::string name;
   at::ScalarType dtype = at::kFloat;
-  /// Per-sample shape; for a variable-length field, the shape after the variable dim 0.
+  /// Per-sample shape; for a variable-length field, the shape after the variable dim 0 (which must
+  /// hold at least one element: the length is recovered from the byte count).
   std::vector<int64_t> shape;
   /// A variable-length field's dim 0 is drawn per sample from [min_length, max_length].
   bool variable = false;

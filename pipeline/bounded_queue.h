@@ -29,7 +29,10 @@ enum class QueueStatus {
 /// taking its item. So the number of items in the queue never exceeds capacity() — size() and
 /// peak_size() observe exactly that count.
 ///
-/// Order: FIFO per producer thread (moodycamel's guarantee); with one producer, strict FIFO.
+/// Order: moodycamel keeps FIFO order per producer, and a plain push() is produced by its calling
+/// thread. Items pushed from different threads — even one after another — may come out in either
+/// order. Where order across threads matters (a serial oneTBB node runs on whichever worker is
+/// free), push through one Producer: its items come out in push order.
 ///
 /// close() is for shutdown: it wakes every blocked pusher and popper. Pushers get kClosed. Poppers
 /// still receive items that one producer pushed before the close marker it queued; once they reach
@@ -50,14 +53,31 @@ class BoundedQueue {
   BoundedQueue(const BoundedQueue&) = delete;
   BoundedQueue& operator=(const BoundedQueue&) = delete;
 
+  /// A FIFO lane into the queue: items pushed through one Producer come out in the order they were
+  /// pushed, even when successive pushes come from different threads. Not thread-safe: pushes through
+  /// one Producer must not overlap (they are ordered, as the calls of a serial node are). Must not
+  /// outlive its queue. Movable.
+  class Producer {
+   public:
+    QueueStatus push(T&& item, Timeout timeout = kForever) {
+      return queue_->push_with(std::move(item), timeout,
+                               [this](std::optional<T>&& slot) { queue_->queue_.enqueue(token_, std::move(slot)); });
+    }
+    QueueStatus try_push(T&& item) { return push(std::move(item), Timeout::zero()); }
+
+   private:
+    friend class BoundedQueue;
+    explicit Producer(BoundedQueue& queue) : queue_(&queue), token_(queue.queue_) {}
+    BoundedQueue* queue_;
+    moodycamel::ProducerToken token_;
+  };
+
+  /// A new ordered lane (allocates its sub-queue). Thread-safe.
+  Producer make_producer() { return Producer(*this); }
+
   /// Moves `item` in when a slot is free. On kTimeout or kClosed, `item` is left untouched.
   QueueStatus push(T&& item, Timeout timeout = kForever) {
-    if (closed_.load(std::memory_order_acquire)) return QueueStatus::kClosed;
-    if (!wait(slots_, timeout)) return closed() ? QueueStatus::kClosed : QueueStatus::kTimeout;
-    if (closed_.load(std::memory_order_acquire)) return QueueStatus::kClosed;  // woken by close()
-    note_size(size_.fetch_add(1, std::memory_order_acq_rel) + 1);
-    queue_.enqueue(std::optional<T>(std::move(item)));
-    return QueueStatus::kOk;
+    return push_with(std::move(item), timeout, [this](std::optional<T>&& slot) { queue_.enqueue(std::move(slot)); });
   }
   QueueStatus try_push(T&& item) { return push(std::move(item), Timeout::zero()); }
 
@@ -98,6 +118,16 @@ class BoundedQueue {
   using Count = moodycamel::LightweightSemaphore::ssize_t;
   // More wake-ups than there can ever be waiting threads; signal() only releases actual waiters.
   static constexpr Count kWakeAll = Count{1} << 30;
+
+  template <typename Enqueue>
+  QueueStatus push_with(T&& item, Timeout timeout, Enqueue&& enqueue) {
+    if (closed_.load(std::memory_order_acquire)) return QueueStatus::kClosed;
+    if (!wait(slots_, timeout)) return closed() ? QueueStatus::kClosed : QueueStatus::kTimeout;
+    if (closed_.load(std::memory_order_acquire)) return QueueStatus::kClosed;  // woken by close()
+    note_size(size_.fetch_add(1, std::memory_order_acq_rel) + 1);
+    enqueue(std::optional<T>(std::move(item)));
+    return QueueStatus::kOk;
+  }
 
   static bool wait(moodycamel::LightweightSemaphore& semaphore, Timeout timeout) {
     if (timeout < Timeout::zero()) return semaphore.wait();

@@ -87,6 +87,7 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
       // Note [tokens]: at most prefetch_ items (batches or the end marker) exist downstream of the
       // limiter, so neither queue can fill up.
       in_flight_(options.prefetch + 1),
+      in_flight_lane_(in_flight_.make_producer()),
       ready_(options.prefetch + 1) {
   if (!stages_.batches || !stages_.decode || !stages_.collate || !stages_.pack || !stages_.h2d ||
       !stages_.event_wait) {
@@ -237,7 +238,7 @@ void PipelineGraph::run_batch_stage(StageId id, BatchWork& work) {
 void PipelineGraph::submit(WorkPtr work) {
   if (stop_.load(std::memory_order_acquire)) return;  // shutting down: drop it (its lease is safe)
   WorkPtr kept = work;
-  const QueueStatus status = in_flight_.try_push(std::move(work));
+  const QueueStatus status = in_flight_lane_.try_push(std::move(work));
   if (status == QueueStatus::kTimeout) {
     // Cannot happen while Note [tokens] holds; if it ever does, fail loudly rather than block a worker.
     failed_.store(true, std::memory_order_release);
@@ -247,9 +248,18 @@ void PipelineGraph::submit(WorkPtr work) {
 }
 
 void PipelineGraph::completion_loop() {
+  uint64_t expected = 0;  // batches reach this thread in plan order; anything else is a bug to report
   while (true) {
     WorkPtr work;
     if (in_flight_.pop(work) != QueueStatus::kOk) return;  // closed: shutting down
+    if (work->plan->sequence != expected++) {
+      deliver(Delivery{Delivery::Kind::kError, {},
+                       Error(work->plan->where("event-wait"), "internal error: batch " +
+                                                                  std::to_string(work->plan->sequence) +
+                                                                  " arrived out of order (expected " +
+                                                                  std::to_string(expected - 1) + ")")});
+      return;
+    }
     if (work->error) {
       deliver(Delivery{Delivery::Kind::kError, {}, work->error});
       return;

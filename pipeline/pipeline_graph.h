@@ -114,6 +114,8 @@ class PipelineGraph {
   std::array<StageCounter, kStageCount> counters_;
 
   BoundedQueue<WorkPtr> in_flight_;  // h2d -> completion thread
+  // The serial h2d node runs on any worker thread: push through one lane to keep batch order.
+  BoundedQueue<WorkPtr>::Producer in_flight_lane_;
   BoundedQueue<Delivery> ready_;     // completion thread -> consumer
 
   // Source node state: touched only by the input_node body, which oneTBB runs serially.

@@ -11,7 +11,7 @@ namespace {
 bool power_of_two(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
 
 void require(bool ok, const std::string& key, const std::string& expected, const std::string& found) {
-  if (!ok) throw Error(ErrorContext{"options", {}, {}, {}}, key + ": expected " + expected + ", found " + found);
+  if (!ok) throw Error("invalid option " + key + ": expected " + expected + ", found " + found);
 }
 
 }  // namespace

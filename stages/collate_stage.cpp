@@ -62,9 +62,9 @@ CollateStage::CollateStage(std::vector<FieldSpec> fields, const CollateOptions& 
 std::optional<size_t> CollateStage::max_batch_bytes(size_t batch_size) const {
   size_t cursor = 0;
   for (const FieldSpec& spec : fields_) {
-    if (spec.variable() && spec.max_length <= 0) return std::nullopt;
+    if (spec.variable() && !spec.max_length) return std::nullopt;
     const size_t element = c10::elementSize(spec.dtype);
-    const int64_t rows = spec.variable() ? spec.max_length : 1;
+    const int64_t rows = spec.variable() ? *spec.max_length : 1;
     const size_t slot = static_cast<size_t>(rows * product(spec.shape, spec.variable() ? 1 : 0)) * element;
     cursor = align_up(cursor, std::max(min_alignment_, element)) + slot * batch_size;
     if (spec.variable()) cursor = align_up(cursor, std::max(min_alignment_, sizeof(int64_t))) + sizeof(int64_t) * batch_size;

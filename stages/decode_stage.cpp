@@ -38,9 +38,9 @@ void check_decoded(const at::Tensor& tensor, const FieldSpec& spec) {
     declared << "]";
     throw Error("decoded shape " + sizes_text(tensor.sizes()) + " does not match the declared " + declared.str());
   }
-  if (spec.variable() && spec.max_length > 0 && tensor.size(0) > spec.max_length) {
+  if (spec.variable() && spec.max_length && tensor.size(0) > *spec.max_length) {
     throw Error("decoded length " + std::to_string(tensor.size(0)) + " exceeds max_length " +
-                std::to_string(spec.max_length));
+                std::to_string(*spec.max_length));
   }
 }
 

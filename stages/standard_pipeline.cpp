@@ -19,35 +19,34 @@ constexpr size_t kMinSlabBytes = 4096;
 }  // namespace
 
 at::Device resolve_device(const std::string& name) {
-  const ErrorContext where{"options", {}, {}, {}};
   if (name == "cpu") return at::Device(at::kCPU);
   if (name == "auto") {
     return gpu_build() && cuda_device_count() > 0 ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   }
   if (name != "cuda" && name.rfind("cuda:", 0) != 0) {
-    throw Error(where, "device: expected auto, cpu, cuda or cuda:N, found '" + name + "'");
+    throw Error("invalid option device: expected auto, cpu, cuda or cuda:N, found '" + name + "'");
   }
   int index = 0;
   if (name != "cuda") {
     const std::string digits = name.substr(5);
     if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos) {
-      throw Error(where, "device: expected cuda:N with N a device number, found '" + name + "'");
+      throw Error("invalid option device: expected cuda:N with N a device number, found '" + name + "'");
     }
     index = std::stoi(digits);
   }
-  if (!gpu_build()) throw Error(where, "device '" + name + "' needs GPU support, but this is a " + build_description());
+  if (!gpu_build()) throw Error("device '" + name + "' needs GPU support, but this is a " + build_description());
   const int count = cuda_device_count();
-  if (count == 0) throw Error(where, "device '" + name + "': " + cuda_unavailable_reason());
+  if (count == 0) throw Error("device '" + name + "': " + cuda_unavailable_reason());
   if (index >= count) {
-    throw Error(where, "device '" + name + "' does not exist: " + std::to_string(count) + " CUDA device" +
+    throw Error("device '" + name + "' does not exist: " + std::to_string(count) + " CUDA device" +
                            (count == 1 ? " is" : "s are") + " visible (cuda:0" +
                            (count > 1 ? "..cuda:" + std::to_string(count - 1) : std::string()) + ")");
   }
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
-Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions options,
-                       std::shared_ptr<const Sampler> sampler) {
+StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOptions& options,
+                              std::shared_ptr<const Sampler> sampler) {
   options.check();
   if (!source) throw Error("make_pipeline: no source");
   const at::Device device = resolve_device(options.device);
@@ -61,10 +60,9 @@ Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions opt
     if (!largest) {
       std::string field;
       for (const FieldSpec& spec : source->fields()) {
-        if (spec.variable() && spec.max_length <= 0) field = spec.name;
+        if (spec.variable() && !spec.max_length) field = spec.name;
       }
-      throw Error(ErrorContext{"options", {}, {}, {}},
-                  "pool.slab_bytes must be set: field '" + field + "' of " + source->describe() +
+      throw Error("pool.slab_bytes must be set: field '" + field + "' of " + source->describe() +
                       " is variable-length with no max_length, so the largest batch is unknown");
     }
     slab_bytes = std::max(*largest, kMinSlabBytes);
@@ -86,6 +84,12 @@ Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions opt
   stages.pack = std::make_unique<PackStage>(stages.pool, options.transfer);
   stages.h2d = std::make_unique<H2DSubmitStage>(device, options.transfer);
   stages.event_wait = std::make_unique<EventWaitStage>();
+  return stages;
+}
+
+Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions options,
+                       std::shared_ptr<const Sampler> sampler) {
+  StageSet stages = make_standard_stages(std::move(source), options, std::move(sampler));
   return Pipeline(std::move(stages), std::move(options));
 }
 

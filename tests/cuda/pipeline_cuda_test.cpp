@@ -1,0 +1,103 @@
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "ferry/build_config.h"
+#include "pipeline/cuda_device.h"
+#include "stages/standard_pipeline.h"
+#include "tests/support/reference_batch.h"
+
+#if FERRY_WITH_GPU
+#include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace ferry {
+namespace {
+
+#if FERRY_WITH_GPU
+
+class PipelineCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << cuda_unavailable_reason();
+  }
+};
+
+SyntheticOptions fields(uint64_t samples) {
+  SyntheticOptions options;
+  options.seed = 9;
+  options.samples = samples;
+  options.fields = {
+      SyntheticField{"x", at::kFloat, {64, 33}, false, 0, 0, std::nullopt},
+      SyntheticField{"ids", at::kInt, {}, true, 1, 300, std::nullopt},
+      SyntheticField{"h", at::kHalf, {3}, false, 0, 0, std::nullopt},
+  };
+  return options;
+}
+
+TEST_F(PipelineCuda, DeliversGpuResidentBatchesFromPinnedSlabs) {
+  auto truth = std::make_shared<const SyntheticSource>(fields(512));
+  PipelineOptions options;
+  options.device = "cuda";
+  options.batch_size = 32;
+  StageSet stages = make_standard_stages(truth, options);
+  std::shared_ptr<PinnedPool> pool = stages.pool;
+  Pipeline pipeline(std::move(stages), options);
+  uint64_t batches = 0;
+  for (const Batch& batch : pipeline) {
+    EXPECT_TRUE(batch.device().is_cuda());
+    EXPECT_TRUE(batch.buffer().is_cuda());
+    for (const at::Tensor& field : batch.tensors()) {
+      EXPECT_TRUE(field.is_cuda());
+      EXPECT_TRUE(field.storage().is_alias_of(batch.buffer().storage())) << "fields are views of one allocation";
+    }
+    ASSERT_TRUE(batch.ready_event());
+    EXPECT_EQ(testing::compare_with_reference(batch, *truth), "");
+    ++batches;
+  }
+  EXPECT_EQ(batches, 16u);
+  EXPECT_TRUE(pool->pinned());
+  EXPECT_EQ(pool->stats().host_alloc_calls, 1u) << "cudaHostAlloc after start-up";
+  EXPECT_EQ(pool->stats().waits, 0u);
+}
+
+// The consumer works on its own stream, which a sleep kernel keeps busy, and drops each batch right
+// after queueing work on it. The batch's memory must not be reused by a later batch's copy before
+// that queued work has read it (record_stream), and the work must see the copied data (the stream
+// waits on the batch's event). Any ordering mistake shows up as wrong values.
+TEST_F(PipelineCuda, BatchesAreSafeOnTheConsumersStreamEvenWhenDroppedEarly) {
+  auto truth = std::make_shared<const SyntheticSource>(fields(640));
+  PipelineOptions options;
+  options.device = "cuda:0";
+  options.batch_size = 16;
+  options.prefetch = 4;
+  Pipeline pipeline = make_pipeline(truth, options);
+
+  c10::cuda::CUDAStream consumer = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, 0);
+  c10::cuda::CUDAStreamGuard on_consumer(consumer);
+  std::vector<at::Tensor> copies;
+  std::vector<std::vector<uint64_t>> indices;
+  for (;;) {
+    std::optional<Batch> batch = pipeline.next();
+    if (!batch) break;
+    at::cuda::sleep(2'000'000);  // ~1 ms of GPU time ahead of the reads below, on the consumer stream
+    copies.push_back(batch->at("x").clone());
+    indices.push_back(batch->sample_indices());
+  }  // each batch is dropped while the clone that reads it is still queued
+  consumer.synchronize();
+  ASSERT_EQ(copies.size(), 40u);
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const auto reference = testing::reference_batch(*truth, indices[i]);
+    EXPECT_TRUE(copies[i].cpu().equal(reference[0].second)) << "batch " << i << " was overwritten or read early";
+  }
+}
+
+#else
+
+TEST(PipelineCuda, NeedsAGpuBuild) { GTEST_SKIP() << "not a GPU build: " FERRY_BUILD_REASON; }
+
+#endif
+
+}  // namespace
+}  // namespace ferry

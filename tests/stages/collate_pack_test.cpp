@@ -1,0 +1,195 @@
+#include <cstring>
+#include <random>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "io/decoder_registry.h"
+#include "io/synthetic_source.h"
+#include "pipeline/error.h"
+#include "stages/collate_stage.h"
+#include "stages/decode_stage.h"
+#include "stages/pack_stage.h"
+#include "tests/support/random_options.h"
+#include "tests/support/reference_batch.h"
+
+namespace ferry {
+namespace {
+
+const std::atomic<bool> kRunning{false};
+
+// A batch of `indices` decoded by the real decode stage, ready for collate.
+BatchWork decoded_batch(const std::shared_ptr<const SyntheticSource>& source, std::vector<uint64_t> indices) {
+  auto plan = std::make_shared<BatchPlan>();
+  plan->sample_indices = std::move(indices);
+  DecodeStage decode(source, DecoderRegistry::global());
+  BatchWork work;
+  work.plan = plan;
+  for (size_t i = 0; i < plan->sample_indices.size(); ++i) {
+    auto sample = std::make_shared<SampleWork>();
+    sample->plan = plan;
+    sample->position = static_cast<uint32_t>(i);
+    decode.run(*sample);
+    work.samples.push_back(std::move(sample));
+  }
+  return work;
+}
+
+std::shared_ptr<PinnedPool> pool_of(size_t bytes) {
+  PinnedPoolOptions options;
+  options.slab_bytes = bytes;
+  options.slab_count = 1;
+  options.pinned = false;
+  return PinnedPool::create(options);
+}
+
+// Packs `work` and checks every field's bytes in the slab against the reference collate.
+void expect_packed_like_reference(BatchWork& work, const SyntheticSource& source, const CollateOptions& options,
+                                  size_t alignment) {
+  CollateStage collate(source.fields(), options, alignment);
+  collate.run(work, kRunning);
+  auto pool = pool_of(std::max<size_t>(work.layout.total_bytes, 1));
+  TransferOptions transfer;
+  transfer.min_alignment = alignment;
+  transfer.max_chunk_bytes = 4096;
+  transfer.parallel_pack_bytes = 1024;  // exercise the parallel path too
+  PackStage(pool, transfer).run(work, kRunning);
+
+  const auto reference = testing::reference_batch(source, work.plan->sample_indices, options);
+  ASSERT_EQ(work.layout.fields.size(), reference.size());
+  size_t end_of_previous = 0;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    const FieldLayout& field = work.layout.fields[i];
+    const auto& [name, want] = reference[i];
+    EXPECT_EQ(work.layout.schema->names()[i], name);
+    EXPECT_EQ(field.dtype, want.scalar_type()) << name;
+    EXPECT_EQ(at::IntArrayRef(field.shape), want.sizes()) << name;
+    EXPECT_EQ(field.offset % std::max(alignment, c10::elementSize(field.dtype)), 0u) << name;
+    EXPECT_GE(field.offset, end_of_previous) << name << " overlaps the field before it";
+    end_of_previous = field.offset + field.bytes;
+    ASSERT_EQ(field.bytes, want.nbytes()) << name;
+    EXPECT_EQ(std::memcmp(work.slab.data() + field.offset, want.contiguous().data_ptr(), field.bytes), 0)
+        << "field '" << name << "' differs from the reference";
+  }
+  EXPECT_EQ(work.layout.total_bytes, end_of_previous);
+  size_t covered = 0;
+  for (const ByteRange& chunk : work.chunks) {
+    EXPECT_EQ(chunk.offset, covered);
+    EXPECT_LE(chunk.bytes, transfer.max_chunk_bytes);
+    covered += chunk.bytes;
+  }
+  EXPECT_EQ(covered, work.layout.total_bytes);
+}
+
+TEST(CollateAndPack, StackFixedFieldsAndPadVariableOnesWithLengths) {
+  SyntheticOptions options;
+  options.seed = 5;
+  options.samples = 20;
+  options.fields = {
+      SyntheticField{"image", at::kByte, {3, 5, 7}, false, 0, 0, std::nullopt},
+      SyntheticField{"tokens", at::kInt, {}, true, 0, 12, std::nullopt},
+      SyntheticField{"boxes", at::kFloat, {4}, true, 1, 6, std::nullopt},
+  };
+  auto source = std::make_shared<const SyntheticSource>(options);
+  BatchWork work = decoded_batch(source, {3, 0, 19, 7, 7, 12});
+  expect_packed_like_reference(work, *source, CollateOptions{}, 16);
+  EXPECT_EQ(work.layout.schema->names(),
+            (std::vector<std::string>{"image", "tokens", "tokens_lengths", "boxes", "boxes_lengths"}));
+}
+
+TEST(CollateAndPack, UsesPerFieldPadValuesConvertedToTheFieldDtype) {
+  SyntheticOptions options;
+  options.samples = 8;
+  options.fields = {
+      SyntheticField{"ids", at::kLong, {}, true, 0, 9, std::pair{0.0, 100.0}},
+      SyntheticField{"mask", at::kHalf, {3}, true, 0, 5, std::nullopt},
+      SyntheticField{"bytes", at::kByte, {}, true, 0, 5, std::nullopt},
+  };
+  CollateOptions collate;
+  collate.pad_value = 7;
+  collate.pad_values = {{"ids", -1.0}, {"mask", 0.5}};
+  collate.lengths_suffix = "_len";
+  auto source = std::make_shared<const SyntheticSource>(options);
+  BatchWork work = decoded_batch(source, {0, 1, 2, 3, 4, 5, 6, 7});
+  expect_packed_like_reference(work, *source, collate, 16);
+}
+
+TEST(CollateAndPack, RandomFieldsMatchTheReferenceAtEveryAlignment) {
+  std::mt19937_64 rng(20261125);
+  for (int round = 0; round < 60; ++round) {
+    const size_t alignment = size_t{16} << (round % 5);  // 16 .. 256
+    auto source = std::make_shared<const SyntheticSource>(testing::random_synthetic_options(rng, 50));
+    std::vector<uint64_t> indices(1 + rng() % 9);
+    for (auto& index : indices) index = rng() % 50;
+    BatchWork work = decoded_batch(source, indices);
+    SCOPED_TRACE("round " + std::to_string(round) + ", alignment " + std::to_string(alignment));
+    expect_packed_like_reference(work, *source, CollateOptions{}, alignment);
+  }
+}
+
+TEST(CollateAndPack, MaxBatchBytesBoundsEveryBatch) {
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 30; ++round) {
+    auto source = std::make_shared<const SyntheticSource>(testing::random_synthetic_options(rng, 40));
+    CollateStage collate(source->fields(), CollateOptions{}, 16);
+    for (size_t batch = 1; batch <= 8; batch += 3) {
+      std::vector<uint64_t> indices(batch);
+      for (auto& index : indices) index = rng() % 40;
+      BatchWork work = decoded_batch(source, indices);
+      collate.run(work, kRunning);
+      ASSERT_TRUE(collate.max_batch_bytes(batch));
+      EXPECT_LE(work.layout.total_bytes, *collate.max_batch_bytes(batch));
+    }
+  }
+}
+
+TEST(CollateAndPack, NamesTheSampleWhoseFixedShapeDiffers) {
+  SyntheticOptions options;
+  options.samples = 4;
+  options.fields = {SyntheticField{"x", at::kFloat, {2}, false, 0, 0, std::nullopt}};
+  auto source = std::make_shared<const SyntheticSource>(options);
+  BatchWork work = decoded_batch(source, {0, 1, 2});
+  work.samples[2]->fields[0] = at::zeros({3});  // as a misbehaving decoder would
+  CollateStage collate(source->fields(), CollateOptions{}, 16);
+  try {
+    collate.run(work, kRunning);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("field 'x': sample 2 has shape [3] but sample 0 has [2]"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CollateAndPack, RefusesABatchLargerThanASlab) {
+  SyntheticOptions options;
+  options.samples = 4;
+  options.fields = {SyntheticField{"x", at::kFloat, {1000}, false, 0, 0, std::nullopt}};
+  auto source = std::make_shared<const SyntheticSource>(options);
+  BatchWork work = decoded_batch(source, {0, 1});
+  CollateStage(source->fields(), CollateOptions{}, 16).run(work, kRunning);
+  try {
+    PackStage(pool_of(4096), TransferOptions{}).run(work, kRunning);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("packs to 8000 bytes but a staging slab holds 4096; raise pool.slab_bytes"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CollateAndPack, RejectsPadValuesThatDoNotFitOrNameNoVariableField) {
+  SyntheticOptions options;
+  options.fields = {SyntheticField{"v", at::kByte, {}, true, 0, 4, std::nullopt},
+                    SyntheticField{"f", at::kFloat, {}, false, 0, 0, std::nullopt}};
+  const SyntheticSource source(options);
+  CollateOptions too_big;
+  too_big.pad_values = {{"v", 300.0}};
+  EXPECT_THROW(CollateStage(source.fields(), too_big, 16), Error);
+  CollateOptions fixed;
+  fixed.pad_values = {{"f", 1.0}};
+  EXPECT_THROW(CollateStage(source.fields(), fixed, 16), Error);
+  EXPECT_THROW(CollateStage(source.fields(), CollateOptions{}, 24), Error);
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,13 @@
+#pragma once
+
+#include <random>
+
+#include "io/synthetic_source.h"
+
+namespace ferry::testing {
+
+/// A random synthetic dataset: 1 to 4 fields of random dtypes (all six), ranks 0 to 3 with sizes 0
+/// to 6 (empty tensors included), some variable-length (lengths from 0), some with value ranges.
+SyntheticOptions random_synthetic_options(std::mt19937_64& rng, uint64_t samples);
+
+}  // namespace ferry::testing
