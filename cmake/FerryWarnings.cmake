@@ -3,4 +3,6 @@ add_library(ferry_warnings INTERFACE)
 target_compile_options(ferry_warnings INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Wcast-align
   -Woverloaded-virtual -Wimplicit-fallthrough
+  # C++20 designated initializers that leave members at their defaults are idiomatic, not a slip.
+  -Wno-missing-field-initializers
   $<$<BOOL:${FERRY_WERROR}>:-Werror>)

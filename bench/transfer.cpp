@@ -1,0 +1,266 @@
+// bench/transfer: how fast ferry delivers batches of many tensors to the GPU, beside the link's own
+// limit and libtorch's per-tensor copies, all measured in one run on one machine.
+//
+//   transfer [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N] [--quick]
+//
+// Cases (a batch is one sample whose fields are the tensors; pageable float32 tensors made once):
+//   a) 4 x 16 MiB   b) 1000 x 4 KiB   c) 1000 x 64 KiB   d) 10000 x 1 KiB
+// For each: ferry's delivered bandwidth (batch bytes / time between batches arriving ready on the
+// device, after a warm-up), and libtorch's `tensor.to(device, /*non_blocking=*/true)` on each tensor
+// of the same batches followed by a stream sync per batch. The link limit is a pinned
+// cudaMemcpyAsync of one large buffer. Prints a table; writes JSON with --json.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <oneapi/tbb/info.h>
+
+#include "ferry/build_config.h"
+#include "pipeline/cuda_device.h"
+#include "pipeline/cuda_error.h"
+#include "pipeline/cuda_event.h"
+#include "pipeline/cuda_stream.h"
+#include "pipeline/device_guard.h"
+#include "stages/standard_pipeline.h"
+
+#if FERRY_HAVE_CUDART
+#include <cuda_runtime_api.h>
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kKiB = 1024;
+constexpr size_t kMiB = 1024 * 1024;
+
+struct Case {
+  std::string name;
+  size_t tensors;
+  size_t bytes_each;
+};
+
+struct Result {
+  Case shape;
+  double ferry_gbps = 0;
+  double torch_gbps = 0;
+  ferry::PipelineStats stats;
+};
+
+// `variants` samples of `tensors` float32 fields each, made once in pageable memory; reading one
+// hands out the tensors themselves, so the benchmark measures transfer, not data generation.
+class PremadeSource : public ferry::Source {
+ public:
+  PremadeSource(const Case& shape, size_t variants) {
+    const int64_t floats = static_cast<int64_t>(shape.bytes_each / sizeof(float));
+    for (size_t t = 0; t < shape.tensors; ++t) {
+      specs_.push_back(ferry::FieldSpec{std::string("t").append(std::to_string(t)), at::kFloat, {floats}, std::nullopt, "raw"});
+    }
+    for (size_t v = 0; v < variants; ++v) {
+      std::vector<at::Tensor> sample;
+      for (size_t t = 0; t < shape.tensors; ++t) sample.push_back(at::rand({floats}));
+      samples_.push_back(std::move(sample));
+    }
+  }
+  const std::vector<ferry::FieldSpec>& fields() const override { return specs_; }
+  uint64_t size() const override { return 1'000'000; }
+  ferry::EncodedSample read(uint64_t index) const override {
+    return ferry::EncodedSample{index, "premade:" + std::to_string(index), samples_[index % samples_.size()]};
+  }
+  std::string describe() const override { return "premade"; }
+  const std::vector<at::Tensor>& sample(size_t v) const { return samples_[v % samples_.size()]; }
+
+ private:
+  std::vector<ferry::FieldSpec> specs_;
+  std::vector<std::vector<at::Tensor>> samples_;
+};
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// The link's limit: one large pinned buffer copied host-to-device, timed with events.
+double raw_link_gbps(int device, size_t bytes, int repeats) {
+#if FERRY_HAVE_CUDART
+  ferry::DeviceGuard guard(device);
+  void* host = nullptr;
+  void* target = nullptr;
+  FERRY_CUDA_CHECK(cudaHostAlloc(&host, bytes, cudaHostAllocPortable));
+  std::memset(host, 1, bytes);
+  FERRY_CUDA_CHECK(cudaMalloc(&target, bytes));
+  ferry::CudaStream stream(device);
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+  FERRY_CUDA_CHECK(cudaEventCreate(&start));
+  FERRY_CUDA_CHECK(cudaEventCreate(&stop));
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(target, host, bytes, cudaMemcpyHostToDevice, stream.handle()));  // warm-up
+  FERRY_CUDA_CHECK(cudaEventRecord(start, stream.handle()));
+  for (int r = 0; r < repeats; ++r) {
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(target, host, bytes, cudaMemcpyHostToDevice, stream.handle()));
+  }
+  FERRY_CUDA_CHECK(cudaEventRecord(stop, stream.handle()));
+  FERRY_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  FERRY_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  FERRY_CUDA_CHECK(cudaEventDestroy(start));
+  FERRY_CUDA_CHECK(cudaEventDestroy(stop));
+  FERRY_CUDA_CHECK(cudaFree(target));
+  FERRY_CUDA_CHECK(cudaFreeHost(host));
+  return static_cast<double>(bytes) * repeats / (ms * 1e-3) / 1e9;
+#else
+  (void)device, (void)bytes, (void)repeats;
+  return 0;
+#endif
+}
+
+void synchronize(const at::Device& device) {
+#if FERRY_HAVE_CUDART
+  if (device.is_cuda()) FERRY_CUDA_CHECK(cudaDeviceSynchronize());
+#else
+  (void)device;
+#endif
+}
+
+Result run_case(const Case& shape, const at::Device& device, size_t batches, size_t warmup, size_t prefetch,
+                size_t decode_threads) {
+  auto source = std::make_shared<PremadeSource>(shape, 4);
+  const double batch_bytes = static_cast<double>(shape.tensors * shape.bytes_each);
+  Result result{shape, 0, 0, {}};
+
+  ferry::PipelineOptions options;
+  options.batch_size = 1;
+  options.max_batches = warmup + batches;
+  options.prefetch = prefetch;
+  options.decode_threads = decode_threads;
+  options.device = device.str();
+  ferry::Pipeline pipeline = ferry::make_pipeline(source, options);
+  for (size_t i = 0; i < warmup; ++i) (void)pipeline.next();
+  const auto start = Clock::now();
+  size_t delivered = 0;
+  while (auto batch = pipeline.next()) ++delivered;
+  result.ferry_gbps = batch_bytes * static_cast<double>(delivered) / seconds_since(start) / 1e9;
+  result.stats = pipeline.stats();
+
+  // libtorch, tensor by tensor, as a training loop without a loader would do it.
+  for (size_t i = 0; i < warmup; ++i) {
+    for (const at::Tensor& tensor : source->sample(i)) (void)tensor.to(device, /*non_blocking=*/true);
+    synchronize(device);
+  }
+  const auto torch_start = Clock::now();
+  for (size_t i = 0; i < batches; ++i) {
+    std::vector<at::Tensor> copies;
+    copies.reserve(shape.tensors);
+    for (const at::Tensor& tensor : source->sample(i)) {
+      copies.push_back(device.is_cuda() ? tensor.to(device, /*non_blocking=*/true) : tensor.clone());
+    }
+    synchronize(device);
+  }
+  result.torch_gbps = batch_bytes * static_cast<double>(batches) / seconds_since(torch_start) / 1e9;
+  return result;
+}
+
+std::string size_text(size_t bytes) {
+  return bytes >= kMiB ? std::to_string(bytes / kMiB) + " MiB" : std::to_string(bytes / kKiB) + " KiB";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string device_name = ferry::gpu_build() && ferry::cuda_device_count() > 0 ? "cuda" : "cpu";
+  std::string json_path;
+  size_t batches = 0;
+  size_t prefetch = 3;
+  size_t decode_threads = 0;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(std::string(flag) + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "--device") {
+      device_name = value();
+    } else if (flag == "--json") {
+      json_path = value();
+    } else if (flag == "--batches") {
+      batches = std::stoul(value());
+    } else if (flag == "--prefetch") {
+      prefetch = std::stoul(value());
+    } else if (flag == "--decode-threads") {
+      decode_threads = std::stoul(value());
+    } else if (flag == "--quick") {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "transfer: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  try {
+    const at::Device device = ferry::resolve_device(device_name);
+    std::vector<Case> cases = {{"a) 4 x 16 MiB", 4, 16 * kMiB},
+                               {"b) 1000 x 4 KiB", 1000, 4 * kKiB},
+                               {"c) 1000 x 64 KiB", 1000, 64 * kKiB},
+                               {"d) 10000 x 1 KiB", 10000, 1 * kKiB}};
+    if (quick) cases = {{"a) 4 x 1 MiB", 4, kMiB}, {"b) 100 x 4 KiB", 100, 4 * kKiB}};
+
+    std::string gpu = "none";
+    double link = 0;
+    if (device.is_cuda()) {
+#if FERRY_HAVE_CUDART
+      cudaDeviceProp properties{};
+      FERRY_CUDA_CHECK(cudaGetDeviceProperties(&properties, device.index()));
+      gpu = properties.name;
+#endif
+      link = raw_link_gbps(device.index(), quick ? 64 * kMiB : 1024 * kMiB, quick ? 3 : 10);
+    }
+    std::vector<Result> results;
+    for (const Case& shape : cases) {
+      const size_t batch_bytes = shape.tensors * shape.bytes_each;
+      const size_t count = batches != 0 ? batches : std::clamp<size_t>((quick ? 64 : 4096) * kMiB / batch_bytes, 10, 200);
+      results.push_back(run_case(shape, device, count, quick ? 2 : 5, prefetch, decode_threads));
+      std::fprintf(stderr, "transfer: %s done\n", shape.name.c_str());
+    }
+
+    std::printf("\nferry transfer benchmark on %s (%s, %d hardware threads), %s\n", device.str().c_str(), gpu.c_str(),
+                tbb::info::default_concurrency(), ferry::build_description().c_str());
+    if (link > 0) std::printf("link limit: pinned cudaMemcpyAsync of %s: %.1f GB/s\n", quick ? "64 MiB" : "1 GiB", link);
+    std::printf("%-20s %10s %12s %14s %9s %11s\n", "case", "batch", "ferry GB/s", "torch .to GB/s", "speedup",
+                "% of link");
+    for (const Result& r : results) {
+      std::printf("%-20s %10s %12.2f %14.3f %8.1fx %10.1f%%\n", r.shape.name.c_str(),
+                  size_text(r.shape.tensors * r.shape.bytes_each).c_str(), r.ferry_gbps, r.torch_gbps,
+                  r.ferry_gbps / r.torch_gbps, link > 0 ? 100.0 * r.ferry_gbps / link : 0.0);
+    }
+    std::printf("\nferry per-stage busy time (seconds, whole run incl. warm-up):\n");
+    for (const Result& r : results) {
+      std::printf("  %-20s", r.shape.name.c_str());
+      for (const ferry::StageStats& stage : r.stats.stages) std::printf(" %s %.3f", stage.name.c_str(), stage.busy_seconds);
+      std::printf("  (consumer waited %.3f s)\n", r.stats.consumer_wait_seconds);
+    }
+
+    if (!json_path.empty()) {
+      std::ofstream out(json_path);
+      out << "{\n  \"benchmark\": \"transfer\",\n  \"device\": \"" << device.str() << "\",\n  \"gpu\": \"" << gpu
+          << "\",\n  \"build\": \"" << ferry::build_description() << "\",\n  \"torch\": \"" << FERRY_TORCH_VERSION
+          << "\",\n  \"hardware_threads\": " << tbb::info::default_concurrency() << ",\n  \"prefetch\": " << prefetch
+          << ",\n  \"link_gbps\": " << link << ",\n  \"cases\": [\n";
+      for (size_t i = 0; i < results.size(); ++i) {
+        const Result& r = results[i];
+        out << "    {\"case\": \"" << r.shape.name << "\", \"tensors\": " << r.shape.tensors
+            << ", \"bytes_each\": " << r.shape.bytes_each << ", \"ferry_gbps\": " << r.ferry_gbps
+            << ", \"torch_per_tensor_gbps\": " << r.torch_gbps << ", \"speedup\": " << r.ferry_gbps / r.torch_gbps
+            << ", \"fraction_of_link\": " << (link > 0 ? r.ferry_gbps / link : 0.0)
+            << ", \"decode_threads\": " << r.stats.decode_threads << "}" << (i + 1 < results.size() ? "," : "") << "\n";
+      }
+      out << "  ]\n}\n";
+      std::printf("wrote %s\n", json_path.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "transfer: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

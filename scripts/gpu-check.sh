@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The whole GPU check in one call, for the GPU machine (see ../shared/device/README.md):
+# configure a GPU build (fails unless CUDA toolkit and a CUDA libtorch are found), build, run every
+# test, then the benchmarks, the demo and the example. Logs and results go to $OUT (or ./gpu-results).
+#
+#   source .deps/device-env.sh; scripts/gpu-check.sh [--no-bench]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-$PWD/gpu-results}
+mkdir -p "$out"
+bench=1
+[ "${1:-}" = "--no-bench" ] && bench=0
+status=0
+step() { echo "=== $* ($(date +%T))"; }
+
+step configure
+cmake --preset gpu > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+grep -E "ferry: |Torch|CUDA" "$out/configure.log" | head -5
+
+step build
+cmake --build build/gpu -j"$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error|Error" -A3 "$out/build.log" | head -60; exit 1; }
+grep -c "warning:" "$out/build.log" | sed 's/^/warnings: /'
+
+step ctest
+ctest --test-dir build/gpu -j6 --output-on-failure --timeout 600 > "$out/ctest.log" 2>&1 || status=1
+grep -E "tests passed|tests failed|Failed|\*\*\*|Skipped" "$out/ctest.log" | head -40
+sed -n '/Label Time Summary/,/^$/p' "$out/ctest.log"
+
+step demo
+./build/gpu/cli/ferry run > "$out/demo.txt" 2>&1 || status=1
+tail -14 "$out/demo.txt"
+
+step example
+./build/gpu/examples/train 2 > "$out/train.txt" 2>&1 || status=1
+tail -2 "$out/train.txt"
+
+if [ "$bench" = 1 ]; then
+  step bench/transfer
+  ./build/gpu/bench/transfer --json "$out/transfer.json" > "$out/transfer.txt" 2>&1 || status=1
+  cat "$out/transfer.txt"
+fi
+step "done (status $status)"
+exit $status
