@@ -20,9 +20,18 @@ constexpr size_t kSerialNodes = 4;
 
 }  // namespace
 
+// Note [order between serial nodes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A serial oneTBB function_node does not keep order into its successor: when its body returns, it
+// spawns the task for its next queued item *before* it forwards the result (oneTBB 2021,
+// apply_body_impl_bypass). A quick next item — the end marker, an error — can then reach the
+// successor first. A multifunction_node forwards from inside its body, and a serial node's bodies
+// run one after another, so its outputs arrive in input order. Every serial node with a successor
+// is therefore a multifunction_node; h2d has none (it pushes to in_flight_ from its body).
 struct PipelineGraph::Nodes {
   using SplitNode = tbb::flow::multifunction_node<PlanPtr, std::tuple<SamplePtr>>;
   using CollateNode = tbb::flow::multifunction_node<SamplePtr, std::tuple<WorkPtr>>;
+  using PackNode = tbb::flow::multifunction_node<WorkPtr, std::tuple<WorkPtr>>;
 
   Nodes(tbb::flow::graph& g, PipelineGraph& p)
       : source(g, [&p](tbb::flow_control& control) { return p.plan_next(control); }),
@@ -49,10 +58,10 @@ struct PipelineGraph::Nodes {
                   if (completed) std::get<0>(ports).try_put(std::move(*completed));
                 }),
         pack(g, tbb::flow::serial,
-             [&p](const WorkPtr& work) {
+             [&p](const WorkPtr& work, PackNode::output_ports_type& ports) {
                p.run_batch_stage(kPack, *work);
                work->samples.clear();  // packed: the decoded tensors are no longer needed
-               return work;
+               std::get<0>(ports).try_put(work);
              }),
         h2d(g, tbb::flow::serial, [&p](const WorkPtr& work) {
           p.run_batch_stage(kH2D, *work);
@@ -65,7 +74,7 @@ struct PipelineGraph::Nodes {
     tbb::flow::make_edge(decode, reorder);
     tbb::flow::make_edge(reorder, collate);
     tbb::flow::make_edge(tbb::flow::output_port<0>(collate), pack);
-    tbb::flow::make_edge(pack, h2d);
+    tbb::flow::make_edge(tbb::flow::output_port<0>(pack), h2d);
   }
 
   tbb::flow::input_node<PlanPtr> source;
@@ -74,7 +83,7 @@ struct PipelineGraph::Nodes {
   tbb::flow::function_node<SamplePtr, SamplePtr> decode;
   tbb::flow::sequencer_node<SamplePtr> reorder;
   CollateNode collate;
-  tbb::flow::function_node<WorkPtr, WorkPtr> pack;
+  PackNode pack;
   tbb::flow::function_node<WorkPtr, tbb::flow::continue_msg> h2d;
 };
 
@@ -254,7 +263,7 @@ void PipelineGraph::completion_loop() {
     if (in_flight_.pop(work) != QueueStatus::kOk) return;  // closed: shutting down
     if (work->plan->sequence != expected++) {
       deliver(Delivery{Delivery::Kind::kError, {},
-                       Error(work->plan->where("event-wait"), "internal error: batch " +
+                       Error(ErrorContext{"event-wait", {}, {}, {}}, "internal error: batch " +
                                                                   std::to_string(work->plan->sequence) +
                                                                   " arrived out of order (expected " +
                                                                   std::to_string(expected - 1) + ")")});

@@ -39,6 +39,9 @@ namespace ferry::detail {
 /// `prefetch` slabs, so pack always finds one. No TBB worker ever blocks on a queue or the pool; only
 /// the completion thread (ferry's own) waits, on CUDA events.
 ///
+/// Order: the sequencer puts samples back in plan order; after it every node is serial and forwards
+/// in order (Note [order between serial nodes] in the .cpp); the completion thread checks it.
+///
 /// Note [in-band errors and markers]
 /// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 /// Node bodies never throw. A stage's exception becomes the work item's `error` (with the stage and
