@@ -35,9 +35,11 @@ struct BatchLayout {
   size_t total_bytes = 0;
 };
 
-/// A contiguous byte range of the packed buffer, copied by one cudaMemcpyAsync.
-struct ByteRange {
+/// One cudaMemcpyAsync of a batch: `bytes` from `source` (in the staging slab, or a pinned tensor's
+/// own memory) to `offset` in the batch's device buffer.
+struct CopyChunk {
   size_t offset = 0;
+  const std::byte* source = nullptr;
   size_t bytes = 0;
 };
 

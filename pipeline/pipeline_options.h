@@ -36,6 +36,9 @@ struct TransferOptions {
   size_t min_alignment = 16;
   /// Batches of at least this many bytes are packed (and, for CPU targets, copied) by several threads.
   size_t parallel_pack_bytes = size_t{1} << 20;
+  /// A decoded tensor of at least this many bytes that is already in pinned memory is copied to the
+  /// device straight from there, skipping the slab (0: never).
+  size_t direct_copy_bytes = size_t{1} << 20;
 };
 
 /// Everything a standard pipeline needs to know; the YAML config (issue 3) fills the same struct.

@@ -52,7 +52,8 @@ struct BatchWork {
   std::vector<std::shared_ptr<SampleWork>> samples;  // collate input, in batch order
   BatchLayout layout;                                // collate
   PinnedLease slab;                                  // pack: the staging slab
-  std::vector<ByteRange> chunks;                     // pack: one copy each
+  std::vector<CopyChunk> chunks;                     // pack: one copy each
+  std::vector<at::Tensor> direct_sources;            // pack: pinned tensors copied from in place
   Batch batch;                                       // h2d: the delivered batch (device views)
   std::optional<Error> error;
 

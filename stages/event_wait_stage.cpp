@@ -26,6 +26,7 @@ void EventWaitStage::run(BatchWork& work, const std::atomic<bool>& stop) {
     }
   }
   work.slab.release();
+  work.direct_sources.clear();  // pinned tensors copied in place (Note [direct copies]) may go now
 }
 
 }  // namespace ferry

@@ -47,9 +47,8 @@ at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaE
   at::Tensor buffer = detail::allocate_device_buffer(device, stream_->handle(), work.layout.total_bytes);
 #if FERRY_HAVE_CUDART
   auto* target = static_cast<std::byte*>(buffer.data_ptr());
-  const std::byte* source = work.slab.data();
-  for (const ByteRange& chunk : work.chunks) {
-    FERRY_CUDA_CHECK(cudaMemcpyAsync(target + chunk.offset, source + chunk.offset, chunk.bytes, cudaMemcpyHostToDevice,
+  for (const CopyChunk& chunk : work.chunks) {
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(target + chunk.offset, chunk.source, chunk.bytes, cudaMemcpyHostToDevice,
                                      stream_->handle()));
   }
 #endif
@@ -62,9 +61,13 @@ at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaE
 
 at::Tensor H2DSubmitStage::copy_to_host(BatchWork& work) const {
   at::Tensor buffer = at::empty({static_cast<int64_t>(work.layout.total_bytes)}, at::kByte);
-  run_copies({CopyOp{static_cast<std::byte*>(buffer.data_ptr()), work.slab.data(), work.layout.total_bytes, {}, 1}},
-             options_.parallel_pack_bytes);
+  auto* target = static_cast<std::byte*>(buffer.data_ptr());
+  std::vector<CopyOp> copies;
+  copies.reserve(work.chunks.size());
+  for (const CopyChunk& chunk : work.chunks) copies.push_back(CopyOp{target + chunk.offset, chunk.source, chunk.bytes, {}, 1});
+  run_copies(copies, options_.parallel_pack_bytes);
   work.slab.release();
+  work.direct_sources.clear();
   return buffer;
 }
 

@@ -94,6 +94,54 @@ TEST_F(PipelineCuda, BatchesAreSafeOnTheConsumersStreamEvenWhenDroppedEarly) {
   }
 }
 
+// Samples whose large tensor is pinned (even indices) or pageable (odd), beside a small field: the
+// pinned ones are copied to the device in place, the rest through the slab; all must arrive intact.
+class HalfPinnedSource : public Source {
+ public:
+  HalfPinnedSource() {
+    specs_ = {FieldSpec{"big", at::kFloat, {300'000}, std::nullopt, "raw"},
+              FieldSpec{"small", at::kInt, {7}, std::nullopt, "raw"}};
+    for (int64_t i = 0; i < 24; ++i) {
+      at::Tensor big = at::rand({300'000});
+      samples_.push_back({i % 2 == 0 ? big.pin_memory() : big, at::randint(1000, {7}, at::kInt)});
+    }
+  }
+  const std::vector<FieldSpec>& fields() const override { return specs_; }
+  uint64_t size() const override { return samples_.size(); }
+  EncodedSample read(uint64_t index) const override {
+    return EncodedSample{index, "half-pinned:" + std::to_string(index), samples_[index]};
+  }
+  std::string describe() const override { return "half-pinned"; }
+  const std::vector<at::Tensor>& sample(uint64_t index) const { return samples_[index]; }
+
+ private:
+  std::vector<FieldSpec> specs_;
+  std::vector<std::vector<at::Tensor>> samples_;
+};
+
+TEST_F(PipelineCuda, CopiesPinnedTensorsInPlaceAndTheRestThroughTheSlab) {
+  auto source = std::make_shared<HalfPinnedSource>();
+  ASSERT_TRUE(source->sample(0)[0].is_pinned());
+  PipelineOptions options;
+  options.device = "cuda";
+  options.batch_size = 3;
+  options.epochs = 2;
+  options.transfer.max_chunk_bytes = 1 << 20;  // several chunks per in-place tensor too
+  Pipeline pipeline = make_pipeline(source, options);
+  uint64_t batches = 0;
+  for (const Batch& batch : pipeline) {
+    const at::Tensor big = batch["big"].cpu();
+    const at::Tensor small = batch["small"].cpu();
+    for (size_t s = 0; s < batch.batch_size(); ++s) {
+      const auto& expected = source->sample(batch.sample_indices()[s]);
+      ASSERT_TRUE(big[static_cast<int64_t>(s)].equal(expected[0])) << "big, sample " << batch.sample_indices()[s];
+      ASSERT_TRUE(small[static_cast<int64_t>(s)].equal(expected[1])) << "small, sample " << batch.sample_indices()[s];
+    }
+    ++batches;
+  }
+  EXPECT_EQ(batches, 16u);
+}
+
 #else
 
 TEST(PipelineCuda, NeedsAGpuBuild) { GTEST_SKIP() << "not a GPU build: " FERRY_BUILD_REASON; }

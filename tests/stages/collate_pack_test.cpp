@@ -73,8 +73,9 @@ void expect_packed_like_reference(BatchWork& work, const SyntheticSource& source
   }
   EXPECT_EQ(work.layout.total_bytes, end_of_previous);
   size_t covered = 0;
-  for (const ByteRange& chunk : work.chunks) {
+  for (const CopyChunk& chunk : work.chunks) {
     EXPECT_EQ(chunk.offset, covered);
+    EXPECT_EQ(chunk.source, work.slab.data() + chunk.offset);  // nothing here is pinned: all from the slab
     EXPECT_LE(chunk.bytes, transfer.max_chunk_bytes);
     covered += chunk.bytes;
   }
