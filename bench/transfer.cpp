@@ -1,8 +1,7 @@
 // bench/transfer: how fast ferry delivers batches of many tensors to the GPU, beside the link's own
 // limit and libtorch's per-tensor copies, all measured in one run on one machine.
 //
-//   transfer [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N]
-//            [--no-write-combined] [--quick]
+//   transfer [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N] [--quick]
 //
 // Cases (a batch is one sample whose fields are the tensors; pageable float32 tensors made once):
 //   a) 4 x 16 MiB   b) 1000 x 4 KiB   c) 1000 x 64 KiB   d) 10000 x 1 KiB
@@ -92,12 +91,11 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 // What pack alone achieves: pageable tensors copied into a staging slab by every thread, with no
 // copy engine competing for memory. The delivered bandwidth of large batches can exceed neither
 // this nor the link.
-double pack_gbps(const at::Device& device, bool write_combined, size_t bytes) {
+double pack_gbps(const at::Device& device, size_t bytes) {
   ferry::PinnedPoolOptions options;
   options.slab_bytes = bytes;
   options.slab_count = 1;
   options.pinned = device.is_cuda();
-  options.write_combined = write_combined;
   options.device = device.is_cuda() ? device.index() : 0;
   auto pool = ferry::PinnedPool::create(options);
   auto slab = pool->try_acquire();
@@ -156,7 +154,7 @@ void synchronize(const at::Device& device) {
 }
 
 Result run_case(const Case& shape, const at::Device& device, size_t batches, size_t warmup, size_t prefetch,
-                size_t decode_threads, bool write_combined) {
+                size_t decode_threads) {
   auto source = std::make_shared<PremadeSource>(shape, 4);
   const double batch_bytes = static_cast<double>(shape.tensors * shape.bytes_each);
   Result result{shape, 0, 0, {}};
@@ -167,7 +165,6 @@ Result run_case(const Case& shape, const at::Device& device, size_t batches, siz
   options.prefetch = prefetch;
   options.decode_threads = decode_threads;
   options.device = device.str();
-  options.pool.write_combined = write_combined;
   ferry::Pipeline pipeline = ferry::make_pipeline(source, options);
   for (size_t i = 0; i < warmup; ++i) (void)pipeline.next();
   const auto start = Clock::now();
@@ -207,7 +204,6 @@ int main(int argc, char** argv) {
   size_t prefetch = 3;
   size_t decode_threads = 0;
   bool quick = false;
-  bool write_combined = true;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     auto value = [&]() -> std::string {
@@ -224,8 +220,6 @@ int main(int argc, char** argv) {
       prefetch = std::stoul(value());
     } else if (flag == "--decode-threads") {
       decode_threads = std::stoul(value());
-    } else if (flag == "--no-write-combined") {
-      write_combined = false;
     } else if (flag == "--quick") {
       quick = true;
     } else {
@@ -252,12 +246,12 @@ int main(int argc, char** argv) {
 #endif
       link = raw_link_gbps(device.index(), quick ? 64 * kMiB : 1024 * kMiB, quick ? 3 : 10);
     }
-    const double pack = pack_gbps(device, write_combined, quick ? 4 * kMiB : 64 * kMiB);
+    const double pack = pack_gbps(device, quick ? 4 * kMiB : 64 * kMiB);
     std::vector<Result> results;
     for (const Case& shape : cases) {
       const size_t batch_bytes = shape.tensors * shape.bytes_each;
       const size_t count = batches != 0 ? batches : std::clamp<size_t>((quick ? 64 : 4096) * kMiB / batch_bytes, 10, 200);
-      results.push_back(run_case(shape, device, count, quick ? 2 : 5, prefetch, decode_threads, write_combined));
+      results.push_back(run_case(shape, device, count, quick ? 2 : 5, prefetch, decode_threads));
       std::fprintf(stderr, "transfer: %s done\n", shape.name.c_str());
     }
 
@@ -265,10 +259,9 @@ int main(int argc, char** argv) {
                 tbb::info::default_concurrency(), ferry::build_description().c_str());
     if (link > 0) std::printf("link limit: pinned cudaMemcpyAsync of %s: %.1f GB/s\n", quick ? "64 MiB" : "1 GiB", link);
     std::printf("pack alone: %s of pageable tensors into a %s slab by %d threads: %.1f GB/s\n", quick ? "4 MiB" : "64 MiB",
-                device.is_cuda() ? (write_combined ? "pinned write-combined" : "pinned") : "pageable",
+                device.is_cuda() ? "pinned" : "pageable",
                 tbb::info::default_concurrency(), pack);
-    std::printf("settings: prefetch %zu, slabs %s\n", prefetch,
-                device.is_cuda() ? (write_combined ? "pinned write-combined" : "pinned cached") : "pageable");
+    std::printf("settings: prefetch %zu\n", prefetch);
     std::printf("%-20s %10s %12s %14s %9s %11s\n", "case", "batch", "ferry GB/s", "torch .to GB/s", "speedup",
                 "% of link");
     for (const Result& r : results) {
@@ -288,7 +281,7 @@ int main(int argc, char** argv) {
       out << "{\n  \"benchmark\": \"transfer\",\n  \"device\": \"" << device.str() << "\",\n  \"gpu\": \"" << gpu
           << "\",\n  \"build\": \"" << ferry::build_description() << "\",\n  \"torch\": \"" << FERRY_TORCH_VERSION
           << "\",\n  \"hardware_threads\": " << tbb::info::default_concurrency() << ",\n  \"prefetch\": " << prefetch
-          << ",\n  \"write_combined\": " << (write_combined ? "true" : "false") << ",\n  \"link_gbps\": " << link
+          << ",\n  \"link_gbps\": " << link
           << ",\n  \"pack_alone_gbps\": " << pack << ",\n  \"cases\": [\n";
       for (size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];

@@ -64,12 +64,10 @@ PinnedPool::PinnedPool(const PinnedPoolOptions& options)
       DeviceGuard guard(options.device);
       void* memory = nullptr;
       ++host_alloc_calls_;
-      const unsigned flags = cudaHostAllocPortable | (options.write_combined ? cudaHostAllocWriteCombined : 0u);
-      const cudaError_t status = cudaHostAlloc(&memory, total, flags);
+      const cudaError_t status = cudaHostAlloc(&memory, total, cudaHostAllocPortable);
       if (status == cudaSuccess) {
         base_ = static_cast<std::byte*>(memory);
         pinned_ = true;
-        write_combined_ = options.write_combined;
       } else {
         (void)cudaGetLastError();
         say_fallback_once(std::string("cudaHostAlloc of ") + std::to_string(total) + " bytes failed with " +
@@ -213,7 +211,6 @@ PinnedPoolStats PinnedPool::stats() const {
   s.slab_bytes = slab_bytes_;
   s.slab_count = slab_count_;
   s.pinned = pinned_;
-  s.write_combined = write_combined_;
   s.leases = leases_;
   s.waits = waits_;
   s.host_alloc_calls = host_alloc_calls_;

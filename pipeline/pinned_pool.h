@@ -26,16 +26,12 @@ struct PinnedPoolOptions {
   int device = 0;
   /// false: never pin (page-aligned pageable memory), e.g. for pipelines that deliver to the CPU.
   bool pinned = true;
-  /// Pinned memory the CPU only writes (cudaHostAllocWriteCombined): the copy engine reads it
-  /// without snooping CPU caches, but CPU reads of it are very slow. Only for staging host-to-device.
-  bool write_combined = false;
 };
 
 struct PinnedPoolStats {
   size_t slab_bytes = 0;
   size_t slab_count = 0;
   bool pinned = false;           // page-locked (cudaHostAlloc) or the pageable fallback
-  bool write_combined = false;   // pinned write-combined memory
   uint64_t leases = 0;           // successful acquisitions
   uint64_t waits = 0;            // acquisitions that found no free slab and had to wait
   uint64_t host_alloc_calls = 0; // cudaHostAlloc calls: all of them at construction
@@ -108,7 +104,6 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
   const size_t slab_count_;
   const size_t slab_stride_;  // slab_bytes rounded up to a page, so every slab is page-aligned
   bool pinned_ = false;
-  bool write_combined_ = false;
   std::byte* base_ = nullptr;
   uint64_t host_alloc_calls_ = 0;
 

@@ -24,9 +24,6 @@ struct PoolOptions {
   size_t slab_count = 0;
   /// Cap on pinned bytes; 0: none.
   size_t budget_bytes = 0;
-  /// Pin the slabs write-combined when delivering to a GPU: the copy engine reads them without
-  /// snooping CPU caches, which keeps it nearer link speed while the next batch is packed.
-  bool write_combined = true;
 };
 
 struct TransferOptions {

@@ -74,7 +74,6 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
   pool_options.budget_bytes = options.pool.budget_bytes;
   pool_options.device = device.is_cuda() ? device.index() : 0;
   pool_options.pinned = device.is_cuda();
-  pool_options.write_combined = device.is_cuda() && options.pool.write_combined;
 
   StageSet stages;
   stages.batches = std::make_unique<BatchPlanner>(

@@ -58,7 +58,6 @@ TEST_F(PipelineCuda, DeliversGpuResidentBatchesFromPinnedSlabs) {
   }
   EXPECT_EQ(batches, 16u);
   EXPECT_TRUE(pool->pinned());
-  EXPECT_TRUE(pool->stats().write_combined) << "the default for GPU delivery";
   EXPECT_EQ(pool->stats().host_alloc_calls, 1u) << "cudaHostAlloc after start-up";
   EXPECT_EQ(pool->stats().waits, 0u);
 }

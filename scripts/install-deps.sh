@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages ferry builds and tests with, if any are missing (as root, or
+# through sudo). Does nothing when FERRY_NO_APT=1, when CMAKE_PREFIX_PATH is set (dependencies come
+# from elsewhere, as on the GPU machine), or where there is no apt-get.
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build git
+  libtorch-dev libtbb-dev libconcurrentqueue-dev libyaml-cpp-dev libgtest-dev libbenchmark-dev
+  libturbojpeg0-dev pybind11-dev python3-torch python3-numpy python3-pytest
+)
+if [ "${FERRY_NO_APT:-0}" = 1 ] || [ -n "${CMAKE_PREFIX_PATH:-}" ]; then
+  echo "ferry: not installing packages (FERRY_NO_APT=1 or CMAKE_PREFIX_PATH is set)"
+  exit 0
+fi
+if ! command -v apt-get > /dev/null || ! command -v dpkg-query > /dev/null; then
+  echo "ferry: no apt-get here: install ${packages[*]} (or their equivalents) yourself"
+  exit 0
+fi
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2> /dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo > /dev/null || { echo "ferry: missing ${missing[*]}; run as root or install sudo" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "ferry: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
