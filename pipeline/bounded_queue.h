@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <new>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -39,7 +40,8 @@ enum class QueueStatus {
 /// the marker they get kClosed and pass it on, so every popper wakes. Items still queued then are
 /// destroyed with the queue.
 ///
-/// Thread-safe: every method. Allocates: push may (moodycamel grows in blocks); pop does not.
+/// Thread-safe: every method. Allocates: push may (moodycamel grows in blocks; std::bad_alloc when it
+/// cannot, with the item not taken); pop does not.
 /// Blocks: push/pop up to their timeout (kForever: until they succeed or the queue is closed).
 template <typename T>
 class BoundedQueue {
@@ -61,7 +63,7 @@ class BoundedQueue {
    public:
     QueueStatus push(T&& item, Timeout timeout = kForever) {
       return queue_->push_with(std::move(item), timeout,
-                               [this](std::optional<T>&& slot) { queue_->queue_.enqueue(token_, std::move(slot)); });
+                               [this](std::optional<T>&& slot) { return queue_->queue_.enqueue(token_, std::move(slot)); });
     }
     QueueStatus try_push(T&& item) { return push(std::move(item), Timeout::zero()); }
 
@@ -77,7 +79,7 @@ class BoundedQueue {
 
   /// Moves `item` in when a slot is free. On kTimeout or kClosed, `item` is left untouched.
   QueueStatus push(T&& item, Timeout timeout = kForever) {
-    return push_with(std::move(item), timeout, [this](std::optional<T>&& slot) { queue_.enqueue(std::move(slot)); });
+    return push_with(std::move(item), timeout, [this](std::optional<T>&& slot) { return queue_.enqueue(std::move(slot)); });
   }
   QueueStatus try_push(T&& item) { return push(std::move(item), Timeout::zero()); }
 
@@ -125,7 +127,11 @@ class BoundedQueue {
     if (!wait(slots_, timeout)) return closed() ? QueueStatus::kClosed : QueueStatus::kTimeout;
     if (closed_.load(std::memory_order_acquire)) return QueueStatus::kClosed;  // woken by close()
     note_size(size_.fetch_add(1, std::memory_order_acq_rel) + 1);
-    enqueue(std::optional<T>(std::move(item)));
+    if (!enqueue(std::optional<T>(std::move(item)))) {  // moodycamel returns false when it cannot allocate
+      size_.fetch_sub(1, std::memory_order_acq_rel);
+      slots_.signal();
+      throw std::bad_alloc();
+    }
     return QueueStatus::kOk;
   }
 

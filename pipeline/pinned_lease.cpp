@@ -11,7 +11,8 @@ PinnedLease::PinnedLease(PinnedLease&& other) noexcept
       slab_(other.slab_),
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      after_(std::move(other.after_)) {}
+      after_(std::move(other.after_)),
+      keep_alive_(std::move(other.keep_alive_)) {}
 
 PinnedLease& PinnedLease::operator=(PinnedLease&& other) noexcept {
   if (this != &other) {
@@ -21,6 +22,7 @@ PinnedLease& PinnedLease::operator=(PinnedLease&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     after_ = std::move(other.after_);
+    keep_alive_ = std::move(other.keep_alive_);
   }
   return *this;
 }
@@ -29,8 +31,9 @@ void PinnedLease::release() noexcept {
   if (!pool_) return;
   std::shared_ptr<PinnedPool> pool = std::move(pool_);
   pool_.reset();
-  pool->give_back(slab_, std::move(after_));
+  pool->give_back(slab_, std::move(after_), std::move(keep_alive_));
   after_.reset();
+  keep_alive_.reset();
   data_ = nullptr;
   size_ = 0;
 }

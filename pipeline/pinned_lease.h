@@ -29,9 +29,13 @@ class PinnedLease {
   size_t slab() const noexcept { return slab_; }
   explicit operator bool() const noexcept { return pool_ != nullptr; }
 
-  /// The slab must not be reused before `event` completes. Replaces an earlier event: attach the
-  /// one recorded after the last copy. Does not block.
-  void attach_event(std::shared_ptr<CudaEvent> event) noexcept { after_ = std::move(event); }
+  /// The slab must not be reused before `event` completes; `keep_alive` (other memory the same
+  /// copies read, such as pinned tensors copied in place) is released only then too. Replaces an
+  /// earlier event: attach the one recorded after the last copy. Does not block.
+  void attach_event(std::shared_ptr<CudaEvent> event, std::shared_ptr<void> keep_alive = {}) noexcept {
+    after_ = std::move(event);
+    keep_alive_ = std::move(keep_alive);
+  }
 
   /// Returns the slab now (or, with an attached event, once it has completed). Idempotent.
   void release() noexcept;
@@ -46,6 +50,7 @@ class PinnedLease {
   std::byte* data_ = nullptr;
   size_t size_ = 0;
   std::shared_ptr<CudaEvent> after_;
+  std::shared_ptr<void> keep_alive_;
 };
 
 }  // namespace ferry

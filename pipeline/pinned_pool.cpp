@@ -44,17 +44,19 @@ std::shared_ptr<PinnedPool> PinnedPool::create(const PinnedPoolOptions& options)
 PinnedPool::PinnedPool(const PinnedPoolOptions& options)
     : slab_bytes_(options.slab_bytes),
       slab_count_(options.slab_count),
-      slab_stride_(round_up(options.slab_bytes, kPage)) {
+      slab_stride_(options.slab_bytes > std::numeric_limits<size_t>::max() - kPage ? 0 : round_up(options.slab_bytes, kPage)) {
   const ErrorContext where{"pinned-pool", {}, {}, {}};
   if (slab_bytes_ == 0) throw Error(where, "slab_bytes must be positive");
+  if (slab_stride_ == 0) throw Error(where, "slab_bytes " + std::to_string(slab_bytes_) + " is too large");
   if (slab_count_ == 0) throw Error(where, "slab_count must be positive");
   if (slab_stride_ > std::numeric_limits<size_t>::max() / slab_count_) {
     throw Error(where, "slab_count * slab_bytes overflows");
   }
   const size_t total = slab_stride_ * slab_count_;
-  if (options.budget_bytes != 0 && slab_count_ * slab_bytes_ > options.budget_bytes) {
-    throw Error(where, std::to_string(slab_count_) + " slabs of " + std::to_string(slab_bytes_) +
-                           " bytes exceed the pinned budget of " + std::to_string(options.budget_bytes) + " bytes");
+  if (options.budget_bytes != 0 && total > options.budget_bytes) {
+    throw Error(where, std::to_string(slab_count_) + " slabs of " + std::to_string(slab_bytes_) + " bytes (" +
+                           std::to_string(total) + " pinned, each slab rounded up to a page) exceed the pinned budget of " +
+                           std::to_string(options.budget_bytes) + " bytes");
   }
 
   if (options.pinned) {
@@ -137,18 +139,24 @@ bool PinnedPool::reclaim_completed() {
     if (pending_.empty()) return false;
     snapshot = pending_;
   }
-  std::vector<size_t> completed;
+  std::vector<const CudaEvent*> completed;
   for (const Pending& pending : snapshot) {
-    if (pending.event->query()) completed.push_back(pending.slab);  // CUDA call, unlocked
+    if (pending.event->query()) completed.push_back(pending.event.get());  // CUDA call, unlocked
   }
   if (completed.empty()) return false;
-  std::lock_guard lock(mutex_);
-  for (size_t slab : completed) {
-    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-      if (it->slab == slab) {
-        pending_.erase(it);
-        free_.push_back(slab);
-        break;
+  std::vector<std::shared_ptr<void>> released;  // dropped after unlocking: freeing tensors takes time
+  {
+    std::lock_guard lock(mutex_);
+    for (const CudaEvent* event : completed) {
+      // Matched by event, not slab number: another thread may have reclaimed this slab meanwhile,
+      // and it may be pending again under a new event.
+      for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+        if (it->event.get() == event) {
+          free_.push_back(it->slab);
+          released.push_back(std::move(it->keep_alive));
+          pending_.erase(it);
+          break;
+        }
       }
     }
   }
@@ -191,13 +199,13 @@ std::optional<PinnedLease> PinnedPool::acquire(Timeout timeout) {
   }
 }
 
-void PinnedPool::give_back(size_t slab, std::shared_ptr<CudaEvent> event) noexcept {
+void PinnedPool::give_back(size_t slab, std::shared_ptr<CudaEvent> event, std::shared_ptr<void> keep_alive) noexcept {
   {
     std::lock_guard lock(mutex_);
     leased_ -= slab_bytes_;
     // reserve() in the constructor sized both vectors for every slab: these never allocate.
     if (event) {
-      pending_.push_back(Pending{slab, std::move(event)});
+      pending_.push_back(Pending{slab, std::move(event), std::move(keep_alive)});
     } else {
       free_.push_back(slab);
     }

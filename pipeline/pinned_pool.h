@@ -19,8 +19,8 @@ class CudaEvent;
 struct PinnedPoolOptions {
   size_t slab_bytes = size_t{64} << 20;
   size_t slab_count = 4;
-  /// Upper bound on pinned bytes (0: none). slab_count * slab_bytes above it is an error at
-  /// construction, so the pool can never pin more than the budget.
+  /// Upper bound on pinned bytes (0: none). Slabs that need more — each slab rounded up to a page —
+  /// are an error at construction, so the pool can never pin more than the budget.
   size_t budget_bytes = 0;
   /// Device whose context is current while pinning (the memory is portable to every device).
   int device = 0;
@@ -93,10 +93,11 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
   struct Pending {
     size_t slab;
     std::shared_ptr<CudaEvent> event;
+    std::shared_ptr<void> keep_alive;  // released with the slab, once the event has completed
   };
 
   explicit PinnedPool(const PinnedPoolOptions& options);
-  void give_back(size_t slab, std::shared_ptr<CudaEvent> event) noexcept;
+  void give_back(size_t slab, std::shared_ptr<CudaEvent> event, std::shared_ptr<void> keep_alive) noexcept;
   PinnedLease lease_locked(size_t slab);  // requires mutex_
   bool reclaim_completed();               // must be called without mutex_
 

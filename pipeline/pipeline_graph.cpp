@@ -18,6 +18,19 @@ uint64_t nanoseconds_since(Clock::time_point start) {
 // The serial nodes besides decode: split, collate, pack, h2d. They need arena slots too.
 constexpr size_t kSerialNodes = 4;
 
+// The exception in flight as a ferry::Error placed at `where` (a ferry::Error keeps its own context).
+Error error_from(std::exception_ptr exception, const ErrorContext& where) {
+  try {
+    std::rethrow_exception(exception);
+  } catch (const Error& e) {
+    return e.placed(where);
+  } catch (const std::exception& e) {
+    return Error(where, e.what());
+  } catch (...) {
+    return Error(where, "unknown exception");
+  }
+}
+
 }  // namespace
 
 // Note [order between serial nodes]
@@ -34,38 +47,52 @@ struct PipelineGraph::Nodes {
   using PackNode = tbb::flow::multifunction_node<WorkPtr, std::tuple<WorkPtr>>;
 
   Nodes(tbb::flow::graph& g, PipelineGraph& p)
-      : source(g, [&p](tbb::flow_control& control) { return p.plan_next(control); }),
+      : source(g,
+               [&p](tbb::flow_control& control) {
+                 PlanPtr plan;
+                 p.shielded("source", [&] { plan = p.plan_next(control); });
+                 if (!plan) control.stop();
+                 return plan;
+               }),
         tokens(g, p.prefetch_),
         split(g, tbb::flow::serial,
-              [](const PlanPtr& plan, SplitNode::output_ports_type& ports) {
-                for (size_t position = 0; position < plan->slots(); ++position) {
-                  auto sample = std::make_shared<SampleWork>();
-                  sample->plan = plan;
-                  sample->position = static_cast<uint32_t>(position);
-                  std::get<0>(ports).try_put(std::move(sample));
-                }
+              [&p](const PlanPtr& plan, SplitNode::output_ports_type& ports) {
+                p.shielded("split", [&] {
+                  for (size_t position = 0; position < plan->slots(); ++position) {
+                    auto sample = std::make_shared<SampleWork>();
+                    sample->plan = plan;
+                    sample->position = static_cast<uint32_t>(position);
+                    std::get<0>(ports).try_put(std::move(sample));
+                  }
+                });
               }),
         decode(g, p.decode_threads_,
                [&p](const SamplePtr& sample) {
-                 p.decode(*sample);
+                 p.shielded("decode", [&] { p.decode(*sample); });
                  return sample;
                }),
         reorder(g, [](const SamplePtr& sample) -> size_t { return sample->sequence(); }),
         collate(g, tbb::flow::serial,
                 [&p](const SamplePtr& sample, CollateNode::output_ports_type& ports) {
-                  std::optional<WorkPtr> completed;
-                  p.collect(sample, completed);
-                  if (completed) std::get<0>(ports).try_put(std::move(*completed));
+                  p.shielded("collate", [&] {
+                    std::optional<WorkPtr> completed;
+                    p.collect(sample, completed);
+                    if (completed) std::get<0>(ports).try_put(std::move(*completed));
+                  });
                 }),
         pack(g, tbb::flow::serial,
              [&p](const WorkPtr& work, PackNode::output_ports_type& ports) {
-               p.run_batch_stage(kPack, *work);
-               work->samples.clear();  // packed: the decoded tensors are no longer needed
-               std::get<0>(ports).try_put(work);
+               p.shielded("pack", [&] {
+                 p.run_batch_stage(kPack, *work);
+                 work->samples.clear();  // packed: the decoded tensors are no longer needed
+                 std::get<0>(ports).try_put(work);
+               });
              }),
         h2d(g, tbb::flow::serial, [&p](const WorkPtr& work) {
-          p.run_batch_stage(kH2D, *work);
-          p.submit(work);
+          p.shielded("h2d", [&] {
+            p.run_batch_stage(kH2D, *work);
+            p.submit(work);
+          });
           return tbb::flow::continue_msg();
         }) {
     tbb::flow::make_edge(source, tokens);
@@ -110,6 +137,11 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
   if (slots + 1 > static_cast<size_t>(tbb::info::default_concurrency())) {
     parallelism_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, slots + 1);
   }
+  // Another tbb::global_control in the process can hold the limit lower (the smallest one wins);
+  // at 1 there is no worker at all and nothing would ever run.
+  if (tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism) < 2) {
+    throw Error("oneTBB is limited to one thread in this process (a tbb::global_control); the pipeline needs worker threads");
+  }
   arena_ = std::make_unique<tbb::task_arena>(static_cast<int>(slots), /*reserved_for_masters=*/0);
   // A graph belongs to the arena it is built in; its tasks, including those that the consumer's
   // token returns start, run there and never on the consumer's thread.
@@ -117,7 +149,7 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
     graph_ = std::make_unique<tbb::flow::graph>();
     nodes_ = std::make_unique<Nodes>(*graph_, *this);
   });
-  completion_ = std::thread([this] { completion_loop(); });
+  completion_ = std::thread([this] { shielded("event-wait", [this] { completion_loop(); }); });
   arena_->execute([this] { nodes_->source.activate(); });
 }
 
@@ -128,7 +160,11 @@ PipelineGraph::~PipelineGraph() {
   if (graph_) {
     arena_->execute([this] {
       graph_->cancel();
-      graph_->wait_for_all();
+      try {
+        graph_->wait_for_all();
+      } catch (...) {
+        // Bodies are shielded; nothing is left to report to a consumer that is gone.
+      }
     });
   }
   nodes_.reset();
@@ -147,17 +183,40 @@ std::optional<Error> PipelineGraph::guarded(StageId id, const ErrorContext& wher
   std::optional<Error> error;
   try {
     body();
-  } catch (const Error& e) {
-    error = e.placed(where);
-  } catch (const std::exception& e) {
-    error = Error(where, e.what());
   } catch (...) {
-    error = Error(where, "unknown exception");
+    error = error_from(std::current_exception(), where);
   }
   counters_[id].busy_ns.fetch_add(nanoseconds_since(start), std::memory_order_relaxed);
   counters_[id].items.fetch_add(1, std::memory_order_relaxed);
   if (error) failed_.store(true, std::memory_order_release);
   return error;
+}
+
+template <typename Body>
+void PipelineGraph::shielded(const char* where, Body&& body) noexcept {
+  try {
+    body();
+  } catch (...) {
+    fail_now(where, std::current_exception());
+  }
+}
+
+void PipelineGraph::fail_now(const char* where, std::exception_ptr error) noexcept {
+  failed_.store(true, std::memory_order_release);
+  try {
+    std::string cause = "unknown exception";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      cause = e.what();
+    } catch (...) {
+    }
+    std::lock_guard lock(consumer_mutex_);
+    if (!sticky_error_) sticky_error_ = Error(ErrorContext{where, {}, {}, {}}, "internal error: " + cause);
+  } catch (...) {
+    // Out of memory even for the message: the closed queue still ends the consumer's wait.
+  }
+  ready_.close();  // the consumer wakes, finds the sticky error and throws it
 }
 
 PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
@@ -171,12 +230,10 @@ PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
     if (plan && plan->kind == BatchPlan::Kind::kSamples && plan->sample_indices.empty()) {
       throw Error("the batch planner produced an empty batch");
     }
-  } catch (const std::exception& e) {
+  } catch (...) {
     plan = BatchPlan{};
     plan->kind = BatchPlan::Kind::kError;
-    const ErrorContext where{"source", {}, {}, {}};
-    const auto* ferry_error = dynamic_cast<const Error*>(&e);
-    plan->error = ferry_error ? ferry_error->placed(where) : Error(where, e.what());
+    plan->error = error_from(std::current_exception(), ErrorContext{"source", {}, {}, {}});
   }
   if (!plan) {
     plan = BatchPlan{};
@@ -317,9 +374,17 @@ std::optional<Batch> PipelineGraph::next() {
   }
   switch (delivery.kind) {
     case Delivery::Kind::kBatch: {
-      // Give the token back first, so the next batch is planned while this one is handed over.
+      try {
+        make_ready_for_consumer(delivery.batch);
+      } catch (...) {
+        // The batch cannot be handed over; skipping it would break the order, so the run ends here.
+        std::lock_guard lock(consumer_mutex_);
+        sticky_error_ = error_from(std::current_exception(), ErrorContext{"consumer", {}, delivery.batch.epoch(),
+                                                                          delivery.batch.index()});
+        ready_.close();
+        throw *sticky_error_;
+      }
       nodes_->tokens.decrementer().try_put(tbb::flow::continue_msg());
-      make_ready_for_consumer(delivery.batch);
       delivered_batches_.fetch_add(1, std::memory_order_relaxed);
       delivered_samples_.fetch_add(delivery.batch.batch_size(), std::memory_order_relaxed);
       delivered_bytes_.fetch_add(delivery.batch.nbytes(), std::memory_order_relaxed);

@@ -103,6 +103,11 @@ class PipelineGraph {
   /// Runs `body`, timing it into counters_[id]; returns the exception it threw as a placed Error.
   template <typename Body>
   std::optional<Error> guarded(StageId id, const ErrorContext& where, Body&& body);
+  /// Runs a node body or the completion loop; an exception escaping it (out of memory, a bug) fails
+  /// the pipeline at once instead of leaving the consumer waiting for a batch that never comes.
+  template <typename Body>
+  void shielded(const char* where, Body&& body) noexcept;
+  void fail_now(const char* where, std::exception_ptr error) noexcept;
 
   // Declaration order is destruction order in reverse: the stages (and the pool their leases
   // return to) outlive the graph and the queues holding work items.

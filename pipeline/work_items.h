@@ -53,7 +53,8 @@ struct BatchWork {
   BatchLayout layout;                                // collate
   PinnedLease slab;                                  // pack: the staging slab
   std::vector<CopyChunk> chunks;                     // pack: one copy each
-  std::vector<at::Tensor> direct_sources;            // pack: pinned tensors copied from in place
+  std::vector<at::Tensor> direct_sources;            // pack: pinned tensors copied from in place (h2d hands
+                                                     // them to the slab's lease)
   Batch batch;                                       // h2d: the delivered batch (device views)
   std::optional<Error> error;
 

@@ -43,6 +43,10 @@ CollateStage::CollateStage(std::vector<FieldSpec> fields, const CollateOptions& 
     names.push_back(spec.name);
     if (spec.variable()) names.push_back(spec.name + options.lengths_suffix);
 
+    if (c10::elementSize(spec.dtype) > sizeof(std::array<std::byte, 8>)) {
+      throw Error("collate: field '" + spec.name + "' has " + std::string(c10::toString(spec.dtype)) +
+                  " elements, wider than the 8 bytes ferry batches");
+    }
     // The pad element, converted exactly as torch::full converts (and refuses out-of-range values).
     std::array<std::byte, 8> pad{};
     const auto custom = options.pad_values.find(spec.name);

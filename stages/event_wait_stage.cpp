@@ -25,8 +25,7 @@ void EventWaitStage::run(BatchWork& work, const std::atomic<bool>& stop) {
       }
     }
   }
-  work.slab.release();
-  work.direct_sources.clear();  // pinned tensors copied in place (Note [direct copies]) may go now
+  work.slab.release();  // with its event attached: the pool frees it, and the tensors copied in place
 }
 
 }  // namespace ferry

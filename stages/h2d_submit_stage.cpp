@@ -45,17 +45,34 @@ at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaE
   const int device = device_.index();
   DeviceGuard guard(device);
   at::Tensor buffer = detail::allocate_device_buffer(device, stream_->handle(), work.layout.total_bytes);
+  ready = events_->acquire();
+  // However the lease ends from here on (delivery, error, shutdown), the slab — and the pinned tensors
+  // copied in place — outlive the copies that read them. That holds when a later copy fails too: the
+  // earlier ones are queued already.
+  auto in_place = std::make_shared<std::vector<at::Tensor>>(std::move(work.direct_sources));
+  auto protect = [&] {
+    ready->record(stream_->handle());
+    work.slab.attach_event(ready, in_place);
+  };
 #if FERRY_HAVE_CUDART
   auto* target = static_cast<std::byte*>(buffer.data_ptr());
-  for (const CopyChunk& chunk : work.chunks) {
-    FERRY_CUDA_CHECK(cudaMemcpyAsync(target + chunk.offset, chunk.source, chunk.bytes, cudaMemcpyHostToDevice,
-                                     stream_->handle()));
+  try {
+    for (const CopyChunk& chunk : work.chunks) {
+      FERRY_CUDA_CHECK(cudaMemcpyAsync(target + chunk.offset, chunk.source, chunk.bytes, cudaMemcpyHostToDevice,
+                                       stream_->handle()));
+    }
+  } catch (...) {
+    try {
+      protect();
+    } catch (...) {
+      // The stream cannot even record an event: wait for what was queued instead (errors ignored:
+      // the first one is being reported).
+      if (cudaStreamSynchronize(stream_->handle()) != cudaSuccess) (void)cudaGetLastError();
+    }
+    throw;
   }
 #endif
-  ready = events_->acquire();
-  ready->record(stream_->handle());
-  // From here on, however the lease ends (delivery, error, shutdown), the slab waits for the copy.
-  work.slab.attach_event(ready);
+  protect();
   return buffer;
 }
 

@@ -35,7 +35,8 @@ void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
   };
   // Note [direct copies]: a large tensor already in pinned memory needs no staging — the copy
   // engine reads it in place, which saves the CPU copy and two of the three bytes of host memory
-  // traffic per byte delivered. The tensor is kept alive until its copy has completed.
+  // traffic per byte delivered. H2D hands the tensor to the slab's lease, so it lives until its
+  // copy's event has completed.
   work.direct_sources.clear();
   std::vector<CopyChunk> direct;  // in offset order
   auto copy_in_place = [&](const at::Tensor& tensor, size_t offset) {

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <oneapi/tbb/global_control.h>
 
 #include "io/sequential_sampler.h"
 #include "pipeline/cuda_device.h"
@@ -137,12 +138,19 @@ TEST(Pipeline, DecodeFailureArrivesAfterEarlierBatchesNamingItsSample) {
 
 class ThrowingSampler : public Sampler {
  public:
+  explicit ThrowingSampler(bool standard = true) : standard_(standard) {}
   uint64_t epoch_size() const override { return 50; }
   uint64_t index(uint64_t, uint64_t position) const override {
-    if (position == 21) throw std::runtime_error("sampler broke at position 21");
+    if (position == 21) {
+      if (standard_) throw std::runtime_error("sampler broke at position 21");
+      throw 21;  // not even a std::exception
+    }
     return position;
   }
   std::string describe() const override { return "throwing"; }
+
+ private:
+  bool standard_;
 };
 
 TEST(Pipeline, SamplerFailureArrivesInOrderAsASourceError) {
@@ -159,6 +167,33 @@ TEST(Pipeline, SamplerFailureArrivesInOrderAsASourceError) {
     EXPECT_NE(std::string(e.what()).find("sampler broke at position 21"), std::string::npos);
   }
   EXPECT_EQ(delivered, 4u);
+}
+
+TEST(Pipeline, ANonStandardExceptionStillEndsTheRunWithAnError) {
+  auto truth = std::make_shared<const SyntheticSource>(mixed_fields(50));
+  PipelineOptions options;
+  options.batch_size = 5;
+  Pipeline pipeline = make_pipeline(truth, options, std::make_shared<ThrowingSampler>(false));
+  uint64_t delivered = 0;
+  try {
+    while (pipeline.next()) ++delivered;
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.stage(), "source");
+    EXPECT_NE(std::string(e.what()).find("unknown exception"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(delivered, 4u);
+}
+
+TEST(Pipeline, RefusesToStartWhenOneTbbMayRunNoWorker) {
+  auto truth = std::make_shared<const SyntheticSource>(mixed_fields(10));
+  tbb::global_control one_thread(tbb::global_control::max_allowed_parallelism, 1);
+  try {
+    make_pipeline(truth, PipelineOptions{});
+    FAIL() << "a pipeline started without worker threads";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("limited to one thread"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Pipeline, ABatchTooLargeForItsSlabFailsInPackNamingTheBatch) {

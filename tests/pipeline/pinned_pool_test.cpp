@@ -125,11 +125,19 @@ TEST(PinnedPool, RefusesSlabsOverTheBudget) {
   }
   options.budget_bytes = 4 << 20;
   EXPECT_NO_THROW(PinnedPool::create(options));
+  // The budget counts what is pinned: each slab rounded up to a page.
+  PinnedPoolOptions odd = small(2, 5000);
+  odd.budget_bytes = 10000;
+  EXPECT_THROW(PinnedPool::create(odd), Error);
+  odd.budget_bytes = 2 * 8192;
+  EXPECT_NO_THROW(PinnedPool::create(odd));
 }
 
-TEST(PinnedPool, RejectsEmptyConfigurations) {
+TEST(PinnedPool, RejectsEmptyAndOverflowingConfigurations) {
   EXPECT_THROW(PinnedPool::create(small(0)), Error);
   EXPECT_THROW(PinnedPool::create(small(1, 0)), Error);
+  EXPECT_THROW(PinnedPool::create(small(1, SIZE_MAX)), Error);
+  EXPECT_THROW(PinnedPool::create(small(SIZE_MAX / 4096, 8192)), Error);
 }
 
 TEST(PinnedPool, PeakBytesNeverExceedsSlabsUnderConcurrentUse) {

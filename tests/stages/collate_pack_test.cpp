@@ -192,6 +192,8 @@ TEST(CollateAndPack, RejectsPadValuesThatDoNotFitOrNameNoVariableField) {
   fixed.pad_values = {{"f", 1.0}};
   EXPECT_THROW(CollateStage(source.fields(), fixed, 16), Error);
   EXPECT_THROW(CollateStage(source.fields(), CollateOptions{}, 24), Error);
+  const std::vector<FieldSpec> wide{FieldSpec{"z", at::kComplexDouble, {2}, std::nullopt, "raw"}};
+  EXPECT_THROW(CollateStage(wide, CollateOptions{}, 16), Error);  // 16-byte elements
 }
 
 }  // namespace
