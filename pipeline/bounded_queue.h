@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <new>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <utility>

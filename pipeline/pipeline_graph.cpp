@@ -204,15 +204,10 @@ void PipelineGraph::shielded(const char* where, Body&& body) noexcept {
 void PipelineGraph::fail_now(const char* where, std::exception_ptr error) noexcept {
   failed_.store(true, std::memory_order_release);
   try {
-    std::string cause = "unknown exception";
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      cause = e.what();
-    } catch (...) {
-    }
+    const ErrorContext context{where, {}, {}, {}};
+    Error internal(context, "internal error: " + error_from(error, context).cause());
     std::lock_guard lock(consumer_mutex_);
-    if (!sticky_error_) sticky_error_ = Error(ErrorContext{where, {}, {}, {}}, "internal error: " + cause);
+    if (!sticky_error_) sticky_error_ = std::move(internal);
   } catch (...) {
     // Out of memory even for the message: the closed queue still ends the consumer's wait.
   }
@@ -303,12 +298,11 @@ void PipelineGraph::run_batch_stage(StageId id, BatchWork& work) {
 
 void PipelineGraph::submit(WorkPtr work) {
   if (stop_.load(std::memory_order_acquire)) return;  // shutting down: drop it (its lease is safe)
-  WorkPtr kept = work;
   const QueueStatus status = in_flight_lane_.try_push(std::move(work));
-  if (status == QueueStatus::kTimeout) {
+  if (status == QueueStatus::kTimeout) {  // `work` is untouched: a refused push does not move from it
     // Cannot happen while Note [tokens] holds; if it ever does, fail loudly rather than block a worker.
     failed_.store(true, std::memory_order_release);
-    Error broken(kept->plan->where("h2d"), "internal error: the in-flight queue is full (token accounting broken)");
+    Error broken(work->plan->where("h2d"), "internal error: the in-flight queue is full (token accounting broken)");
     (void)ready_.try_push(Delivery{Delivery::Kind::kError, {}, std::move(broken)});
   }
 }

@@ -5,8 +5,9 @@
 namespace ferry {
 
 /// Waits, off the consumer's thread, until a batch's copy has completed, then returns its staging
-/// slab (with the pinned tensors it copied in place) to the pool. Runs on the pipeline's completion thread, one batch at a time in order (copies
-/// on one stream complete in order, so the oldest batch is always the next to finish).
+/// slab (with the pinned tensors it copied in place) to the pool. Runs on the pipeline's completion
+/// thread, one batch at a time in order (copies on one stream complete in order, so the oldest
+/// batch is always the next to finish).
 ///
 /// Note [event polling]
 /// ~~~~~~~~~~~~~~~~~~~~
