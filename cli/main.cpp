@@ -1,37 +1,54 @@
-// ferry: the command line. `ferry run` runs the demo pipeline (synthetic data, to the GPU when
-// there is one) and prints progress and a report; `ferry info` tells what this build can do.
+// ferry: the command line.
+//   ferry run [CONFIG] [--set k=v]... [--batches N] [--epochs N] [--report PATH]
+//   ferry validate CONFIG [--set k=v]...
+//   ferry info [--bandwidth]
+// Exit status: 0 done, 1 the run failed, 2 bad usage or an invalid config, 130 interrupted (Ctrl-C).
+#include <atomic>
 #include <charconv>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <cstring>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <oneapi/tbb/version.h>
 
-#include "cli/demo_source.h"
-#include "ferry/build_config.h"
+#include "cli/builtin_demo.h"
 #include "cli/progress_line.h"
 #include "cli/run_report.h"
+#include "ferry/build_config.h"
 #include "io/batch_planner.h"
-#include "io/sequential_sampler.h"
+#include "io/config_loader.h"
+#include "io/units.h"
 #include "pipeline/cuda_device.h"
 #include "pipeline/error.h"
 #include "stages/standard_pipeline.h"
 
 namespace {
 
+constexpr int kFailed = 1;
 constexpr int kUsageError = 2;
+constexpr int kInterrupted = 130;  // 128 + SIGINT, as shells report it
 
 constexpr const char* kUsage =
-    "usage: ferry run [--batches N] [--epochs N] [--batch-size N] [--device auto|cpu|cuda|cuda:N]\n"
-    "                 [--decode-threads N] [--prefetch N]\n"
-    "       ferry info\n"
+    "usage: ferry run [CONFIG] [--set key=value]... [--batches N] [--epochs N] [--report PATH]\n"
+    "       ferry validate CONFIG [--set key=value]...\n"
+    "       ferry info [--bandwidth]\n"
     "\n"
-    "  run   run the built-in demo pipeline (synthetic images, labels and token sequences)\n"
-    "        and print progress and a report\n"
-    "  info  print what this build of ferry supports\n";
+    "  run       run the pipeline CONFIG describes (default: the built-in configs/demo.yaml, synthetic\n"
+    "            data made on the fly), with progress on stderr and a report on stdout\n"
+    "            --set key.path=value  override any key (docs/config.md), e.g. --set transfer.device=cpu\n"
+    "            --batches N           stop after N batches (max_batches)\n"
+    "            --epochs N            passes over the data (sampler.epochs)\n"
+    "            --report PATH         also write the report as JSON (docs/report.md)\n"
+    "  validate  check CONFIG (and the overrides) without running it\n"
+    "  info      what this build supports: versions, devices; --bandwidth measures the host-to-device link\n"
+    "\n"
+    "exit status: 0 done, 1 the run failed, 2 bad usage or invalid config, 130 interrupted\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -46,71 +63,182 @@ uint64_t parse_count(std::string_view flag, std::string_view text) {
   return value;
 }
 
-volatile std::sig_atomic_t g_interrupted = 0;
+// What `run` and `validate` share: the config (a file or the built-in demo) with its overrides.
+struct ConfigArgs {
+  std::optional<std::string> path;
+  std::vector<std::string> overrides;
+  std::optional<uint64_t> batches;
+  std::optional<uint64_t> epochs;
+  std::optional<std::string> report;
+};
 
-int run(const std::vector<std::string_view>& args) {
-  ferry::PipelineOptions options;
-  options.batch_size = 64;
+ConfigArgs parse_config_args(const std::vector<std::string_view>& args, bool run_flags) {
+  ConfigArgs parsed;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string_view flag = args[i];
-    auto value = [&]() -> std::string_view {
+    auto value = [&]() -> std::string {
       if (i + 1 >= args.size()) throw UsageError(std::string(flag) + " needs a value");
-      return args[++i];
+      return std::string(args[++i]);
     };
-    if (flag == "--batches") {
-      options.max_batches = parse_count(flag, value());
-    } else if (flag == "--epochs") {
-      options.epochs = parse_count(flag, value());
-    } else if (flag == "--batch-size") {
-      options.batch_size = parse_count(flag, value());
-    } else if (flag == "--device") {
-      options.device = std::string(value());
-    } else if (flag == "--decode-threads") {
-      options.decode_threads = parse_count(flag, value());
-    } else if (flag == "--prefetch") {
-      options.prefetch = parse_count(flag, value());
-    } else {
+    if (flag == "--set") {
+      parsed.overrides.push_back(value());
+    } else if (flag.rfind("--set=", 0) == 0) {
+      parsed.overrides.emplace_back(flag.substr(6));
+    } else if (run_flags && flag == "--batches") {
+      parsed.batches = parse_count(flag, value());
+    } else if (run_flags && flag == "--epochs") {
+      parsed.epochs = parse_count(flag, value());
+      if (*parsed.epochs == 0) throw UsageError("--epochs: expected at least 1");
+    } else if (run_flags && flag == "--report") {
+      parsed.report = value();
+    } else if (flag.rfind("-", 0) == 0) {
       throw UsageError("unknown option '" + std::string(flag) + "'");
+    } else if (!parsed.path) {
+      parsed.path = std::string(flag);
+    } else {
+      throw UsageError("one config at a time; found '" + *parsed.path + "' and '" + std::string(flag) + "'");
     }
   }
-
-  auto source = std::make_shared<ferry::SyntheticSource>(ferry::cli::demo_source_options());
-  ferry::Pipeline pipeline = ferry::make_pipeline(source, options);
-  const uint64_t total = ferry::BatchPlanner(std::make_shared<ferry::SequentialSampler>(source->size()),
-                                             {options.batch_size, options.drop_last, options.epochs, options.max_batches})
-                             .total_batches();
-  std::signal(SIGINT, [](int) { g_interrupted = 1; });
-  std::fprintf(stderr, "ferry: demo pipeline over %s, %llu batches of %zu to %s (%s)\n", source->describe().c_str(),
-               static_cast<unsigned long long>(total), options.batch_size, pipeline.options().device.c_str(),
-               ferry::build_description().c_str());
-
-  ferry::cli::ProgressLine progress(stderr, total);
-  for (const ferry::Batch& batch : pipeline) {
-    (void)batch;
-    progress.update(pipeline.stats());
-    if (g_interrupted != 0) {
-      std::fprintf(stderr, "\nferry: interrupted; stopping\n");
-      pipeline.close();
-      break;
-    }
-  }
-  const ferry::PipelineStats stats = pipeline.stats();
-  progress.finish(stats);
-  ferry::cli::print_report(stdout, "ferry run: demo", stats);
-  return g_interrupted != 0 ? 130 : 0;
+  return parsed;
 }
 
-int info() {
-  std::printf("ferry %s\n", FERRY_VERSION);
-  std::printf("  build        %s\n", ferry::build_description().c_str());
-  std::printf("  libtorch     %s\n", FERRY_TORCH_VERSION);
-  std::printf("  oneTBB       %s\n", TBB_VERSION_STRING);
-  const int devices = ferry::cuda_device_count();
-  if (devices == 0) {
-    std::printf("  devices      %s\n", ferry::cuda_unavailable_reason().c_str());
-  } else {
-    std::printf("  devices      %d CUDA device%s\n", devices, devices == 1 ? "" : "s");
+ferry::Config load(const ConfigArgs& args) {
+  if (args.path) return ferry::load_config(*args.path, args.overrides);
+  return ferry::parse_config(ferry::cli::builtin_demo_yaml(), ferry::cli::kBuiltinDemoName, args.overrides);
+}
+
+// Ctrl-C: the handler only sets a flag (all it may do); a watcher thread closes the pipeline, which
+// wakes a consumer blocked in next() — a slow source cannot delay the stop.
+std::atomic<bool> g_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+uint64_t planned_batches(const ferry::Config& config, const ferry::PipelineOptions& options) {
+  const ferry::Placement placement = ferry::resolve_placement(config.sampler, ferry::torchrun_env());
+  const auto source = ferry::make_source(config.source);
+  return ferry::BatchPlanner(ferry::make_sampler(config.sampler, placement, source->size()),
+                             {options.batch_size, options.drop_last, options.epochs, options.max_batches})
+      .total_batches();
+}
+
+int run(const std::vector<std::string_view>& args) {
+  const ConfigArgs parsed = parse_config_args(args, /*run_flags=*/true);
+  ferry::Config config = load(parsed);
+  if (parsed.batches) config.pipeline.max_batches = *parsed.batches;
+  if (parsed.epochs) config.pipeline.epochs = *parsed.epochs;
+  if (parsed.report) config.stats.report_path = *parsed.report;
+
+  ferry::Pipeline pipeline = ferry::make_pipeline(config);
+  const ferry::PipelineOptions& options = pipeline.options();
+  const uint64_t total = planned_batches(config, options);
+  std::fprintf(stderr, "ferry: %s: %s, %llu batches of %zu to %s (%s)\n", config.origin.c_str(),
+               ferry::make_source(config.source)->describe().c_str(), static_cast<unsigned long long>(total),
+               options.batch_size, options.device.c_str(), ferry::build_description().c_str());
+
+  g_interrupted.store(false);
+  std::signal(SIGINT, [](int) { g_interrupted.store(true); });
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done.load()) {
+      if (g_interrupted.load()) {
+        pipeline.close();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  struct JoinWatcher {
+    std::atomic<bool>& done;
+    std::thread& watcher;
+    ~JoinWatcher() {
+      done.store(true);
+      watcher.join();
+    }
+  } join_watcher{done, watcher};
+
+  ferry::cli::ProgressLine progress(stderr, total, config.stats.progress, config.stats.interval);
+  int status = 0;
+  std::optional<ferry::Error> failure;
+  try {
+    for (const ferry::Batch& batch : pipeline) {
+      (void)batch;
+      progress.update(pipeline.stats());
+    }
+  } catch (const ferry::Error& e) {
+    failure = e;
+    status = kFailed;
   }
+  const bool interrupted = g_interrupted.load();
+  if (interrupted) status = kInterrupted;
+  const ferry::PipelineStats stats = pipeline.stats();
+  progress.finish(stats);
+  if (interrupted) std::fprintf(stderr, "ferry: interrupted; stopped cleanly\n");
+  if (failure) std::fprintf(stderr, "%s\n", failure->what());
+
+  ferry::cli::RunInfo info;
+  info.ferry_version = FERRY_VERSION;
+  info.config = config.origin;
+  info.source = ferry::make_source(config.source)->describe();
+  info.device = config.pipeline.device;
+  info.interrupted = interrupted;
+  info.exit_status = status;
+  ferry::cli::print_report(stdout, "ferry run: " + config.origin, info, stats);
+  std::fflush(stdout);
+  if (!config.stats.report_path.empty()) {
+    std::ofstream out(config.stats.report_path);
+    if (out) ferry::cli::write_report_json(out, info, stats);
+    if (!out || !out.flush()) {
+      std::fprintf(stderr, "ferry: cannot write the report to '%s'\n", config.stats.report_path.c_str());
+      return status == 0 ? kFailed : status;
+    }
+    std::fprintf(stderr, "ferry: report written to %s\n", config.stats.report_path.c_str());
+  }
+  return status;
+}
+
+int validate(const std::vector<std::string_view>& args) {
+  const ConfigArgs parsed = parse_config_args(args, /*run_flags=*/false);
+  if (!parsed.path) throw UsageError("validate needs a CONFIG file");
+  const ferry::Config config = load(parsed);
+  ferry::check_config(config);
+  const ferry::PipelineOptions& options = config.pipeline;
+  std::printf("%s: valid (%s, batches of %zu, %llu epoch%s, device %s)\n", config.origin.c_str(),
+              ferry::make_source(config.source)->describe().c_str(), options.batch_size,
+              static_cast<unsigned long long>(options.epochs), options.epochs == 1 ? "" : "s", options.device.c_str());
+  return 0;
+}
+
+int info(const std::vector<std::string_view>& args) {
+  bool bandwidth = false;
+  for (const std::string_view arg : args) {
+    if (arg != "--bandwidth") throw UsageError("unknown option '" + std::string(arg) + "'");
+    bandwidth = true;
+  }
+  std::printf("ferry %s\n", FERRY_VERSION);
+  std::printf("  build         %s\n", ferry::build_description().c_str());
+  std::printf("  libtorch      %s\n", FERRY_TORCH_VERSION);
+  std::printf("  oneTBB        %s\n", TBB_VERSION_STRING);
+  std::printf("  CUDA runtime  %s\n", ferry::cuda_runtime_version().c_str());
+  std::printf("  CUDA driver   %s\n", ferry::cuda_driver_version().c_str());
+  const std::vector<ferry::CudaDeviceInfo> devices = ferry::cuda_devices();
+  if (devices.empty()) {
+    std::printf("  devices       %s\n", ferry::cuda_unavailable_reason().c_str());
+    return 0;
+  }
+  std::printf("  devices       %zu visible\n", devices.size());
+  for (const ferry::CudaDeviceInfo& device : devices) {
+    std::printf("    cuda:%d  %s, compute %d.%d, %s total, %s free, PCI %s", device.index, device.name.c_str(),
+                device.major, device.minor, ferry::format_byte_size(device.total_bytes).c_str(),
+                ferry::format_byte_size(device.free_bytes).c_str(), device.pci_bus_id.c_str());
+    if (bandwidth) {
+      try {
+        std::printf(", host-to-device %.1f GB/s (pinned, 256 MiB)", ferry::measure_h2d_bandwidth(device.index, size_t{256} << 20));
+      } catch (const ferry::Error& e) {
+        std::printf(", bandwidth not measured: %s", e.what());
+      }
+    }
+    std::printf("\n");
+  }
+  if (!bandwidth) std::printf("  (ferry info --bandwidth measures each device's host-to-device link)\n");
   return 0;
 }
 
@@ -125,13 +253,17 @@ int main(int argc, char** argv) {
     }
     const std::vector<std::string_view> rest(args.begin() + 1, args.end());
     if (args[0] == "run") return run(rest);
-    if (args[0] == "info") return info();
+    if (args[0] == "validate") return validate(rest);
+    if (args[0] == "info") return info(rest);
     throw UsageError("unknown command '" + std::string(args[0]) + "'");
   } catch (const UsageError& e) {
     std::fprintf(stderr, "ferry: %s\n%s", e.what(), kUsage);
     return kUsageError;
+  } catch (const ferry::ConfigError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return kUsageError;
   } catch (const ferry::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
-    return 1;
+    return kFailed;
   }
 }

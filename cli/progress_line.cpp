@@ -4,14 +4,18 @@
 
 namespace ferry::cli {
 
-ProgressLine::ProgressLine(std::FILE* out, std::optional<uint64_t> total_batches)
+ProgressLine::ProgressLine(std::FILE* out, std::optional<uint64_t> total_batches, StatsConfig::Progress mode,
+                           std::chrono::milliseconds interval)
     : out_(out),
       total_(total_batches),
-      terminal_(isatty(fileno(out)) != 0),
-      every_(terminal_ ? std::chrono::milliseconds(200) : std::chrono::seconds(5)),
+      enabled_(mode != StatsConfig::Progress::kOff),
+      terminal_(mode == StatsConfig::Progress::kLive ||
+                (mode == StatsConfig::Progress::kAuto && isatty(fileno(out)) != 0)),
+      every_(terminal_ ? std::chrono::milliseconds(200) : std::chrono::steady_clock::duration(interval)),
       last_(std::chrono::steady_clock::now()) {}
 
 void ProgressLine::update(const PipelineStats& stats) {
+  if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
   if (now - last_ < every_) return;
   last_ = now;
@@ -19,7 +23,7 @@ void ProgressLine::update(const PipelineStats& stats) {
 }
 
 void ProgressLine::finish(const PipelineStats& stats) {
-  if (terminal_) {
+  if (enabled_ && terminal_) {
     print(stats, true);
     std::fputc('\n', out_);
   }

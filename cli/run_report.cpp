@@ -1,9 +1,33 @@
 #include "cli/run_report.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdarg>
+
+#include "cli/json_writer.h"
 
 namespace ferry::cli {
 namespace {
+
+// printf onto the end of `text`.
+__attribute__((format(printf, 2, 3))) void appendf(std::string& text, const char* format, ...) {
+  char buffer[512];
+  va_list args;
+  va_start(args, format);
+  const int length = std::vsnprintf(buffer, sizeof buffer, format, args);
+  va_end(args);
+  if (length < 0) return;
+  if (static_cast<size_t>(length) < sizeof buffer) {
+    text.append(buffer, static_cast<size_t>(length));
+    return;
+  }
+  std::string large(static_cast<size_t>(length) + 1, '\0');  // a long source description or reason
+  va_start(args, format);
+  std::vsnprintf(large.data(), large.size(), format, args);
+  va_end(args);
+  large.pop_back();
+  text += large;
+}
 
 std::string bytes_text(double bytes) {
   const char* units[] = {"B", "KB", "MB", "GB", "TB"};
@@ -17,37 +41,223 @@ std::string bytes_text(double bytes) {
   return text;
 }
 
+// Rates and ratios the report derives: a snapshot taken at once (no time, no batch) gives 0, never
+// NaN or infinity (JSON cannot hold them, and "inf samples/s" tells the user nothing).
+double per(double amount, double over) { return over > 0.0 && std::isfinite(over) ? amount / over : 0.0; }
+
+std::string plural(uint64_t count, const char* one, const char* many) {
+  return std::to_string(count) + " " + (count == 1 ? one : many);
+}
+
+std::string items_text(uint64_t count, const std::string& unit) {
+  return unit.empty() ? std::to_string(count) : std::to_string(count) + " " + unit;
+}
+
+void append_stage_row(std::string& text, const StageStats& stage) {
+  appendf(text, "  %-11s %7zu %14s %14s %9.3f %7.1f%% %10.1f%% %12.1f%%\n", stage.name.c_str(), stage.threads,
+          items_text(stage.items_in, stage.in_unit).c_str(), items_text(stage.items_out, stage.out_unit).c_str(),
+          stage.busy_seconds, 100.0 * stage.busy_share(), 100.0 * stage.waiting_upstream_share(),
+          100.0 * stage.blocked_downstream_share());
+}
+
+void append_body(std::string& text, const PipelineStats& stats) {
+  const double seconds = stats.elapsed_seconds;
+  appendf(text, "  delivered  %llu batches, %llu samples, %s in %.2f s\n",
+          static_cast<unsigned long long>(stats.batches), static_cast<unsigned long long>(stats.samples),
+          bytes_text(static_cast<double>(stats.bytes)).c_str(), seconds);
+  appendf(text, "  rate       %.0f samples/s, %.1f batches/s, %.3f GB/s to %s\n",
+          per(static_cast<double>(stats.samples), seconds), per(static_cast<double>(stats.batches), seconds),
+          per(static_cast<double>(stats.bytes), seconds) / 1e9, stats.device.c_str());
+  appendf(text, "  bottleneck %s\n", bottleneck_summary(stats).c_str());
+
+  appendf(text, "  %-11s %7s %14s %14s %9s %8s %11s %13s\n", "stage", "threads", "in", "out", "busy s", "busy %",
+          "upstream %", "downstream %");
+  if (!stats.planner.name.empty()) append_stage_row(text, stats.planner);
+  for (const StageStats& stage : stats.stages) append_stage_row(text, stage);
+  text += "             (busy: working; upstream: waiting for input; downstream: blocked, i.e. pack waiting for\n"
+          "              a pinned slab, event-wait for room in the ready queue, plan for a free prefetch token)\n";
+
+  if (stats.batches > 0) {
+    appendf(text, "  consumer   waited %.3f ms per batch (%.1f%% of the run); found no batch ready %llu of %llu times\n",
+            stats.consumer_wait_per_batch_seconds() * 1e3, 100.0 * stats.consumer_wait_share(),
+            static_cast<unsigned long long>(stats.consumer_waits), static_cast<unsigned long long>(stats.batches));
+  } else {
+    appendf(text, "  consumer   took no batch; waited %.3f s\n", stats.consumer_wait_seconds);
+  }
+  appendf(text, "  in flight  mean %.1f, peak %zu of %zu batches (prefetch), all tokens in use %.1f%% of the time\n",
+          stats.in_flight.mean, stats.in_flight.peak, stats.in_flight.capacity,
+          100.0 * std::min(1.0, per(stats.in_flight.full_seconds, seconds)));
+  appendf(text, "  ready      mean %.1f, peak %zu of %zu batches waiting for the consumer, full %.1f%% of the time\n",
+          stats.ready_queue.mean, stats.ready_queue.peak, stats.ready_queue.capacity,
+          100.0 * std::min(1.0, per(stats.ready_queue.full_seconds, seconds)));
+
+  const PinnedPoolStats& pool = stats.pool;
+  appendf(text, "  pool       %zu slabs x %s (%s), peak %s leased, %s\n", pool.slab_count,
+          bytes_text(static_cast<double>(pool.slab_bytes)).c_str(), pool.pinned ? "pinned" : "pageable",
+          bytes_text(static_cast<double>(pool.peak_bytes)).c_str(), plural(pool.leases, "lease", "leases").c_str());
+  appendf(text, "             %s (%.3f s), %s at start-up, %s after start-up\n",
+          plural(pool.waits, "wait for a slab", "waits for a slab").c_str(), pool.wait_seconds,
+          plural(pool.host_alloc_calls, "cudaHostAlloc call", "cudaHostAlloc calls").c_str(),
+          plural(pool.allocations_after_start, "allocation", "allocations").c_str());
+  appendf(text, "  settings   %s, prefetch %zu\n", plural(stats.decode_threads, "decode thread", "decode threads").c_str(),
+          stats.prefetch);
+
+  if (stats.skipped_samples == 0) {
+    text += "  skipped    none\n";
+    return;
+  }
+  appendf(text, "  skipped    %s:\n", plural(stats.skipped_samples, "sample", "samples").c_str());
+  for (const SkippedSample& skipped : stats.skipped) {
+    appendf(text, "    sample %llu%s%s%s in %s: %s\n", static_cast<unsigned long long>(skipped.index),
+            skipped.key.empty() ? "" : " (", skipped.key.c_str(), skipped.key.empty() ? "" : ")", skipped.stage.c_str(),
+            skipped.reason.c_str());
+  }
+  const uint64_t listed = static_cast<uint64_t>(stats.skipped.size());
+  if (stats.skipped_samples > listed) {
+    appendf(text, "    ... and %llu more\n", static_cast<unsigned long long>(stats.skipped_samples - listed));
+  }
+}
+
+// Stats are measured, so a negative or non-finite time is impossible but cheap to rule out: the
+// schema promises numbers >= 0.
+double seconds_value(double seconds) { return std::isfinite(seconds) && seconds > 0.0 ? seconds : 0.0; }
+
+void write_stage_json(JsonWriter& json, const StageStats& stage) {
+  json.begin_object()
+      .key("name").value(stage.name)
+      .key("threads").value(stage.threads)
+      .key("items_in").value(stage.items_in)
+      .key("in_unit").value(stage.in_unit)
+      .key("items_out").value(stage.items_out)
+      .key("out_unit").value(stage.out_unit)
+      .key("capacity_seconds").value(seconds_value(stage.capacity_seconds))
+      .key("busy_seconds").value(seconds_value(stage.busy_seconds))
+      .key("busy_share").value(stage.busy_share())
+      .key("waiting_upstream_seconds").value(seconds_value(stage.waiting_upstream_seconds))
+      .key("waiting_upstream_share").value(stage.waiting_upstream_share())
+      .key("blocked_downstream_seconds").value(seconds_value(stage.blocked_downstream_seconds))
+      .key("blocked_downstream_share").value(stage.blocked_downstream_share())
+      .end_object();
+}
+
+void write_occupancy_json(JsonWriter& json, const OccupancyStats& occupancy) {
+  json.begin_object()
+      .key("mean").value(occupancy.mean)
+      .key("peak").value(occupancy.peak)
+      .key("capacity").value(occupancy.capacity)
+      .key("full_seconds").value(seconds_value(occupancy.full_seconds))
+      .end_object();
+}
+
 }  // namespace
 
+std::string report_text(const std::string& title, const PipelineStats& stats) {
+  std::string text = title + "\n";
+  append_body(text, stats);
+  return text;
+}
+
+std::string report_text(const std::string& title, const RunInfo& info, const PipelineStats& stats) {
+  std::string text = title + "\n";
+  if (!info.config.empty()) appendf(text, "  config     %s\n", info.config.c_str());
+  if (!info.source.empty()) appendf(text, "  source     %s\n", info.source.c_str());
+  if (info.interrupted) appendf(text, "  stopped    interrupted: the counts cover the part that ran\n");
+  append_body(text, stats);
+  return text;
+}
+
 void print_report(std::FILE* out, const std::string& title, const PipelineStats& stats) {
-  const double seconds = std::max(stats.elapsed_seconds, 1e-9);
-  std::fprintf(out, "%s\n", title.c_str());
-  std::fprintf(out, "  delivered  %llu batches, %llu samples, %s in %.2f s\n",
-               static_cast<unsigned long long>(stats.batches), static_cast<unsigned long long>(stats.samples),
-               bytes_text(static_cast<double>(stats.bytes)).c_str(), seconds);
-  std::fprintf(out, "  rate       %.0f samples/s, %.1f batches/s, %.3f GB/s to %s\n",
-               static_cast<double>(stats.samples) / seconds, static_cast<double>(stats.batches) / seconds,
-               static_cast<double>(stats.bytes) / seconds / 1e9, stats.device.c_str());
-  if (stats.batches > 0) {
-    std::fprintf(out, "  consumer   waited %.3f ms per batch (%.1f%% of the run)\n",
-                 stats.consumer_wait_seconds * 1e3 / static_cast<double>(stats.batches),
-                 100.0 * stats.consumer_wait_seconds / seconds);
-  }
-  std::fprintf(out, "  %-11s %10s %10s %8s\n", "stage", "items", "busy s", "busy %");
-  for (const StageStats& stage : stats.stages) {
-    // Decode's busy time sums over its threads: its share is of all decode threads' time.
-    const double capacity = seconds * static_cast<double>(stage.name == "decode" ? std::max<size_t>(1, stats.decode_threads) : 1);
-    std::fprintf(out, "  %-11s %10llu %10.3f %7.1f%%\n", stage.name.c_str(), static_cast<unsigned long long>(stage.items),
-                 stage.busy_seconds, 100.0 * stage.busy_seconds / capacity);
-  }
+  std::fputs(report_text(title, stats).c_str(), out);
+}
+
+void print_report(std::FILE* out, const std::string& title, const RunInfo& info, const PipelineStats& stats) {
+  std::fputs(report_text(title, info, stats).c_str(), out);
+}
+
+void write_report_json(std::ostream& out, const RunInfo& info, const PipelineStats& stats) {
+  // Key order here is the documented order (docs/report.md); keep the two in step.
+  const double seconds = seconds_value(stats.elapsed_seconds);
+  JsonWriter json(out);
+  json.begin_object();
+  json.key("format").value("ferry-run-report");
+  json.key("format_version").value(kReportFormatVersion);
+  json.key("ferry_version").value(info.ferry_version);
+
+  json.key("run").begin_object()
+      .key("config").value(info.config)
+      .key("source").value(info.source)
+      .key("device").value(stats.device)
+      .key("device_requested").value(info.device.empty() ? stats.device : info.device)
+      .key("interrupted").value(info.interrupted)
+      .key("exit_status").value(info.exit_status)
+      .end_object();
+  json.key("settings").begin_object()
+      .key("decode_threads").value(stats.decode_threads)
+      .key("prefetch").value(stats.prefetch)
+      .end_object();
+  json.key("totals").begin_object()
+      .key("wall_seconds").value(seconds)
+      .key("batches").value(stats.batches)
+      .key("samples").value(stats.samples)
+      .key("bytes").value(stats.bytes)
+      .key("samples_per_second").value(per(static_cast<double>(stats.samples), seconds))
+      .key("batches_per_second").value(per(static_cast<double>(stats.batches), seconds))
+      .key("gigabytes_per_second").value(per(static_cast<double>(stats.bytes), seconds) / 1e9)
+      .end_object();
+  json.key("bottleneck").value(bottleneck_summary(stats));
+
+  json.key("planner");
+  write_stage_json(json, stats.planner);
+  json.key("stages").begin_array();
+  for (const StageStats& stage : stats.stages) write_stage_json(json, stage);
+  json.end_array();
+
+  json.key("consumer").begin_object()
+      .key("batches").value(stats.batches)
+      .key("wait_seconds").value(seconds_value(stats.consumer_wait_seconds))
+      .key("wait_per_batch_seconds").value(seconds_value(stats.consumer_wait_per_batch_seconds()))
+      .key("wait_share").value(stats.consumer_wait_share())
+      .key("waits").value(stats.consumer_waits)
+      .end_object();
+  json.key("queues").begin_object();
+  json.key("in_flight");
+  write_occupancy_json(json, stats.in_flight);
+  json.key("ready");
+  write_occupancy_json(json, stats.ready_queue);
+  json.end_object();
+
   const PinnedPoolStats& pool = stats.pool;
-  std::fprintf(out, "  pool       %zu slabs x %s (%s), peak %s leased, %llu leases, %llu waits for a slab, %llu cudaHostAlloc calls (all at start-up)\n",
-               pool.slab_count, bytes_text(static_cast<double>(pool.slab_bytes)).c_str(),
-               pool.pinned ? "pinned" : "pageable", bytes_text(static_cast<double>(pool.peak_bytes)).c_str(),
-               static_cast<unsigned long long>(pool.leases), static_cast<unsigned long long>(pool.waits),
-               static_cast<unsigned long long>(pool.host_alloc_calls));
-  std::fprintf(out, "  threads    %zu decode, prefetch %zu, at most %zu batches waited for the consumer\n",
-               stats.decode_threads, stats.prefetch, stats.ready_queue_peak);
+  json.key("pool").begin_object()
+      .key("pinned").value(pool.pinned)
+      .key("slab_bytes").value(pool.slab_bytes)
+      .key("slab_count").value(pool.slab_count)
+      .key("leases").value(pool.leases)
+      .key("peak_bytes").value(pool.peak_bytes)
+      .key("leased_bytes").value(pool.leased_bytes)
+      .key("pending_slabs").value(pool.pending)
+      .key("waits").value(pool.waits)
+      .key("wait_seconds").value(seconds_value(pool.wait_seconds))
+      .key("host_alloc_calls").value(pool.host_alloc_calls)
+      .key("allocations_after_start").value(pool.allocations_after_start)
+      .end_object();
+
+  json.key("skipped").begin_object();
+  json.key("count").value(stats.skipped_samples);
+  json.key("listed").begin_array();
+  for (const SkippedSample& skipped : stats.skipped) {
+    json.begin_object()
+        .key("index").value(skipped.index)
+        .key("key").value(skipped.key)
+        .key("stage").value(skipped.stage)
+        .key("reason").value(skipped.reason)
+        .end_object();
+  }
+  json.end_array();
+  json.key("not_listed").value(stats.skipped_samples - std::min<uint64_t>(stats.skipped_samples, stats.skipped.size()));
+  json.end_object();
+
+  json.end_object();
+  out << '\n';
 }
 
 }  // namespace ferry::cli

@@ -1,14 +1,38 @@
 #pragma once
 
 #include <cstdio>
+#include <ostream>
 #include <string>
 
 #include "pipeline/pipeline_stats.h"
 
 namespace ferry::cli {
 
-/// The short report at the end of `ferry run`: totals, rates, per-stage busy time and the pinned
-/// pool's use.
+/// What the command knows about a run besides the pipeline's stats.
+struct RunInfo {
+  std::string ferry_version;     // FERRY_VERSION
+  std::string config;            // the config file's path, or "built-in demo"
+  std::string source;            // the source's description (Source::describe())
+  std::string device;            // the device asked for ("auto", "cuda:1"); empty: as resolved
+  bool interrupted = false;      // stopped early (SIGINT): counts cover the part that ran
+  int exit_status = 0;           // what the command exits with
+};
+
+/// The report at the end of `ferry run`, as text: totals, rates, the bottleneck in one line, a
+/// per-stage table of where time went, queue occupancy, the consumer's waits, the pinned pool's
+/// use and skipped samples. Pure; allocates. (Its JSON twin is write_report_json.)
+std::string report_text(const std::string& title, const PipelineStats& stats);
+/// The same with the run's identity (config, source, device asked for, interruption) after the title.
+std::string report_text(const std::string& title, const RunInfo& info, const PipelineStats& stats);
+
+/// Writes report_text() to `out`. Not thread-safe with other writers of `out`.
 void print_report(std::FILE* out, const std::string& title, const PipelineStats& stats);
+void print_report(std::FILE* out, const std::string& title, const RunInfo& info, const PipelineStats& stats);
+
+/// The report as one JSON document, as docs/report.md describes and docs/report.schema.json
+/// checks: keys always in the same order, every number finite. Bump kReportFormatVersion when a
+/// field changes meaning or goes away (adding a field is a change too: the schema is closed).
+inline constexpr int kReportFormatVersion = 1;
+void write_report_json(std::ostream& out, const RunInfo& info, const PipelineStats& stats);
 
 }  // namespace ferry::cli

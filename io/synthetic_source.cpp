@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <sstream>
 
 #include <ATen/ops/empty.h>
 #include <c10/util/BFloat16.h>
@@ -112,8 +113,11 @@ SyntheticSource::SyntheticSource(SyntheticOptions options) : options_(std::move(
       const bool whole = low == std::floor(low) && high == std::floor(high) && std::fabs(low) <= 0x1.0p53 &&
                          std::fabs(high) <= 0x1.0p53;
       if (!(high > low) || low < min || high > max || (is_integer(field.dtype) && !whole)) {
-        throw Error(where + ": range [" + std::to_string(low) + ", " + std::to_string(high) + ") is empty or not valid for " +
-                    dtype_name(field.dtype));
+        std::ostringstream message;
+        message << where << ": range [" << low << ", " << high << ") is empty or not valid for " << dtype_name(field.dtype)
+                << " (bounds within [" << min << ", " << max << "]" << (is_integer(field.dtype) ? ", whole numbers" : "")
+                << ")";
+        throw Error(message.str());
       }
     }
     FieldSpec spec;

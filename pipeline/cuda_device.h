@@ -1,6 +1,8 @@
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 namespace ferry {
 
@@ -17,5 +19,28 @@ bool gpu_build() noexcept;
 
 /// Which build this is and why, as the configure step said it ("GPU build: ...", "CPU build: ...").
 std::string build_description();
+
+/// What `ferry info` shows of a device.
+struct CudaDeviceInfo {
+  int index = 0;
+  std::string name;
+  size_t total_bytes = 0;
+  size_t free_bytes = 0;
+  int major = 0;  // compute capability
+  int minor = 0;
+  std::string pci_bus_id;
+};
+
+/// The visible devices; empty when there are none (see cuda_unavailable_reason()). Never throws.
+std::vector<CudaDeviceInfo> cuda_devices();
+
+/// "13.0" for the CUDA runtime ferry was linked with, and for the newest CUDA the driver supports;
+/// "none" without the runtime, "unknown" when the call fails.
+std::string cuda_runtime_version();
+std::string cuda_driver_version();
+
+/// Host-to-device bandwidth from pinned memory, in GB/s: the best of a few copies of `bytes`.
+/// Allocates `bytes` of pinned and device memory for the measurement. Throws ferry::CudaError.
+double measure_h2d_bandwidth(int device, size_t bytes);
 
 }  // namespace ferry

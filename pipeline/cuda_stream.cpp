@@ -10,12 +10,19 @@
 
 namespace ferry {
 
-CudaStream::CudaStream(int device, bool non_blocking) : device_(device) {
+CudaStream::CudaStream(int device, bool non_blocking, bool high_priority) : device_(device) {
   DeviceGuard guard(device);
 #if FERRY_HAVE_CUDART
-  FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault));
+  int priority = 0;  // the default priority; numerically lower is higher
+  if (high_priority) {
+    int least = 0;
+    FERRY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &priority));
+  }
+  FERRY_CUDA_CHECK(cudaStreamCreateWithPriority(
+      &stream_, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault, priority));
 #else
   (void)non_blocking;
+  (void)high_priority;
 #endif
 }
 

@@ -12,7 +12,9 @@ namespace ferry {
 class CudaStream {
  public:
   /// Throws ferry::CudaError when the stream cannot be created (no device, bad index).
-  explicit CudaStream(int device, bool non_blocking = true);
+  /// high_priority: the device's greatest stream priority, so this stream's work is scheduled ahead
+  /// of work queued on normal-priority streams.
+  explicit CudaStream(int device, bool non_blocking = true, bool high_priority = false);
   ~CudaStream();
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;

@@ -66,6 +66,7 @@ PinnedPool::PinnedPool(const PinnedPoolOptions& options)
       DeviceGuard guard(options.device);
       void* memory = nullptr;
       ++host_alloc_calls_;
+      ++allocations_;
       const cudaError_t status = cudaHostAlloc(&memory, total, cudaHostAllocPortable);
       if (status == cudaSuccess) {
         base_ = static_cast<std::byte*>(memory);
@@ -81,6 +82,7 @@ PinnedPool::PinnedPool(const PinnedPoolOptions& options)
     }
   }
   if (base_ == nullptr) {
+    ++allocations_;
     base_ = static_cast<std::byte*>(std::aligned_alloc(kPage, total));
     if (base_ == nullptr) throw Error(where, "cannot allocate " + std::to_string(total) + " bytes of staging memory");
   }
@@ -89,6 +91,7 @@ PinnedPool::PinnedPool(const PinnedPoolOptions& options)
   pending_.reserve(slab_count_);
   // Leased from the back: slab 0 first.
   for (size_t i = slab_count_; i-- > 0;) free_.push_back(i);
+  allocations_at_start_ = allocations_;
 }
 
 PinnedPool::~PinnedPool() {
@@ -180,11 +183,22 @@ std::optional<PinnedLease> PinnedPool::try_acquire() {
 
 std::optional<PinnedLease> PinnedPool::acquire(Timeout timeout) {
   if (auto lease = try_acquire()) return lease;
+  const auto start = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(mutex_);
     ++waits_;
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Every way out adds the time waited; the clock is read only on this slow path.
+  struct Waited {
+    PinnedPool& pool;
+    std::chrono::steady_clock::time_point start;
+    ~Waited() {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      std::lock_guard lock(pool.mutex_);
+      pool.waited_ += waited;
+    }
+  } waited{*this, start};
+  const auto deadline = start + timeout;
   while (true) {
     if (auto lease = try_acquire()) return lease;
     std::unique_lock lock(mutex_);
@@ -221,7 +235,9 @@ PinnedPoolStats PinnedPool::stats() const {
   s.pinned = pinned_;
   s.leases = leases_;
   s.waits = waits_;
+  s.wait_seconds = std::chrono::duration<double>(waited_).count();
   s.host_alloc_calls = host_alloc_calls_;
+  s.allocations_after_start = allocations_ - allocations_at_start_;
   s.leased_bytes = leased_;
   s.peak_bytes = peak_leased_;
   s.pending = pending_.size();

@@ -34,7 +34,11 @@ struct PinnedPoolStats {
   bool pinned = false;           // page-locked (cudaHostAlloc) or the pageable fallback
   uint64_t leases = 0;           // successful acquisitions
   uint64_t waits = 0;            // acquisitions that found no free slab and had to wait
+  double wait_seconds = 0.0;     // time acquire() spent waiting for a slab, summed over callers
   uint64_t host_alloc_calls = 0; // cudaHostAlloc calls: all of them at construction
+  /// Staging-memory allocations (pinned or pageable) after construction: by design 0. A number
+  /// above 0 means memory is pinned on the hot path, which costs far more than the copy itself.
+  uint64_t allocations_after_start = 0;
   size_t leased_bytes = 0;       // bytes leased now
   size_t peak_bytes = 0;         // most bytes leased at once
   size_t pending = 0;            // slabs returned whose copy event has not been seen complete yet
@@ -80,7 +84,8 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
   /// reports a real CUDA error.
   std::optional<PinnedLease> try_acquire();
 
-  /// Like try_acquire, but waits up to `timeout` for a slab (counted in stats().waits). Blocks.
+  /// Like try_acquire, but waits up to `timeout` for a slab (counted in stats().waits, the time in
+  /// stats().wait_seconds). Blocks.
   std::optional<PinnedLease> acquire(Timeout timeout);
 
   size_t slab_bytes() const noexcept { return slab_bytes_; }
@@ -107,6 +112,10 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
   bool pinned_ = false;
   std::byte* base_ = nullptr;
   uint64_t host_alloc_calls_ = 0;
+  // Staging-memory allocations: every one is made by the constructor, which records the count it
+  // ends with; stats() reports any made since (none, while the design holds).
+  uint64_t allocations_ = 0;
+  uint64_t allocations_at_start_ = 0;
 
   mutable std::mutex mutex_;
   std::condition_variable returned_;
@@ -114,6 +123,7 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
   std::vector<Pending> pending_;   // returned, waiting for their copy event
   uint64_t leases_ = 0;
   uint64_t waits_ = 0;
+  std::chrono::steady_clock::duration waited_{};
   size_t leased_ = 0;
   size_t peak_leased_ = 0;
 };

@@ -4,6 +4,8 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "pipeline/batch.h"
 #include "pipeline/pipeline_options.h"
@@ -35,6 +37,11 @@ class Pipeline {
   /// Builds and starts a pipeline from its stages (make_pipeline() assembles the standard ones).
   /// Throws ferry::Error for invalid options or a missing stage; no thread is left behind.
   Pipeline(StageSet stages, PipelineOptions options);
+  /// The standard pipeline a YAML config describes (docs/config.md), with `overrides`
+  /// ("key.path=value") applied. Throws ConfigError (io/config_error.h) listing every problem with
+  /// its file:line:column, before any thread starts. Defined in stages/ (link ferry::ferry).
+  static Pipeline from_yaml(const std::string& path, const std::vector<std::string>& overrides = {});
+
   Pipeline(Pipeline&&) noexcept;
   Pipeline& operator=(Pipeline&&) noexcept;
   ~Pipeline();

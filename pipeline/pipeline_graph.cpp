@@ -1,5 +1,7 @@
 #include "pipeline/pipeline_graph.h"
 
+#include <algorithm>
+
 #include <oneapi/tbb/info.h>
 
 #include "pipeline/cuda_event.h"
@@ -120,6 +122,8 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
       decode_threads_(options.resolved_decode_threads()),
       device_(options.device),
       started_(Clock::now()),
+      batches_in_flight_(options.prefetch),
+      batches_ready_(options.prefetch),
       // Note [tokens]: at most prefetch_ items (batches or the end marker) exist downstream of the
       // limiter, so neither queue can fill up.
       in_flight_(options.prefetch + 1),
@@ -171,7 +175,63 @@ PipelineGraph::~PipelineGraph() {
   graph_.reset();
 }
 
+uint64_t PipelineGraph::now_ns() const noexcept { return nanoseconds_since(started_); }
+
+uint64_t PipelineGraph::run_ns() const noexcept {
+  const int64_t ended = ended_ns_.load(std::memory_order_acquire);
+  return ended >= 0 ? static_cast<uint64_t>(ended) : now_ns();
+}
+
+void PipelineGraph::mark_ended() noexcept {
+  int64_t running = -1;
+  (void)ended_ns_.compare_exchange_strong(running, static_cast<int64_t>(now_ns()), std::memory_order_acq_rel);
+}
+
+void PipelineGraph::Occupancy::advance(uint64_t now_ns) {
+  // Callers read the clock before taking the lock, so a change may carry a time a little before
+  // the last one: it counts at the last one instead of integrating backwards.
+  if (now_ns <= since_ns_) return;
+  const uint64_t elapsed = now_ns - since_ns_;
+  area_ += (count_ <= 0 ? 0 : std::min(static_cast<uint64_t>(count_), uint64_t{capacity_})) * elapsed;
+  if (count_ >= static_cast<int64_t>(capacity_)) {
+    full_ns_ += elapsed;
+    if (producer_waiting_) blocked_ns_ += elapsed;
+  }
+  since_ns_ = now_ns;
+}
+
+void PipelineGraph::Occupancy::change(int delta, uint64_t now_ns, std::optional<bool> producer_waiting) {
+  std::lock_guard lock(mutex_);
+  advance(now_ns);
+  count_ += delta;
+  if (count_ > 0) peak_ = std::max(peak_, std::min(static_cast<size_t>(count_), capacity_));
+  if (producer_waiting) producer_waiting_ = *producer_waiting;
+}
+
+PipelineGraph::Occupancy::Snapshot PipelineGraph::Occupancy::snapshot(uint64_t until_ns) const {
+  // Integrates the stretch since the last change on a copy: a snapshot changes nothing.
+  Occupancy copy(capacity_);
+  {
+    std::lock_guard lock(mutex_);
+    copy.count_ = count_;
+    copy.producer_waiting_ = producer_waiting_;
+    copy.since_ns_ = since_ns_;
+    copy.area_ = area_;
+    copy.full_ns_ = full_ns_;
+    copy.blocked_ns_ = blocked_ns_;
+    copy.peak_ = peak_;
+  }
+  copy.advance(until_ns);
+  Snapshot snapshot;
+  snapshot.mean = until_ns == 0 ? 0.0 : static_cast<double>(copy.area_) / static_cast<double>(until_ns);
+  snapshot.peak = copy.peak_;
+  snapshot.full_ns = copy.full_ns_;
+  snapshot.blocked_ns = copy.blocked_ns_;
+  return snapshot;
+}
+
 void PipelineGraph::close() noexcept {
+  mark_ended();
   stop_.store(true, std::memory_order_release);
   in_flight_.close();
   ready_.close();
@@ -186,8 +246,13 @@ std::optional<Error> PipelineGraph::guarded(StageId id, const ErrorContext& wher
   } catch (...) {
     error = error_from(std::current_exception(), where);
   }
-  counters_[id].busy_ns.fetch_add(nanoseconds_since(start), std::memory_order_relaxed);
-  counters_[id].items.fetch_add(1, std::memory_order_relaxed);
+  StageCounter& counter = counters_[id];
+  counter.busy_ns.fetch_add(nanoseconds_since(start), std::memory_order_relaxed);
+  // Release, both: a stats() reader that sees a run also sees the samples collate counted before
+  // it, and one that sees a failure also sees its run, so items_out never exceeds items_in.
+  // (On x86 a relaxed and a release add are the same instruction.)
+  counter.items.fetch_add(1, std::memory_order_release);
+  if (error || stop_.load(std::memory_order_acquire)) counter.not_out.fetch_add(1, std::memory_order_release);
   if (error) failed_.store(true, std::memory_order_release);
   return error;
 }
@@ -220,6 +285,8 @@ PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
     return nullptr;
   }
   std::optional<BatchPlan> plan;
+  const uint64_t start_ns = now_ns();
+  batches_in_flight_.change(0, start_ns, /*producer_waiting=*/false);  // planning is work, not waiting
   try {
     plan = stages_.batches->next();
     if (plan && plan->kind == BatchPlan::Kind::kSamples && plan->sample_indices.empty()) {
@@ -234,7 +301,17 @@ PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
     plan = BatchPlan{};
     plan->kind = BatchPlan::Kind::kEnd;
   }
-  if (plan->kind != BatchPlan::Kind::kSamples) planned_last_ = true;
+  const uint64_t end_ns = now_ns();
+  planning_ns_.fetch_add(end_ns - start_ns, std::memory_order_relaxed);
+  if (plan->kind == BatchPlan::Kind::kSamples) {
+    // Samples first, and release: a stats() reader that sees the batch sees its samples (in >= out).
+    planned_samples_.fetch_add(plan->slots(), std::memory_order_relaxed);
+    planned_batches_.fetch_add(1, std::memory_order_release);
+  } else {
+    planned_last_ = true;
+  }
+  // After the last plan the planner has nothing left to wait for.
+  batches_in_flight_.change(plan->kind == BatchPlan::Kind::kSamples ? +1 : 0, end_ns, !planned_last_);
   plan->sequence = next_batch_sequence_++;
   plan->first_sample_sequence = next_sample_sequence_;
   next_sample_sequence_ += plan->slots();
@@ -291,6 +368,7 @@ void PipelineGraph::run_batch_stage(StageId id, BatchWork& work) {
     case kEventWait: stage = stages_.event_wait.get(); break;
     default: return;
   }
+  if (id == kCollate) counters_[id].units_in.fetch_add(work.samples.size(), std::memory_order_relaxed);
   if (auto error = guarded(id, work.plan->where(std::string(stage->name())), [&] { stage->run(work, stop_); })) {
     work.error = std::move(error);
   }
@@ -339,8 +417,18 @@ void PipelineGraph::completion_loop() {
 }
 
 void PipelineGraph::deliver(Delivery delivery) {
-  // Never waits while Note [tokens] holds; close() wakes it at shutdown regardless.
-  (void)ready_.push(std::move(delivery));
+  const bool batch = delivery.kind == Delivery::Kind::kBatch;
+  const uint64_t start_ns = now_ns();
+  if (batch) batches_ready_.change(+1, start_ns);  // before the push: Note [occupancy]
+  // Never waits while Note [tokens] holds; close() wakes it at shutdown regardless. Handing over
+  // (waking the consumer) is work; only a push that found the queue full was blocked.
+  QueueStatus status = ready_.try_push(std::move(delivery));  // a refused push leaves `delivery` as it was
+  const bool full = status == QueueStatus::kTimeout;
+  if (full) status = ready_.push(std::move(delivery));
+  const uint64_t end_ns = now_ns();
+  StageCounter& counter = counters_[kEventWait];
+  (full ? counter.blocked_ns : counter.busy_ns).fetch_add(end_ns - start_ns, std::memory_order_relaxed);
+  if (batch && status != QueueStatus::kOk) batches_ready_.change(-1, end_ns);
 }
 
 std::optional<Batch> PipelineGraph::next() {
@@ -350,6 +438,14 @@ std::optional<Batch> PipelineGraph::next() {
     std::atomic<int>& inside;
     ~Leave() { inside.fetch_sub(1, std::memory_order_acq_rel); }
   } leave{consumers_inside_};
+  // Whatever ends this call without a batch — the end, an error, a close — ends the run's clock.
+  struct EndUnlessBatch {
+    PipelineGraph& graph;
+    bool batch = false;
+    ~EndUnlessBatch() {
+      if (!batch) graph.mark_ended();
+    }
+  } outcome{*this};
 
   auto finished_or_failed = [this]() -> bool {
     std::lock_guard lock(consumer_mutex_);
@@ -359,15 +455,18 @@ std::optional<Batch> PipelineGraph::next() {
   if (finished_or_failed() || stop_.load(std::memory_order_acquire)) return std::nullopt;
 
   Delivery delivery;
-  const auto start = Clock::now();
+  if (ready_.size() == 0) consumer_waits_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t start_ns = now_ns();
   const QueueStatus status = ready_.pop(delivery);
-  consumer_wait_ns_.fetch_add(nanoseconds_since(start), std::memory_order_relaxed);
+  const uint64_t popped_ns = now_ns();
+  consumer_wait_ns_.fetch_add(popped_ns - start_ns, std::memory_order_relaxed);
   if (status != QueueStatus::kOk) {
     finished_or_failed();  // another consumer may have met the error meanwhile
     return std::nullopt;
   }
   switch (delivery.kind) {
     case Delivery::Kind::kBatch: {
+      batches_ready_.change(-1, popped_ns);
       try {
         make_ready_for_consumer(delivery.batch);
       } catch (...) {
@@ -378,7 +477,9 @@ std::optional<Batch> PipelineGraph::next() {
         ready_.close();
         throw *sticky_error_;
       }
+      batches_in_flight_.change(-1, now_ns());  // before the token returns and planning resumes
       nodes_->tokens.decrementer().try_put(tbb::flow::continue_msg());
+      outcome.batch = true;
       delivered_batches_.fetch_add(1, std::memory_order_relaxed);
       delivered_samples_.fetch_add(delivery.batch.batch_size(), std::memory_order_relaxed);
       delivered_bytes_.fetch_add(delivery.batch.nbytes(), std::memory_order_relaxed);
@@ -413,27 +514,63 @@ void PipelineGraph::make_ready_for_consumer(const Batch& batch) const {
 }
 
 PipelineStats PipelineGraph::stats() const {
+  // Note [stats]. Every count is read once; counts of one stage are read so that out <= in holds.
   PipelineStats stats;
+  const uint64_t run = run_ns();
+  const double wall = static_cast<double>(run) * 1e-9;
   stats.device = device_;
   stats.decode_threads = decode_threads_;
   stats.prefetch = prefetch_;
-  stats.elapsed_seconds = static_cast<double>(nanoseconds_since(started_)) * 1e-9;
+  stats.elapsed_seconds = wall;
   stats.batches = delivered_batches_.load(std::memory_order_relaxed);
   stats.samples = delivered_samples_.load(std::memory_order_relaxed);
   stats.bytes = delivered_bytes_.load(std::memory_order_relaxed);
   stats.consumer_wait_seconds = static_cast<double>(consumer_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  stats.consumer_waits = consumer_waits_.load(std::memory_order_relaxed);
+  if (stages_.pool) stats.pool = stages_.pool->stats();
+
+  const Occupancy::Snapshot in_flight = batches_in_flight_.snapshot(run);
+  stats.in_flight = OccupancyStats{in_flight.mean, in_flight.peak, prefetch_, static_cast<double>(in_flight.full_ns) * 1e-9};
+  const Occupancy::Snapshot ready = batches_ready_.snapshot(run);
+  stats.ready_queue = OccupancyStats{ready.mean, ready.peak, prefetch_, static_cast<double>(ready.full_ns) * 1e-9};
+  stats.ready_queue_peak = ready.peak;
+
+  StageStats& planner = stats.planner;
+  planner.name = "plan";
+  planner.threads = 1;
+  planner.items = planned_batches_.load(std::memory_order_acquire);  // before the samples: see plan_next()
+  planner.items_out = planner.items;
+  planner.items_in = planned_samples_.load(std::memory_order_relaxed);
+  planner.in_unit = "samples";
+  planner.out_unit = "batches";
+  planner.busy_seconds = static_cast<double>(planning_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  planner.blocked_downstream_seconds = static_cast<double>(in_flight.blocked_ns) * 1e-9;
+  planner.account_idle_time(wall);
+
   const std::array<std::string_view, kStageCount> names{stages_.decode->name(), stages_.collate->name(),
                                                          stages_.pack->name(), stages_.h2d->name(),
                                                          stages_.event_wait->name()};
   for (size_t id = 0; id < kStageCount; ++id) {
+    const StageCounter& counter = counters_[id];
     StageStats stage;
     stage.name = std::string(names[id]);
-    stage.items = counters_[id].items.load(std::memory_order_relaxed);
-    stage.busy_seconds = static_cast<double>(counters_[id].busy_ns.load(std::memory_order_relaxed)) * 1e-9;
+    stage.threads = id == kDecode ? decode_threads_ : 1;
+    const uint64_t not_out = counter.not_out.load(std::memory_order_acquire);  // first: see guarded()
+    stage.items = counter.items.load(std::memory_order_acquire);  // before units_in: see guarded()
+    stage.items_out = stage.items - std::min(not_out, stage.items);
+    stage.items_in = id == kCollate ? counter.units_in.load(std::memory_order_relaxed) : stage.items;
+    stage.in_unit = id == kDecode || id == kCollate ? "samples" : "batches";
+    stage.out_unit = id == kDecode ? "samples" : "batches";
+    stage.busy_seconds = static_cast<double>(counter.busy_ns.load(std::memory_order_relaxed)) * 1e-9;
+    stage.blocked_downstream_seconds = static_cast<double>(counter.blocked_ns.load(std::memory_order_relaxed)) * 1e-9;
+    if (id == kPack) {
+      // Pack's body includes its waits for a slab; they are time blocked, not work (Note [stats]).
+      stage.blocked_downstream_seconds = stats.pool.wait_seconds;
+      stage.busy_seconds = std::max(0.0, stage.busy_seconds - stats.pool.wait_seconds);
+    }
+    stage.account_idle_time(wall);
     stats.stages.push_back(std::move(stage));
   }
-  stats.ready_queue_peak = ready_.peak_size();
-  if (stages_.pool) stats.pool = stages_.pool->stats();
   return stats;
 }
 

@@ -57,6 +57,32 @@ namespace ferry::detail {
 /// for consumers to leave next(), joins the completion thread, cancels the graph and waits for the
 /// tasks already running (at most one sample decode each). Work items dropped on the way return their
 /// slabs through their leases; a slab whose copy may still run returns only after its event.
+///
+/// Note [stats]
+/// ~~~~~~~~~~~~
+/// stats() may be called from any thread while the pipeline runs, so everything it reads is an
+/// atomic counter or sits behind a short lock; the hot path pays a few relaxed atomic adds and clock
+/// reads per batch (two per sample in decode), nothing per byte. Each stage's time is busy (timed
+/// around its body), blocked downstream, or waiting upstream (the rest of wall x threads):
+///   * pack is blocked while the pinned pool makes it wait for a slab: the pool times its waits,
+///     and they are moved out of pack's body time;
+///   * event-wait is blocked while pushing a batch into a full ready queue (handing a batch over
+///     otherwise counts as its work);
+///   * the planner is blocked while every token is held by a batch the consumer has not taken, it
+///     is not planning and has more to plan (Note [occupancy]).
+/// No other stage can block: every other successor buffers without bound (the tokens bound them).
+///
+/// Note [occupancy]
+/// ~~~~~~~~~~~~~~~~
+/// Two counts of batches are integrated over time: planned and not yet taken by the consumer
+/// (in flight), and pushed towards the consumer and not yet taken (ready). Each changes once per
+/// batch at each end, under a small mutex of its own. The count of in-flight batches can reach
+/// prefetch + 1: oneTBB's input_node sometimes makes its next plan before the limiter can admit it
+/// and holds it until a token is free (when the limiter has last pulled a plan instead, the node
+/// waits unplanned). Either way all tokens are in use while the count is at least prefetch, so that
+/// is the planner's blocked time, minus the time it spends planning meanwhile; the reported
+/// occupancy is capped at prefetch: batches holding a token. A ready batch is counted from just
+/// before its push, so the count never goes below the queue's true size when the consumer pops at once.
 class PipelineGraph {
  public:
   PipelineGraph(StageSet stages, const PipelineOptions& options);
@@ -85,8 +111,43 @@ class PipelineGraph {
 
   enum StageId { kDecode, kCollate, kPack, kH2D, kEventWait, kStageCount };
   struct StageCounter {
-    std::atomic<uint64_t> items{0};
+    std::atomic<uint64_t> items{0};       // body runs
+    std::atomic<uint64_t> not_out{0};     // runs that failed or were cut short by shutdown (rare)
+    std::atomic<uint64_t> units_in{0};    // collate: samples in the batches it ran on
     std::atomic<uint64_t> busy_ns{0};
+    std::atomic<uint64_t> blocked_ns{0};  // event-wait: pushing into a full ready queue
+  };
+
+  /// A count of batches integrated over time (Note [occupancy]), and how long the side that adds
+  /// to it was held up by a full count. change() from any thread (a short lock, no allocation);
+  /// snapshot() from any thread. Times are nanoseconds since the start.
+  class Occupancy {
+   public:
+    struct Snapshot {
+      double mean = 0.0;        // of the count capped at the capacity
+      size_t peak = 0;          // likewise capped
+      uint64_t full_ns = 0;     // time the count stood at the capacity or above
+      uint64_t blocked_ns = 0;  // the part of full_ns during which the producer was waiting
+    };
+    explicit Occupancy(size_t capacity) : capacity_(capacity) {}
+    /// Adds `delta` at `now_ns`; `producer_waiting`, when given, says from now on whether the
+    /// producer waits when the count is full (false while it works or once it has no more to add).
+    void change(int delta, uint64_t now_ns, std::optional<bool> producer_waiting = std::nullopt);
+    /// The integrals up to `until_ns` (the end of the run, or now).
+    Snapshot snapshot(uint64_t until_ns) const;
+
+   private:
+    void advance(uint64_t now_ns);  // requires mutex_
+
+    const size_t capacity_;
+    mutable std::mutex mutex_;
+    int64_t count_ = 0;
+    bool producer_waiting_ = true;
+    uint64_t since_ns_ = 0;    // the last change
+    uint64_t area_ = 0;        // integral of min(count, capacity) dt up to since_ns_
+    uint64_t full_ns_ = 0;     // up to since_ns_
+    uint64_t blocked_ns_ = 0;  // up to since_ns_
+    size_t peak_ = 0;
   };
 
   struct Nodes;  // the flow graph's nodes (pipeline_graph.cpp)
@@ -100,6 +161,11 @@ class PipelineGraph {
   void deliver(Delivery delivery);
   void make_ready_for_consumer(const Batch& batch) const;
   bool skip(const BatchWork& work) const noexcept;
+  uint64_t now_ns() const noexcept;  // since started_
+  /// The run's length so far: up to its end once mark_ended() ran, else up to now.
+  uint64_t run_ns() const noexcept;
+  /// The run is over for the consumer (its end, an error, close()): stats stop the clock here.
+  void mark_ended() noexcept;
   /// Runs `body`, timing it into counters_[id]; returns the exception it threw as a placed Error.
   template <typename Body>
   std::optional<Error> guarded(StageId id, const ErrorContext& where, Body&& body);
@@ -119,7 +185,14 @@ class PipelineGraph {
 
   std::atomic<bool> stop_{false};    // close() was called
   std::atomic<bool> failed_{false};  // a stage failed: plan no more
+  std::atomic<int64_t> ended_ns_{-1};  // mark_ended(): when the run ended; -1 while it runs
   std::array<StageCounter, kStageCount> counters_;
+  // Planner counters, written only by the (serial) source node body, read by stats().
+  std::atomic<uint64_t> planned_batches_{0};
+  std::atomic<uint64_t> planned_samples_{0};
+  std::atomic<uint64_t> planning_ns_{0};
+  Occupancy batches_in_flight_;  // planned, not yet taken: Note [occupancy]
+  Occupancy batches_ready_;      // pushed towards the consumer, not yet taken
 
   BoundedQueue<WorkPtr> in_flight_;  // h2d -> completion thread
   // The serial h2d node runs on any worker thread: push through one lane to keep batch order.
@@ -142,6 +215,7 @@ class PipelineGraph {
   std::atomic<uint64_t> delivered_samples_{0};
   std::atomic<uint64_t> delivered_bytes_{0};
   std::atomic<uint64_t> consumer_wait_ns_{0};
+  std::atomic<uint64_t> consumer_waits_{0};  // next() calls that found no batch ready
 
   std::unique_ptr<tbb::global_control> parallelism_;
   std::unique_ptr<tbb::task_arena> arena_;

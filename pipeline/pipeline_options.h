@@ -26,6 +26,12 @@ struct PoolOptions {
   size_t budget_bytes = 0;
 };
 
+/// How the completion thread waits for a batch's copy (Note [event polling] in event_wait_stage.h).
+enum class WaitMode {
+  kPoll,  // yield for ~100 us, then sleep in short steps: no core burnt while the link is busy
+  kSpin,  // yield until done: the lowest latency, one core busy for the whole run
+};
+
 struct TransferOptions {
   /// Each cudaMemcpyAsync moves at most this many bytes of a packed batch.
   size_t max_chunk_bytes = size_t{32} << 20;
@@ -36,9 +42,18 @@ struct TransferOptions {
   /// A decoded tensor of at least this many bytes that is already in pinned memory is copied to the
   /// device straight from there, skipping the slab (0: never).
   size_t direct_copy_bytes = size_t{1} << 20;
+  /// The copy stream's priority: high lets ferry's copies start ahead of other streams' queued work.
+  bool high_priority_stream = false;
+  WaitMode wait = WaitMode::kPoll;
 };
 
-/// Everything a standard pipeline needs to know; the YAML config (issue 3) fills the same struct.
+/// What a sample that cannot be read or decoded does to the run.
+enum class OnError {
+  kFail,  // the consumer gets ferry::Error naming the sample, after every batch before it
+  kSkip,  // the sample is dropped, counted and reported in the stats with its reason
+};
+
+/// Everything a standard pipeline needs to know; a YAML config (io/config.h) fills the same struct.
 struct PipelineOptions {
   size_t batch_size = 32;
   bool drop_last = false;   // drop a last, smaller batch of an epoch
@@ -50,6 +65,9 @@ struct PipelineOptions {
   size_t prefetch = 3;
   /// "auto" (the first GPU if this build and machine have one, else the CPU), "cpu", "cuda", "cuda:N".
   std::string device = "auto";
+  /// Decoder per field name, replacing the one the source names (see DecoderRegistry).
+  std::map<std::string, std::string, std::less<>> decoders;
+  OnError on_error = OnError::kFail;
   CollateOptions collate;
   PoolOptions pool;
   TransferOptions transfer;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -8,25 +9,109 @@
 
 namespace ferry {
 
+/// Where one stage's time went. Each stage has `threads` threads for the whole run, so its
+/// capacity is wall time x threads, and every second of capacity is one of three kinds:
+///
+///   busy                working on an item (the stage's own code);
+///   blocked downstream  holding finished work or needing a resource that a later part of the
+///                       pipeline has not given back (pack waiting for a pinned slab, event-wait
+///                       pushing into a full ready queue, the planner holding a plan while every
+///                       `prefetch` token is in use);
+///   waiting upstream    the rest: nothing to do, because no input had arrived.
+///
+/// busy and blocked are measured; waiting upstream is what is left (never below zero). A share is
+/// the part of capacity_seconds, so stages with different thread counts compare directly.
 struct StageStats {
   std::string name;
-  uint64_t items = 0;         // samples for decode, batches for the others
-  double busy_seconds = 0.0;  // summed over threads: decode can exceed wall time
+  size_t threads = 1;
+  /// Runs of the stage's body (batches for collate; kept for callers older than items_in/out).
+  uint64_t items = 0;
+  uint64_t items_in = 0;    // items the stage started work on, counted in in_unit
+  uint64_t items_out = 0;   // items it finished without error and handed on, counted in out_unit
+  std::string in_unit;      // "samples" or "batches"
+  std::string out_unit;
+  double busy_seconds = 0.0;                // summed over threads: decode can exceed wall time
+  double blocked_downstream_seconds = 0.0;  // summed over threads
+  double waiting_upstream_seconds = 0.0;    // capacity - busy - blocked, at least 0
+  double capacity_seconds = 0.0;            // wall time x threads
+
+  /// Sets capacity_seconds from the wall time and waiting_upstream_seconds from what busy and
+  /// blocked leave of it. Pure; call after setting threads, busy and blocked.
+  void account_idle_time(double wall_seconds);
+  /// Parts of capacity_seconds in [0, 1] (0 when the capacity is 0). Pure.
+  double busy_share() const;
+  double blocked_downstream_share() const;
+  double waiting_upstream_share() const;
 };
 
-/// A snapshot of a running (or finished) pipeline. Cheap to take; safe from any thread.
+/// A time-weighted count of batches in one part of the pipeline.
+struct OccupancyStats {
+  double mean = 0.0;    // batches on average over the run (time-weighted)
+  size_t peak = 0;      // most batches at once
+  size_t capacity = 0;  // the bound the count can never exceed (prefetch)
+  double full_seconds = 0.0;  // time the count stood at its capacity
+};
+
+/// A sample the pipeline left out of its batch instead of failing the run (`on_error: skip`).
+struct SkippedSample {
+  uint64_t index = 0;  // in the source
+  std::string key;     // the source's name for it (a file, a record key); may be empty
+  std::string stage;   // where it failed
+  std::string reason;  // the error's message
+};
+
+/// A snapshot of a running (or finished) pipeline. Cheap to take (a few atomic loads and three
+/// short locks, no allocation beyond the strings and vectors it returns); safe from any thread.
+///
+/// Times run from the pipeline's start to the end of the run — the consumer met the end or an
+/// error, or close() was called — or to now while it runs, so rates stay true when a snapshot is
+/// taken long after the end.
 struct PipelineStats {
+  /// How many skipped samples `skipped` lists at most; skipped_samples counts all of them.
+  static constexpr size_t kMaxListedSkips = 100;
+
   std::string device;
   size_t decode_threads = 0;
   size_t prefetch = 0;
-  double elapsed_seconds = 0.0;        // since the pipeline started
-  uint64_t batches = 0;                // handed to the consumer
+  double elapsed_seconds = 0.0;  // wall time of the run
+  uint64_t batches = 0;          // handed to the consumer
   uint64_t samples = 0;
-  uint64_t bytes = 0;                  // field bytes handed to the consumer
+  uint64_t bytes = 0;            // field bytes handed to the consumer
+
+  /// The planner: in = samples planned, out = batches planned; blocked downstream = time all
+  /// `prefetch` tokens were held by batches the consumer had not taken while the planner had more
+  /// to plan, i.e. the pipeline waited for the consumer.
+  StageStats planner{.name = "plan", .in_unit = "samples", .out_unit = "batches"};
+  std::vector<StageStats> stages;  // decode, collate, pack, h2d, event-wait: in pipeline order
+
   double consumer_wait_seconds = 0.0;  // time next() spent blocked waiting for a batch
-  std::vector<StageStats> stages;      // in pipeline order
-  size_t ready_queue_peak = 0;         // most batches waiting for the consumer at once
+  uint64_t consumer_waits = 0;         // next() calls that found no batch ready (and waited)
+
+  /// Batches holding a token: planned, not yet taken by the consumer (<= prefetch).
+  OccupancyStats in_flight;
+  /// Batches ready and waiting for the consumer (what next() finds).
+  OccupancyStats ready_queue;
+  size_t ready_queue_peak = 0;  // = ready_queue.peak (kept for older callers)
+
   PinnedPoolStats pool;
+
+  uint64_t skipped_samples = 0;        // all samples skipped so far
+  std::vector<SkippedSample> skipped;  // the first kMaxListedSkips of them
+
+  /// The consumer's wait per batch taken (0 before the first batch). Pure.
+  double consumer_wait_per_batch_seconds() const;
+  /// Part of the wall time the consumer spent waiting in next(), in [0, 1]. Pure.
+  double consumer_wait_share() const;
+  /// Part of the wall time the whole pipeline stood waiting for the consumer: every token held by
+  /// a ready batch it had not taken (the ready queue full). Pure. (The planner's blocked time is
+  /// not this: tokens are also all in use when they are all held by batches still being made.)
+  double waited_for_consumer_share() const;
 };
+
+/// One line naming what limits the run, from the stats alone. Pure; thread-safe. Examples:
+///   "decode is the bottleneck: 97% busy (4 threads), collate waits 60% of the time for it"
+///   "the consumer is the bottleneck: the pipeline waited 80% of the time for it to take batches"
+///   "no stage is the bottleneck: the busiest, decode, was 12% busy (4 threads); ..."
+std::string bottleneck_summary(const PipelineStats& stats);
 
 }  // namespace ferry

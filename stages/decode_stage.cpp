@@ -1,5 +1,6 @@
 #include "stages/decode_stage.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "io/dtype_names.h"
@@ -46,12 +47,21 @@ void check_decoded(const at::Tensor& tensor, const FieldSpec& spec) {
 
 }  // namespace
 
-DecodeStage::DecodeStage(std::shared_ptr<const Source> source, const DecoderRegistry& registry)
+DecodeStage::DecodeStage(std::shared_ptr<const Source> source, const DecoderRegistry& registry,
+                         const std::map<std::string, std::string, std::less<>>& decoders)
     : source_(std::move(source)) {
   if (!source_) throw Error("decode stage: no source");
+  for (const auto& [field, decoder] : decoders) {
+    const auto& specs = source_->fields();
+    if (std::none_of(specs.begin(), specs.end(), [&](const FieldSpec& spec) { return spec.name == field; })) {
+      throw Error("decoder '" + decoder + "' is set for field '" + field + "', which " + source_->describe() +
+                  " does not have");
+    }
+  }
   for (const FieldSpec& spec : source_->fields()) {
     try {
-      decoders_.push_back(registry.find(spec.decoder));
+      const auto chosen = decoders.find(spec.name);
+      decoders_.push_back(registry.find(chosen != decoders.end() ? std::string_view(chosen->second) : spec.decoder));
     } catch (const std::exception& e) {
       throw Error("field '" + spec.name + "' of " + source_->describe() + ": " + cause_of(e));
     }

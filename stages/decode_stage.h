@@ -1,6 +1,8 @@
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "io/decoder_registry.h"
@@ -15,9 +17,10 @@ namespace ferry {
 /// error later. Runs on decode_threads threads at once (thread-safe: it keeps no mutable state).
 class DecodeStage : public SampleStage {
  public:
-  /// Resolves every field's decoder now: an unknown decoder name throws ferry::Error before any
-  /// thread starts.
-  DecodeStage(std::shared_ptr<const Source> source, const DecoderRegistry& registry);
+  /// Resolves every field's decoder now — the source's choice, or the one `decoders` names for that
+  /// field — so an unknown decoder or field throws ferry::Error before any thread starts.
+  DecodeStage(std::shared_ptr<const Source> source, const DecoderRegistry& registry,
+              const std::map<std::string, std::string, std::less<>>& decoders = {});
   std::string_view name() const override { return "decode"; }
   void run(SampleWork& work) override;
 

@@ -18,7 +18,7 @@ void EventWaitStage::run(BatchWork& work, const std::atomic<bool>& stop) {
     const auto start = std::chrono::steady_clock::now();
     while (!ready->query()) {
       if (stop.load(std::memory_order_acquire)) return;
-      if (std::chrono::steady_clock::now() - start < kYieldFor) {
+      if (mode_ == WaitMode::kSpin || std::chrono::steady_clock::now() - start < kYieldFor) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(kSleepStep);

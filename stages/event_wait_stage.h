@@ -1,5 +1,6 @@
 #pragma once
 
+#include "pipeline/pipeline_options.h"
 #include "pipeline/stage.h"
 
 namespace ferry {
@@ -17,9 +18,14 @@ namespace ferry {
 /// the batch's token returns promptly — then sleeps in short steps so an idle wait costs no core.
 class EventWaitStage : public BatchStage {
  public:
+  /// kSpin yields until the copy is done and never sleeps (lowest latency, one busy core).
+  explicit EventWaitStage(WaitMode mode = WaitMode::kPoll) : mode_(mode) {}
   std::string_view name() const override { return "event-wait"; }
   /// Returns early, leaving the slab leased (with its event attached), when `stop` turns true.
   void run(BatchWork& work, const std::atomic<bool>& stop) override;
+
+ private:
+  WaitMode mode_;
 };
 
 }  // namespace ferry

@@ -19,7 +19,7 @@ H2DSubmitStage::H2DSubmitStage(at::Device device, const TransferOptions& options
     : device_(device), options_(options) {
   if (device_.is_cuda()) {
     if (FERRY_WITH_GPU == 0) throw Error("cannot deliver to " + device_.str() + ": this is a " FERRY_BUILD_KIND " build (" FERRY_BUILD_REASON ")");
-    stream_ = std::make_unique<CudaStream>(device_.index(), /*non_blocking=*/true);
+    stream_ = std::make_unique<CudaStream>(device_.index(), /*non_blocking=*/true, options.high_priority_stream);
     events_ = CudaEventPool::create(device_.index());
   } else if (!device_.is_cpu()) {
     throw Error("cannot deliver to " + device_.str() + ": only cpu and cuda devices are supported");

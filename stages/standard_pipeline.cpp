@@ -1,6 +1,9 @@
 #include "stages/standard_pipeline.h"
 
 #include "io/batch_planner.h"
+#include "io/config_error.h"
+#include "io/config_loader.h"
+#include "io/units.h"
 #include "io/decoder_registry.h"
 #include "io/sequential_sampler.h"
 #include "pipeline/cuda_device.h"
@@ -15,6 +18,9 @@ namespace {
 
 // A slab never smaller than a page: tiny batches still get a sensible staging buffer.
 constexpr size_t kMinSlabBytes = 4096;
+constexpr size_t kPage = 4096;  // the pool rounds each slab up to a page
+
+size_t page_rounded(size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
 
 }  // namespace
 
@@ -78,12 +84,12 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
   StageSet stages;
   stages.batches = std::make_unique<BatchPlanner>(
       sampler, BatchPlanner::Options{options.batch_size, options.drop_last, options.epochs, options.max_batches});
-  stages.decode = std::make_unique<DecodeStage>(source, DecoderRegistry::global());
+  stages.decode = std::make_unique<DecodeStage>(source, DecoderRegistry::global(), options.decoders);
   stages.collate = std::move(collate);
   stages.pool = PinnedPool::create(pool_options);
   stages.pack = std::make_unique<PackStage>(stages.pool, options.transfer);
   stages.h2d = std::make_unique<H2DSubmitStage>(device, options.transfer);
-  stages.event_wait = std::make_unique<EventWaitStage>();
+  stages.event_wait = std::make_unique<EventWaitStage>(options.transfer.wait);
   return stages;
 }
 
@@ -93,4 +99,76 @@ Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions opt
   return Pipeline(std::move(stages), std::move(options));
 }
 
+void check_config(const Config& config) {
+  std::vector<ConfigProblem> problems;
+  auto add = [&](const std::string& key, std::string message) {
+    problems.push_back({config.where(key), key, std::move(message)});
+  };
+  std::optional<Placement> placement;
+  try {
+    placement = resolve_placement(config.sampler, torchrun_env());
+  } catch (const Error& e) {
+    add("sampler.rank", e.cause());
+  }
+  const PipelineOptions options = resolve_pipeline_options(config, placement.value_or(Placement{}));
+  try {
+    (void)resolve_device(options.device);
+  } catch (const Error& e) {
+    add("transfer.device", e.cause());
+  }
+
+  std::shared_ptr<const Source> source;
+  try {
+    source = make_source(config.source);
+  } catch (const Error& e) {
+    add("source", e.cause());
+  }
+  if (source) {
+    try {
+      DecodeStage decode(source, DecoderRegistry::global(), options.decoders);
+    } catch (const Error& e) {
+      add("decode.decoders", e.cause());
+    }
+    try {
+      const CollateStage collate(source->fields(), options.collate, options.transfer.min_alignment);
+      const std::optional<size_t> largest = collate.max_batch_bytes(options.batch_size);
+      const std::string batch = "batch_size " + std::to_string(options.batch_size) + " of " + source->describe();
+      const PoolOptions& pool = options.pool;
+      if (pool.slab_bytes != 0 && largest && *largest > pool.slab_bytes) {
+        add("pool.slab_size", "a slab of " + format_byte_size(pool.slab_bytes) + " is smaller than the largest batch, " +
+                                  format_byte_size(*largest) + " (" + batch + "); use at least that, or auto");
+      } else if (pool.slab_bytes == 0 && !largest) {
+        add("pool.slab_size", "must be set: a variable-length field has no maximum length, so the largest batch is unknown");
+      } else if (pool.slab_bytes == 0 && pool.budget_bytes != 0) {
+        // With an explicit slab size the loader already compared it with the budget.
+        const size_t slab = page_rounded(std::max(*largest, kMinSlabBytes));
+        const size_t slabs = pool.slab_count != 0 ? pool.slab_count : options.prefetch;
+        if (pool.budget_bytes < slabs * slab) {
+          add("pool.budget", "a budget of " + format_byte_size(pool.budget_bytes) + " holds fewer than the " +
+                                 std::to_string(slabs) + " slabs needed (prefetch " + std::to_string(options.prefetch) +
+                                 ") of " + format_byte_size(slab) + " (the largest batch, " + batch + "); it needs at least " +
+                                 format_byte_size(slabs * slab));
+        }
+      }
+    } catch (const Error& e) {
+      add("collate", e.cause());
+    }
+  }
+  if (!problems.empty()) throw ConfigError(std::move(problems));
+}
+
+Pipeline make_pipeline(const Config& config) {
+  check_config(config);
+  const Placement placement = resolve_placement(config.sampler, torchrun_env());
+  std::shared_ptr<const Source> source = make_source(config.source);
+  std::shared_ptr<const Sampler> sampler = make_sampler(config.sampler, placement, source->size());
+  return make_pipeline(std::move(source), resolve_pipeline_options(config, placement), std::move(sampler));
+}
+
 }  // namespace ferry
+
+// Declared with Pipeline (pipeline/pipeline.h), defined here: the engine knows no file format and
+// no concrete stage, and this is the layer that knows both.
+ferry::Pipeline ferry::Pipeline::from_yaml(const std::string& path, const std::vector<std::string>& overrides) {
+  return make_pipeline(load_config(path, overrides));
+}

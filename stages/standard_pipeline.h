@@ -5,6 +5,7 @@
 
 #include <c10/core/Device.h>
 
+#include "io/config.h"
 #include "io/sampler.h"
 #include "io/source.h"
 #include "pipeline/pipeline.h"
@@ -25,6 +26,16 @@ Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions opt
 /// Resolves options.device in place ("auto" becomes "cpu" or "cuda:0"). Throws like make_pipeline().
 StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOptions& options,
                               std::shared_ptr<const Sampler> sampler = nullptr);
+
+/// Checks what in `config` needs this machine or the source's data: the device exists and this build
+/// can use it, the source can be made, the largest batch fits in a slab, the pinned budget holds
+/// prefetch slabs, the torchrun environment makes sense. Throws ConfigError listing every problem,
+/// each located where its key was set. Starts no thread and allocates no pinned memory.
+void check_config(const Config& config);
+
+/// check_config(), then the standard pipeline over the config's source and sampler. Throws
+/// ConfigError (nothing started) or ferry::Error.
+Pipeline make_pipeline(const Config& config);
 
 /// "auto", "cpu", "cuda" or "cuda:N" as a device this build and machine can use. "auto" is cuda:0
 /// when there is one, else the CPU. Throws ferry::Error saying why a device cannot be used (a CPU

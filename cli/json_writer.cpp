@@ -1,0 +1,199 @@
+#include "cli/json_writer.h"
+
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+
+namespace ferry::cli {
+namespace {
+
+constexpr std::string_view kReplacement = "\\ufffd";
+
+// Length of the valid UTF-8 sequence at the start of `text`, or 0 when it is not one: a stray
+// continuation byte, a truncated sequence, an overlong form, a surrogate or a code point past U+10FFFF.
+size_t utf8_sequence_length(std::string_view text) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(0);
+  size_t length = 0;
+  uint32_t code = 0;
+  if (lead < 0x80) return 1;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+    code = lead & 0x1Fu;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    code = lead & 0x0Fu;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    code = lead & 0x07u;
+  } else {
+    return 0;
+  }
+  if (text.size() < length) return 0;
+  for (size_t i = 1; i < length; ++i) {
+    if ((byte(i) & 0xC0u) != 0x80u) return 0;
+    code = (code << 6) | (byte(i) & 0x3Fu);
+  }
+  if ((length == 3 && code < 0x800) || (length == 4 && code < 0x10000) || code > 0x10FFFF ||
+      (code >= 0xD800 && code <= 0xDFFF)) {
+    return 0;
+  }
+  return length;
+}
+
+}  // namespace
+
+JsonWriter::JsonWriter(std::ostream& out, int indent) : out_(out), indent_(indent < 0 ? 0 : indent) {}
+
+std::string JsonWriter::quote(std::string_view text) {
+  std::string quoted;
+  quoted.reserve(text.size() + 2);
+  quoted.push_back('"');
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      quoted.push_back('\\');
+      quoted.push_back(c);
+      ++i;
+    } else if (byte < 0x20) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      quoted += "\\u00";
+      quoted.push_back(kHex[byte >> 4]);
+      quoted.push_back(kHex[byte & 0xF]);
+      ++i;
+    } else if (byte < 0x80) {
+      quoted.push_back(c);
+      ++i;
+    } else if (const size_t length = utf8_sequence_length(text.substr(i)); length != 0) {
+      quoted.append(text.substr(i, length));
+      i += length;
+    } else {
+      quoted += kReplacement;  // one per bad byte, as decoders commonly do
+      ++i;
+    }
+  }
+  quoted.push_back('"');
+  return quoted;
+}
+
+void JsonWriter::newline_and_indent() {
+  if (indent_ == 0) return;
+  out_ << '\n';
+  for (size_t i = 0; i < levels_.size() * static_cast<size_t>(indent_); ++i) out_ << ' ';
+}
+
+void JsonWriter::before_value(const char* what) {
+  if (done_) throw std::logic_error(std::string("JsonWriter: ") + what + " after the document ended");
+  if (levels_.empty()) return;
+  Level& level = levels_.back();
+  if (level.scope == Scope::kObject) {
+    if (!key_pending_) throw std::logic_error(std::string("JsonWriter: ") + what + " in an object needs a key first");
+    key_pending_ = false;
+    return;  // key() wrote the separator and indentation
+  }
+  if (!level.empty) out_ << ',';
+  level.empty = false;
+  newline_and_indent();
+}
+
+void JsonWriter::after_value() {
+  if (levels_.empty()) done_ = true;
+}
+
+JsonWriter& JsonWriter::key(std::string_view name) {
+  if (levels_.empty() || levels_.back().scope != Scope::kObject) {
+    throw std::logic_error("JsonWriter: key outside an object");
+  }
+  if (key_pending_) throw std::logic_error("JsonWriter: two keys in a row");
+  Level& level = levels_.back();
+  if (!level.empty) out_ << ',';
+  level.empty = false;
+  newline_and_indent();
+  out_ << quote(name) << (indent_ == 0 ? ":" : ": ");
+  key_pending_ = true;
+  return *this;
+}
+
+JsonWriter& JsonWriter::begin_object() {
+  before_value("an object");
+  out_ << '{';
+  levels_.push_back(Level{Scope::kObject});
+  return *this;
+}
+
+JsonWriter& JsonWriter::begin_array() {
+  before_value("an array");
+  out_ << '[';
+  levels_.push_back(Level{Scope::kArray});
+  return *this;
+}
+
+JsonWriter& JsonWriter::end(Scope scope, char close) {
+  if (levels_.empty() || levels_.back().scope != scope) {
+    throw std::logic_error(std::string("JsonWriter: '") + close + "' does not match what is open");
+  }
+  if (key_pending_) throw std::logic_error("JsonWriter: a key without its value");
+  const bool empty = levels_.back().empty;
+  levels_.pop_back();
+  if (!empty) newline_and_indent();
+  out_ << close;
+  after_value();
+  return *this;
+}
+
+JsonWriter& JsonWriter::end_object() { return end(Scope::kObject, '}'); }
+JsonWriter& JsonWriter::end_array() { return end(Scope::kArray, ']'); }
+
+JsonWriter& JsonWriter::value(std::string_view text) {
+  before_value("a string");
+  out_ << quote(text);
+  after_value();
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(bool flag) {
+  before_value("a boolean");
+  out_ << (flag ? "true" : "false");
+  after_value();
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(double number) {
+  if (!std::isfinite(number)) return null();
+  before_value("a number");
+  // Shortest round-trip form; its syntax ("1e-05", "-0", "3") is valid JSON for finite values.
+  char text[32];
+  const auto result = std::to_chars(text, text + sizeof text, number);
+  out_.write(text, result.ptr - text);
+  after_value();
+  return *this;
+}
+
+// Integers through to_chars too: a stream's locale could group their digits ("1,024").
+JsonWriter& JsonWriter::write_integer(int64_t number) {
+  before_value("a number");
+  char text[24];
+  const auto result = std::to_chars(text, text + sizeof text, number);
+  out_.write(text, result.ptr - text);
+  after_value();
+  return *this;
+}
+
+JsonWriter& JsonWriter::write_unsigned(uint64_t number) {
+  before_value("a number");
+  char text[24];
+  const auto result = std::to_chars(text, text + sizeof text, number);
+  out_.write(text, result.ptr - text);
+  after_value();
+  return *this;
+}
+
+JsonWriter& JsonWriter::null() {
+  before_value("null");
+  out_ << "null";
+  after_value();
+  return *this;
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,65 @@
+#include "io/config.h"
+
+#include "io/sequential_sampler.h"
+#include "io/sharded_sampler.h"
+#include "io/shuffled_sampler.h"
+#include "pipeline/cuda_device.h"
+#include "pipeline/error.h"
+
+namespace ferry {
+
+std::string Config::where(std::string_view key) const {
+  std::string prefix(key);
+  while (true) {
+    if (const auto found = locations.find(prefix); found != locations.end()) return found->second;
+    const size_t cut = prefix.find_last_of(".[");
+    if (cut == std::string::npos) break;
+    prefix.resize(cut);
+  }
+  // The root mapping is recorded under "".
+  if (const auto root = locations.find(""); root != locations.end()) return root->second;
+  return origin;
+}
+
+Placement resolve_placement(const SamplerConfig& sampler, const std::optional<TorchrunEnv>& env) {
+  Placement placement;
+  if (env) placement = Placement{env->rank, env->world_size, env->local_rank, true};
+  // The config wins over the environment: a job may shard differently from how it was launched.
+  if (sampler.rank) placement.rank = *sampler.rank;
+  if (sampler.world_size) placement.world_size = *sampler.world_size;
+  if (placement.world_size == 0 || placement.rank >= placement.world_size) {
+    throw Error("rank " + std::to_string(placement.rank) + " is not below world_size " + std::to_string(placement.world_size));
+  }
+  return placement;
+}
+
+PipelineOptions resolve_pipeline_options(const Config& config, const Placement& placement) {
+  PipelineOptions options = config.pipeline;
+  if (!placement.torchrun) return options;
+  // Under torchrun each process drives the GPU of its LOCAL_RANK; "auto" on a machine without one
+  // stays "auto" (the CPU).
+  const std::string rank_device = "cuda:" + std::to_string(placement.local_rank);
+  if (options.device == "cuda") options.device = rank_device;
+  if (options.device == "auto" && gpu_build() && cuda_device_count() > 0) options.device = rank_device;
+  return options;
+}
+
+std::shared_ptr<const Source> make_source(const SourceConfig& source) {
+  if (source.kind == "synthetic") return std::make_shared<SyntheticSource>(source.synthetic);
+  throw Error("unknown source kind '" + source.kind + "'");
+}
+
+std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement, uint64_t size) {
+  std::shared_ptr<const Sampler> order;
+  if (sampler.shuffle) {
+    order = std::make_shared<ShuffledSampler>(size, sampler.seed);
+  } else {
+    order = std::make_shared<SequentialSampler>(size);
+  }
+  if (placement.world_size == 1) return order;
+  return std::make_shared<ShardedSampler>(std::move(order), placement.rank, placement.world_size,
+                                          sampler.drop_remainder ? ShardedSampler::Remainder::kDrop
+                                                                 : ShardedSampler::Remainder::kPad);
+}
+
+}  // namespace ferry

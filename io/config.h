@@ -1,0 +1,93 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "io/sampler.h"
+#include "io/synthetic_source.h"
+#include "io/torchrun_env.h"
+#include "pipeline/pipeline_options.h"
+
+namespace ferry {
+
+/// Where the samples come from. `kind` picks which of the option groups below applies.
+struct SourceConfig {
+  std::string kind = "synthetic";
+  SyntheticOptions synthetic;  // kind: synthetic
+};
+
+/// The order of the samples and this process's share of them.
+struct SamplerConfig {
+  bool shuffle = false;  // a different permutation every epoch, from (seed, epoch)
+  uint64_t seed = 0;
+  /// This process's rank among world_size data-parallel ranks. Unset: from torchrun's RANK and
+  /// WORLD_SIZE variables when they are set, else rank 0 of 1.
+  std::optional<uint64_t> rank;
+  std::optional<uint64_t> world_size;
+  /// When the epoch does not divide evenly among the ranks: pad (repeat the epoch's first samples)
+  /// or drop the remainder, so that every rank gets the same number of batches.
+  bool drop_remainder = false;
+};
+
+/// How `ferry run` reports on a run.
+struct StatsConfig {
+  enum class Progress {
+    kAuto,   // a live line on a terminal, plain lines otherwise
+    kLive,   // one line rewritten in place (\r) a few times a second
+    kPlain,  // a new line every `interval`, for logs
+    kOff,
+  };
+  Progress progress = Progress::kAuto;
+  std::chrono::milliseconds interval{5000};  // between plain progress lines (not on a terminal)
+  std::string report_path;  // write the JSON report here ("" : none)
+};
+
+/// A whole pipeline, as a YAML file describes it (docs/config.md). A plain value: build it in code,
+/// or with load_config() from a file; make_pipeline(const Config&) (stages/) runs it.
+///
+/// The YAML layout groups keys for people (`sampler.epochs`, `decode.threads`, `transfer.device`);
+/// they land in `pipeline` (PipelineOptions), the struct the engine takes.
+struct Config {
+  SourceConfig source;
+  SamplerConfig sampler;
+  PipelineOptions pipeline;
+  StatsConfig stats;
+
+  /// Where the config came from ("configs/demo.yaml", "<built-in demo>").
+  std::string origin;
+  /// Where each key was set: key path ("pool.slab_size", "source.fields[1].dtype") to
+  /// "file:line:column" or "--set key=value". Keys left at their defaults are absent.
+  std::map<std::string, std::string, std::less<>> locations;
+
+  /// The location of `key` or of its nearest enclosing key that has one, else origin.
+  std::string where(std::string_view key) const;
+};
+
+/// This process's place in a data-parallel job: the config's rank and world size, else torchrun's.
+struct Placement {
+  uint64_t rank = 0;
+  uint64_t world_size = 1;
+  uint64_t local_rank = 0;  // torchrun's LOCAL_RANK: which GPU "cuda" means
+  bool torchrun = false;    // launched by torchrun (its variables are set)
+};
+
+/// Throws ferry::Error for a malformed torchrun environment (see torchrun_env()).
+Placement resolve_placement(const SamplerConfig& sampler, const std::optional<TorchrunEnv>& env);
+
+/// The pipeline options with "auto" (on a machine with a GPU) and "cuda" turned into this rank's GPU,
+/// cuda:LOCAL_RANK, under torchrun. Otherwise the device passes through unchanged.
+PipelineOptions resolve_pipeline_options(const Config& config, const Placement& placement);
+
+/// The source config.source describes. Throws ferry::Error when it cannot be made.
+std::shared_ptr<const Source> make_source(const SourceConfig& source);
+
+/// The order config.sampler asks for over a source of `size` samples: sequential or shuffled, then
+/// this rank's share (ShardedSampler) when there are several ranks.
+std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement, uint64_t size);
+
+}  // namespace ferry

@@ -1,0 +1,33 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ferry {
+
+/// One key a YAML config may set. The list of them (config_keys()) is the schema: the loader
+/// accepts exactly these keys (and suggests the nearest for anything else), docs/config.md
+/// documents exactly these (a test compares the two), and `ferry validate --keys` prints them.
+///
+/// Paths use `[]` for the elements of a list and `<field>` for a key named after a source field:
+/// "source.fields[].dtype", "collate.pad_values.<field>".
+struct ConfigKey {
+  std::string_view path;
+  std::string_view type;           // "integer", "size", "boolean", "one of: fail, skip", ...
+  std::string_view default_value;  // as a user would write it; "required" for required keys
+  std::string_view description;
+  std::string_view example;        // a valid YAML value for this key
+};
+
+/// Every key, in documentation order. Thread-safe (immutable).
+const std::vector<ConfigKey>& config_keys();
+
+/// The key with this schema path, or nullptr.
+const ConfigKey* find_config_key(std::string_view path);
+
+/// The names directly under a section ("" for the top level, "source.fields[]" for a field's
+/// keys), in schema order.
+std::vector<std::string> config_section_keys(std::string_view section);
+
+}  // namespace ferry

@@ -1,0 +1,23 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace ferry {
+
+/// Reads a byte count: "4096", "64MiB", "1.5GB", "512 KiB", "2g". Decimal units (kB/KB, MB, GB, TB)
+/// are powers of 1000, binary ones (KiB, MiB, GiB, TiB) powers of 1024; a lone letter (k, m, g, t)
+/// is binary, as in most tools' flags. nullopt for anything else, for a fraction of a byte and for
+/// values past 2^63. Thread-safe, allocates nothing.
+std::optional<uint64_t> parse_byte_size(std::string_view text);
+
+/// Reads a duration: "5s", "500ms", "2m", "0.5s", or a plain number of seconds. nullopt otherwise.
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
+
+/// "64 MiB", "1.50 GiB", "4096 B": binary units, for messages about slabs and budgets.
+std::string format_byte_size(uint64_t bytes);
+
+}  // namespace ferry

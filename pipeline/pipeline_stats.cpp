@@ -1,0 +1,110 @@
+#include "pipeline/pipeline_stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace ferry {
+namespace {
+
+// A stage that limits the pipeline works nearly all the time: the tokens keep its input queue
+// non-empty. Half its capacity is far below that but far above what an idle stage shows, so
+// the verdict does not flip on timing noise.
+constexpr double kSaturated = 0.5;
+// Below this wall time start-up (thread pools waking, first allocations) weighs as much as the
+// work: an unsaturated verdict says so instead of guessing.
+constexpr double kShortRunSeconds = 0.1;
+
+// part / whole in [0, 1]; 0 for an empty or invalid whole (a snapshot taken at once, hand-made stats).
+double share(double part, double whole) {
+  if (!(whole > 0.0) || !std::isfinite(whole) || !std::isfinite(part)) return 0.0;
+  return std::clamp(part / whole, 0.0, 1.0);
+}
+
+std::string percent(double fraction) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%.0f%%", 100.0 * fraction);
+  return text;
+}
+
+std::string threads_text(size_t threads) {
+  return std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+}
+
+std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g s", seconds);
+  return text;
+}
+
+}  // namespace
+
+void StageStats::account_idle_time(double wall_seconds) {
+  capacity_seconds = std::isfinite(wall_seconds) && wall_seconds > 0.0 ? wall_seconds * static_cast<double>(threads) : 0.0;
+  waiting_upstream_seconds = std::max(0.0, capacity_seconds - busy_seconds - blocked_downstream_seconds);
+}
+
+double StageStats::busy_share() const { return share(busy_seconds, capacity_seconds); }
+double StageStats::blocked_downstream_share() const { return share(blocked_downstream_seconds, capacity_seconds); }
+double StageStats::waiting_upstream_share() const { return share(waiting_upstream_seconds, capacity_seconds); }
+
+double PipelineStats::consumer_wait_per_batch_seconds() const {
+  return batches == 0 ? 0.0 : consumer_wait_seconds / static_cast<double>(batches);
+}
+
+double PipelineStats::consumer_wait_share() const { return share(consumer_wait_seconds, elapsed_seconds); }
+
+double PipelineStats::waited_for_consumer_share() const { return share(ready_queue.full_seconds, elapsed_seconds); }
+
+std::string bottleneck_summary(const PipelineStats& stats) {
+  const double wall = stats.elapsed_seconds;
+  if (!(wall > 0.0) || !std::isfinite(wall)) return "no bottleneck to name: the pipeline has not run";
+
+  // The planner feeds decode, so it leads the chain; a stage's successor is the one that waits for it.
+  std::vector<const StageStats*> chain;
+  if (!stats.planner.name.empty()) chain.push_back(&stats.planner);
+  for (const StageStats& stage : stats.stages) chain.push_back(&stage);
+  size_t top = chain.size();
+  for (size_t i = 0; i < chain.size(); ++i) {
+    if (top == chain.size() || chain[i]->busy_share() > chain[top]->busy_share()) top = i;
+  }
+  const double top_share = top < chain.size() ? chain[top]->busy_share() : 0.0;
+
+  // With the consumer slow, every token sits in a ready batch it has not taken: the stages idle.
+  // (All tokens in use alone says nothing: a slow stage holds them too.) Compared with the busiest
+  // stage so that a pipeline both saturated and waited on names whichever holds the run back more.
+  const double consumer = stats.waited_for_consumer_share();
+  if (consumer >= kSaturated && consumer >= top_share) {
+    return "the consumer is the bottleneck: the pipeline waited " + percent(consumer) + " of the time for it to take batches";
+  }
+
+  if (top < chain.size() && top_share >= kSaturated) {
+    const StageStats& stage = *chain[top];
+    std::string line = stage.name + " is the bottleneck: " + percent(top_share) + " busy (" + threads_text(stage.threads) + ")";
+    if (top + 1 < chain.size()) {
+      const StageStats& next = *chain[top + 1];
+      line += ", " + next.name + " waits " + percent(next.waiting_upstream_share()) + " of the time for it";
+    } else {
+      line += ", the consumer waits " + percent(stats.consumer_wait_share()) + " of the time for it";
+    }
+    return line;
+  }
+
+  if (top == chain.size() || chain[top]->busy_seconds <= 0.0) {
+    return "no bottleneck to name: no stage has worked yet (" + seconds_text(wall) + " since the start)";
+  }
+  const StageStats& busiest = *chain[top];
+  std::string line = "no stage is the bottleneck: the busiest, " + busiest.name + ", was " + percent(top_share) +
+                     " busy (" + threads_text(busiest.threads) + ")";
+  if (wall < kShortRunSeconds) {
+    line += "; a run of " + seconds_text(wall) + " is too short to tell";
+  } else if (stats.consumer_wait_share() >= kSaturated) {
+    // Nothing is saturated yet the consumer waits: batches are too few in flight to hide each one's
+    // trip through the stages.
+    line += "; the consumer waited " + percent(stats.consumer_wait_share()) +
+            " of the time: too few batches in flight, a larger prefetch may help";
+  }
+  return line;
+}
+
+}  // namespace ferry

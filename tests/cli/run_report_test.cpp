@@ -1,0 +1,449 @@
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cli/run_report.h"
+#include "io/synthetic_source.h"
+#include "stages/standard_pipeline.h"
+
+namespace ferry::cli {
+namespace {
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+// ---- a small JSON reader, so values are checked without Python --------------------------------
+
+struct Json {
+  enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
+  Type type = Type::kNull;
+  bool boolean = false;
+  std::string text;  // a string's value, or a number as written
+  std::vector<Json> items;
+  std::vector<std::pair<std::string, Json>> members;  // in document order
+
+  const Json& operator[](const std::string& key) const {
+    if (type != Type::kObject) throw std::runtime_error("not an object, looking up " + key);
+    for (const auto& [name, value] : members) {
+      if (name == key) return value;
+    }
+    throw std::runtime_error("no key " + key);
+  }
+  const Json& operator[](size_t index) const { return items.at(index); }
+  uint64_t u64() const {
+    if (type != Type::kNumber || text.find_first_not_of("0123456789") != std::string::npos) {
+      throw std::runtime_error("not an unsigned integer: " + text);
+    }
+    return std::stoull(text);
+  }
+  double number() const {
+    if (type != Type::kNumber) throw std::runtime_error("not a number");
+    return std::stod(text);
+  }
+  std::vector<std::string> keys() const {
+    std::vector<std::string> names;
+    for (const auto& member : members) names.push_back(member.first);
+    return names;
+  }
+};
+
+// Strict enough for what JsonWriter writes: throws on anything malformed, trailing text included.
+class JsonReader {
+ public:
+  static Json parse(const std::string& text) {
+    JsonReader reader(text);
+    Json value = reader.value();
+    reader.space();
+    if (reader.at_ != text.size()) reader.fail("trailing text");
+    return value;
+  }
+
+ private:
+  explicit JsonReader(const std::string& text) : text_(text) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::runtime_error("JSON: " + what + " at offset " + std::to_string(at_));
+  }
+  void space() {
+    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\n' || text_[at_] == '\t' || text_[at_] == '\r')) ++at_;
+  }
+  bool take(char c) {
+    space();
+    if (at_ < text_.size() && text_[at_] == c) {
+      ++at_;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c) {
+    if (!take(c)) fail(std::string("expected '") + c + "'");
+  }
+  bool word(const char* literal) {
+    const std::string w(literal);
+    if (text_.compare(at_, w.size(), w) != 0) return false;
+    at_ += w.size();
+    return true;
+  }
+
+  Json value() {
+    space();
+    if (at_ >= text_.size()) fail("unexpected end");
+    Json v;
+    const char c = text_[at_];
+    if (c == '{') {
+      ++at_;
+      v.type = Json::Type::kObject;
+      if (take('}')) return v;
+      do {
+        space();
+        std::string key = string();
+        expect(':');
+        v.members.emplace_back(std::move(key), value());
+      } while (take(','));
+      expect('}');
+    } else if (c == '[') {
+      ++at_;
+      v.type = Json::Type::kArray;
+      if (take(']')) return v;
+      do v.items.push_back(value());
+      while (take(','));
+      expect(']');
+    } else if (c == '"') {
+      v.type = Json::Type::kString;
+      v.text = string();
+    } else if (word("true")) {
+      v.type = Json::Type::kBool;
+      v.boolean = true;
+    } else if (word("false")) {
+      v.type = Json::Type::kBool;
+    } else if (word("null")) {
+      v.type = Json::Type::kNull;
+    } else {
+      const size_t start = at_;
+      while (at_ < text_.size() && std::string("+-0123456789.eE").find(text_[at_]) != std::string::npos) ++at_;
+      if (at_ == start) fail("unexpected character");
+      v.type = Json::Type::kNumber;
+      v.text = text_.substr(start, at_ - start);
+      size_t used = 0;
+      (void)std::stod(v.text, &used);
+      if (used != v.text.size()) fail("bad number " + v.text);
+    }
+    return v;
+  }
+
+  std::string string() {
+    if (at_ >= text_.size() || text_[at_] != '"') fail("expected a string");
+    ++at_;
+    std::string out;
+    while (true) {
+      if (at_ >= text_.size()) fail("unterminated string");
+      const char c = text_[at_++];
+      if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) fail("raw control character in a string");
+      if (c != '\\') {
+        out.push_back(c);
+        continue;
+      }
+      if (at_ >= text_.size()) fail("unterminated escape");
+      const char e = text_[at_++];
+      switch (e) {
+        case '"': case '\\': case '/': out.push_back(e); break;
+        case 'n': out.push_back('\n'); break;
+        case 't': out.push_back('\t'); break;
+        case 'r': out.push_back('\r'); break;
+        case 'b': out.push_back('\b'); break;
+        case 'f': out.push_back('\f'); break;
+        case 'u': {
+          if (at_ + 4 > text_.size()) fail("short \\u escape");
+          const unsigned code = static_cast<unsigned>(std::stoul(text_.substr(at_, 4), nullptr, 16));
+          at_ += 4;
+          // Basic plane only: all JsonWriter escapes (controls and U+FFFD).
+          if (code < 0x80) {
+            out.push_back(static_cast<char>(code));
+          } else if (code < 0x800) {
+            out.push_back(static_cast<char>(0xC0 | (code >> 6)));
+            out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
+          } else {
+            out.push_back(static_cast<char>(0xE0 | (code >> 12)));
+            out.push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
+            out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
+          }
+          break;
+        }
+        default: fail("bad escape");
+      }
+    }
+  }
+
+  const std::string& text_;
+  size_t at_ = 0;
+};
+
+// ---- helpers ---------------------------------------------------------------------------------
+
+SyntheticOptions small_dataset() {
+  SyntheticOptions options;
+  options.seed = 11;
+  options.samples = 150;
+  options.fields = {
+      SyntheticField{"image", at::kByte, {3, 4, 4}, false, 0, 0, std::nullopt},
+      SyntheticField{"label", at::kLong, {}, false, 0, 0, std::pair{0.0, 10.0}},
+      SyntheticField{"tokens", at::kInt, {}, true, 0, 20, std::nullopt},
+  };
+  return options;
+}
+
+struct SmallRun {
+  PipelineStats stats;
+  RunInfo info;
+};
+
+// A real small pipeline, run to its end, as `ferry run` does.
+SmallRun run_small_pipeline() {
+  auto source = std::make_shared<const SyntheticSource>(small_dataset());
+  PipelineOptions options;
+  options.device = "cpu";
+  options.batch_size = 16;
+  options.decode_threads = 2;
+  Pipeline pipeline = make_pipeline(source, options);
+  for (const Batch& batch : pipeline) (void)batch;
+  SmallRun run;
+  run.stats = pipeline.stats();
+  run.info.ferry_version = "0.1.0-test";
+  run.info.config = "built-in demo";
+  run.info.source = source->describe();
+  run.info.device = "cpu";
+  return run;
+}
+
+std::string json_of(const RunInfo& info, const PipelineStats& stats) {
+  std::ostringstream out;
+  write_report_json(out, info, stats);
+  return out.str();
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+// The schema validator's exit status for `document`, or -1 when it could not be run.
+int check_schema(const std::string& document, const std::string& name) {
+  const std::string path = write_temp(name, document);
+  const std::string command = std::string(kPython) + " " + FERRY_SOURCE_DIR "/tests/cli/check_json_schema.py " +
+                              FERRY_SOURCE_DIR "/docs/report.schema.json " + path;
+  const int status = std::system(command.c_str());
+  if (status == -1 || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+bool have_python() { return ::access(kPython, X_OK) == 0; }
+
+// Hand-made stats with everything a report can hold: skipped samples (more than listed, with
+// strings that need escaping), pool waits, non-zero everything.
+PipelineStats full_stats() {
+  PipelineStats stats;
+  stats.device = "cuda:0";
+  stats.decode_threads = 4;
+  stats.prefetch = 3;
+  stats.elapsed_seconds = 2.0;
+  stats.batches = 40;
+  stats.samples = 1280;
+  stats.bytes = 3'000'000'000ull;
+  stats.planner.name = "plan";
+  stats.planner.in_unit = "samples";
+  stats.planner.out_unit = "batches";
+  stats.planner.items_in = 1280;
+  stats.planner.items_out = 40;
+  stats.planner.account_idle_time(2.0);
+  for (const char* name : {"decode", "collate", "pack", "h2d", "event-wait"}) {
+    StageStats stage;
+    stage.name = name;
+    stage.threads = stage.name == "decode" ? 4 : 1;
+    stage.in_unit = stage.name == "decode" || stage.name == "collate" ? "samples" : "batches";
+    stage.out_unit = stage.name == "decode" ? "samples" : "batches";
+    stage.busy_seconds = stage.name == "decode" ? 7.9 : 0.2;
+    stage.account_idle_time(2.0);
+    stats.stages.push_back(stage);
+  }
+  stats.consumer_wait_seconds = 1.0;
+  stats.consumer_waits = 30;
+  stats.in_flight = OccupancyStats{2.5, 3, 3};
+  stats.ready_queue = OccupancyStats{0.25, 1, 3};
+  stats.pool.slab_count = 3;
+  stats.pool.slab_bytes = 1 << 20;
+  stats.pool.waits = 2;
+  stats.pool.wait_seconds = 0.01;
+  stats.skipped_samples = 105;
+  stats.skipped.push_back(SkippedSample{7, "shard-0/\"odd\"\\name\n", "decode", "bad header\t(\x01)"});
+  stats.skipped.push_back(SkippedSample{9, "", "decode", "not UTF-8: \xff"});
+  return stats;
+}
+
+// ---- tests -----------------------------------------------------------------------------------
+
+TEST(RunReport, TextNamesTheBottleneckAndShowsThePoolLine) {
+  const SmallRun run = run_small_pipeline();
+  const std::string text = report_text("ferry run: test", run.info, run.stats);
+  EXPECT_EQ(text.rfind("ferry run: test\n", 0), 0u) << text;
+  EXPECT_NE(text.find("  config     built-in demo\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  delivered  10 batches, 150 samples, "), std::string::npos) << text;
+  EXPECT_NE(text.find("  bottleneck " + bottleneck_summary(run.stats) + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("0 allocations after start-up"), std::string::npos) << text;
+  EXPECT_NE(text.find("0 waits for a slab"), std::string::npos) << text;
+  EXPECT_NE(text.find("  skipped    none\n"), std::string::npos) << text;
+  for (const char* stage : {"plan", "decode", "collate", "pack", "h2d", "event-wait"}) {
+    EXPECT_NE(text.find("\n  " + std::string(stage) + " "), std::string::npos) << stage << " row missing\n" << text;
+  }
+  EXPECT_NE(text.find("150 samples     10 batches"), std::string::npos) << "collate: samples in, batches out\n" << text;
+  // The overload without RunInfo (what cli/main.cpp calls) says the same about the run.
+  EXPECT_NE(report_text("t", run.stats).find("  bottleneck " + bottleneck_summary(run.stats)), std::string::npos);
+}
+
+TEST(RunReport, TextListsSkippedSamplesAndCountsTheRest) {
+  const std::string text = report_text("t", full_stats());
+  EXPECT_NE(text.find("  skipped    105 samples:\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("    sample 9 in decode: not UTF-8"), std::string::npos) << text;
+  EXPECT_NE(text.find("    ... and 103 more\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("2 waits for a slab (0.010 s)"), std::string::npos) << text;
+}
+
+TEST(RunReport, JsonHoldsTheStatsInTheDocumentedOrder) {
+  const SmallRun run = run_small_pipeline();
+  const PipelineStats& stats = run.stats;
+  const Json json = JsonReader::parse(json_of(run.info, stats));
+
+  EXPECT_EQ(json.keys(), (std::vector<std::string>{"format", "format_version", "ferry_version", "run", "settings",
+                                                   "totals", "bottleneck", "planner", "stages", "consumer", "queues",
+                                                   "pool", "skipped"}));
+  EXPECT_EQ(json["format"].text, "ferry-run-report");
+  EXPECT_EQ(json["format_version"].u64(), static_cast<uint64_t>(kReportFormatVersion));
+  EXPECT_EQ(json["ferry_version"].text, "0.1.0-test");
+  EXPECT_EQ(json["run"]["config"].text, "built-in demo");
+  EXPECT_EQ(json["run"]["source"].text, run.info.source);
+  EXPECT_EQ(json["run"]["device"].text, stats.device);
+  EXPECT_FALSE(json["run"]["interrupted"].boolean);
+  EXPECT_EQ(json["run"]["exit_status"].u64(), 0u);
+
+  EXPECT_EQ(json["totals"]["batches"].u64(), stats.batches);
+  EXPECT_EQ(json["totals"]["samples"].u64(), stats.samples);
+  EXPECT_EQ(json["totals"]["bytes"].u64(), stats.bytes);
+  EXPECT_EQ(stats.batches, 10u);
+  EXPECT_EQ(stats.samples, 150u);
+  EXPECT_DOUBLE_EQ(json["totals"]["wall_seconds"].number(), stats.elapsed_seconds);
+  EXPECT_DOUBLE_EQ(json["totals"]["samples_per_second"].number(),
+                   static_cast<double>(stats.samples) / stats.elapsed_seconds);
+  EXPECT_EQ(json["bottleneck"].text, bottleneck_summary(stats));
+  EXPECT_EQ(json["settings"]["decode_threads"].u64(), 2u);
+
+  const Json& planner = json["planner"];
+  EXPECT_EQ(planner["name"].text, "plan");
+  EXPECT_EQ(planner["items_out"].u64(), stats.batches);
+  EXPECT_EQ(planner["items_in"].u64(), stats.samples);
+
+  const Json& stages = json["stages"];
+  ASSERT_EQ(stages.items.size(), stats.stages.size());
+  for (size_t i = 0; i < stages.items.size(); ++i) {
+    const Json& stage = stages[i];
+    SCOPED_TRACE(stage["name"].text);
+    EXPECT_EQ(stage["name"].text, stats.stages[i].name);
+    EXPECT_LE(stage["items_out"].u64(), stage["items_in"].u64());
+    EXPECT_EQ(stage["items_in"].u64(), stats.stages[i].items_in);
+    EXPECT_EQ(stage["items_out"].u64(), stats.stages[i].items_out);
+    EXPECT_DOUBLE_EQ(stage["busy_seconds"].number(), stats.stages[i].busy_seconds);
+    EXPECT_DOUBLE_EQ(stage["busy_share"].number(), stats.stages[i].busy_share());
+  }
+  EXPECT_EQ(stages[1]["name"].text, "collate");
+  EXPECT_EQ(stages[1]["items_out"].u64(), stats.batches) << "collate makes every batch of a full run";
+  EXPECT_EQ(stages[1]["items_in"].u64(), stats.samples);
+  EXPECT_EQ(stages[4]["items_out"].u64(), stats.batches) << "event-wait hands on every batch";
+
+  EXPECT_EQ(json["consumer"]["batches"].u64(), stats.batches);
+  EXPECT_DOUBLE_EQ(json["consumer"]["wait_seconds"].number(), stats.consumer_wait_seconds);
+  EXPECT_EQ(json["queues"]["in_flight"]["capacity"].u64(), stats.prefetch);
+  EXPECT_EQ(json["queues"]["ready"]["peak"].u64(), stats.ready_queue.peak);
+  EXPECT_EQ(json["pool"]["allocations_after_start"].u64(), 0u);
+  EXPECT_EQ(json["pool"]["leases"].u64(), stats.batches);
+  EXPECT_EQ(json["pool"]["peak_bytes"].u64(), stats.pool.peak_bytes);
+  EXPECT_EQ(json["skipped"]["count"].u64(), 0u);
+  EXPECT_TRUE(json["skipped"]["listed"].items.empty());
+  EXPECT_EQ(json["skipped"]["not_listed"].u64(), 0u);
+}
+
+TEST(RunReport, JsonEscapesStringsAndCountsUnlistedSkips) {
+  RunInfo info;
+  info.ferry_version = "0.1.0";
+  info.config = "/data/\"quoted\" dir\\config.yaml";
+  info.source = "tab\there";
+  info.interrupted = true;
+  info.exit_status = 130;
+  const Json json = JsonReader::parse(json_of(info, full_stats()));
+  EXPECT_EQ(json["run"]["config"].text, info.config);
+  EXPECT_EQ(json["run"]["source"].text, info.source);
+  EXPECT_TRUE(json["run"]["interrupted"].boolean);
+  EXPECT_EQ(json["run"]["exit_status"].u64(), 130u);
+  EXPECT_EQ(json["run"]["device_requested"].text, "cuda:0") << "no device asked for: the resolved one";
+  const Json& skipped = json["skipped"];
+  EXPECT_EQ(skipped["count"].u64(), 105u);
+  ASSERT_EQ(skipped["listed"].items.size(), 2u);
+  EXPECT_EQ(skipped["listed"][0]["key"].text, "shard-0/\"odd\"\\name\n");
+  EXPECT_EQ(skipped["listed"][0]["reason"].text, "bad header\t(\x01)");
+  EXPECT_EQ(skipped["listed"][1]["reason"].text, "not UTF-8: \xef\xbf\xbd") << "an invalid byte becomes U+FFFD";
+  EXPECT_EQ(skipped["not_listed"].u64(), 103u);
+  EXPECT_EQ(json["totals"]["bytes"].u64(), 3'000'000'000ull);
+  EXPECT_DOUBLE_EQ(json["totals"]["gigabytes_per_second"].number(), 1.5);
+}
+
+TEST(RunReport, JsonOfAnEmptySnapshotHasNoNaN) {
+  PipelineStats empty;  // before anything ran: zero time, zero batches
+  const std::string text = json_of(RunInfo{}, empty);
+  EXPECT_EQ(text.find("nan"), std::string::npos) << text;
+  EXPECT_EQ(text.find("inf"), std::string::npos) << text;
+  EXPECT_EQ(text.find("null"), std::string::npos) << "every number finite\n" << text;
+  const Json json = JsonReader::parse(text);
+  EXPECT_EQ(json["totals"]["samples_per_second"].number(), 0.0);
+  EXPECT_EQ(json["consumer"]["wait_per_batch_seconds"].number(), 0.0);
+}
+
+TEST(RunReport, JsonMatchesTheDocumentedSchema) {
+  if (!have_python()) GTEST_SKIP() << kPython << " not found: the schema check needs a Python interpreter";
+  const SmallRun run = run_small_pipeline();
+  EXPECT_EQ(check_schema(json_of(run.info, run.stats), "report_real.json"), 0) << "a real run's report";
+  RunInfo info;
+  info.config = "c\"\\\n";
+  EXPECT_EQ(check_schema(json_of(info, full_stats()), "report_full.json"), 0) << "skips and odd strings";
+  EXPECT_EQ(check_schema(json_of(RunInfo{}, PipelineStats{}), "report_empty.json"), 0) << "an empty snapshot";
+}
+
+// The validator is only worth its pass if it fails: a missing key, an extra key, a wrong type, a
+// negative count, NaN and a malformed document are each caught.
+TEST(RunReport, TheSchemaCheckRejectsBrokenReports) {
+  if (!have_python()) GTEST_SKIP() << kPython << " not found: the schema check needs a Python interpreter";
+  const std::string good = json_of(RunInfo{}, full_stats());
+  ASSERT_EQ(check_schema(good, "good.json"), 0);
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? text : text.replace(at, from.size(), to);
+  };
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 1,", ""), "missing.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 1,", "\"format_version\": 1, \"extra\": 2,"), "extra.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": \"40\""), "type.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": -40"), "negative.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"wall_seconds\": 2", "\"wall_seconds\": NaN"), "nan.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"in_unit\": \"samples\"", "\"in_unit\": \"bytes\""), "enum.json"), 1);
+  EXPECT_EQ(check_schema(good.substr(0, good.size() / 2), "truncated.json"), 1);
+}
+
+}  // namespace
+}  // namespace ferry::cli

@@ -1,0 +1,439 @@
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "io/synthetic_source.h"
+#include "pipeline/pinned_pool.h"
+#include "pipeline/pipeline_stats.h"
+#include "stages/standard_pipeline.h"
+
+namespace ferry {
+namespace {
+
+using namespace std::chrono_literals;
+
+// ---- bottleneck_summary over hand-made stats ------------------------------------------------
+
+StageStats stage(std::string name, size_t threads, double busy, double blocked, double wall) {
+  StageStats stats;
+  stats.name = std::move(name);
+  stats.threads = threads;
+  stats.busy_seconds = busy;
+  stats.blocked_downstream_seconds = blocked;
+  stats.account_idle_time(wall);
+  return stats;
+}
+
+// A run of `wall` seconds with every stage idle; tests then make parts of it busy or blocked.
+PipelineStats idle_run(double wall, size_t decode_threads = 4) {
+  PipelineStats stats;
+  stats.elapsed_seconds = wall;
+  stats.decode_threads = decode_threads;
+  stats.prefetch = 4;
+  stats.batches = 100;
+  stats.planner = stage("plan", 1, 0.001 * wall, 0.0, wall);
+  for (const char* name : {"decode", "collate", "pack", "h2d", "event-wait"}) {
+    stats.stages.push_back(stage(name, std::string(name) == "decode" ? decode_threads : 1, 0.01 * wall, 0.0, wall));
+  }
+  return stats;
+}
+
+StageStats& find(PipelineStats& stats, const std::string& name) {
+  if (name == "plan") return stats.planner;
+  for (StageStats& s : stats.stages) {
+    if (s.name == name) return s;
+  }
+  throw std::invalid_argument(name);
+}
+
+void set_times(PipelineStats& stats, const std::string& name, double busy, double blocked = 0.0) {
+  StageStats& s = find(stats, name);
+  s.busy_seconds = busy;
+  s.blocked_downstream_seconds = blocked;
+  s.account_idle_time(stats.elapsed_seconds);
+}
+
+TEST(StageStats, IdleTimeIsWhatBusyAndBlockedLeaveOfWallTimesThreads) {
+  const StageStats decode = stage("decode", 4, 30.0, 2.0, 10.0);
+  EXPECT_DOUBLE_EQ(decode.capacity_seconds, 40.0);
+  EXPECT_DOUBLE_EQ(decode.waiting_upstream_seconds, 8.0);
+  EXPECT_DOUBLE_EQ(decode.busy_share(), 0.75);
+  EXPECT_DOUBLE_EQ(decode.blocked_downstream_share(), 0.05);
+  EXPECT_DOUBLE_EQ(decode.waiting_upstream_share(), 0.2);
+
+  // Clocks read at slightly different moments can overbook a stage: idle time stays at 0, shares at 1.
+  const StageStats overbooked = stage("pack", 1, 10.5, 0.0, 10.0);
+  EXPECT_DOUBLE_EQ(overbooked.waiting_upstream_seconds, 0.0);
+  EXPECT_DOUBLE_EQ(overbooked.busy_share(), 1.0);
+
+  // A snapshot taken at once: no capacity, shares 0 rather than NaN.
+  const StageStats instant = stage("h2d", 1, 0.0, 0.0, 0.0);
+  EXPECT_DOUBLE_EQ(instant.capacity_seconds, 0.0);
+  EXPECT_DOUBLE_EQ(instant.busy_share(), 0.0);
+  const StageStats broken = stage("h2d", 1, 1.0, 0.0, std::numeric_limits<double>::quiet_NaN());
+  EXPECT_DOUBLE_EQ(broken.capacity_seconds, 0.0);
+  EXPECT_DOUBLE_EQ(broken.busy_share(), 0.0);
+}
+
+TEST(BottleneckSummary, NamesTheBusiestStageAndHowLongItsSuccessorWaitsForIt) {
+  PipelineStats stats = idle_run(10.0, 4);
+  set_times(stats, "decode", 38.8);   // 97% of 4 threads x 10 s
+  set_times(stats, "collate", 4.0);   // waits the other 60%
+  EXPECT_EQ(bottleneck_summary(stats), "decode is the bottleneck: 97% busy (4 threads), collate waits 60% of the time for it");
+}
+
+TEST(BottleneckSummary, ComparesStagesByShareOfTheirOwnCapacityNotBySeconds) {
+  PipelineStats stats = idle_run(10.0, 8);
+  set_times(stats, "decode", 40.0);  // more seconds than pack, but only half of 8 threads
+  set_times(stats, "pack", 9.0);
+  set_times(stats, "h2d", 1.0);
+  EXPECT_EQ(bottleneck_summary(stats), "pack is the bottleneck: 90% busy (1 thread), h2d waits 90% of the time for it");
+}
+
+TEST(BottleneckSummary, TheLastStageIsWaitedForByTheConsumer) {
+  PipelineStats stats = idle_run(10.0);
+  set_times(stats, "event-wait", 9.5);
+  stats.consumer_wait_seconds = 7.0;
+  EXPECT_EQ(bottleneck_summary(stats),
+            "event-wait is the bottleneck: 95% busy (1 thread), the consumer waits 70% of the time for it");
+}
+
+TEST(BottleneckSummary, ASlowPlannerIsWaitedForByDecode) {
+  PipelineStats stats = idle_run(10.0, 2);
+  set_times(stats, "plan", 8.0);
+  set_times(stats, "decode", 2.0);  // 10% of 2 x 10 s: waits 90%
+  EXPECT_EQ(bottleneck_summary(stats), "plan is the bottleneck: 80% busy (1 thread), decode waits 90% of the time for it");
+}
+
+TEST(BottleneckSummary, NamesTheConsumerWhenReadyBatchesHoldEveryToken) {
+  PipelineStats stats = idle_run(10.0);
+  set_times(stats, "plan", 0.01, 9.0);
+  stats.in_flight = OccupancyStats{3.9, 4, 4, 9.0};
+  stats.ready_queue = OccupancyStats{3.5, 4, 4, 8.0};  // full: nothing left to do until the consumer takes one
+  EXPECT_EQ(bottleneck_summary(stats),
+            "the consumer is the bottleneck: the pipeline waited 80% of the time for it to take batches");
+}
+
+// Every token in use is not the consumer's doing when the batches holding them are still being made.
+TEST(BottleneckSummary, TokensAllInUseByASlowStageDoNotBlameTheConsumer) {
+  PipelineStats stats = idle_run(10.0, 1);
+  set_times(stats, "plan", 0.01, 9.4);
+  set_times(stats, "decode", 8.6);
+  stats.in_flight = OccupancyStats{2.9, 3, 3, 9.5};
+  stats.ready_queue = OccupancyStats{0.01, 3, 3, 0.0};
+  stats.consumer_wait_seconds = 9.6;
+  EXPECT_EQ(bottleneck_summary(stats), "decode is the bottleneck: 86% busy (1 thread), collate waits 99% of the time for it");
+}
+
+TEST(BottleneckSummary, AStageBusierThanTheConsumerIsSlowWinsOverIt) {
+  PipelineStats stats = idle_run(10.0);
+  stats.ready_queue.full_seconds = 6.0;
+  set_times(stats, "collate", 9.0);
+  EXPECT_EQ(bottleneck_summary(stats), "collate is the bottleneck: 90% busy (1 thread), pack waits 99% of the time for it");
+  stats.ready_queue.full_seconds = 9.5;
+  EXPECT_EQ(bottleneck_summary(stats),
+            "the consumer is the bottleneck: the pipeline waited 95% of the time for it to take batches");
+}
+
+TEST(BottleneckSummary, NamesNoStageWhenNoneIsSaturated) {
+  PipelineStats stats = idle_run(10.0);
+  set_times(stats, "decode", 12.0);  // 30% of 4 threads
+  EXPECT_EQ(bottleneck_summary(stats), "no stage is the bottleneck: the busiest, decode, was 30% busy (4 threads)");
+
+  // The consumer waits although nothing is saturated: batches take long to come through.
+  stats.consumer_wait_seconds = 7.0;
+  EXPECT_EQ(bottleneck_summary(stats),
+            "no stage is the bottleneck: the busiest, decode, was 30% busy (4 threads); the consumer waited 70% of "
+            "the time: too few batches in flight, a larger prefetch may help");
+}
+
+TEST(BottleneckSummary, SaysWhenARunIsTooShortOrHasNotRun) {
+  PipelineStats stats = idle_run(0.02);
+  set_times(stats, "decode", 0.012);
+  EXPECT_EQ(bottleneck_summary(stats),
+            "no stage is the bottleneck: the busiest, decode, was 15% busy (4 threads); a run of 0.02 s is too short to tell");
+
+  PipelineStats fresh;  // a snapshot before anything ran
+  EXPECT_EQ(bottleneck_summary(fresh), "no bottleneck to name: the pipeline has not run");
+  fresh.elapsed_seconds = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(bottleneck_summary(fresh), "no bottleneck to name: the pipeline has not run");
+
+  PipelineStats started = idle_run(0.5);
+  for (StageStats& s : started.stages) set_times(started, s.name, 0.0);
+  set_times(started, "plan", 0.0);
+  EXPECT_EQ(bottleneck_summary(started), "no bottleneck to name: no stage has worked yet (0.5 s since the start)");
+}
+
+TEST(PipelineStats, DerivedConsumerFiguresAreFiniteForEmptyRuns) {
+  PipelineStats stats;
+  EXPECT_DOUBLE_EQ(stats.consumer_wait_per_batch_seconds(), 0.0);
+  EXPECT_DOUBLE_EQ(stats.consumer_wait_share(), 0.0);
+  EXPECT_DOUBLE_EQ(stats.waited_for_consumer_share(), 0.0);
+  stats.elapsed_seconds = 4.0;
+  stats.batches = 8;
+  stats.consumer_wait_seconds = 1.0;
+  stats.ready_queue.full_seconds = 2.0;
+  EXPECT_DOUBLE_EQ(stats.consumer_wait_per_batch_seconds(), 0.125);
+  EXPECT_DOUBLE_EQ(stats.consumer_wait_share(), 0.25);
+  EXPECT_DOUBLE_EQ(stats.waited_for_consumer_share(), 0.5);
+}
+
+TEST(PinnedPoolStats, TimesWaitsForASlabAndCountsNoAllocationAfterStart) {
+  PinnedPoolOptions options;
+  options.slab_bytes = 4096;
+  options.slab_count = 1;
+  options.pinned = false;
+  auto pool = PinnedPool::create(options);
+  EXPECT_EQ(pool->stats().allocations_after_start, 0u);
+  EXPECT_EQ(pool->stats().wait_seconds, 0.0);
+  std::optional<PinnedLease> held = pool->try_acquire();
+  ASSERT_TRUE(held);
+  EXPECT_FALSE(pool->acquire(std::chrono::milliseconds(5))) << "the only slab is leased";
+  const PinnedPoolStats stats = pool->stats();
+  EXPECT_EQ(stats.waits, 1u);
+  EXPECT_GT(stats.wait_seconds, 0.0) << "a wait that ran to its timeout took time";
+  EXPECT_EQ(stats.allocations_after_start, 0u);
+  held.reset();
+  EXPECT_TRUE(pool->acquire(std::chrono::milliseconds(5))) << "free again: no wait";
+  EXPECT_EQ(pool->stats().waits, 1u);
+  EXPECT_EQ(pool->stats().wait_seconds, stats.wait_seconds);
+}
+
+// ---- the stats a real pipeline reports -------------------------------------------------------
+
+SyntheticOptions small_dataset(uint64_t samples) {
+  SyntheticOptions options;
+  options.seed = 7;
+  options.samples = samples;
+  options.fields = {
+      SyntheticField{"image", at::kByte, {3, 8, 8}, false, 0, 0, std::nullopt},
+      SyntheticField{"tokens", at::kInt, {}, true, 1, 30, std::nullopt},
+  };
+  return options;
+}
+
+// Structure and counts only: timings are whatever the machine gives, so the only time checks are
+// identities that hold for any measured values.
+void expect_consistent(const StageStats& stage, double wall) {
+  SCOPED_TRACE(stage.name);
+  EXPECT_LE(stage.items_out, stage.items_in);
+  EXPECT_DOUBLE_EQ(stage.capacity_seconds, wall * static_cast<double>(stage.threads));
+  EXPECT_GE(stage.busy_seconds, 0.0);
+  EXPECT_GE(stage.blocked_downstream_seconds, 0.0);
+  EXPECT_GE(stage.waiting_upstream_seconds, 0.0);
+  // Waiting is the rest of the capacity, so the three add up to it unless busy + blocked overbook it.
+  const double accounted = stage.busy_seconds + stage.blocked_downstream_seconds + stage.waiting_upstream_seconds;
+  EXPECT_NEAR(accounted, std::max(stage.capacity_seconds, stage.busy_seconds + stage.blocked_downstream_seconds),
+              1e-9 * std::max(1.0, accounted));
+  for (const double share : {stage.busy_share(), stage.waiting_upstream_share(), stage.blocked_downstream_share()}) {
+    EXPECT_GE(share, 0.0);
+    EXPECT_LE(share, 1.0);
+  }
+}
+
+struct Shape {
+  size_t decode_threads;
+  size_t prefetch;
+};
+
+class PipelineStatsAfterARun : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(PipelineStatsAfterARun, CountEveryItemInAndOutOfEveryStage) {
+  auto source = std::make_shared<const SyntheticSource>(small_dataset(203));
+  PipelineOptions options;
+  options.device = "cpu";
+  options.batch_size = 8;
+  options.epochs = 2;
+  options.decode_threads = GetParam().decode_threads;
+  options.prefetch = GetParam().prefetch;
+  Pipeline pipeline = make_pipeline(source, options);
+  uint64_t batches = 0;
+  uint64_t samples = 0;
+  for (const Batch& batch : pipeline) {
+    ++batches;
+    samples += batch.batch_size();
+  }
+  ASSERT_EQ(batches, 52u);  // 26 per epoch of 203 samples, the last one short
+  ASSERT_EQ(samples, 406u);
+  const PipelineStats stats = pipeline.stats();
+  const double wall = stats.elapsed_seconds;
+  EXPECT_GT(wall, 0.0);
+  EXPECT_EQ(stats.batches, batches);
+  EXPECT_EQ(stats.samples, samples);
+
+  EXPECT_EQ(stats.planner.name, "plan");
+  EXPECT_EQ(stats.planner.threads, 1u);
+  EXPECT_EQ(stats.planner.items_in, samples);
+  EXPECT_EQ(stats.planner.items_out, batches);
+  EXPECT_EQ(stats.planner.in_unit, "samples");
+  EXPECT_EQ(stats.planner.out_unit, "batches");
+  expect_consistent(stats.planner, wall);
+
+  ASSERT_EQ(stats.stages.size(), 5u);
+  const char* names[] = {"decode", "collate", "pack", "h2d", "event-wait"};
+  for (size_t i = 0; i < 5; ++i) {
+    const StageStats& stage = stats.stages[i];
+    EXPECT_EQ(stage.name, names[i]);
+    EXPECT_EQ(stage.threads, i == 0 ? options.decode_threads : 1u);
+    expect_consistent(stage, wall);
+    // A full run without errors: everything that went in came out.
+    const uint64_t in = i <= 1 ? samples : batches;
+    const uint64_t out = i == 0 ? samples : batches;
+    EXPECT_EQ(stage.items_in, in) << stage.name;
+    EXPECT_EQ(stage.items_out, out) << stage.name;
+    EXPECT_EQ(stage.in_unit, i <= 1 ? "samples" : "batches") << stage.name;
+    EXPECT_EQ(stage.out_unit, i == 0 ? "samples" : "batches") << stage.name;
+  }
+  EXPECT_EQ(stats.stages[1].items, batches) << "collate's runs are batches";
+
+  EXPECT_EQ(stats.in_flight.capacity, options.prefetch);
+  EXPECT_GE(stats.in_flight.peak, 1u);
+  EXPECT_LE(stats.in_flight.peak, options.prefetch);
+  EXPECT_GE(stats.in_flight.mean, 0.0);
+  EXPECT_LE(stats.in_flight.mean, static_cast<double>(options.prefetch));
+  EXPECT_EQ(stats.ready_queue.capacity, options.prefetch);
+  EXPECT_GE(stats.ready_queue.peak, 1u);
+  EXPECT_LE(stats.ready_queue.peak, options.prefetch);
+  EXPECT_EQ(stats.ready_queue_peak, stats.ready_queue.peak);
+  EXPECT_LE(stats.ready_queue.mean, static_cast<double>(options.prefetch));
+  EXPECT_GE(stats.ready_queue.full_seconds, 0.0);
+  EXPECT_LE(stats.ready_queue.full_seconds, wall);
+  EXPECT_LE(stats.in_flight.full_seconds, wall);
+  EXPECT_LE(stats.planner.blocked_downstream_seconds, stats.in_flight.full_seconds) << "blocked only while full";
+  EXPECT_LE(stats.consumer_waits, batches + 1) << "at most every next() call, the one meeting the end included";
+  EXPECT_GE(stats.consumer_wait_seconds, 0.0);
+
+  EXPECT_EQ(stats.pool.allocations_after_start, 0u);
+  EXPECT_EQ(stats.pool.waits, 0u) << "Note [tokens]: the pool has a slab for every token";
+  EXPECT_EQ(stats.pool.wait_seconds, 0.0);
+  EXPECT_EQ(stats.stages[2].blocked_downstream_seconds, 0.0) << "pack's blocked time is the pool's wait time";
+  EXPECT_EQ(stats.skipped_samples, 0u);
+  EXPECT_TRUE(stats.skipped.empty());
+  EXPECT_FALSE(bottleneck_summary(stats).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, PipelineStatsAfterARun,
+                         ::testing::Values(Shape{1, 1}, Shape{2, 2}, Shape{4, 3}, Shape{8, 6}),
+                         [](const auto& param_info) {
+                           return "threads" + std::to_string(param_info.param.decode_threads) + "_prefetch" +
+                                  std::to_string(param_info.param.prefetch);
+                         });
+
+TEST(PipelineStats, TheClockStopsAtTheEndOfTheRun) {
+  auto source = std::make_shared<const SyntheticSource>(small_dataset(40));
+  PipelineOptions options;
+  options.device = "cpu";
+  options.batch_size = 8;
+  Pipeline pipeline = make_pipeline(source, options);
+  for (const Batch& batch : pipeline) (void)batch;
+  const PipelineStats at_end = pipeline.stats();
+  std::this_thread::sleep_for(20ms);
+  const PipelineStats later = pipeline.stats();
+  // Rates read long after the end stay those of the run.
+  EXPECT_EQ(later.elapsed_seconds, at_end.elapsed_seconds);
+  EXPECT_EQ(later.stages[0].capacity_seconds, at_end.stages[0].capacity_seconds);
+  EXPECT_EQ(later.in_flight.mean, at_end.in_flight.mean);
+}
+
+TEST(PipelineStats, CloseStopsTheClockToo) {
+  auto source = std::make_shared<const SyntheticSource>(small_dataset(400));
+  PipelineOptions options;
+  options.device = "cpu";
+  options.batch_size = 4;
+  Pipeline pipeline = make_pipeline(source, options);
+  ASSERT_TRUE(pipeline.next());
+  pipeline.close();
+  const double at_close = pipeline.stats().elapsed_seconds;
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(pipeline.stats().elapsed_seconds, at_close);
+  EXPECT_EQ(pipeline.stats().batches, 1u);
+}
+
+// A consumer that does not take batches leaves every token held by a ready batch: the planner has
+// to wait, the ready queue is full, and that time is the pipeline waiting for the consumer.
+TEST(PipelineStats, APausedConsumerShowsAsPlanningBlockedOnTokens) {
+  auto source = std::make_shared<const SyntheticSource>(small_dataset(400));
+  PipelineOptions options;
+  options.device = "cpu";
+  options.batch_size = 4;
+  options.prefetch = 3;
+  Pipeline pipeline = make_pipeline(source, options);
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  // Waits (not sleep-and-hope) until a ready batch holds every token, then leaves it so a while.
+  auto wait_until_tokens_run_out = [&](uint64_t taken) {
+    while (pipeline.stats().stages[4].items_out < taken + options.prefetch) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << "delivered " << pipeline.stats().stages[4].items_out << " with " << taken << " taken";
+        return false;
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+    std::this_thread::sleep_for(2ms);
+    return true;
+  };
+  for (uint64_t taken = 0; taken < 5; ++taken) {
+    ASSERT_TRUE(wait_until_tokens_run_out(taken));
+    ASSERT_TRUE(pipeline.next());
+  }
+  ASSERT_TRUE(wait_until_tokens_run_out(5));
+  const PipelineStats stats = pipeline.stats();
+  EXPECT_GT(stats.planner.blocked_downstream_seconds, 0.0);
+  EXPECT_GT(stats.in_flight.full_seconds, 0.0);
+  EXPECT_GT(stats.ready_queue.full_seconds, 0.0);
+  EXPECT_GT(stats.waited_for_consumer_share(), 0.0);
+  EXPECT_EQ(stats.ready_queue.peak, options.prefetch);
+  EXPECT_GE(stats.in_flight.full_seconds, stats.planner.blocked_downstream_seconds) << "blocked only while full";
+  EXPECT_EQ(stats.in_flight.peak, options.prefetch) << "capped at the tokens";
+  // oneTBB's input node may make one plan beyond the tokens and hold it; never more.
+  EXPECT_LE(stats.planner.items_out, 5 + options.prefetch + 1);
+  EXPECT_GE(stats.ready_queue.peak, 1u);
+}
+
+// stats() is meant for a progress line or a Python monitor on another thread: it must be safe while
+// the pipeline runs, and its counts never run backwards or contradict each other.
+TEST(PipelineStats, ASnapshotFromAnotherThreadWhileRunningIsConsistent) {
+  auto source = std::make_shared<const SyntheticSource>(small_dataset(2000));
+  PipelineOptions options;
+  options.device = "cpu";
+  options.batch_size = 4;
+  options.decode_threads = 4;
+  Pipeline pipeline = make_pipeline(source, options);
+  std::atomic<bool> done{false};
+  std::atomic<int> snapshots{0};
+  std::thread watcher([&] {
+    PipelineStats previous = pipeline.stats();
+    while (!done.load()) {
+      const PipelineStats now = pipeline.stats();
+      EXPECT_GE(now.batches, previous.batches);
+      // The clock may step back by the instant between reading it and seeing the end of the run.
+      EXPECT_GE(now.elapsed_seconds + 1e-3, previous.elapsed_seconds);
+      EXPECT_LE(now.in_flight.peak, options.prefetch);
+      EXPECT_LE(now.ready_queue.peak, options.prefetch);
+      EXPECT_LE(now.planner.items_out, now.planner.items_in);
+      EXPECT_GE(now.planner.items_out, previous.planner.items_out);
+      for (size_t i = 0; i < now.stages.size(); ++i) {
+        EXPECT_LE(now.stages[i].items_out, now.stages[i].items_in) << now.stages[i].name;
+        EXPECT_GE(now.stages[i].items_in, previous.stages[i].items_in) << now.stages[i].name;
+      }
+      previous = now;
+      snapshots.fetch_add(1);
+    }
+  });
+  uint64_t batches = 0;
+  for (const Batch& batch : pipeline) {
+    (void)batch;
+    ++batches;
+  }
+  done.store(true);
+  watcher.join();
+  EXPECT_EQ(batches, 500u);
+  EXPECT_EQ(pipeline.stats().batches, 500u);
+  EXPECT_GT(snapshots.load(), 0);
+}
+
+}  // namespace
+}  // namespace ferry
