@@ -1,6 +1,7 @@
 #include "pipeline/pipeline_graph.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include <oneapi/tbb/info.h>
 
@@ -120,6 +121,7 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
     : stages_(std::move(stages)),
       prefetch_(options.prefetch),
       decode_threads_(options.resolved_decode_threads()),
+      on_error_(options.on_error),
       device_(options.device),
       started_(Clock::now()),
       batches_in_flight_(options.prefetch),
@@ -253,7 +255,9 @@ std::optional<Error> PipelineGraph::guarded(StageId id, const ErrorContext& wher
   // (On x86 a relaxed and a release add are the same instruction.)
   counter.items.fetch_add(1, std::memory_order_release);
   if (error || stop_.load(std::memory_order_acquire)) counter.not_out.fetch_add(1, std::memory_order_release);
-  if (error) failed_.store(true, std::memory_order_release);
+  // A failure ends planning: nothing planned after it could be delivered. Except a sample that
+  // on_error: skip will drop (decode is the only sample stage): the run goes on without it.
+  if (error && !(id == kDecode && on_error_ == OnError::kSkip)) failed_.store(true, std::memory_order_release);
   return error;
 }
 
@@ -343,6 +347,7 @@ void PipelineGraph::collect(SamplePtr sample, std::optional<WorkPtr>& completed)
   if (plan.kind == BatchPlan::Kind::kError) {
     work->error = plan.error;
   } else if (plan.kind == BatchPlan::Kind::kSamples) {
+    if (on_error_ == OnError::kSkip) drop_failed_samples(*work);
     for (const SamplePtr& decoded : work->samples) {
       if (decoded->error) {
         work->error = decoded->error;
@@ -354,8 +359,41 @@ void PipelineGraph::collect(SamplePtr sample, std::optional<WorkPtr>& completed)
   completed = std::move(work);
 }
 
+void PipelineGraph::drop_failed_samples(BatchWork& work) {
+  auto& samples = work.samples;
+  // Only decode sets a sample's error: each one is a sample that could not be read or decoded.
+  const auto failed = [](const SamplePtr& sample) { return sample->error.has_value(); };
+  for (const SamplePtr& sample : samples) {
+    if (!failed(sample)) continue;
+    const uint64_t count = skipped_count_.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (count > PipelineStats::kMaxListedSkips) continue;
+    SkippedSample skipped{sample->index(), sample->key, sample->error->stage(), sample->error->cause()};
+    // Said as it happens, so a log shows which samples a run lost; after the first ones, only counted.
+    const bool key_in_reason = skipped.key.empty() || skipped.reason.find(skipped.key) != std::string::npos;
+    std::fprintf(stderr, "ferry: skipped sample %llu%s%s (on_error: skip): %s\n",
+                 static_cast<unsigned long long>(skipped.index), key_in_reason ? "" : " ",
+                 key_in_reason ? "" : skipped.key.c_str(), skipped.reason.c_str());
+    if (count == PipelineStats::kMaxListedSkips) {
+      std::fprintf(stderr, "ferry: further skipped samples are only counted (see the report)\n");
+    }
+    std::lock_guard lock(skipped_mutex_);
+    skipped_.push_back(std::move(skipped));
+  }
+  const size_t planned = samples.size();
+  samples.erase(std::remove_if(samples.begin(), samples.end(), failed), samples.end());
+  work.all_skipped = samples.empty();
+  if (samples.size() != planned) {
+    for (const SamplePtr& sample : samples) work.kept_indices.push_back(sample->index());
+  }
+}
+
 bool PipelineGraph::skip(const BatchWork& work) const noexcept {
-  return work.error.has_value() || work.is_marker() || stop_.load(std::memory_order_acquire);
+  return work.error.has_value() || work.is_marker() || work.all_skipped || stop_.load(std::memory_order_acquire);
+}
+
+void PipelineGraph::return_token() {
+  batches_in_flight_.change(-1, now_ns());
+  nodes_->tokens.decrementer().try_put(tbb::flow::continue_msg());
 }
 
 void PipelineGraph::run_batch_stage(StageId id, BatchWork& work) {
@@ -405,6 +443,10 @@ void PipelineGraph::completion_loop() {
     if (work->plan->kind == BatchPlan::Kind::kEnd) {
       deliver(Delivery{Delivery::Kind::kEnd, {}, std::nullopt});
       return;
+    }
+    if (work->all_skipped) {  // nothing to deliver: the consumer will not give this token back
+      return_token();
+      continue;
     }
     run_batch_stage(kEventWait, *work);
     if (stop_.load(std::memory_order_acquire)) return;
@@ -570,6 +612,11 @@ PipelineStats PipelineGraph::stats() const {
     }
     stage.account_idle_time(wall);
     stats.stages.push_back(std::move(stage));
+  }
+  stats.skipped_samples = skipped_count_.load(std::memory_order_relaxed);
+  {
+    std::lock_guard lock(skipped_mutex_);
+    stats.skipped = skipped_;
   }
   return stats;
 }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <oneapi/tbb/flow_graph.h>
 #include <oneapi/tbb/global_control.h>
@@ -161,6 +162,11 @@ class PipelineGraph {
   void deliver(Delivery delivery);
   void make_ready_for_consumer(const Batch& batch) const;
   bool skip(const BatchWork& work) const noexcept;
+  /// on_error: skip. Takes the samples whose read or decode failed out of `work`, recording each;
+  /// marks the work all_skipped when none is left. Collate node only.
+  void drop_failed_samples(BatchWork& work);
+  /// An all-skipped batch's token, given back by the completion thread (no batch will be taken).
+  void return_token();
   uint64_t now_ns() const noexcept;  // since started_
   /// The run's length so far: up to its end once mark_ended() ran, else up to now.
   uint64_t run_ns() const noexcept;
@@ -180,6 +186,7 @@ class PipelineGraph {
   StageSet stages_;
   const size_t prefetch_;
   const size_t decode_threads_;
+  const OnError on_error_;
   const std::string device_;
   const std::chrono::steady_clock::time_point started_;
 
@@ -216,6 +223,11 @@ class PipelineGraph {
   std::atomic<uint64_t> delivered_bytes_{0};
   std::atomic<uint64_t> consumer_wait_ns_{0};
   std::atomic<uint64_t> consumer_waits_{0};  // next() calls that found no batch ready
+
+  // Samples dropped by on_error: skip: all counted, the first PipelineStats::kMaxListedSkips listed.
+  std::atomic<uint64_t> skipped_count_{0};
+  mutable std::mutex skipped_mutex_;
+  std::vector<SkippedSample> skipped_;
 
   std::unique_ptr<tbb::global_control> parallelism_;
   std::unique_ptr<tbb::task_arena> arena_;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -37,6 +38,7 @@ struct SampleWork {
   std::shared_ptr<const BatchPlan> plan;
   uint32_t position = 0;           // within the batch
   std::vector<at::Tensor> fields;  // decoded, in the source's field order
+  std::string key;                 // the source's name for the sample, once read (for skip reports)
   std::optional<Error> error;
 
   uint64_t sequence() const noexcept { return plan->first_sample_sequence + position; }
@@ -57,6 +59,12 @@ struct BatchWork {
                                                      // them to the slab's lease)
   Batch batch;                                       // h2d: the delivered batch (device views)
   std::optional<Error> error;
+  /// on_error: skip dropped every sample of this plan: nothing to collate or deliver. It still
+  /// travels to the completion thread, in order, which gives its token back.
+  bool all_skipped = false;
+  /// The source indices of the samples left after on_error: skip dropped some; empty when none was
+  /// dropped (the batch holds the plan's samples).
+  std::vector<uint64_t> kept_indices;
 
   bool is_marker() const noexcept { return plan->kind != BatchPlan::Kind::kSamples; }
 };

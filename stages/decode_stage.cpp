@@ -71,6 +71,7 @@ DecodeStage::DecodeStage(std::shared_ptr<const Source> source, const DecoderRegi
 void DecodeStage::run(SampleWork& work) {
   const std::vector<FieldSpec>& specs = source_->fields();
   EncodedSample encoded = source_->read(work.index());
+  work.key = encoded.key;
   if (encoded.fields.size() != specs.size()) {
     throw Error(encoded.key + ": the source gave " + std::to_string(encoded.fields.size()) + " fields, its schema has " +
                 std::to_string(specs.size()));

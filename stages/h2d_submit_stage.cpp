@@ -37,7 +37,9 @@ void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
     tensors.push_back(make_view(buffer.storage(), device_, field.dtype, field.offset, field.shape));
   }
   const BatchPlan& plan = *work.plan;
-  work.batch = Batch(layout.schema, std::move(tensors), BatchInfo{plan.sequence, plan.epoch, plan.index, plan.sample_indices},
+  // on_error: skip may have taken samples out of the plan's batch.
+  std::vector<uint64_t> indices = work.kept_indices.empty() ? plan.sample_indices : std::move(work.kept_indices);
+  work.batch = Batch(layout.schema, std::move(tensors), BatchInfo{plan.sequence, plan.epoch, plan.index, std::move(indices)},
                      buffer, std::move(ready));
 }
 

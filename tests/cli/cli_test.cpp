@@ -1,0 +1,487 @@
+// The `ferry` command as a user meets it: the real binary (FERRY_CLI) run as a child process, its
+// stdout and stderr captured on separate pipes, its exit status checked. Every wait has a deadline
+// and a child still running at the deadline is killed, so a hang fails the test instead of stalling it.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+extern char** environ;
+
+namespace ferry {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+// Deadlines for things that take well under a second on an idle machine; generous because the test
+// machine may be busy building. None of them is an assertion about speed, only a guard against hangs.
+constexpr Clock::duration kRunDeadline = seconds(120);
+constexpr Clock::duration kProgressDeadline = seconds(60);
+// After SIGINT: far beyond the one second the issue asks for, so a slow stop is measured, not cut off.
+constexpr Clock::duration kStopDeadline = seconds(10);
+
+// How a child ended.
+struct ExitStatus {
+  bool exited = false;  // by exit(): `code` holds the status
+  int code = -1;
+  int signal = 0;       // killed by this signal (0: not)
+  bool timed_out = false;
+
+  bool is(int expected) const { return exited && code == expected; }
+  std::string describe() const {
+    if (timed_out) return "still running at the deadline (killed)";
+    if (exited) return "exit " + std::to_string(code);
+    if (signal != 0) return std::string("killed by signal ") + strsignal(signal);
+    return "unknown";
+  }
+};
+
+std::ostream& operator<<(std::ostream& out, const ExitStatus& status) { return out << status.describe(); }
+
+// One child process with its stdout and stderr on pipes (stdin is /dev/null). Owns the child: the
+// destructor kills one still running and reaps it. Used by one thread.
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& argv) {
+    int out[2] = {-1, -1};
+    int err[2] = {-1, -1};
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+      throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, err[1], 2);
+    // The child starts with default signal handling and nothing blocked, whatever this process has.
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGPIPE);
+    sigaddset(&defaults, SIGTERM);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigdefault(&attributes, &defaults);
+    posix_spawnattr_setsigmask(&attributes, &none);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    const int error = ::posix_spawn(&pid_, argv.at(0).c_str(), &actions, &attributes, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    ::close(out[1]);
+    ::close(err[1]);
+    out_fd_ = out[0];
+    err_fd_ = err[0];
+    if (error != 0) {
+      pid_ = -1;
+      throw std::runtime_error("posix_spawn " + argv.at(0) + ": " + std::strerror(error));
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() {
+    if (pid_ > 0 && !status_) {
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    close_fd(out_fd_);
+    close_fd(err_fd_);
+  }
+
+  pid_t pid() const { return pid_; }
+  const std::string& out() const { return out_; }
+  const std::string& err() const { return err_; }
+
+  /// Reads the pipes until `done(stderr so far)` holds (true), or both pipes end or the deadline
+  /// passes (false). Blocks.
+  bool read_until(const std::function<bool(const std::string&)>& done, Clock::time_point deadline) {
+    while (!done(err_)) {
+      if (out_fd_ < 0 && err_fd_ < 0) return false;
+      const auto left = deadline - Clock::now();
+      if (left <= Clock::duration::zero()) return false;
+      pump(static_cast<int>(std::min<int64_t>(std::chrono::duration_cast<milliseconds>(left).count() + 1, 100)));
+    }
+    return true;
+  }
+
+  /// Waits for the child to end, reading its pipes meanwhile; kills it at the deadline. Returns how it
+  /// ended and when (steady clock, within a few milliseconds). Blocks.
+  std::pair<ExitStatus, Clock::time_point> wait(Clock::time_point deadline) {
+    for (;;) {
+      int status = 0;
+      const pid_t reaped = ::waitpid(pid_, &status, WNOHANG);
+      if (reaped == pid_) {
+        const Clock::time_point ended = Clock::now();
+        // What it wrote before it ended is in the pipes still. A process it left behind could hold
+        // their write ends open, so this read has a deadline too.
+        while ((out_fd_ >= 0 || err_fd_ >= 0) && Clock::now() < ended + seconds(10)) pump(100);
+        ExitStatus result;
+        result.exited = WIFEXITED(status);
+        result.code = result.exited ? WEXITSTATUS(status) : -1;
+        result.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        status_ = result;
+        return {result, ended};
+      }
+      if (Clock::now() >= deadline) {
+        ::kill(pid_, SIGKILL);
+        while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+        }
+        ExitStatus result;
+        result.timed_out = true;
+        status_ = result;
+        return {result, Clock::now()};
+      }
+      if (out_fd_ >= 0 || err_fd_ >= 0) {
+        pump(2);
+      } else {
+        std::this_thread::sleep_for(milliseconds(2));
+      }
+    }
+  }
+
+ private:
+  static void close_fd(int& fd) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+
+  // One poll of the open pipes, up to `timeout_ms`; appends what arrived, closes a pipe at its end.
+  void pump(int timeout_ms) {
+    std::array<pollfd, 2> fds{};
+    nfds_t count = 0;
+    if (out_fd_ >= 0) fds[count++] = {out_fd_, POLLIN, 0};
+    if (err_fd_ >= 0) fds[count++] = {err_fd_, POLLIN, 0};
+    if (count == 0) return;
+    if (::poll(fds.data(), count, timeout_ms) <= 0) return;
+    for (nfds_t i = 0; i < count; ++i) {
+      if (fds[i].revents == 0) continue;
+      int& fd = fds[i].fd == out_fd_ ? out_fd_ : err_fd_;
+      std::string& text = fds[i].fd == out_fd_ ? out_ : err_;
+      char buffer[4096];
+      const ssize_t n = ::read(fd, buffer, sizeof buffer);
+      if (n > 0) {
+        text.append(buffer, static_cast<size_t>(n));
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        close_fd(fd);
+      }
+    }
+  }
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  std::string out_;
+  std::string err_;
+  std::optional<ExitStatus> status_;
+};
+
+struct Result {
+  ExitStatus status;
+  std::string out;
+  std::string err;
+};
+
+// Runs a program to its end (or the deadline).
+Result run_program(const std::vector<std::string>& argv, Clock::duration deadline = kRunDeadline) {
+  Child child(argv);
+  const ExitStatus status = child.wait(Clock::now() + deadline).first;
+  return {status, child.out(), child.err()};
+}
+
+std::vector<std::string> ferry_args(std::vector<std::string> args) {
+  args.insert(args.begin(), FERRY_CLI);
+  return args;
+}
+
+Result ferry(const std::vector<std::string>& args) { return run_program(ferry_args(args)); }
+
+std::string both(const Result& result) {
+  return "\n--- stdout ---\n" + result.out + "\n--- stderr ---\n" + result.err;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> all;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  return all;
+}
+
+bool has_progress_line(const std::string& err) {
+  for (const std::string& line : lines(err)) {
+    if (line.rfind("ferry: batch ", 0) == 0 && contains(line, "samples/s")) return true;
+  }
+  return false;
+}
+
+bool have_python() { return ::access(kPython, X_OK) == 0; }
+
+// A fresh directory for one test's files, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    std::string base = ::testing::TempDir();
+    if (base.empty() || base.back() != '/') base += '/';
+    std::string pattern = base + "ferry_cli_test_XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp: " + std::string(std::strerror(errno)));
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// The values of a report's JSON that these tests check: batches, samples, interrupted, exit_status.
+std::vector<std::string> report_values(const std::string& path) {
+  const Result result = run_program(
+      {kPython, "-c",
+       "import json, sys\n"
+       "r = json.load(open(sys.argv[1]))\n"
+       "print(r['totals']['batches'], r['totals']['samples'], str(r['run']['interrupted']).lower(), "
+       "r['run']['exit_status'])\n",
+       path});
+  EXPECT_TRUE(result.status.is(0)) << result.status << both(result);
+  std::vector<std::string> values;
+  std::istringstream in(result.out);
+  for (std::string value; in >> value;) values.push_back(value);
+  return values;
+}
+
+void expect_matches_schema(const std::string& path) {
+  const Result check = run_program({kPython, FERRY_SOURCE_DIR "/tests/cli/check_json_schema.py",
+                                    FERRY_SOURCE_DIR "/docs/report.schema.json", path});
+  EXPECT_TRUE(check.status.is(0)) << "check_json_schema.py: " << check.status << both(check);
+}
+
+// ---- run -------------------------------------------------------------------------------------------
+
+TEST(FerryRun, RunWritesAJsonReportThatMatchesItsSchema) {
+  if (!have_python()) GTEST_SKIP() << kPython << " not found: the schema check needs a Python interpreter";
+  const TempDir dir;
+  const std::string report = dir / "r.json";
+  const Result run = ferry({"run", "--batches", "5", "--set", "decode.threads=2", "--report", report});
+  ASSERT_TRUE(run.status.is(0)) << run.status << both(run);
+  EXPECT_TRUE(contains(run.out, "delivered  5 batches, 320 samples")) << both(run);
+  EXPECT_TRUE(contains(run.err, "report written to " + report)) << both(run);
+  ASSERT_TRUE(std::filesystem::exists(report));
+  expect_matches_schema(report);
+  // The demo's batches are 64 samples.
+  EXPECT_EQ(report_values(report), (std::vector<std::string>{"5", "320", "false", "0"}));
+}
+
+// Long enough (about 40 batches of 64 images of 3x256x256) that a 100 ms interval prints several lines.
+std::vector<std::string> slow_run(const std::string& progress) {
+  std::vector<std::string> args = {"run",   "--batches", "40",  "--set", "stats.interval=100ms",
+                                   "--set", "decode.threads=1",  "--set", "source.samples=100000",
+                                   "--set", "source.fields.0.shape=[3,256,256]"};
+  if (!progress.empty()) {
+    args.push_back("--set");
+    args.push_back("stats.progress=" + progress);
+  }
+  return args;
+}
+
+TEST(FerryRun, ProgressIsPlainLinesWhenNotOnATerminal) {
+  {
+    SCOPED_TRACE("stats.progress=auto with stderr on a pipe");
+    const Result run = ferry(slow_run(""));
+    ASSERT_TRUE(run.status.is(0)) << run.status << both(run);
+    EXPECT_TRUE(has_progress_line(run.err)) << "no line starting 'ferry: batch ' with samples/s" << both(run);
+    EXPECT_FALSE(contains(run.err, "\r")) << "a carriage return on a pipe" << both(run);
+    EXPECT_FALSE(contains(run.err, "\x1b[")) << "an ANSI escape on a pipe" << both(run);
+    EXPECT_TRUE(contains(run.out, "delivered  40 batches, 2560 samples")) << both(run);
+  }
+  {
+    SCOPED_TRACE("stats.progress=off");
+    const Result run = ferry(slow_run("off"));
+    ASSERT_TRUE(run.status.is(0)) << run.status << both(run);
+    EXPECT_FALSE(contains(run.err, "ferry: batch ")) << both(run);
+    EXPECT_TRUE(contains(run.out, "delivered  40 batches, 2560 samples")) << both(run);
+  }
+  {
+    SCOPED_TRACE("stats.progress=live");
+    const Result run = ferry(slow_run("live"));
+    ASSERT_TRUE(run.status.is(0)) << run.status << both(run);
+    EXPECT_TRUE(contains(run.err, "\r")) << "live progress rewrites its line in place" << both(run);
+    EXPECT_TRUE(contains(run.err, "ferry: batch ")) << both(run);
+    EXPECT_TRUE(contains(run.out, "delivered  40 batches, 2560 samples")) << both(run);
+  }
+}
+
+// ---- Ctrl-C ----------------------------------------------------------------------------------------
+
+// A run that would last for days; it prints a plain progress line every 100 ms.
+std::vector<std::string> endless_run() {
+  return {"run",   "--set",   "source.samples=10000000", "--set", "source.fields.0.shape=[3,256,256]",
+          "--set", "stats.interval=100ms", "--epochs", "100"};
+}
+
+struct Interrupted {
+  bool progressed = false;  // false: no progress line came, so no signal was sent
+  ExitStatus status;
+  Clock::duration signal_to_exit{};
+  std::string out;
+  std::string err;
+};
+
+// Starts `args`, waits for its first progress line, then `after` more, sends SIGINT and waits for the end.
+Interrupted interrupt_run(const std::vector<std::string>& args, Clock::duration after) {
+  Child child(ferry_args(args));
+  const bool progressed = child.read_until(has_progress_line, Clock::now() + kProgressDeadline);
+  EXPECT_TRUE(progressed) << "no progress line before the deadline\n--- stderr ---\n" << child.err();
+  if (!progressed) return {};
+  if (after > Clock::duration::zero()) {
+    // Keep reading meanwhile so a full pipe cannot stall the run.
+    child.read_until([](const std::string&) { return false; }, Clock::now() + after);
+  }
+  const Clock::time_point signalled = Clock::now();
+  EXPECT_EQ(::kill(child.pid(), SIGINT), 0) << std::strerror(errno);
+  const auto [status, ended] = child.wait(signalled + kStopDeadline);
+  return {true, status, ended - signalled, child.out(), child.err()};
+}
+
+std::string in_ms(Clock::duration duration) {
+  return std::to_string(std::chrono::duration_cast<milliseconds>(duration).count()) + " ms";
+}
+
+TEST(FerryRun, CtrlCStopsCleanlyWithAReportWithinASecond) {
+  // The issue asks for a stop within a second of Ctrl-C, whenever it comes.
+  constexpr Clock::duration kBound = seconds(1);
+  for (const Clock::duration after : {Clock::duration(milliseconds(0)), Clock::duration(milliseconds(300)),
+                                      Clock::duration(milliseconds(1000))}) {
+    SCOPED_TRACE("SIGINT " + in_ms(after) + " after the first progress line");
+    const Interrupted run = interrupt_run(endless_run(), after);
+    if (!run.progressed) break;  // already reported; the other moments would only repeat it
+    std::cout << "[ measured ] SIGINT " << in_ms(after) << " after the first progress line: exit "
+              << in_ms(run.signal_to_exit) << " after the signal\n";
+    EXPECT_TRUE(run.status.is(130)) << run.status << "\n--- stdout ---\n" << run.out << "\n--- stderr ---\n" << run.err;
+    EXPECT_LE(run.signal_to_exit, kBound) << "took " << in_ms(run.signal_to_exit);
+    EXPECT_TRUE(contains(run.out, "  delivered  ")) << "no report on stdout\n" << run.out;
+    EXPECT_TRUE(contains(run.out, "interrupted")) << run.out;
+    EXPECT_TRUE(contains(run.err, "interrupted")) << run.err;
+    if (run.status.timed_out) break;  // a hang: the other moments would only repeat it
+  }
+}
+
+TEST(FerryRun, CtrlCWritesAJsonReportThatSaysInterrupted) {
+  if (!have_python()) GTEST_SKIP() << kPython << " not found: the schema check needs a Python interpreter";
+  const TempDir dir;
+  const std::string report = dir / "r.json";
+  std::vector<std::string> args = endless_run();
+  args.push_back("--report");
+  args.push_back(report);
+  const Interrupted run = interrupt_run(args, milliseconds(300));
+  ASSERT_TRUE(run.progressed);
+  std::cout << "[ measured ] SIGINT 300 ms after the first progress line, with --report: exit "
+            << in_ms(run.signal_to_exit) << " after the signal\n";
+  EXPECT_TRUE(run.status.is(130)) << run.status << "\n--- stderr ---\n" << run.err;
+  EXPECT_LE(run.signal_to_exit, seconds(1)) << "took " << in_ms(run.signal_to_exit);
+  EXPECT_TRUE(contains(run.err, "report written to " + report)) << run.err;
+  ASSERT_TRUE(std::filesystem::exists(report)) << run.err;
+  expect_matches_schema(report);
+  const std::vector<std::string> values = report_values(report);
+  ASSERT_EQ(values.size(), 4u);
+  EXPECT_NE(values[0], "0") << "no batch counted before the interrupt";
+  EXPECT_EQ(values[2], "true");  // interrupted
+  EXPECT_EQ(values[3], "130");   // exit_status
+}
+
+// ---- validate, info, usage -------------------------------------------------------------------------
+
+TEST(FerryValidate, ValidateExitsZeroAndSummarisesAGoodConfig) {
+  const std::string config = FERRY_SOURCE_DIR "/configs/demo.yaml";
+  const Result result = ferry({"validate", config});
+  EXPECT_TRUE(result.status.is(0)) << result.status << both(result);
+  EXPECT_TRUE(contains(result.out, config + ": valid")) << both(result);
+  EXPECT_TRUE(contains(result.out, "batches of 64")) << both(result);
+}
+
+TEST(FerryInfo, InfoNamesVersionsAndDevices) {
+  const Result result = ferry({"info"});
+  EXPECT_TRUE(result.status.is(0)) << result.status << both(result);
+  for (const char* part : {"ferry ", "libtorch", "oneTBB", "CUDA runtime", "CUDA driver", "devices"}) {
+    EXPECT_TRUE(contains(result.out, part)) << "no '" << part << "'" << both(result);
+  }
+}
+
+TEST(FerryUsage, UsageErrorsExitTwo) {
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> named;  // what stderr must mention
+  };
+  const std::vector<Case> cases = {
+      {{}, {"usage: ferry run"}},
+      {{"run", "--bogus"}, {"unknown option '--bogus'"}},
+      {{"run", "a.yaml", "b.yaml"}, {"one config at a time", "a.yaml", "b.yaml"}},
+      {{"run", "--batches", "x"}, {"--batches", "'x'"}},
+      {{"run", "--batches"}, {"--batches needs a value"}},
+      {{"frobnicate"}, {"unknown command 'frobnicate'"}},
+      {{"validate"}, {"validate needs a CONFIG"}},
+      {{"run", "/nonexistent.yaml"}, {"/nonexistent.yaml", "cannot open"}},
+  };
+  for (const Case& c : cases) {
+    std::string command = "ferry";
+    for (const std::string& arg : c.args) command += " " + arg;
+    SCOPED_TRACE(command);
+    const Result result = ferry(c.args);
+    EXPECT_TRUE(result.status.is(2)) << result.status << both(result);
+    for (const std::string& part : c.named) {
+      EXPECT_TRUE(contains(result.err, part)) << "stderr does not name '" << part << "'" << both(result);
+    }
+    EXPECT_TRUE(result.out.empty()) << "a usage error printed on stdout" << both(result);
+  }
+}
+
+TEST(FerryRun, SetOverridesReachTheRun) {
+  {
+    const Result run = ferry({"run", "--batches", "3", "--set", "batch_size=10", "--set", "transfer.device=cpu"});
+    ASSERT_TRUE(run.status.is(0)) << run.status << both(run);
+    EXPECT_TRUE(contains(run.out, "delivered  3 batches, 30 samples")) << both(run);
+    EXPECT_TRUE(contains(run.err, "3 batches of 10 to cpu")) << both(run);
+  }
+  {
+    const Result run = ferry({"run", "--set", "pool.slab_size=1KiB"});
+    EXPECT_TRUE(run.status.is(2)) << run.status << both(run);
+    EXPECT_TRUE(contains(run.err, "--set pool.slab_size=1KiB: pool.slab_size: a slab of 1 KiB is smaller"))
+        << both(run);
+    EXPECT_FALSE(contains(run.out, "delivered")) << "an invalid config ran" << both(run);
+  }
+}
+
+}  // namespace
+}  // namespace ferry
