@@ -121,6 +121,8 @@ uint64_t planned_batches(const ferry::Config& config, const ferry::PipelineOptio
 }
 
 int run(const std::vector<std::string_view>& args) {
+  // From the start: a Ctrl-C while the pipeline starts up still ends in a clean stop and a report.
+  std::signal(SIGINT, [](int) { g_interrupted.store(true); });
   const ConfigArgs parsed = parse_config_args(args, /*run_flags=*/true);
   ferry::Config config = load(parsed);
   if (parsed.batches) config.pipeline.max_batches = *parsed.batches;
@@ -134,8 +136,6 @@ int run(const std::vector<std::string_view>& args) {
                ferry::make_source(config.source)->describe().c_str(), static_cast<unsigned long long>(total),
                options.batch_size, options.device.c_str(), ferry::build_description().c_str());
 
-  g_interrupted.store(false);
-  std::signal(SIGINT, [](int) { g_interrupted.store(true); });
   std::atomic<bool> done{false};
   std::thread watcher([&] {
     while (!done.load()) {

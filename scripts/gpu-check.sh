@@ -26,9 +26,19 @@ ctest --test-dir build/gpu -j6 --output-on-failure --timeout 600 > "$out/ctest.l
 grep -E "tests passed|tests failed|Failed|\*\*\*|Skipped" "$out/ctest.log" | head -40
 sed -n '/Label Time Summary/,/^$/p' "$out/ctest.log"
 
+step info
+./build/gpu/cli/ferry info --bandwidth 2>&1 | tee "$out/info.txt" || status=1
+
 step demo
-./build/gpu/cli/ferry run > "$out/demo.txt" 2>&1 || status=1
-tail -14 "$out/demo.txt"
+./build/gpu/cli/ferry run --report "$out/demo.json" > "$out/demo.txt" 2>&1 || status=1
+tail -24 "$out/demo.txt"
+
+step "shipped configs (ferry run, device auto = cuda:0)"
+for config in configs/*.yaml; do
+  name=$(basename "$config" .yaml)
+  ./build/gpu/cli/ferry run "$config" --set stats.progress=off --report "$out/config-$name.json" > "$out/config-$name.txt" 2>&1 || status=1
+  echo "--- $name"; grep -E "delivered|rate|bottleneck|pool" "$out/config-$name.txt"
+done
 
 step example
 ./build/gpu/examples/train 2 > "$out/train.txt" 2>&1 || status=1
