@@ -1,6 +1,7 @@
 // The `ferry` command as a user meets it: the real binary (FERRY_CLI) run as a child process, its
 // stdout and stderr captured on separate pipes, its exit status checked. Every wait has a deadline
 // and a child still running at the deadline is killed, so a hang fails the test instead of stalling it.
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,7 +14,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -246,19 +246,26 @@ bool has_progress_line(const std::string& err) {
 
 bool have_python() { return ::access(kPython, X_OK) == 0; }
 
-// A fresh directory for one test's files, removed at the end.
+// A fresh directory for one test's files, removed at the end. Plain POSIX calls: the version built
+// on std::filesystem and ::testing::TempDir() crashed this test on the GPU machine (g++ 13, libtorch
+// 2.11, its system GoogleTest); this one passes on both machines.
 class TempDir {
  public:
   TempDir() {
-    std::string base = ::testing::TempDir();
-    if (base.empty() || base.back() != '/') base += '/';
-    std::string pattern = base + "ferry_cli_test_XXXXXX";
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ferry_cli_test_XXXXXX";
     if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp: " + std::string(std::strerror(errno)));
     path_ = pattern;
   }
   ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
+    if (DIR* dir = ::opendir(path_.c_str())) {
+      while (const dirent* entry = ::readdir(dir)) {
+        const std::string name = entry->d_name;
+        if (name != "." && name != "..") ::unlink((path_ + "/" + name).c_str());
+      }
+      ::closedir(dir);
+    }
+    ::rmdir(path_.c_str());
   }
   std::string operator/(const std::string& name) const { return path_ + "/" + name; }
 
@@ -298,7 +305,7 @@ TEST(FerryRun, RunWritesAJsonReportThatMatchesItsSchema) {
   ASSERT_TRUE(run.status.is(0)) << run.status << both(run);
   EXPECT_TRUE(contains(run.out, "delivered  5 batches, 320 samples")) << both(run);
   EXPECT_TRUE(contains(run.err, "report written to " + report)) << both(run);
-  ASSERT_TRUE(std::filesystem::exists(report));
+  ASSERT_EQ(::access(report.c_str(), R_OK), 0) << report << " was not written";
   expect_matches_schema(report);
   // The demo's batches are 64 samples.
   EXPECT_EQ(report_values(report), (std::vector<std::string>{"5", "320", "false", "0"}));
@@ -412,7 +419,7 @@ TEST(FerryRun, CtrlCWritesAJsonReportThatSaysInterrupted) {
   EXPECT_TRUE(run.status.is(130)) << run.status << "\n--- stderr ---\n" << run.err;
   EXPECT_LE(run.signal_to_exit, seconds(1)) << "took " << in_ms(run.signal_to_exit);
   EXPECT_TRUE(contains(run.err, "report written to " + report)) << run.err;
-  ASSERT_TRUE(std::filesystem::exists(report)) << run.err;
+  ASSERT_EQ(::access(report.c_str(), R_OK), 0) << run.err;
   expect_matches_schema(report);
   const std::vector<std::string> values = report_values(report);
   ASSERT_EQ(values.size(), 4u);
