@@ -42,9 +42,9 @@ constexpr const char* kUsage =
     "  run       run the pipeline CONFIG describes (default: the built-in configs/demo.yaml, synthetic\n"
     "            data made on the fly), with progress on stderr and a report on stdout\n"
     "            --set key.path=value  override any key (docs/config.md), e.g. --set transfer.device=cpu\n"
-    "            --batches N           stop after N batches (max_batches)\n"
-    "            --epochs N            passes over the data (sampler.epochs)\n"
-    "            --report PATH         also write the report as JSON (docs/report.md)\n"
+    "            --batches N           stop after N batches (--set max_batches=N)\n"
+    "            --epochs N            passes over the data (--set sampler.epochs=N)\n"
+    "            --report PATH         also write the report as JSON, docs/report.md (--set stats.report=PATH)\n"
     "  validate  check CONFIG (and the overrides) without running it\n"
     "  info      what this build supports: versions, devices; --bandwidth measures the host-to-device link\n"
     "\n"
@@ -67,10 +67,14 @@ uint64_t parse_count(std::string_view flag, std::string_view text) {
 struct ConfigArgs {
   std::optional<std::string> path;
   std::vector<std::string> overrides;
-  std::optional<uint64_t> batches;
-  std::optional<uint64_t> epochs;
-  std::optional<std::string> report;
 };
+
+// `text` as a YAML single-quoted scalar, read back exactly (a path may look like YAML: "null", "a: b").
+std::string yaml_quoted(const std::string& text) {
+  std::string quoted = "'";
+  for (const char c : text) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+  return quoted + "'";
+}
 
 ConfigArgs parse_config_args(const std::vector<std::string_view>& args, bool run_flags) {
   ConfigArgs parsed;
@@ -85,12 +89,12 @@ ConfigArgs parse_config_args(const std::vector<std::string_view>& args, bool run
     } else if (flag.rfind("--set=", 0) == 0) {
       parsed.overrides.emplace_back(flag.substr(6));
     } else if (run_flags && flag == "--batches") {
-      parsed.batches = parse_count(flag, value());
+      // Shorthands for overrides, so that they are checked (and located) like any other.
+      parsed.overrides.push_back("max_batches=" + std::to_string(parse_count(flag, value())));
     } else if (run_flags && flag == "--epochs") {
-      parsed.epochs = parse_count(flag, value());
-      if (*parsed.epochs == 0) throw UsageError("--epochs: expected at least 1");
+      parsed.overrides.push_back("sampler.epochs=" + std::to_string(parse_count(flag, value())));
     } else if (run_flags && flag == "--report") {
-      parsed.report = value();
+      parsed.overrides.push_back("stats.report=" + yaml_quoted(value()));
     } else if (flag.rfind("-", 0) == 0) {
       throw UsageError("unknown option '" + std::string(flag) + "'");
     } else if (!parsed.path) {
@@ -112,10 +116,10 @@ ferry::Config load(const ConfigArgs& args) {
 std::atomic<bool> g_interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
-uint64_t planned_batches(const ferry::Config& config, const ferry::PipelineOptions& options) {
+// Batches the run will deliver (its planner's count), for the progress line's total and ETA.
+uint64_t planned_batches(const ferry::Config& config, const ferry::PipelineOptions& options, uint64_t source_size) {
   const ferry::Placement placement = ferry::resolve_placement(config.sampler, ferry::torchrun_env());
-  const auto source = ferry::make_source(config.source);
-  return ferry::BatchPlanner(ferry::make_sampler(config.sampler, placement, source->size()),
+  return ferry::BatchPlanner(ferry::make_sampler(config.sampler, placement, source_size),
                              {options.batch_size, options.drop_last, options.epochs, options.max_batches})
       .total_batches();
 }
@@ -124,16 +128,14 @@ int run(const std::vector<std::string_view>& args) {
   // From the start: a Ctrl-C while the pipeline starts up still ends in a clean stop and a report.
   std::signal(SIGINT, [](int) { g_interrupted.store(true); });
   const ConfigArgs parsed = parse_config_args(args, /*run_flags=*/true);
-  ferry::Config config = load(parsed);
-  if (parsed.batches) config.pipeline.max_batches = *parsed.batches;
-  if (parsed.epochs) config.pipeline.epochs = *parsed.epochs;
-  if (parsed.report) config.stats.report_path = *parsed.report;
+  const ferry::Config config = load(parsed);
 
   ferry::Pipeline pipeline = ferry::make_pipeline(config);
   const ferry::PipelineOptions& options = pipeline.options();
-  const uint64_t total = planned_batches(config, options);
+  const auto source = ferry::make_source(config.source);  // its size and name, for progress and the report
+  const uint64_t total = planned_batches(config, options, source->size());
   std::fprintf(stderr, "ferry: %s: %s, %llu batches of %zu to %s (%s)\n", config.origin.c_str(),
-               ferry::make_source(config.source)->describe().c_str(), static_cast<unsigned long long>(total),
+               source->describe().c_str(), static_cast<unsigned long long>(total),
                options.batch_size, options.device.c_str(), ferry::build_description().c_str());
 
   std::atomic<bool> done{false};
@@ -177,10 +179,11 @@ int run(const std::vector<std::string_view>& args) {
   ferry::cli::RunInfo info;
   info.ferry_version = FERRY_VERSION;
   info.config = config.origin;
-  info.source = ferry::make_source(config.source)->describe();
+  info.source = source->describe();
   info.device = config.pipeline.device;
   info.interrupted = interrupted;
   info.exit_status = status;
+  if (failure) info.error = failure->what();
   ferry::cli::print_report(stdout, "ferry run: " + config.origin, info, stats);
   std::fflush(stdout);
   if (!config.stats.report_path.empty()) {

@@ -162,6 +162,7 @@ std::string report_text(const std::string& title, const RunInfo& info, const Pip
   if (!info.config.empty()) appendf(text, "  config     %s\n", info.config.c_str());
   if (!info.source.empty()) appendf(text, "  source     %s\n", info.source.c_str());
   if (info.interrupted) appendf(text, "  stopped    interrupted: the counts cover the part that ran\n");
+  if (!info.error.empty()) appendf(text, "  failed     %s\n", info.error.c_str());
   append_body(text, stats);
   return text;
 }
@@ -190,6 +191,7 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
       .key("device_requested").value(info.device.empty() ? stats.device : info.device)
       .key("interrupted").value(info.interrupted)
       .key("exit_status").value(info.exit_status)
+      .key("error").value(info.error)
       .end_object();
   json.key("settings").begin_object()
       .key("decode_threads").value(stats.decode_threads)

@@ -16,6 +16,7 @@ struct RunInfo {
   std::string device;            // the device asked for ("auto", "cuda:1"); empty: as resolved
   bool interrupted = false;      // stopped early (SIGINT): counts cover the part that ran
   int exit_status = 0;           // what the command exits with
+  std::string error;             // why the run failed (ferry::Error's message); empty when it did not
 };
 
 /// The report at the end of `ferry run`, as text: totals, rates, the bottleneck in one line, a

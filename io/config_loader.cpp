@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include <sys/stat.h>
+
 #include <yaml-cpp/yaml.h>
 
 #include "io/config_schema.h"
@@ -684,7 +686,15 @@ class ConfigLoader {
       if (value->IsNull()) {
         note("stats.report", *value);
       } else if (auto path = scalar(*value, "stats.report", "a file path")) {
-        stats.report_path = *path;
+        // Found now rather than after a long run: the report's folder must exist.
+        const size_t slash = path->rfind('/');
+        const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path->substr(0, slash);
+        struct stat info {};
+        if (::stat(folder.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+          problem("stats.report", *value, "the folder '" + folder + "' does not exist");
+        } else {
+          stats.report_path = *path;
+        }
       }
     }
   }

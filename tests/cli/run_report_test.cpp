@@ -333,6 +333,7 @@ TEST(RunReport, JsonHoldsTheStatsInTheDocumentedOrder) {
   EXPECT_EQ(json["run"]["device"].text, stats.device);
   EXPECT_FALSE(json["run"]["interrupted"].boolean);
   EXPECT_EQ(json["run"]["exit_status"].u64(), 0u);
+  EXPECT_EQ(json["run"]["error"].text, "");
 
   EXPECT_EQ(json["totals"]["batches"].u64(), stats.batches);
   EXPECT_EQ(json["totals"]["samples"].u64(), stats.samples);
@@ -392,6 +393,12 @@ TEST(RunReport, JsonEscapesStringsAndCountsUnlistedSkips) {
   EXPECT_TRUE(json["run"]["interrupted"].boolean);
   EXPECT_EQ(json["run"]["exit_status"].u64(), 130u);
   EXPECT_EQ(json["run"]["device_requested"].text, "cuda:0") << "no device asked for: the resolved one";
+
+  info.exit_status = 1;
+  info.error = "ferry: decode failed on sample 7 (epoch 0, batch 1): \"x.jpg\": bad marker";
+  const Json failed = JsonReader::parse(json_of(info, full_stats()));
+  EXPECT_EQ(failed["run"]["error"].text, info.error);
+  EXPECT_NE(report_text("ferry run", info, full_stats()).find("  failed     " + info.error), std::string::npos);
   const Json& skipped = json["skipped"];
   EXPECT_EQ(skipped["count"].u64(), 105u);
   ASSERT_EQ(skipped["listed"].items.size(), 2u);
