@@ -161,30 +161,15 @@ JsonWriter& JsonWriter::value(bool flag) {
 
 JsonWriter& JsonWriter::value(double number) {
   if (!std::isfinite(number)) return null();
-  before_value("a number");
   // Shortest round-trip form; its syntax ("1e-05", "-0", "3") is valid JSON for finite values.
   char text[32];
   const auto result = std::to_chars(text, text + sizeof text, number);
-  out_.write(text, result.ptr - text);
-  after_value();
-  return *this;
+  return number_text(std::string_view(text, static_cast<size_t>(result.ptr - text)));
 }
 
-// Integers through to_chars too: a stream's locale could group their digits ("1,024").
-JsonWriter& JsonWriter::write_integer(int64_t number) {
+JsonWriter& JsonWriter::number_text(std::string_view text) {
   before_value("a number");
-  char text[24];
-  const auto result = std::to_chars(text, text + sizeof text, number);
-  out_.write(text, result.ptr - text);
-  after_value();
-  return *this;
-}
-
-JsonWriter& JsonWriter::write_unsigned(uint64_t number) {
-  before_value("a number");
-  char text[24];
-  const auto result = std::to_chars(text, text + sizeof text, number);
-  out_.write(text, result.ptr - text);
+  out_.write(text.data(), static_cast<std::streamsize>(text.size()));
   after_value();
   return *this;
 }

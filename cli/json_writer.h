@@ -1,5 +1,6 @@
 #pragma once
 
+#include <charconv>
 #include <concepts>
 #include <cstdint>
 #include <ostream>
@@ -42,11 +43,9 @@ class JsonWriter {
   template <std::integral T>
     requires(!std::same_as<T, bool>)
   JsonWriter& value(T number) {
-    if constexpr (std::signed_integral<T>) {
-      return write_integer(static_cast<int64_t>(number));
-    } else {
-      return write_unsigned(static_cast<uint64_t>(number));
-    }
+    char text[24];
+    const auto result = std::to_chars(text, text + sizeof text, number);
+    return number_text(std::string_view(text, static_cast<size_t>(result.ptr - text)));
   }
   JsonWriter& null();
 
@@ -66,8 +65,8 @@ class JsonWriter {
   void before_value(const char* what);
   void after_value();
   void newline_and_indent();
-  JsonWriter& write_integer(int64_t number);
-  JsonWriter& write_unsigned(uint64_t number);
+  /// Writes a number formatted by std::to_chars: no stream locale can group its digits ("1,024").
+  JsonWriter& number_text(std::string_view text);
   JsonWriter& end(Scope scope, char close);
 
   std::ostream& out_;

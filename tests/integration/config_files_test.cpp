@@ -24,6 +24,7 @@
 #include "io/config_loader.h"
 #include "pipeline/cuda_device.h"
 #include "stages/standard_pipeline.h"
+#include "tests/support/thread_count.h"
 
 namespace ferry {
 namespace {
@@ -39,16 +40,6 @@ std::vector<std::string> yaml_files(const std::string& dir) {
   }
   std::sort(files.begin(), files.end());
   return files;
-}
-
-// Threads of this process, from /proc.
-size_t thread_count() {
-  size_t count = 0;
-  if (DIR* handle = opendir("/proc/self/task")) {
-    while (const dirent* entry = readdir(handle)) count += entry->d_name[0] != '.';
-    closedir(handle);
-  }
-  return count;
 }
 
 struct Expected {
@@ -132,7 +123,7 @@ TEST(BadConfigs, EachFailsWithItsExactProblemsBeforeAnyThreadStarts) {
       continue;
     }
     ASSERT_FALSE(bad.expected.empty()) << "no # expect: line";
-    const size_t threads_before = thread_count();
+    const size_t threads_before = testing::thread_count();
     std::vector<ConfigProblem> problems;
     try {
       check_config(load_config(path, bad.overrides));
@@ -140,7 +131,7 @@ TEST(BadConfigs, EachFailsWithItsExactProblemsBeforeAnyThreadStarts) {
     } catch (const ConfigError& e) {
       problems = e.problems();
     }
-    EXPECT_EQ(thread_count(), threads_before) << "validation started a thread";
+    EXPECT_EQ(testing::thread_count(), threads_before) << "validation started a thread";
     ASSERT_EQ(problems.size(), bad.expected.size()) << [&] {
       std::string all;
       for (const ConfigProblem& problem : problems) all += "\n  " + problem.text();

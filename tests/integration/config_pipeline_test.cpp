@@ -36,6 +36,7 @@
 #include "stages/standard_pipeline.h"
 #include "tests/support/random_options.h"
 #include "tests/support/reference_batch.h"
+#include "tests/support/thread_count.h"
 
 namespace ferry {
 namespace {
@@ -46,16 +47,6 @@ namespace {
 uint64_t test_seed() {
   const char* text = std::getenv("FERRY_TEST_SEED");
   return text != nullptr ? std::strtoull(text, nullptr, 0) : 0xc0f19ULL;
-}
-
-// Threads of this process, from /proc.
-size_t thread_count() {
-  size_t count = 0;
-  if (DIR* handle = opendir("/proc/self/task")) {
-    while (const dirent* entry = readdir(handle)) count += entry->d_name[0] != '.';
-    closedir(handle);
-  }
-  return count;
 }
 
 // Sets torchrun's variables (or unsets them all, for nullopt) for its lifetime, then puts back what
@@ -255,7 +246,7 @@ TEST(ConfigPipeline, ConfigErrorsStartNoThread) {
                       "  device: cpu\n");
   // The loader takes it (a slab size alone is fine); what the source makes is check_config's.
   const Config config = load_config(file.path());
-  const size_t threads_before = thread_count();
+  const size_t threads_before = testing::thread_count();
 
   auto expect_slab_problem = [&](const ConfigError& e) {
     ASSERT_EQ(e.problems().size(), 1u) << e.what();
@@ -271,7 +262,7 @@ TEST(ConfigPipeline, ConfigErrorsStartNoThread) {
   } catch (const ConfigError& e) {
     expect_slab_problem(e);
   }
-  EXPECT_EQ(thread_count(), threads_before) << "make_pipeline(Config) started a thread before failing";
+  EXPECT_EQ(testing::thread_count(), threads_before) << "make_pipeline(Config) started a thread before failing";
 
   try {
     (void)Pipeline::from_yaml(file.path());
@@ -279,7 +270,7 @@ TEST(ConfigPipeline, ConfigErrorsStartNoThread) {
   } catch (const ConfigError& e) {
     expect_slab_problem(e);
   }
-  EXPECT_EQ(thread_count(), threads_before) << "Pipeline::from_yaml started a thread before failing";
+  EXPECT_EQ(testing::thread_count(), threads_before) << "Pipeline::from_yaml started a thread before failing";
 
   // A torchrun launch that makes no sense (RANK not below WORLD_SIZE) fails the same way.
   {
@@ -294,7 +285,7 @@ TEST(ConfigPipeline, ConfigErrorsStartNoThread) {
       EXPECT_NE(e.problems()[0].message.find("RANK"), std::string::npos) << e.what();
     }
   }
-  EXPECT_EQ(thread_count(), threads_before) << "a bad torchrun environment started a thread";
+  EXPECT_EQ(testing::thread_count(), threads_before) << "a bad torchrun environment started a thread";
 }
 
 // Random datasets (all dtypes, ranks 0-3, empty dims, variable lengths, value ranges) written as YAML,
