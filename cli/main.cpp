@@ -127,6 +127,8 @@ uint64_t planned_batches(const ferry::Config& config, const ferry::PipelineOptio
 int run(const std::vector<std::string_view>& args) {
   // From the start: a Ctrl-C while the pipeline starts up still ends in a clean stop and a report.
   std::signal(SIGINT, [](int) { g_interrupted.store(true); });
+  // `ferry run ... | head` closes stdout early: the writes fail instead, and --report is still written.
+  std::signal(SIGPIPE, SIG_IGN);
   const ConfigArgs parsed = parse_config_args(args, /*run_flags=*/true);
   const ferry::Config config = load(parsed);
 

@@ -1,5 +1,7 @@
 #include "io/batch_planner.h"
 
+#include <cstdint>
+
 #include <algorithm>
 
 #include "pipeline/error.h"
@@ -19,13 +21,16 @@ uint64_t BatchPlanner::batches_per_epoch() const noexcept {
 }
 
 uint64_t BatchPlanner::total_batches() const noexcept {
-  const uint64_t all = batches_per_epoch() * options_.epochs;
+  const uint64_t per_epoch = batches_per_epoch();
+  // Saturating: epochs may be huge ("run until max_batches").
+  const uint64_t all = per_epoch != 0 && options_.epochs > UINT64_MAX / per_epoch ? UINT64_MAX : per_epoch * options_.epochs;
   return options_.max_batches == 0 ? all : std::min(all, options_.max_batches);
 }
 
 std::optional<BatchPlan> BatchPlanner::next() {
   if (options_.max_batches != 0 && planned_ >= options_.max_batches) return std::nullopt;
   const uint64_t per_epoch = batches_per_epoch();
+  if (per_epoch == 0) return std::nullopt;  // no epoch has a batch: don't walk through them all
   while (epoch_ < options_.epochs && batch_in_epoch_ >= per_epoch) {
     ++epoch_;
     batch_in_epoch_ = 0;

@@ -25,6 +25,11 @@ Placement resolve_placement(const SamplerConfig& sampler, const std::optional<To
   Placement placement;
   if (env) placement = Placement{env->rank, env->world_size, env->local_rank, true};
   // The config wins over the environment: a job may shard differently from how it was launched.
+  if (env && sampler.world_size && !sampler.rank && *sampler.world_size != env->world_size) {
+    // torchrun's RANK numbers its own WORLD_SIZE processes; it says nothing about another split.
+    throw Error("sampler.world_size is " + std::to_string(*sampler.world_size) + " but torchrun's WORLD_SIZE is " +
+                std::to_string(env->world_size) + ": set sampler.rank as well");
+  }
   if (sampler.rank) placement.rank = *sampler.rank;
   if (sampler.world_size) placement.world_size = *sampler.world_size;
   if (placement.world_size == 0 || placement.rank >= placement.world_size) {

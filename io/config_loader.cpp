@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <yaml-cpp/yaml.h>
 
@@ -91,7 +93,12 @@ class ConfigLoader {
   Config load(std::string_view text) {
     Node root;
     try {
-      root = YAML::Load(std::string(text));
+      const std::vector<Node> documents = YAML::LoadAll(std::string(text));
+      if (documents.size() > 1) {
+        throw ConfigError({{position(documents[1].Mark()), "", "a config is one YAML document; this file holds " +
+                                                                  std::to_string(documents.size()) + " (separated by ---)"}});
+      }
+      if (!documents.empty()) root = documents.front();
     } catch (const YAML::Exception& e) {
       // The parser's own position is the best there is for malformed YAML.
       throw ConfigError({{position(e.mark), "", "invalid YAML: " + e.msg}});
@@ -168,7 +175,9 @@ class ConfigLoader {
     std::vector<std::string> parts;
     std::stringstream stream(path);
     for (std::string part; std::getline(stream, part, '.');) parts.push_back(part);
-    if (parts.empty() || std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); })) {
+    // getline drops a trailing empty part ("batch_size." would read as "batch_size").
+    if (parts.empty() || path.back() == '.' ||
+        std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); })) {
       problems_.push_back({where, path, "expected key.path=value with non-empty key names"});
       return;
     }
@@ -187,6 +196,7 @@ class ConfigLoader {
         }
         key += "[" + part + "]";
         if (index == node.size()) {
+          overridden_[key] = where;  // a new element: all of it comes from this --set
           node.push_back(last ? value : Node(YAML::NodeType::Map));
           if (last) break;
         } else if (last) {
@@ -207,7 +217,10 @@ class ConfigLoader {
         node[part] = value;
         break;
       }
-      if (!node[part].IsDefined() || node[part].IsNull()) node[part] = Node(YAML::NodeType::Map);
+      if (!node[part].IsDefined() || node[part].IsNull()) {
+        overridden_[key] = where;  // a new section: all of it comes from this --set
+        node[part] = Node(YAML::NodeType::Map);
+      }
       Node next;
       next.reset(node[part]);
       node.reset(next);
@@ -242,6 +255,18 @@ class ConfigLoader {
     }
     note(key, node);
     return true;
+  }
+
+  // Reports keys given twice in a mapping whose keys are not the schema's (field names).
+  void check_unique_keys(const Node& map, const std::string& key) {
+    std::map<std::string, YAML::Mark> seen;
+    for (const auto& entry : map) {
+      const std::string name = entry.first.IsScalar() ? entry.first.Scalar() : found_text(entry.first);
+      if (const auto [it, inserted] = seen.emplace(name, entry.first.Mark()); !inserted) {
+        const std::string path = join_path(key, name);
+        problems_.push_back({location(path, entry.first), path, "given twice (first at line " + std::to_string(it->second.line + 1) + ")"});
+      }
+    }
   }
 
   // The node under `name`, if the mapping has it.
@@ -548,6 +573,7 @@ class ConfigLoader {
         return;
       }
       note("decode.decoders", *value);
+      check_unique_keys(*value, "decode.decoders");
       const std::vector<std::string> registered = DecoderRegistry::global().names();
       for (const auto& entry : *value) {
         const std::string field = entry.first.Scalar();
@@ -576,6 +602,7 @@ class ConfigLoader {
         expected("collate.pad_values", *value, "a mapping of field name to pad value, e.g. {tokens: 0}");
       } else {
         note("collate.pad_values", *value);
+        check_unique_keys(*value, "collate.pad_values");
         for (const auto& entry : *value) {
           const std::string field = entry.first.Scalar();
           const std::string key = "collate.pad_values." + field;
@@ -692,6 +719,10 @@ class ConfigLoader {
         struct stat info {};
         if (::stat(folder.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
           problem("stats.report", *value, "the folder '" + folder + "' does not exist");
+        } else if (::access(folder.c_str(), W_OK) != 0) {
+          problem("stats.report", *value, "the folder '" + folder + "' is not writable");
+        } else if (::stat(path->c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+          problem("stats.report", *value, "'" + *path + "' is a folder; expected a file path");
         } else {
           stats.report_path = *path;
         }
@@ -733,11 +764,15 @@ class ConfigLoader {
                                              ") slabs: every batch in flight holds one; found " + std::to_string(pool.slab_count));
     }
     const size_t slabs = pool.slab_count != 0 ? pool.slab_count : options.prefetch;
-    if (pool.budget_bytes != 0 && pool.slab_bytes != 0 && pool.budget_bytes < options.prefetch * pool.slab_bytes) {
+    // Divisions, not products: a slab size near 2^63 times a count must not wrap past the budget.
+    const auto holds = [&](size_t count) { return pool.slab_bytes <= pool.budget_bytes / count; };
+    if (pool.budget_bytes != 0 && pool.slab_bytes != 0 && !holds(options.prefetch)) {
       problem_at("pool.budget", "a budget of " + format_byte_size(pool.budget_bytes) + " holds fewer than prefetch (" +
                                          std::to_string(options.prefetch) + ") slabs of " + format_byte_size(pool.slab_bytes) +
-                                         "; it needs at least " + format_byte_size(options.prefetch * pool.slab_bytes));
-    } else if (pool.budget_bytes != 0 && pool.slab_bytes != 0 && pool.budget_bytes < slabs * pool.slab_bytes) {
+                                         (pool.slab_bytes <= SIZE_MAX / options.prefetch
+                                              ? "; it needs at least " + format_byte_size(options.prefetch * pool.slab_bytes)
+                                              : std::string()));
+    } else if (pool.budget_bytes != 0 && pool.slab_bytes != 0 && !holds(slabs)) {
       problem_at("pool.budget", "a budget of " + format_byte_size(pool.budget_bytes) + " holds fewer than slab_count (" +
                                          std::to_string(slabs) + ") slabs of " + format_byte_size(pool.slab_bytes));
     }

@@ -20,20 +20,20 @@ const std::vector<ConfigKey>& config_keys() {
       // batches
       {"batch_size", "integer 1..16777216", "32", "Samples per batch.", "64"},
       {"prefetch", "integer 1..1024", "3", "Batches in flight between planning and the consumer: more hides jitter, each costs a pinned slab.", "4"},
-      {"max_batches", "integer >= 0", "0 (every epoch)", "Stop after this many batches in all.", "100"},
+      {"max_batches", "integer >= 0", "0 (every epoch)", "Stop after this many batches in all (planned batches: one whose samples were all skipped counts).", "100"},
       // sampler
       {"sampler", "mapping", "sequential, one rank", "The order of the samples and this process's share of them.", "{shuffle: true, seed: 1}"},
       {"sampler.shuffle", "boolean", "false", "Visit a different permutation of the samples every epoch, derived from (seed, epoch).", "true"},
       {"sampler.seed", "integer", "0", "Seed of the shuffle.", "1234"},
       {"sampler.epochs", "integer >= 1", "1", "Passes over the data.", "3"},
-      {"sampler.drop_last", "boolean", "false", "Drop the last batch of an epoch when it is smaller than batch_size.", "true"},
-      {"sampler.rank", "auto or integer >= 0", "auto", "This process's data-parallel rank. auto: $RANK when torchrun set it, else 0.", "0"},
-      {"sampler.world_size", "auto or integer >= 1", "auto", "Number of data-parallel ranks. auto: $WORLD_SIZE when torchrun set it, else 1.", "8"},
+      {"sampler.drop_last", "boolean", "false", "Drop the last batch of an epoch when it is smaller than batch_size. (A batch that lost samples to `decode.on_error: skip` is still delivered, smaller.)", "true"},
+      {"sampler.rank", "auto or integer 0..1048575", "auto", "This process's data-parallel rank. auto: $RANK when torchrun set it, else 0.", "0"},
+      {"sampler.world_size", "auto or integer 1..1048576", "auto", "Number of data-parallel ranks. auto: $WORLD_SIZE when torchrun set it, else 1. Setting it to another number than torchrun's needs sampler.rank too.", "8"},
       {"sampler.remainder", "one of: pad, drop", "pad", "When an epoch does not divide evenly among the ranks: pad (repeat its first samples) or drop the rest, so every rank gets the same number of batches.", "drop"},
       // decode
       {"decode", "mapping", "", "Turning stored samples into tensors.", "{threads: 8}"},
       {"decode.threads", "auto or integer 1..1024", "auto", "Samples decoded at once. auto: the hardware threads minus two (at least 1).", "8"},
-      {"decode.on_error", "one of: fail, skip", "fail", "A sample that cannot be read or decoded: fail the run (naming the sample), or skip it, count it and report it.", "skip"},
+      {"decode.on_error", "one of: fail, skip", "fail", "A sample that cannot be read or decoded: fail the run (naming the sample), or skip it: drop it from its batch (which is delivered smaller, or not at all when every sample failed), log it on stderr, count it and list it in the report.", "skip"},
       {"decode.decoders", "mapping of field to decoder", "the source's", "Decoder per field, replacing the source's choice (registered decoders: raw, and any your program adds).", "{image: raw}"},
       {"decode.decoders.<field>", "decoder name", "the source's", "The decoder of one field.", "raw"},
       // collate

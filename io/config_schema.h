@@ -7,8 +7,8 @@
 namespace ferry {
 
 /// One key a YAML config may set. The list of them (config_keys()) is the schema: the loader
-/// accepts exactly these keys (and suggests the nearest for anything else), docs/config.md
-/// documents exactly these (a test compares the two), and `ferry validate --keys` prints them.
+/// accepts exactly these keys (and suggests the nearest for anything else), and docs/config.md
+/// documents exactly these (a test compares the two).
 ///
 /// Paths use `[]` for the elements of a list and `<field>` for a key named after a source field:
 /// "source.fields[].dtype", "collate.pad_values.<field>".

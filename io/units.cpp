@@ -1,5 +1,6 @@
 #include "io/units.h"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <charconv>
@@ -38,26 +39,48 @@ std::optional<std::pair<double, std::string_view>> number_and_unit(std::string_v
 }  // namespace
 
 std::optional<uint64_t> parse_byte_size(std::string_view text) {
-  const auto parsed = number_and_unit(text);
-  if (!parsed) return std::nullopt;
-  const auto [value, unit] = *parsed;
+  // Exact decimal arithmetic, not doubles: "1.001KB" is 1001 bytes, and binary floating point would
+  // make it 1000.9999... and reject it as a fraction of a byte.
+  text = trim(text);
+  size_t end = 0;
+  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+  const std::string_view whole = text.substr(0, end);
+  std::string_view fraction;
+  if (end < text.size() && text[end] == '.') {
+    const size_t start = ++end;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+    fraction = text.substr(start, end - start);
+  }
+  if ((whole.empty() && fraction.empty()) || whole.size() > 19 || fraction.size() > 18) return std::nullopt;
+  const std::string_view unit = trim(text.substr(end));
   struct Unit {
     std::string_view name;
-    double bytes;
+    uint64_t bytes;
   };
+  static constexpr uint64_t kKi = 1024;
   static constexpr std::array<Unit, 16> kUnits{{
-      {"", 1},          {"b", 1},          {"byte", 1},       {"bytes", 1},
-      {"kb", 1e3},      {"mb", 1e6},       {"gb", 1e9},       {"tb", 1e12},
-      {"kib", 1 << 10}, {"mib", 1 << 20},  {"gib", 1 << 30},  {"tib", 1099511627776.0},
-      {"k", 1 << 10},   {"m", 1 << 20},    {"g", 1 << 30},    {"t", 1099511627776.0},
+      {"", 1},        {"b", 1},             {"byte", 1},                 {"bytes", 1},
+      {"kb", 1000},   {"mb", 1000000},      {"gb", 1000000000},          {"tb", 1000000000000},
+      {"kib", kKi},   {"mib", kKi * kKi},   {"gib", kKi * kKi * kKi},    {"tib", kKi * kKi * kKi * kKi},
+      {"k", kKi},     {"m", kKi * kKi},     {"g", kKi * kKi * kKi},      {"t", kKi * kKi * kKi * kKi},
   }};
-  for (const Unit& candidate : kUnits) {
-    if (!equal_ignoring_case(unit, candidate.name)) continue;
-    const double bytes = value * candidate.bytes;
-    if (bytes != std::floor(bytes) || bytes >= 9.2e18) return std::nullopt;
-    return static_cast<uint64_t>(bytes);
+  const auto found = std::find_if(kUnits.begin(), kUnits.end(),
+                                  [&](const Unit& candidate) { return equal_ignoring_case(unit, candidate.name); });
+  if (found == kUnits.end()) return std::nullopt;
+  __extension__ typedef unsigned __int128 Wide;  // __extension__: GCC and Clang have it; -Wpedantic knows
+  Wide whole_value = 0;
+  for (const char c : whole) whole_value = whole_value * 10 + static_cast<unsigned>(c - '0');
+  Wide fraction_value = 0;
+  Wide scale = 1;
+  for (const char c : fraction) {
+    fraction_value = fraction_value * 10 + static_cast<unsigned>(c - '0');
+    scale *= 10;
   }
-  return std::nullopt;
+  const Wide fraction_bytes = fraction_value * found->bytes;
+  if (fraction_bytes % scale != 0) return std::nullopt;  // a fraction of a byte
+  const Wide bytes = whole_value * found->bytes + fraction_bytes / scale;
+  if (bytes >= (Wide{1} << 63)) return std::nullopt;
+  return static_cast<uint64_t>(bytes);
 }
 
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {

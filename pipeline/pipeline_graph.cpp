@@ -189,49 +189,6 @@ void PipelineGraph::mark_ended() noexcept {
   (void)ended_ns_.compare_exchange_strong(running, static_cast<int64_t>(now_ns()), std::memory_order_acq_rel);
 }
 
-void PipelineGraph::Occupancy::advance(uint64_t now_ns) {
-  // Callers read the clock before taking the lock, so a change may carry a time a little before
-  // the last one: it counts at the last one instead of integrating backwards.
-  if (now_ns <= since_ns_) return;
-  const uint64_t elapsed = now_ns - since_ns_;
-  area_ += (count_ <= 0 ? 0 : std::min(static_cast<uint64_t>(count_), uint64_t{capacity_})) * elapsed;
-  if (count_ >= static_cast<int64_t>(capacity_)) {
-    full_ns_ += elapsed;
-    if (producer_waiting_) blocked_ns_ += elapsed;
-  }
-  since_ns_ = now_ns;
-}
-
-void PipelineGraph::Occupancy::change(int delta, uint64_t now_ns, std::optional<bool> producer_waiting) {
-  std::lock_guard lock(mutex_);
-  advance(now_ns);
-  count_ += delta;
-  if (count_ > 0) peak_ = std::max(peak_, std::min(static_cast<size_t>(count_), capacity_));
-  if (producer_waiting) producer_waiting_ = *producer_waiting;
-}
-
-PipelineGraph::Occupancy::Snapshot PipelineGraph::Occupancy::snapshot(uint64_t until_ns) const {
-  // Integrates the stretch since the last change on a copy: a snapshot changes nothing.
-  Occupancy copy(capacity_);
-  {
-    std::lock_guard lock(mutex_);
-    copy.count_ = count_;
-    copy.producer_waiting_ = producer_waiting_;
-    copy.since_ns_ = since_ns_;
-    copy.area_ = area_;
-    copy.full_ns_ = full_ns_;
-    copy.blocked_ns_ = blocked_ns_;
-    copy.peak_ = peak_;
-  }
-  copy.advance(until_ns);
-  Snapshot snapshot;
-  snapshot.mean = until_ns == 0 ? 0.0 : static_cast<double>(copy.area_) / static_cast<double>(until_ns);
-  snapshot.peak = copy.peak_;
-  snapshot.full_ns = copy.full_ns_;
-  snapshot.blocked_ns = copy.blocked_ns_;
-  return snapshot;
-}
-
 void PipelineGraph::close() noexcept {
   mark_ended();
   stop_.store(true, std::memory_order_release);
@@ -365,9 +322,15 @@ void PipelineGraph::drop_failed_samples(BatchWork& work) {
   const auto failed = [](const SamplePtr& sample) { return sample->error.has_value(); };
   for (const SamplePtr& sample : samples) {
     if (!failed(sample)) continue;
-    const uint64_t count = skipped_count_.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (count > PipelineStats::kMaxListedSkips) continue;
     SkippedSample skipped{sample->index(), sample->key, sample->error->stage(), sample->error->cause()};
+    uint64_t count = 0;
+    {
+      // Counted and listed under one lock, so that a snapshot's count and list agree.
+      std::lock_guard lock(skipped_mutex_);
+      count = ++skipped_count_;
+      if (count <= PipelineStats::kMaxListedSkips) skipped_.push_back(skipped);
+    }
+    if (count > PipelineStats::kMaxListedSkips) continue;
     // Said as it happens, so a log shows which samples a run lost; after the first ones, only counted.
     const bool key_in_reason = skipped.key.empty() || skipped.reason.find(skipped.key) != std::string::npos;
     std::fprintf(stderr, "ferry: skipped sample %llu%s%s (on_error: skip): %s\n",
@@ -376,8 +339,6 @@ void PipelineGraph::drop_failed_samples(BatchWork& work) {
     if (count == PipelineStats::kMaxListedSkips) {
       std::fprintf(stderr, "ferry: further skipped samples are only counted (see the report)\n");
     }
-    std::lock_guard lock(skipped_mutex_);
-    skipped_.push_back(std::move(skipped));
   }
   const size_t planned = samples.size();
   samples.erase(std::remove_if(samples.begin(), samples.end(), failed), samples.end());
@@ -613,9 +574,9 @@ PipelineStats PipelineGraph::stats() const {
     stage.account_idle_time(wall);
     stats.stages.push_back(std::move(stage));
   }
-  stats.skipped_samples = skipped_count_.load(std::memory_order_relaxed);
   {
     std::lock_guard lock(skipped_mutex_);
+    stats.skipped_samples = skipped_count_;
     stats.skipped = skipped_;
   }
   return stats;

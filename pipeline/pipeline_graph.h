@@ -17,6 +17,7 @@
 
 #include "pipeline/batch.h"
 #include "pipeline/bounded_queue.h"
+#include "pipeline/occupancy.h"
 #include "pipeline/pipeline_options.h"
 #include "pipeline/pipeline_stats.h"
 #include "pipeline/stage.h"
@@ -119,38 +120,6 @@ class PipelineGraph {
     std::atomic<uint64_t> blocked_ns{0};  // event-wait: pushing into a full ready queue
   };
 
-  /// A count of batches integrated over time (Note [occupancy]), and how long the side that adds
-  /// to it was held up by a full count. change() from any thread (a short lock, no allocation);
-  /// snapshot() from any thread. Times are nanoseconds since the start.
-  class Occupancy {
-   public:
-    struct Snapshot {
-      double mean = 0.0;        // of the count capped at the capacity
-      size_t peak = 0;          // likewise capped
-      uint64_t full_ns = 0;     // time the count stood at the capacity or above
-      uint64_t blocked_ns = 0;  // the part of full_ns during which the producer was waiting
-    };
-    explicit Occupancy(size_t capacity) : capacity_(capacity) {}
-    /// Adds `delta` at `now_ns`; `producer_waiting`, when given, says from now on whether the
-    /// producer waits when the count is full (false while it works or once it has no more to add).
-    void change(int delta, uint64_t now_ns, std::optional<bool> producer_waiting = std::nullopt);
-    /// The integrals up to `until_ns` (the end of the run, or now).
-    Snapshot snapshot(uint64_t until_ns) const;
-
-   private:
-    void advance(uint64_t now_ns);  // requires mutex_
-
-    const size_t capacity_;
-    mutable std::mutex mutex_;
-    int64_t count_ = 0;
-    bool producer_waiting_ = true;
-    uint64_t since_ns_ = 0;    // the last change
-    uint64_t area_ = 0;        // integral of min(count, capacity) dt up to since_ns_
-    uint64_t full_ns_ = 0;     // up to since_ns_
-    uint64_t blocked_ns_ = 0;  // up to since_ns_
-    size_t peak_ = 0;
-  };
-
   struct Nodes;  // the flow graph's nodes (pipeline_graph.cpp)
 
   PlanPtr plan_next(tbb::flow_control& control);
@@ -225,9 +194,9 @@ class PipelineGraph {
   std::atomic<uint64_t> consumer_waits_{0};  // next() calls that found no batch ready
 
   // Samples dropped by on_error: skip: all counted, the first PipelineStats::kMaxListedSkips listed.
-  std::atomic<uint64_t> skipped_count_{0};
   mutable std::mutex skipped_mutex_;
-  std::vector<SkippedSample> skipped_;
+  uint64_t skipped_count_ = 0;          // guarded by skipped_mutex_
+  std::vector<SkippedSample> skipped_;  // guarded by skipped_mutex_
 
   std::unique_ptr<tbb::global_control> parallelism_;
   std::unique_ptr<tbb::task_arena> arena_;

@@ -64,16 +64,29 @@ CollateStage::CollateStage(std::vector<FieldSpec> fields, const CollateOptions& 
 }
 
 std::optional<size_t> CollateStage::max_batch_bytes(size_t batch_size) const {
-  size_t cursor = 0;
+  // In 128 bits: a config's shapes may multiply past 64 (the loader bounds each dimension, not the
+  // product), and a wrapped size would pass the slab check.
+  __extension__ typedef unsigned __int128 Wide;  // __extension__: GCC and Clang have it; -Wpedantic knows
+  Wide cursor = 0;
   for (const FieldSpec& spec : fields_) {
     if (spec.variable() && !spec.max_length) return std::nullopt;
     const size_t element = c10::elementSize(spec.dtype);
-    const int64_t rows = spec.variable() ? *spec.max_length : 1;
-    const size_t slot = static_cast<size_t>(rows * product(spec.shape, spec.variable() ? 1 : 0)) * element;
-    cursor = align_up(cursor, std::max(min_alignment_, element)) + slot * batch_size;
-    if (spec.variable()) cursor = align_up(cursor, std::max(min_alignment_, sizeof(int64_t))) + sizeof(int64_t) * batch_size;
+    Wide slot = element * static_cast<Wide>(spec.variable() ? *spec.max_length : 1);
+    for (size_t d = spec.variable() ? 1 : 0; d < spec.shape.size() && slot <= kMaxBatchBytes; ++d) {
+      slot *= static_cast<uint64_t>(spec.shape[d]);
+    }
+    const Wide alignment = std::max(min_alignment_, element);
+    cursor = (cursor + alignment - 1) / alignment * alignment + std::min<Wide>(slot, kMaxBatchBytes + 1) * batch_size;
+    if (spec.variable()) {
+      const Wide lengths_alignment = std::max(min_alignment_, sizeof(int64_t));
+      cursor = (cursor + lengths_alignment - 1) / lengths_alignment * lengths_alignment + sizeof(int64_t) * batch_size;
+    }
+    if (cursor > kMaxBatchBytes) {
+      throw Error("a batch of " + std::to_string(batch_size) + " samples can exceed 256 TiB (field '" + spec.name +
+                  "'): no slab can hold it");
+    }
   }
-  return cursor;
+  return static_cast<size_t>(cursor);
 }
 
 void CollateStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {

@@ -29,8 +29,11 @@ class CollateStage : public BatchStage {
   /// The names of the batches' fields, in order.
   const std::shared_ptr<const BatchSchema>& schema() const noexcept { return schema_; }
   /// Packed bytes of the largest possible batch of `batch_size` samples; nullopt when a
-  /// variable-length field has no max_length.
+  /// variable-length field has no max_length. Throws ferry::Error past kMaxBatchBytes.
   std::optional<size_t> max_batch_bytes(size_t batch_size) const;
+
+  /// 256 TiB: far beyond any host's memory, far below where sizes overflow.
+  static constexpr uint64_t kMaxBatchBytes = uint64_t{1} << 48;
 
  private:
   std::vector<FieldSpec> fields_;

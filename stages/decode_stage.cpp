@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include <c10/util/Exception.h>
+
 #include "io/dtype_names.h"
 #include "pipeline/error.h"
 
@@ -11,6 +13,8 @@ namespace {
 
 std::string cause_of(const std::exception& e) {
   if (const auto* error = dynamic_cast<const Error*>(&e)) return error->cause();
+  // libtorch's errors carry a multi-line C++ backtrace that says nothing about the sample.
+  if (const auto* error = dynamic_cast<const c10::Error*>(&e)) return error->what_without_backtrace();
   return e.what();
 }
 

@@ -108,7 +108,7 @@ void check_config(const Config& config) {
   try {
     placement = resolve_placement(config.sampler, torchrun_env());
   } catch (const Error& e) {
-    add("sampler.rank", e.cause());
+    add(config.sampler.world_size && !config.sampler.rank ? "sampler.world_size" : "sampler.rank", e.cause());
   }
   const PipelineOptions options = resolve_pipeline_options(config, placement.value_or(Placement{}));
   try {
@@ -122,6 +122,19 @@ void check_config(const Config& config) {
     source = make_source(config.source);
   } catch (const Error& e) {
     add("source", e.cause());
+  }
+  if (source && placement) {
+    // A run that would deliver nothing is a mistake, not a success to report.
+    const uint64_t epoch = make_sampler(config.sampler, *placement, source->size())->epoch_size();
+    const std::string share = placement->world_size == 1 ? "the source has" : "rank " + std::to_string(placement->rank) +
+                                                                                 " of " + std::to_string(placement->world_size) + " gets";
+    if (epoch == 0) {
+      add("sampler.remainder", share + " no samples: the source has " + std::to_string(source->size()) +
+                                   " and the remainder is dropped (use pad, or fewer ranks)");
+    } else if (options.drop_last && epoch < options.batch_size) {
+      add("sampler.drop_last", share + " " + std::to_string(epoch) + " samples per epoch, fewer than batch_size (" +
+                                   std::to_string(options.batch_size) + "): drop_last leaves no batch");
+    }
   }
   if (source) {
     try {
@@ -151,7 +164,7 @@ void check_config(const Config& config) {
         }
       }
     } catch (const Error& e) {
-      add("collate", e.cause());
+      add("source.fields", e.cause());  // the fields cannot be collated as given
     }
   }
   if (!problems.empty()) throw ConfigError(std::move(problems));

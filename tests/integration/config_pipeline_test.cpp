@@ -302,7 +302,8 @@ TEST(ConfigPipeline, FromYamlDeliversEveryByteOfTheSource) {
     const uint64_t batch_size = round == 0 ? 1 : uniform(2, 12);
     const uint64_t samples = uniform(1, 150);
     const uint64_t epochs = uniform(1, 2);
-    const bool drop_last = uniform(0, 2) == 0;
+    // drop_last over fewer samples than a batch is a config error (no batch at all): not drawn here.
+    const bool drop_last = uniform(0, 2) == 0 && samples >= batch_size;
     SyntheticOptions data = testing::random_synthetic_options(rng, samples);
     // A variable-length field in every round, so that padding and lengths are always checked.
     SyntheticField tail{"tail", dtypes[uniform(0, 5)], {}, true, 0, 0, std::nullopt};
@@ -426,6 +427,18 @@ TEST(ConfigPipeline, RanksTogetherCoverEachSampleExactlyOncePerEpoch) {
                        " world_size=" + std::to_string(world));
           const bool pad = remainder == "pad";
           const uint64_t per_rank = pad ? (n + world - 1) / world : n / world;
+          if (per_rank == 0) {
+            // Ranks that would get no sample at all: refused before anything starts.
+            try {
+              (void)Pipeline::from_yaml(file.path(), {shuffle_set, "sampler.remainder=" + remainder, "sampler.rank=0",
+                                                      "sampler.world_size=" + std::to_string(world)});
+              ADD_FAILURE() << "an empty shard was accepted";
+            } catch (const ConfigError& e) {
+              ASSERT_EQ(e.problems().size(), 1u);
+              EXPECT_EQ(e.problems()[0].key, "sampler.remainder");
+            }
+            continue;
+          }
           std::vector<Delivery> ranks;
           for (uint64_t rank = 0; rank < world; ++rank) {
             ranks.push_back(drain(Pipeline::from_yaml(file.path(), {shuffle_set, "sampler.remainder=" + remainder,

@@ -39,6 +39,9 @@ TEST(ByteSize, ReadsPlainNumbersAndDecimalAndBinaryUnits) {
   EXPECT_EQ(parse_byte_size("10kb"), 10'000u);
   EXPECT_EQ(parse_byte_size("1TiB"), uint64_t{1} << 40);
   EXPECT_EQ(parse_byte_size("0"), 0u);
+  EXPECT_EQ(parse_byte_size("1.001KB"), 1001u) << "exact decimals: no binary rounding to 1000.999...";
+  EXPECT_EQ(parse_byte_size(".5KiB"), 512u);
+  EXPECT_EQ(parse_byte_size("8191.75KiB"), 8388352u);
   for (const char* bad : {"", "MiB", "-1", "1.3B", "12 parsecs", "0x10", "1e3", "64MiBs", "20000000TB"}) {
     EXPECT_FALSE(parse_byte_size(bad).has_value()) << bad;
   }
@@ -167,6 +170,37 @@ TEST(ConfigOverrides, BadOverridesAreReportedAtTheirFlag) {
   EXPECT_NE(problems_of(kMinimal, {"source.kind.x=1"}).find("--set source.kind.x=1: source.kind.x: cannot set a key inside 'synthetic'"),
             std::string::npos);
   EXPECT_NE(problems_of(kMinimal, {"prefetch=[1"}).find("--set prefetch=[1: prefetch: invalid YAML value"), std::string::npos);
+  EXPECT_NE(problems_of(kMinimal, {"batch_size.=7"}).find("--set batch_size.=7: batch_size.: expected key.path=value with non-empty key names"),
+            std::string::npos);
+  // A field appended by --set is located there, down to the keys it lacks.
+  EXPECT_NE(problems_of(kMinimal, {"source.fields.2.name=y"}).find("--set source.fields.2.name=y: source.fields[2].dtype: missing required key"),
+            std::string::npos)
+      << problems_of(kMinimal, {"source.fields.2.name=y"});
+}
+
+TEST(Placement, ConfigOverridesTorchrunButNeedsARankForAnotherWorldSize) {
+  const TorchrunEnv env{3, 8, 1};
+  const Placement from_env = resolve_placement(SamplerConfig{}, env);
+  EXPECT_EQ(from_env.rank, 3u);
+  EXPECT_EQ(from_env.world_size, 8u);
+  EXPECT_EQ(from_env.local_rank, 1u);
+  EXPECT_TRUE(from_env.torchrun);
+  SamplerConfig same;
+  same.world_size = 8;
+  EXPECT_EQ(resolve_placement(same, env).rank, 3u);
+  SamplerConfig whole;
+  whole.world_size = 1;
+  try {
+    (void)resolve_placement(whole, env);
+    FAIL() << "a world size other than torchrun's needs an explicit rank";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sampler.world_size is 1 but torchrun's WORLD_SIZE is 8: set sampler.rank as well"),
+              std::string::npos)
+        << e.what();
+  }
+  whole.rank = 0;
+  EXPECT_EQ(resolve_placement(whole, env).rank, 0u);
+  EXPECT_EQ(resolve_placement(SamplerConfig{}, std::nullopt).world_size, 1u);
 }
 
 TEST(ConfigLoader, AnEmptyFileNamesTheMissingSource) {
