@@ -17,12 +17,15 @@
 
 #include <oneapi/tbb/version.h>
 
+#include "cli/batch_digest.h"
 #include "cli/builtin_demo.h"
+#include "cli/make_dataset.h"
 #include "cli/progress_line.h"
 #include "cli/run_report.h"
 #include "ferry/build_config.h"
 #include "io/batch_planner.h"
 #include "io/config_loader.h"
+#include "io/pipeline_state_loader.h"
 #include "io/units.h"
 #include "pipeline/cuda_device.h"
 #include "pipeline/error.h"
@@ -36,8 +39,10 @@ constexpr int kInterrupted = 130;  // 128 + SIGINT, as shells report it
 
 constexpr const char* kUsage =
     "usage: ferry run [CONFIG] [--set key=value]... [--batches N] [--epochs N] [--report PATH]\n"
+    "                 [--save-state PATH] [--resume PATH] [--digest PATH]\n"
     "       ferry validate CONFIG [--set key=value]...\n"
     "       ferry info [--bandwidth]\n"
+    "       ferry make-dataset tokens OUT [--documents N] [--seed S] [--vocab V] [--dtype uint16|int32]\n"
     "\n"
     "  run       run the pipeline CONFIG describes (default: the built-in configs/demo.yaml, synthetic\n"
     "            data made on the fly), with progress on stderr and a report on stdout\n"
@@ -45,8 +50,12 @@ constexpr const char* kUsage =
     "            --batches N           stop after N batches (--set max_batches=N)\n"
     "            --epochs N            passes over the data (--set sampler.epochs=N)\n"
     "            --report PATH         also write the report as JSON, docs/report.md (--set stats.report=PATH)\n"
+    "            --save-state PATH     at the end (also after Ctrl-C or a failure) save where the run stands\n"
+    "            --resume PATH         start where a saved run stopped: the batches it had not delivered\n"
+    "            --digest PATH         write a line per batch with a hash of its contents (for checking)\n"
     "  validate  check CONFIG (and the overrides) without running it\n"
     "  info      what this build supports: versions, devices; --bandwidth measures the host-to-device link\n"
+    "  make-dataset  write a small generated dataset: tokens = a Megatron-LM indexed dataset OUT.bin/.idx\n"
     "\n"
     "exit status: 0 done, 1 the run failed, 2 bad usage or invalid config, 130 interrupted\n";
 
@@ -67,6 +76,9 @@ uint64_t parse_count(std::string_view flag, std::string_view text) {
 struct ConfigArgs {
   std::optional<std::string> path;
   std::vector<std::string> overrides;
+  std::optional<std::string> save_state;
+  std::optional<std::string> resume;
+  std::optional<std::string> digest;
 };
 
 // `text` as a YAML single-quoted scalar, read back exactly (a path may look like YAML: "null", "a: b").
@@ -95,6 +107,12 @@ ConfigArgs parse_config_args(const std::vector<std::string_view>& args, bool run
       parsed.overrides.push_back("sampler.epochs=" + std::to_string(parse_count(flag, value())));
     } else if (run_flags && flag == "--report") {
       parsed.overrides.push_back("stats.report=" + yaml_quoted(value()));
+    } else if (run_flags && flag == "--save-state") {
+      parsed.save_state = value();
+    } else if (run_flags && flag == "--resume") {
+      parsed.resume = value();
+    } else if (run_flags && flag == "--digest") {
+      parsed.digest = value();
     } else if (flag.rfind("-", 0) == 0) {
       throw UsageError("unknown option '" + std::string(flag) + "'");
     } else if (!parsed.path) {
@@ -120,7 +138,8 @@ static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs 
 uint64_t planned_batches(const ferry::Config& config, const ferry::PipelineOptions& options, uint64_t source_size) {
   const ferry::Placement placement = ferry::resolve_placement(config.sampler, ferry::torchrun_env());
   return ferry::BatchPlanner(ferry::make_sampler(config.sampler, placement, source_size),
-                             {options.batch_size, options.drop_last, options.epochs, options.max_batches})
+                             {options.batch_size, options.drop_last, options.epochs, options.max_batches,
+                              options.first_batch})
       .total_batches();
 }
 
@@ -131,14 +150,22 @@ int run(const std::vector<std::string_view>& args) {
   std::signal(SIGPIPE, SIG_IGN);
   const ConfigArgs parsed = parse_config_args(args, /*run_flags=*/true);
   const ferry::Config config = load(parsed);
+  std::optional<ferry::PipelineState> resume;
+  if (parsed.resume) resume = ferry::load_pipeline_state(*parsed.resume);
 
-  ferry::Pipeline pipeline = ferry::make_pipeline(config);
+  ferry::Pipeline pipeline = ferry::make_pipeline(config, resume);
   const ferry::PipelineOptions& options = pipeline.options();
   const auto source = ferry::make_source(config.source);  // its size and name, for progress and the report
   const uint64_t total = planned_batches(config, options, source->size());
   std::fprintf(stderr, "ferry: %s: %s, %llu batches of %zu to %s (%s)\n", config.origin.c_str(),
                source->describe().c_str(), static_cast<unsigned long long>(total),
                options.batch_size, options.device.c_str(), ferry::build_description().c_str());
+  if (resume) {
+    std::fprintf(stderr, "ferry: resuming %s at batch %llu of the run\n", parsed.resume->c_str(),
+                 static_cast<unsigned long long>(resume->next_batch));
+  }
+  std::optional<ferry::cli::BatchDigest> digest;
+  if (parsed.digest) digest.emplace(*parsed.digest, options.first_batch);
 
   std::atomic<bool> done{false};
   std::thread watcher([&] {
@@ -164,7 +191,7 @@ int run(const std::vector<std::string_view>& args) {
   std::optional<ferry::Error> failure;
   try {
     for (const ferry::Batch& batch : pipeline) {
-      (void)batch;
+      if (digest) digest->add(batch);
       progress.update(pipeline.stats());
     }
   } catch (const ferry::Error& e) {
@@ -188,6 +215,19 @@ int run(const std::vector<std::string_view>& args) {
   if (failure) info.error = failure->what();
   ferry::cli::print_report(stdout, "ferry run: " + config.origin, info, stats);
   std::fflush(stdout);
+  if (parsed.save_state) {
+    // Whatever ended the run, the state names the first batch this run did not hand out.
+    const ferry::PipelineState state = pipeline.state();
+    std::ofstream out(*parsed.save_state);
+    out << state.to_json();
+    if (!out.flush()) {
+      std::fprintf(stderr, "ferry: cannot write the state to '%s'\n", parsed.save_state->c_str());
+      if (status == 0) status = kFailed;
+    } else {
+      std::fprintf(stderr, "ferry: state saved to %s (next batch %llu)\n", parsed.save_state->c_str(),
+                   static_cast<unsigned long long>(state.next_batch));
+    }
+  }
   if (!config.stats.report_path.empty()) {
     std::ofstream out(config.stats.report_path);
     if (out) ferry::cli::write_report_json(out, info, stats);
@@ -260,6 +300,13 @@ int main(int argc, char** argv) {
     if (args[0] == "run") return run(rest);
     if (args[0] == "validate") return validate(rest);
     if (args[0] == "info") return info(rest);
+    if (args[0] == "make-dataset") {
+      try {
+        return ferry::cli::make_dataset(rest);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+      }
+    }
     throw UsageError("unknown command '" + std::string(args[0]) + "'");
   } catch (const UsageError& e) {
     std::fprintf(stderr, "ferry: %s\n%s", e.what(), kUsage);

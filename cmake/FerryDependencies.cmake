@@ -28,6 +28,22 @@ endif()
 add_library(ferry_concurrentqueue INTERFACE)
 target_include_directories(ferry_concurrentqueue SYSTEM INTERFACE "${FERRY_CONCURRENTQUEUE_DIR}")
 
+# libjpeg-turbo's TurboJPEG API, for the "jpeg" decoder. Found by header and library name (not
+# pkg-config), so that a prefix on CMAKE_PREFIX_PATH works: the GPU machine has Debian's .deb
+# unpacked under /opt/ferry-deps/usr, its library in lib/x86_64-linux-gnu, which find_library
+# searches through CMAKE_LIBRARY_ARCHITECTURE.
+find_path(FERRY_TURBOJPEG_INCLUDE_DIR NAMES turbojpeg.h)
+find_library(FERRY_TURBOJPEG_LIBRARY NAMES turbojpeg)
+if(NOT FERRY_TURBOJPEG_INCLUDE_DIR OR NOT FERRY_TURBOJPEG_LIBRARY)
+  message(FATAL_ERROR "ferry: TurboJPEG (libjpeg-turbo) not found: turbojpeg.h: ${FERRY_TURBOJPEG_INCLUDE_DIR}, "
+                      "libturbojpeg: ${FERRY_TURBOJPEG_LIBRARY} "
+                      "(Debian: apt-get install libturbojpeg0-dev, or put its prefix on CMAKE_PREFIX_PATH)")
+endif()
+message(STATUS "ferry: TurboJPEG: ${FERRY_TURBOJPEG_LIBRARY}")
+add_library(ferry_turbojpeg INTERFACE)
+target_include_directories(ferry_turbojpeg SYSTEM INTERFACE "${FERRY_TURBOJPEG_INCLUDE_DIR}")
+target_link_libraries(ferry_turbojpeg INTERFACE "${FERRY_TURBOJPEG_LIBRARY}")
+
 # A CUDA-enabled libtorch defines torch_cuda (and CAFFE2_USE_CUDA); Debian's CPU-only one does not.
 set(FERRY_TORCH_HAS_CUDA OFF)
 if(TARGET torch_cuda OR CAFFE2_USE_CUDA OR TORCH_CUDA_LIBRARIES)

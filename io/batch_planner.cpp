@@ -1,8 +1,7 @@
 #include "io/batch_planner.h"
 
-#include <cstdint>
-
 #include <algorithm>
+#include <cstdint>
 
 #include "pipeline/error.h"
 
@@ -12,6 +11,12 @@ BatchPlanner::BatchPlanner(std::shared_ptr<const Sampler> sampler, Options optio
     : sampler_(std::move(sampler)), options_(options) {
   if (!sampler_) throw Error("batch planner: no sampler");
   if (options_.batch_size == 0) throw Error("batch planner: batch_size must be at least 1");
+  // Samplers are pure functions of (epoch, position), so a resumed run starts right at its batch.
+  const uint64_t per_epoch = batches_per_epoch();
+  if (per_epoch != 0) {
+    epoch_ = options_.first_batch / per_epoch;
+    batch_in_epoch_ = options_.first_batch % per_epoch;
+  }
 }
 
 uint64_t BatchPlanner::batches_per_epoch() const noexcept {
@@ -24,7 +29,8 @@ uint64_t BatchPlanner::total_batches() const noexcept {
   const uint64_t per_epoch = batches_per_epoch();
   // Saturating: epochs may be huge ("run until max_batches").
   const uint64_t all = per_epoch != 0 && options_.epochs > UINT64_MAX / per_epoch ? UINT64_MAX : per_epoch * options_.epochs;
-  return options_.max_batches == 0 ? all : std::min(all, options_.max_batches);
+  const uint64_t left = all - std::min(all, options_.first_batch);
+  return options_.max_batches == 0 ? left : std::min(left, options_.max_batches);
 }
 
 std::optional<BatchPlan> BatchPlanner::next() {

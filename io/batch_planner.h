@@ -17,7 +17,9 @@ class BatchPlanner : public BatchSource {
     size_t batch_size = 32;
     bool drop_last = false;
     uint64_t epochs = 1;
-    uint64_t max_batches = 0;
+    uint64_t max_batches = 0;  // counted from first_batch
+    /// Resume: the run's first `first_batch` batches (over all epochs) were delivered before.
+    uint64_t first_batch = 0;
   };
 
   /// Throws ferry::Error for a zero batch size.
@@ -25,7 +27,7 @@ class BatchPlanner : public BatchSource {
   std::optional<BatchPlan> next() override;
 
   uint64_t batches_per_epoch() const noexcept;
-  /// Batches the whole run will deliver.
+  /// Batches this planner will plan, from first_batch on.
   uint64_t total_batches() const noexcept;
 
  private:

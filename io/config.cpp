@@ -1,5 +1,8 @@
 #include "io/config.h"
 
+#include <sstream>
+
+#include "io/dtype_names.h"
 #include "io/sequential_sampler.h"
 #include "io/sharded_sampler.h"
 #include "io/shuffled_sampler.h"
@@ -49,8 +52,42 @@ PipelineOptions resolve_pipeline_options(const Config& config, const Placement& 
   return options;
 }
 
+std::map<std::string, std::string> batch_order(const Config& config, const Placement& placement) {
+  std::map<std::string, std::string> order;
+  const SourceConfig& source = config.source;
+  order["source.kind"] = source.kind;
+  if (source.kind == "synthetic") {
+    const SyntheticOptions& synthetic = source.synthetic;
+    order["source.samples"] = std::to_string(synthetic.samples);
+    order["source.seed"] = std::to_string(synthetic.seed);
+    std::ostringstream fields;
+    for (const SyntheticField& field : synthetic.fields) {
+      fields << field.name << ":" << dtype_name(field.dtype) << "[";
+      for (const int64_t size : field.shape) fields << size << ",";
+      fields << "]";
+      if (field.variable) fields << "len" << field.min_length << ".." << field.max_length;
+      if (field.range) fields << "range" << field.range->first << ".." << field.range->second;
+      fields << ";";
+    }
+    order["source.fields"] = fields.str();
+  } else if (source.kind == "megatron") {
+    order["source.prefix"] = source.megatron.prefix;
+    order["source.seq_len"] = std::to_string(source.megatron.seq_len);
+    order["source.add_extra_token"] = source.megatron.add_extra_token ? "true" : "false";
+  }
+  order["batch_size"] = std::to_string(config.pipeline.batch_size);
+  order["sampler.drop_last"] = config.pipeline.drop_last ? "true" : "false";
+  order["sampler.shuffle"] = config.sampler.shuffle ? "true" : "false";
+  order["sampler.seed"] = std::to_string(config.sampler.seed);
+  order["sampler.rank"] = std::to_string(placement.rank);
+  order["sampler.world_size"] = std::to_string(placement.world_size);
+  order["sampler.remainder"] = config.sampler.drop_remainder ? "drop" : "pad";
+  return order;
+}
+
 std::shared_ptr<const Source> make_source(const SourceConfig& source) {
   if (source.kind == "synthetic") return std::make_shared<SyntheticSource>(source.synthetic);
+  if (source.kind == "megatron") return std::make_shared<TokenWindowSource>(source.megatron);
   throw Error("unknown source kind '" + source.kind + "'");
 }
 

@@ -10,6 +10,7 @@
 
 #include "io/sampler.h"
 #include "io/synthetic_source.h"
+#include "io/token_window_source.h"
 #include "io/torchrun_env.h"
 #include "pipeline/pipeline_options.h"
 
@@ -19,6 +20,7 @@ namespace ferry {
 struct SourceConfig {
   std::string kind = "synthetic";
   SyntheticOptions synthetic;  // kind: synthetic
+  TokenWindowOptions megatron;  // kind: megatron
 };
 
 /// The order of the samples and this process's share of them.
@@ -82,6 +84,12 @@ Placement resolve_placement(const SamplerConfig& sampler, const std::optional<To
 /// The pipeline options with "auto" (on a machine with a GPU) and "cuda" turned into this rank's GPU,
 /// cuda:LOCAL_RANK, under torchrun. Otherwise the device passes through unchanged.
 PipelineOptions resolve_pipeline_options(const Config& config, const Placement& placement);
+
+/// What decides which samples each batch holds, as text per key ("batch_size" -> "64",
+/// "sampler.seed" -> "7", "source.fields" -> ...): a saved PipelineState carries it, and a resume
+/// under a different order is refused naming the key. Thread counts, prefetch, device, epochs and
+/// max_batches are not part of it: they change how fast or how long, not which batch comes next.
+std::map<std::string, std::string> batch_order(const Config& config, const Placement& placement);
 
 /// The source config.source describes. Throws ferry::Error when it cannot be made.
 std::shared_ptr<const Source> make_source(const SourceConfig& source);

@@ -403,9 +403,27 @@ class ConfigLoader {
       problem("source.kind", node, "missing required key (one of: synthetic)");
       return;
     }
-    const auto kind = choice(*kind_node, "source.kind", {"synthetic"});
+    const auto kind = choice(*kind_node, "source.kind", {"synthetic", "megatron"});
     if (!kind) return;
     config_.source.kind = *kind;
+    // Each kind takes its own keys; another kind's key is a mistake worth naming.
+    static const std::map<std::string, std::vector<std::string>> kKindKeys{
+        {"synthetic", {"kind", "samples", "seed", "fields"}},
+        {"megatron", {"kind", "prefix", "seq_len", "add_extra_token"}},
+    };
+    const std::vector<std::string>& allowed = kKindKeys.at(*kind);
+    for (const auto& entry : node) {
+      const std::string name = entry.first.IsScalar() ? entry.first.Scalar() : std::string();
+      const std::vector<std::string> known = config_section_keys("source");
+      if (std::find(known.begin(), known.end(), name) != known.end() &&
+          std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+        problem("source." + name, entry.first, "not a key of source kind '" + *kind + "' (its keys: " + list_text(allowed) + ")");
+      }
+    }
+    if (*kind == "megatron") {
+      read_megatron(node);
+      return;
+    }
     SyntheticOptions& synthetic = config_.source.synthetic;
     if (const auto samples = child(node, "samples")) {
       if (auto value = integer(*samples, "source.samples", 1, kMaxInteger, "an integer >= 1")) synthetic.samples = *value;
@@ -432,6 +450,33 @@ class ConfigLoader {
         }
         synthetic.fields.push_back(std::move(*field));
       }
+    }
+  }
+
+  void read_megatron(const Node& node) {
+    TokenWindowOptions& megatron = config_.source.megatron;
+    const auto prefix = child(node, "prefix");
+    if (!prefix) {
+      problem("source.prefix", node, "missing required key (the dataset's path without .bin/.idx)");
+    } else if (auto text = scalar(*prefix, "source.prefix", "a path prefix"); text && !text->empty()) {
+      // Found now, with the key's place, rather than when the dataset is opened.
+      for (const char* suffix : {".idx", ".bin"}) {
+        struct stat info {};
+        if (::stat((*text + suffix).c_str(), &info) != 0) {
+          problem("source.prefix", *prefix, "no such file: " + *text + suffix);
+        }
+      }
+      megatron.prefix = *text;
+    } else if (text) {
+      expected("source.prefix", *prefix, "a path prefix");
+    }
+    if (const auto value = child(node, "seq_len")) {
+      if (auto seq_len = integer(*value, "source.seq_len", 1, 1 << 30, "an integer in 1..1073741824")) {
+        megatron.seq_len = static_cast<int64_t>(*seq_len);
+      }
+    }
+    if (const auto value = child(node, "add_extra_token")) {
+      if (auto flag = boolean(*value, "source.add_extra_token")) megatron.add_extra_token = *flag;
     }
   }
 
@@ -734,9 +779,15 @@ class ConfigLoader {
 
   void check_combinations() {
     const PipelineOptions& options = config_.pipeline;
-    // Per-field keys must name a field of the source.
+    // Per-field keys must name a field of the source: (name, variable length) by kind.
+    std::vector<std::pair<std::string, bool>> fields;
+    if (config_.source.kind == "megatron") {
+      fields.emplace_back("tokens", false);
+    } else {
+      for (const SyntheticField& field : config_.source.synthetic.fields) fields.emplace_back(field.name, field.variable);
+    }
     std::vector<std::string> names;
-    for (const SyntheticField& field : config_.source.synthetic.fields) names.push_back(field.name);
+    for (const auto& field : fields) names.push_back(field.first);
     if (!names.empty()) {
       for (const auto& [key, name_node] : field_keys_) {
         const std::string field = key.substr(key.rfind('.') + 1);
@@ -746,10 +797,9 @@ class ConfigLoader {
         }
       }
       for (const auto& [field, pad] : options.collate.pad_values) {
-        const auto& fields = config_.source.synthetic.fields;
-        const auto found = std::find_if(fields.begin(), fields.end(), [&](const SyntheticField& f) { return f.name == field; });
-        if (found != fields.end() && !found->variable) {
-          problem_at("collate.pad_values." + field, "field '" + field + "' has a fixed length: it is never padded (give it a length: [min, max] to make it variable)");
+        const auto found = std::find_if(fields.begin(), fields.end(), [&](const auto& f) { return f.first == field; });
+        if (found != fields.end() && !found->second) {
+          problem_at("collate.pad_values." + field, "field '" + field + "' has a fixed length: it is never padded");
         }
       }
     }

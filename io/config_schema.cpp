@@ -8,7 +8,10 @@ const std::vector<ConfigKey>& config_keys() {
   static const std::vector<ConfigKey> keys{
       // source
       {"source", "mapping", "required", "Where the samples come from; `kind` selects the reader.", "{kind: synthetic, fields: [{name: x, dtype: float32, shape: [4]}]}"},
-      {"source.kind", "one of: synthetic", "required", "The reader. `synthetic` makes deterministic samples from (seed, index), nothing to download.", "synthetic"},
+      {"source.kind", "one of: synthetic, megatron", "required", "The reader. `synthetic` makes deterministic samples from (seed, index), nothing to download; `megatron` reads a Megatron-LM indexed token dataset (`.bin` + `.idx`).", "synthetic"},
+      {"source.prefix", "path", "required (megatron)", "The dataset's path without `.bin`/`.idx` (megatron). Samples are windows of `seq_len + 1` tokens over the documents back to back, one field `tokens` in the file's dtype (uint16 is widened to int32 where libtorch has no uint16).", "data/tokens"},
+      {"source.seq_len", "integer >= 1", "2048", "Tokens per training sequence (megatron).", "4096"},
+      {"source.add_extra_token", "boolean", "true", "Windows of seq_len + 1 tokens, for the shifted labels (megatron).", "false"},
       {"source.samples", "integer >= 1", "1024", "Samples in the dataset (synthetic).", "10000"},
       {"source.seed", "integer", "0", "Seed of the synthetic data: the same seed gives the same bytes on every machine.", "7"},
       {"source.fields", "list of fields", "required", "The fields of each sample, in order (synthetic).", "[{name: image, dtype: uint8, shape: [3, 64, 64]}]"},
@@ -34,7 +37,7 @@ const std::vector<ConfigKey>& config_keys() {
       {"decode", "mapping", "", "Turning stored samples into tensors.", "{threads: 8}"},
       {"decode.threads", "auto or integer 1..1024", "auto", "Samples decoded at once. auto: the hardware threads minus two (at least 1).", "8"},
       {"decode.on_error", "one of: fail, skip", "fail", "A sample that cannot be read or decoded: fail the run (naming the sample), or skip it: drop it from its batch (which is delivered smaller, or not at all when every sample failed), log it on stderr, count it and list it in the report.", "skip"},
-      {"decode.decoders", "mapping of field to decoder", "the source's", "Decoder per field, replacing the source's choice (registered decoders: raw, and any your program adds).", "{image: raw}"},
+      {"decode.decoders", "mapping of field to decoder", "the source's", "Decoder per field, replacing the source's choice (built in: raw, jpeg, npy, label; and any your program registers).", "{image: raw}"},
       {"decode.decoders.<field>", "decoder name", "the source's", "The decoder of one field.", "raw"},
       // collate
       {"collate", "mapping", "", "Stacking samples into a batch.", "{pad_value: 0}"},

@@ -2,12 +2,20 @@
 
 #include <mutex>
 
+#include "io/jpeg_decoder.h"
+#include "io/label_decoder.h"
+#include "io/npy_decoder.h"
 #include "io/raw_decoder.h"
 #include "pipeline/error.h"
 
 namespace ferry {
 
-DecoderRegistry::DecoderRegistry() { decoders_.push_back(std::make_shared<RawDecoder>()); }
+DecoderRegistry::DecoderRegistry() {
+  decoders_.push_back(std::make_shared<RawDecoder>());
+  decoders_.push_back(std::make_shared<JpegDecoder>());
+  decoders_.push_back(std::make_shared<NpyDecoder>());
+  decoders_.push_back(std::make_shared<LabelDecoder>());
+}
 
 DecoderRegistry& DecoderRegistry::global() {
   static DecoderRegistry registry;

@@ -22,6 +22,19 @@ void Pipeline::close() {
   if (graph_) graph_->close();
 }
 
+PipelineState Pipeline::state() const {
+  if (!graph_) throw Error("state() on a moved-from pipeline");
+  PipelineState state;
+  state.next_batch = options_.first_batch;
+  state.order = options_.order;
+  if (const auto last = graph_->last_delivered()) {
+    state.next_batch += last->sequence + 1;  // sequences count from this pipeline's first batch
+    state.last_epoch = last->epoch;
+    state.last_index = last->index;
+  }
+  return state;
+}
+
 PipelineStats Pipeline::stats() const {
   if (!graph_) throw Error("stats() on a moved-from pipeline");
   return graph_->stats();

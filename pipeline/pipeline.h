@@ -9,6 +9,7 @@
 
 #include "pipeline/batch.h"
 #include "pipeline/pipeline_options.h"
+#include "pipeline/pipeline_state.h"
 #include "pipeline/pipeline_stats.h"
 #include "pipeline/stage.h"
 
@@ -54,6 +55,10 @@ class Pipeline {
   void close();
 
   PipelineStats stats() const;
+  /// Where the run stands: a pipeline built with `options.first_batch = state().next_batch` (and
+  /// the same order) delivers exactly the batches this one has not delivered yet. Thread-safe; taken
+  /// between two next() calls it describes exactly the batches received so far.
+  PipelineState state() const;
   const PipelineOptions& options() const noexcept { return options_; }
 
   /// Single-pass input iterator over the remaining batches; ++ calls next() (and may throw).

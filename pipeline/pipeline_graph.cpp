@@ -483,6 +483,10 @@ std::optional<Batch> PipelineGraph::next() {
       batches_in_flight_.change(-1, now_ns());  // before the token returns and planning resumes
       nodes_->tokens.decrementer().try_put(tbb::flow::continue_msg());
       outcome.batch = true;
+      {
+        std::lock_guard lock(consumer_mutex_);
+        last_delivered_ = Delivered{delivery.batch.sequence(), delivery.batch.epoch(), delivery.batch.index()};
+      }
       delivered_batches_.fetch_add(1, std::memory_order_relaxed);
       delivered_samples_.fetch_add(delivery.batch.batch_size(), std::memory_order_relaxed);
       delivered_bytes_.fetch_add(delivery.batch.nbytes(), std::memory_order_relaxed);
@@ -502,6 +506,11 @@ std::optional<Batch> PipelineGraph::next() {
     }
   }
   return std::nullopt;
+}
+
+std::optional<PipelineGraph::Delivered> PipelineGraph::last_delivered() const {
+  std::lock_guard lock(consumer_mutex_);
+  return last_delivered_;
 }
 
 void PipelineGraph::make_ready_for_consumer(const Batch& batch) const {

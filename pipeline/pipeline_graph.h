@@ -98,6 +98,13 @@ class PipelineGraph {
   /// Stops the pipeline: wakes blocked next() calls (which return nullopt). Thread-safe, idempotent.
   void close() noexcept;
   PipelineStats stats() const;
+  /// The last batch handed to the consumer (its sequence, epoch and index), if any. Thread-safe.
+  struct Delivered {
+    uint64_t sequence = 0;
+    uint64_t epoch = 0;
+    uint64_t index = 0;
+  };
+  std::optional<Delivered> last_delivered() const;
 
  private:
   using PlanPtr = std::shared_ptr<const BatchPlan>;
@@ -185,6 +192,7 @@ class PipelineGraph {
   // Consumer side.
   mutable std::mutex consumer_mutex_;
   std::optional<Error> sticky_error_;
+  std::optional<Delivered> last_delivered_;  // guarded by consumer_mutex_
   bool finished_ = false;
   std::atomic<int> consumers_inside_{0};
   std::atomic<uint64_t> delivered_batches_{0};

@@ -59,6 +59,12 @@ struct PipelineOptions {
   bool drop_last = false;   // drop a last, smaller batch of an epoch
   uint64_t epochs = 1;
   uint64_t max_batches = 0; // stop after this many batches in all (0: run every epoch)
+  /// Resume: start at this batch of the run (counted over all epochs); earlier ones were delivered
+  /// by a previous run (PipelineState::next_batch).
+  uint64_t first_batch = 0;
+  /// What decides which samples each batch holds ("sampler.seed" -> "1234", ...), as the config layer
+  /// sees it. Carried into PipelineState, so that a resume with another order is refused.
+  std::map<std::string, std::string> order;
   /// Concurrent decode tasks; 0: the machine's hardware threads minus two (at least 1).
   size_t decode_threads = 0;
   /// Batches in flight, from planning to the consumer's hands: bounds memory and keeps the device fed.

@@ -83,7 +83,8 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
 
   StageSet stages;
   stages.batches = std::make_unique<BatchPlanner>(
-      sampler, BatchPlanner::Options{options.batch_size, options.drop_last, options.epochs, options.max_batches});
+      sampler, BatchPlanner::Options{options.batch_size, options.drop_last, options.epochs, options.max_batches,
+                                     options.first_batch});
   stages.decode = std::make_unique<DecodeStage>(source, DecoderRegistry::global(), options.decoders);
   stages.collate = std::move(collate);
   stages.pool = PinnedPool::create(pool_options);
@@ -170,12 +171,28 @@ void check_config(const Config& config) {
   if (!problems.empty()) throw ConfigError(std::move(problems));
 }
 
-Pipeline make_pipeline(const Config& config) {
+Pipeline make_pipeline(const Config& config, const std::optional<PipelineState>& resume) {
   check_config(config);
   const Placement placement = resolve_placement(config.sampler, torchrun_env());
+  PipelineOptions options = resolve_pipeline_options(config, placement);
+  options.order = batch_order(config, placement);
+  if (resume) {
+    // Another order would deliver other samples under the same batch numbers: refuse, key by key.
+    std::vector<ConfigProblem> problems;
+    for (const auto& [key, value] : options.order) {
+      const auto saved = resume->order.find(key);
+      const std::string before = saved == resume->order.end() ? "(not recorded)" : saved->second;
+      if (before != value) {
+        problems.push_back({config.where(key), key, "the saved state comes from a run with '" + before +
+                                                        "', this config has '" + value + "': resuming would deliver other samples"});
+      }
+    }
+    if (!problems.empty()) throw ConfigError(std::move(problems));
+    options.first_batch = resume->next_batch;
+  }
   std::shared_ptr<const Source> source = make_source(config.source);
   std::shared_ptr<const Sampler> sampler = make_sampler(config.sampler, placement, source->size());
-  return make_pipeline(std::move(source), resolve_pipeline_options(config, placement), std::move(sampler));
+  return make_pipeline(std::move(source), std::move(options), std::move(sampler));
 }
 
 }  // namespace ferry

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <c10/core/Device.h>
@@ -33,9 +34,12 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
 /// each located where its key was set. Starts no thread and allocates no pinned memory.
 void check_config(const Config& config);
 
-/// check_config(), then the standard pipeline over the config's source and sampler. Throws
-/// ConfigError (nothing started) or ferry::Error.
-Pipeline make_pipeline(const Config& config);
+/// check_config(), then the standard pipeline over the config's source and sampler. With `resume`
+/// (a saved Pipeline::state()), it starts at the state's next batch: the batches delivered are
+/// exactly those the saved run had not delivered yet. Throws ConfigError (nothing started) for an
+/// invalid config or a state saved under another order (naming each key that differs), or
+/// ferry::Error.
+Pipeline make_pipeline(const Config& config, const std::optional<PipelineState>& resume = std::nullopt);
 
 /// "auto", "cpu", "cuda" or "cuda:N" as a device this build and machine can use. "auto" is cuda:0
 /// when there is one, else the CPU. Throws ferry::Error saying why a device cannot be used (a CPU

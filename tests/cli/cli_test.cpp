@@ -9,11 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -490,5 +492,85 @@ TEST(FerryRun, SetOverridesReachTheRun) {
   }
 }
 
+// ---- --save-state / --resume -------------------------------------------------------------------------
+
+namespace resume {
+
+std::string read_file(const std::string& path) {
+  std::ifstream file(path);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// A shuffled two-epoch run small enough to finish in a second or two.
+std::vector<std::string> shuffled_run(const std::vector<std::string>& more) {
+  std::vector<std::string> args = {"run",   "--set", "source.samples=2000", "--set", "batch_size=50",
+                                   "--set", "sampler.shuffle=true", "--set", "sampler.seed=11",
+                                   "--epochs", "2", "--set", "stats.progress=off"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+}  // namespace resume
+
+// The test: stop after N batches, resume in a new process, and the two runs' batches, one
+// after the other, are bit-identical to an uninterrupted run's — whatever the thread counts and
+// prefetch depths of the parts.
+TEST(FerryResume, ANewProcessContinuesBitForBitWhereTheLastStopped) {
+  const TempDir dir;
+  const Result full = ferry(resume::shuffled_run({"--digest", dir / "full.txt"}));
+  ASSERT_TRUE(full.status.is(0)) << full.status << both(full);
+  const std::string expected = resume::read_file(dir / "full.txt");
+  ASSERT_EQ(lines(expected).size(), 80u);  // 2 epochs of 40 batches
+  for (const int stop : {1, 39, 40, 79}) {  // (--batches 0 means no limit)
+    SCOPED_TRACE("stopped after " + std::to_string(stop) + " batches");
+    const Result first = ferry(resume::shuffled_run({"--batches", std::to_string(stop), "--set", "decode.threads=3",
+                                                     "--digest", dir / "a.txt", "--save-state", dir / "state.json"}));
+    ASSERT_TRUE(first.status.is(0)) << first.status << both(first);
+    EXPECT_TRUE(contains(first.err, "state saved to " + (dir / "state.json") + " (next batch " + std::to_string(stop) + ")"))
+        << both(first);
+    const Result second = ferry(resume::shuffled_run({"--resume", dir / "state.json", "--set", "decode.threads=1",
+                                                      "--set", "prefetch=6", "--digest", dir / "b.txt"}));
+    ASSERT_TRUE(second.status.is(0)) << second.status << both(second);
+    EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), expected);
+  }
+}
+
+TEST(FerryResume, CtrlCSavesTheStateAndTheResumeDeliversTheRest) {
+  const TempDir dir;
+  // Slow enough (bigger images) that Ctrl-C lands mid-run, yet the rest finishes quickly.
+  const std::vector<std::string> base = {"--set", "source.fields.0.shape=[3,128,128]", "--set", "stats.interval=100ms"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), base.begin(), base.end());
+    return resume::shuffled_run(more);
+  };
+  const Result full = ferry(with({"--digest", dir / "full.txt"}));
+  ASSERT_TRUE(full.status.is(0)) << full.status << both(full);
+  std::vector<std::string> first_args = with({"--digest", dir / "a.txt", "--save-state", dir / "state.json"});
+  first_args.erase(std::find(first_args.begin(), first_args.end(), "stats.progress=off") - 1,
+                   std::find(first_args.begin(), first_args.end(), "stats.progress=off") + 1);  // progress on
+  const Interrupted first = interrupt_run(first_args, milliseconds(0));
+  ASSERT_TRUE(first.progressed);
+  ASSERT_TRUE(first.status.is(130) || first.status.is(0)) << first.status << first.err;  // 0: it finished first
+  const Result second = ferry(with({"--resume", dir / "state.json", "--digest", dir / "b.txt"}));
+  ASSERT_TRUE(second.status.is(0)) << second.status << both(second);
+  EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), resume::read_file(dir / "full.txt"));
+}
+
+TEST(FerryResume, RefusesAStateSavedUnderAnotherOrderNamingTheKey) {
+  const TempDir dir;
+  const Result first = ferry(resume::shuffled_run({"--batches", "5", "--save-state", dir / "state.json"}));
+  ASSERT_TRUE(first.status.is(0)) << both(first);
+  const Result other = ferry(resume::shuffled_run({"--resume", dir / "state.json", "--set", "sampler.seed=12"}));
+  EXPECT_TRUE(other.status.is(2)) << other.status << both(other);
+  EXPECT_TRUE(contains(other.err, "--set sampler.seed=12: sampler.seed: the saved state comes from a run with '11', "
+                                  "this config has '12'"))
+      << both(other);
+  std::ofstream(dir / "junk.json") << "{\"format\": \"something-else\"}";
+  const Result junk = ferry(resume::shuffled_run({"--resume", dir / "junk.json"}));
+  EXPECT_TRUE(junk.status.is(2)) << junk.status << both(junk);
+  EXPECT_TRUE(contains(junk.err, "not a saved pipeline state")) << both(junk);
+}
 }  // namespace
 }  // namespace ferry
