@@ -34,9 +34,12 @@ step demo
 tail -24 "$out/demo.txt"
 
 step "shipped configs (ferry run, device auto = cuda:0)"
+./build/gpu/cli/ferry make-dataset tokens build/gpu/data/tokens --documents 20000 || status=1
 for config in configs/*.yaml; do
   name=$(basename "$config" .yaml)
-  ./build/gpu/cli/ferry run "$config" --set stats.progress=off --report "$out/config-$name.json" > "$out/config-$name.txt" 2>&1 || status=1
+  extra=()
+  [ "$name" = megatron ] && extra=(--set source.prefix=build/gpu/data/tokens)
+  ./build/gpu/cli/ferry run "$config" "${extra[@]}" --set stats.progress=off --report "$out/config-$name.json" > "$out/config-$name.txt" 2>&1 || status=1
   echo "--- $name"; grep -E "delivered|rate|bottleneck|pool" "$out/config-$name.txt"
 done
 

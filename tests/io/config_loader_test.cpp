@@ -282,7 +282,7 @@ class TokenDatasetFolder {
   }
   ~TokenDatasetFolder() {
     // POSIX calls: std::filesystem crashed a test on the GPU machine's toolchain (see cli_test).
-    (void)::chdir(previous_.c_str());
+    if (::chdir(previous_.c_str()) != 0) ADD_FAILURE() << "cannot return to " << previous_;
     for (const char* file : {"/data/tokens.bin", "/data/tokens.idx"}) ::unlink((folder_ + file).c_str());
     ::rmdir((folder_ + "/data").c_str());
     ::rmdir(folder_.c_str());
