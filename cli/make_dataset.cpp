@@ -54,7 +54,7 @@ int make_tokens(const std::string& prefix, uint64_t documents, uint64_t seed, ui
     writer.add_document(tokens);
   }
   writer.finalize();
-  std::printf("wrote %s (%llu documents, %llu tokens, %s)\n", (prefix + ".bin/.idx").c_str(),
+  std::printf("wrote %s.bin and %s.idx (%llu documents, %llu tokens, %s)\n", prefix.c_str(), prefix.c_str(),
               static_cast<unsigned long long>(writer.document_count()), static_cast<unsigned long long>(writer.token_count()),
               dtype == IndexedDtype::kUInt16 ? "uint16" : "int32");
   return 0;
