@@ -39,12 +39,22 @@ void BatchDigest::add(const Batch& batch) {
   Fnv1a bytes;
   for (size_t f = 0; f < batch.size(); ++f) {
     const std::string& name = batch.names()[f];
-    bytes.add(name.data(), name.size());
+    bytes.add(name.data(), name.size() + 1);  // with its terminating NUL
+    const at::Tensor& tensor = batch.tensors()[f];
+    const auto dtype = static_cast<int8_t>(tensor.scalar_type());
+    bytes.add(&dtype, sizeof dtype);
+    for (const int64_t size : tensor.sizes()) bytes.add(&size, sizeof size);
     const at::Tensor host = batch.tensors()[f].to(at::kCPU).contiguous();
     bytes.add(host.data_ptr(), host.nbytes());
   }
+  // A separator after each name, and dtype and shape: batches of equal bytes but another layout differ.
   out_ << "batch " << first_batch_ + batch.sequence() << " epoch " << batch.epoch() << " index " << batch.index()
        << " samples " << batch.batch_size() << " indices " << indices.hex() << " bytes " << bytes.hex() << "\n";
+  if (!out_) throw Error("--digest: cannot write to '" + path_ + "'");
+}
+
+void BatchDigest::finish() {
+  out_.flush();
   if (!out_) throw Error("--digest: cannot write to '" + path_ + "'");
 }
 

@@ -22,6 +22,8 @@ class BatchDigest {
   /// Throws ferry::Error when the file cannot be created.
   BatchDigest(const std::string& path, uint64_t first_batch);
   void add(const Batch& batch);
+  /// Flushes the file; throws ferry::Error when what was written did not reach it (a full disk).
+  void finish();
 
  private:
   std::ofstream out_;

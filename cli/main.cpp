@@ -6,14 +6,18 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include <oneapi/tbb/version.h>
 
@@ -129,6 +133,15 @@ ferry::Config load(const ConfigArgs& args) {
   return ferry::parse_config(ferry::cli::builtin_demo_yaml(), ferry::cli::kBuiltinDemoName, args.overrides);
 }
 
+// Fails before a run, not after it: `what` (an option) must name a file this process can create.
+void check_writable(const char* what, const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (::access(folder.c_str(), W_OK) != 0) {
+    throw UsageError(std::string(what) + ": cannot write into the folder '" + folder + "': " + std::strerror(errno));
+  }
+}
+
 // Ctrl-C: the handler only sets a flag (all it may do); a watcher thread closes the pipeline, which
 // wakes a consumer blocked in next() — a slow source cannot delay the stop.
 std::atomic<bool> g_interrupted{false};
@@ -152,6 +165,7 @@ int run(const std::vector<std::string_view>& args) {
   const ferry::Config config = load(parsed);
   std::optional<ferry::PipelineState> resume;
   if (parsed.resume) resume = ferry::load_pipeline_state(*parsed.resume);
+  if (parsed.save_state) check_writable("--save-state", *parsed.save_state);
 
   ferry::Pipeline pipeline = ferry::make_pipeline(config, resume);
   const ferry::PipelineOptions& options = pipeline.options();
@@ -188,22 +202,25 @@ int run(const std::vector<std::string_view>& args) {
 
   ferry::cli::ProgressLine progress(stderr, total, config.stats.progress, config.stats.interval);
   int status = 0;
-  std::optional<ferry::Error> failure;
+  std::optional<std::string> failure;
   try {
     for (const ferry::Batch& batch : pipeline) {
       if (digest) digest->add(batch);
       progress.update(pipeline.stats());
     }
-  } catch (const ferry::Error& e) {
-    failure = e;
+    if (digest) digest->finish();
+  } catch (const std::exception& e) {
+    // Whatever failed (a stage, the digest, memory), the report and the state are still written.
+    failure = e.what();
     status = kFailed;
+    pipeline.close();
   }
   const bool interrupted = g_interrupted.load();
   if (interrupted) status = kInterrupted;
   const ferry::PipelineStats stats = pipeline.stats();
   progress.finish(stats);
   if (interrupted) std::fprintf(stderr, "ferry: interrupted; stopped cleanly\n");
-  if (failure) std::fprintf(stderr, "%s\n", failure->what());
+  if (failure) std::fprintf(stderr, "%s\n", failure->c_str());
 
   ferry::cli::RunInfo info;
   info.ferry_version = FERRY_VERSION;
@@ -212,15 +229,20 @@ int run(const std::vector<std::string_view>& args) {
   info.device = config.pipeline.device;
   info.interrupted = interrupted;
   info.exit_status = status;
-  if (failure) info.error = failure->what();
+  if (failure) info.error = *failure;
   ferry::cli::print_report(stdout, "ferry run: " + config.origin, info, stats);
   std::fflush(stdout);
   if (parsed.save_state) {
     // Whatever ended the run, the state names the first batch this run did not hand out.
+    // Written beside and renamed over: a crash mid-write never loses the state a --resume came from.
     const ferry::PipelineState state = pipeline.state();
-    std::ofstream out(*parsed.save_state);
+    const std::string partial = *parsed.save_state + ".partial";
+    std::ofstream out(partial);
     out << state.to_json();
-    if (!out.flush()) {
+    const bool written = static_cast<bool>(out.flush());
+    out.close();
+    if (!written || std::rename(partial.c_str(), parsed.save_state->c_str()) != 0) {
+      std::remove(partial.c_str());
       std::fprintf(stderr, "ferry: cannot write the state to '%s'\n", parsed.save_state->c_str());
       if (status == 0) status = kFailed;
     } else {
@@ -314,7 +336,7 @@ int main(int argc, char** argv) {
   } catch (const ferry::ConfigError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return kUsageError;
-  } catch (const ferry::Error& e) {
+  } catch (const std::exception& e) {  // ferry::Error, and anything else (out of memory, libtorch)
     std::fprintf(stderr, "%s\n", e.what());
     return kFailed;
   }

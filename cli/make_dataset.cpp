@@ -31,8 +31,6 @@ uint64_t count_of(std::string_view flag, std::string_view text) {
   return value;
 }
 
-// Documents of 50..2000 tokens drawn from [0, vocab): enough structure to check windows that cross
-// document boundaries, small enough to write in a moment.
 // mkdir -p of the folder `path` is in.
 void make_parent_folders(const std::string& path) {
   for (size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1)) {
@@ -43,6 +41,8 @@ void make_parent_folders(const std::string& path) {
   }
 }
 
+// Documents of 50..2000 tokens drawn from [0, vocab): enough structure to check windows that cross
+// document boundaries, small enough to write in a moment.
 int make_tokens(const std::string& prefix, uint64_t documents, uint64_t seed, uint64_t vocab, IndexedDtype dtype) {
   make_parent_folders(prefix);
   IndexedDatasetWriter writer(prefix, dtype);
@@ -66,6 +66,9 @@ int make_dataset(const std::vector<std::string_view>& args) {
   if (args.size() < 2) throw std::invalid_argument("make-dataset needs a KIND and an OUT path");
   const std::string_view kind = args[0];
   const std::string out(args[1]);
+  if (out.empty() || out.front() == '-' || out.back() == '/') {
+    throw std::invalid_argument("make-dataset: OUT must be a path prefix such as data/tokens, found '" + out + "'");
+  }
   uint64_t documents = 1000;
   uint64_t seed = 0;
   uint64_t vocab = 50257;
@@ -76,6 +79,7 @@ int make_dataset(const std::vector<std::string_view>& args) {
     const std::string_view value = args[++i];
     if (flag == "--documents") {
       documents = count_of(flag, value);
+      if (documents == 0) throw std::invalid_argument("--documents: expected at least 1");
     } else if (flag == "--seed") {
       seed = count_of(flag, value);
     } else if (flag == "--vocab") {

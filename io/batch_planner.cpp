@@ -17,6 +17,7 @@ BatchPlanner::BatchPlanner(std::shared_ptr<const Sampler> sampler, Options optio
     epoch_ = options_.first_batch / per_epoch;
     batch_in_epoch_ = options_.first_batch % per_epoch;
   }
+  planned_ = options_.first_batch;  // max_batches counts the whole run, resumed or not
 }
 
 uint64_t BatchPlanner::batches_per_epoch() const noexcept {
@@ -29,8 +30,8 @@ uint64_t BatchPlanner::total_batches() const noexcept {
   const uint64_t per_epoch = batches_per_epoch();
   // Saturating: epochs may be huge ("run until max_batches").
   const uint64_t all = per_epoch != 0 && options_.epochs > UINT64_MAX / per_epoch ? UINT64_MAX : per_epoch * options_.epochs;
-  const uint64_t left = all - std::min(all, options_.first_batch);
-  return options_.max_batches == 0 ? left : std::min(left, options_.max_batches);
+  const uint64_t end = options_.max_batches == 0 ? all : std::min(all, options_.max_batches);
+  return end - std::min(end, options_.first_batch);
 }
 
 std::optional<BatchPlan> BatchPlanner::next() {

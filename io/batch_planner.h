@@ -17,7 +17,7 @@ class BatchPlanner : public BatchSource {
     size_t batch_size = 32;
     bool drop_last = false;
     uint64_t epochs = 1;
-    uint64_t max_batches = 0;  // counted from first_batch
+    uint64_t max_batches = 0;  // in all, from the run's start: a resumed run continues the count
     /// Resume: the run's first `first_batch` batches (over all epochs) were delivered before.
     uint64_t first_batch = 0;
   };

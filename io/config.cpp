@@ -1,5 +1,7 @@
 #include "io/config.h"
 
+#include <climits>
+#include <cstdlib>
 #include <sstream>
 
 #include "io/dtype_names.h"
@@ -52,15 +54,17 @@ PipelineOptions resolve_pipeline_options(const Config& config, const Placement& 
   return options;
 }
 
-std::map<std::string, std::string> batch_order(const Config& config, const Placement& placement) {
+std::map<std::string, std::string> batch_order(const Config& config, const Placement& placement, const Source& made) {
   std::map<std::string, std::string> order;
   const SourceConfig& source = config.source;
   order["source.kind"] = source.kind;
+  order["source.size"] = std::to_string(made.size());
   if (source.kind == "synthetic") {
     const SyntheticOptions& synthetic = source.synthetic;
     order["source.samples"] = std::to_string(synthetic.samples);
     order["source.seed"] = std::to_string(synthetic.seed);
     std::ostringstream fields;
+    fields.precision(17);  // every double exactly: two ranges that differ must not read the same
     for (const SyntheticField& field : synthetic.fields) {
       fields << field.name << ":" << dtype_name(field.dtype) << "[";
       for (const int64_t size : field.shape) fields << size << ",";
@@ -71,17 +75,22 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
     }
     order["source.fields"] = fields.str();
   } else if (source.kind == "megatron") {
-    order["source.prefix"] = source.megatron.prefix;
+    // The file, not the text: a relative and an absolute path to one dataset are the same order.
+    char resolved[PATH_MAX];
+    order["source.prefix"] = ::realpath((source.megatron.prefix + ".bin").c_str(), resolved) != nullptr
+                                 ? std::string(resolved)
+                                 : source.megatron.prefix;
     order["source.seq_len"] = std::to_string(source.megatron.seq_len);
     order["source.add_extra_token"] = source.megatron.add_extra_token ? "true" : "false";
   }
   order["batch_size"] = std::to_string(config.pipeline.batch_size);
   order["sampler.drop_last"] = config.pipeline.drop_last ? "true" : "false";
   order["sampler.shuffle"] = config.sampler.shuffle ? "true" : "false";
-  order["sampler.seed"] = std::to_string(config.sampler.seed);
+  // Keys that change nothing in this run are left out, so changing them does not block a resume.
+  if (config.sampler.shuffle) order["sampler.seed"] = std::to_string(config.sampler.seed);
   order["sampler.rank"] = std::to_string(placement.rank);
   order["sampler.world_size"] = std::to_string(placement.world_size);
-  order["sampler.remainder"] = config.sampler.drop_remainder ? "drop" : "pad";
+  if (placement.world_size > 1) order["sampler.remainder"] = config.sampler.drop_remainder ? "drop" : "pad";
   return order;
 }
 

@@ -89,7 +89,9 @@ PipelineOptions resolve_pipeline_options(const Config& config, const Placement& 
 /// "sampler.seed" -> "7", "source.fields" -> ...): a saved PipelineState carries it, and a resume
 /// under a different order is refused naming the key. Thread counts, prefetch, device, epochs and
 /// max_batches are not part of it: they change how fast or how long, not which batch comes next.
-std::map<std::string, std::string> batch_order(const Config& config, const Placement& placement);
+/// `source` is the source the config makes: its size is recorded too (a dataset regenerated with
+/// another size is caught; one regenerated with the same size but other contents is not).
+std::map<std::string, std::string> batch_order(const Config& config, const Placement& placement, const Source& source);
 
 /// The source config.source describes. Throws ferry::Error when it cannot be made.
 std::shared_ptr<const Source> make_source(const SourceConfig& source);

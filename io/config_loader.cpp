@@ -400,7 +400,7 @@ class ConfigLoader {
     if (!mapping(node, "source", "source")) return;
     const auto kind_node = child(node, "kind");
     if (!kind_node) {
-      problem("source.kind", node, "missing required key (one of: synthetic)");
+      problem("source.kind", node, "missing required key (one of: synthetic, megatron)");
       return;
     }
     const auto kind = choice(*kind_node, "source.kind", {"synthetic", "megatron"});

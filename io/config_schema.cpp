@@ -23,7 +23,7 @@ const std::vector<ConfigKey>& config_keys() {
       // batches
       {"batch_size", "integer 1..16777216", "32", "Samples per batch.", "64"},
       {"prefetch", "integer 1..1024", "3", "Batches in flight between planning and the consumer: more hides jitter, each costs a pinned slab.", "4"},
-      {"max_batches", "integer >= 0", "0 (every epoch)", "Stop after this many batches in all (planned batches: one whose samples were all skipped counts).", "100"},
+      {"max_batches", "integer >= 0", "0 (every epoch)", "Stop after this many batches in all, counted from the run's start (a resumed run continues the count; a batch whose samples were all skipped counts).", "100"},
       // sampler
       {"sampler", "mapping", "sequential, one rank", "The order of the samples and this process's share of them.", "{shuffle: true, seed: 1}"},
       {"sampler.shuffle", "boolean", "false", "Visit a different permutation of the samples every epoch, derived from (seed, epoch).", "true"},

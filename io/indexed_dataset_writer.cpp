@@ -78,6 +78,9 @@ std::string range_text(IndexedDtype dtype) {
   return text;
 }
 
+// Where a file is written before finalize() renames it into place.
+std::string partial(const std::string& path) { return path + ".partial"; }
+
 }  // namespace
 
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, IndexedDtype dtype)
@@ -86,10 +89,9 @@ IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, IndexedDtype dtyp
     throw Error("megatron writer " + bin_path_ + ": dtype " + std::string(indexed_dtype_name(dtype)) +
                 " is not a token id type (uint8, int8, int16, uint16, int32, int64)");
   }
-  if (::unlink(idx_path_.c_str()) != 0 && errno != ENOENT) {
-    throw Error("megatron writer: cannot remove the old index " + idx_path_ + ": " + std::strerror(errno));
-  }
-  bin_fd_ = ::open(bin_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Written under other names and renamed into place by finalize(): a reader that has the old files
+  // mapped keeps reading them (truncating a mapped file in place would kill it with SIGBUS).
+  bin_fd_ = ::open(partial(bin_path_).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (bin_fd_ < 0) throw Error("megatron writer: cannot create " + bin_path_ + ": " + std::strerror(errno));
   buffer_.reserve(kBufferBytes);
 }
@@ -101,8 +103,8 @@ IndexedDatasetWriter::~IndexedDatasetWriter() {
 void IndexedDatasetWriter::discard() noexcept {
   if (bin_fd_ >= 0) ::close(bin_fd_);
   bin_fd_ = -1;
-  ::unlink(bin_path_.c_str());
-  ::unlink(idx_path_.c_str());
+  ::unlink(partial(bin_path_).c_str());
+  ::unlink(partial(idx_path_).c_str());
 }
 
 void IndexedDatasetWriter::add_document(std::span<const int64_t> tokens) {
@@ -172,7 +174,7 @@ void IndexedDatasetWriter::finalize() {
   // close() can be the first to report a failed write (NFS, a full disk).
   if (::close(bin_fd) != 0) io_failed("cannot close", bin_path_, written_, errno);
 
-  const int fd = ::open(idx_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(partial(idx_path_).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error("megatron writer: cannot create " + idx_path_ + ": " + std::strerror(errno));
   struct Closer {
     int fd;
@@ -212,6 +214,13 @@ void IndexedDatasetWriter::finalize() {
   put(reinterpret_cast<const std::byte*>(document_indices_.data()), document_indices_.size() * sizeof(int64_t));
   closer.fd = -1;
   if (::close(fd) != 0) io_failed("cannot close", idx_path_, offset, errno);
+  for (const std::string* path : {&bin_path_, &idx_path_}) {
+    if (::rename(partial(*path).c_str(), path->c_str()) != 0) {
+      const int error = errno;
+      discard();
+      throw Error("megatron writer: cannot rename " + partial(*path) + " to " + *path + ": " + std::strerror(error));
+    }
+  }
   finalized_ = true;
 }
 

@@ -22,11 +22,12 @@ namespace ferry {
 /// buffered). I/O errors throw ferry::Error naming the file and the byte offset.
 class IndexedDatasetWriter {
  public:
-  /// Creates (or truncates) `<prefix>.bin` and removes a `<prefix>.idx` already there, so an old
-  /// index can never be paired with the new tokens. `dtype` must be an integer type: token ids.
+  /// Writes `<prefix>.bin.partial` and `<prefix>.idx.partial`, which finalize() renames into place:
+  /// a dataset already there stays whole (and readable by a run that has it mapped) until then.
+  /// `dtype` must be an integer type: token ids.
   IndexedDatasetWriter(std::string prefix, IndexedDtype dtype);
-  /// Without finalize(), or after it failed: closes and removes both files (a half-written dataset
-  /// is never left to be read). Never throws.
+  /// Without finalize(), or after it failed: closes and removes the partial files (a half-written
+  /// dataset is never left to be read). Never throws.
   ~IndexedDatasetWriter();
   IndexedDatasetWriter(const IndexedDatasetWriter&) = delete;
   IndexedDatasetWriter& operator=(const IndexedDatasetWriter&) = delete;
@@ -40,8 +41,9 @@ class IndexedDatasetWriter {
   /// must add up to tokens.size(); a length may be 0 (Megatron's add_item of an empty tensor).
   void add_document(std::span<const int64_t> tokens, std::span<const int64_t> sequence_lengths);
 
-  /// Flushes and closes the .bin, then writes the .idx. Throws ferry::Error on an I/O error (the
-  /// destructor then removes both files) and when called twice.
+  /// Flushes and closes the .bin, writes the .idx, then renames both into place (.bin first).
+  /// Throws ferry::Error on an I/O error (the destructor then removes the partial files) and when
+  /// called twice.
   void finalize();
 
   const std::string& bin_path() const noexcept { return bin_path_; }

@@ -174,8 +174,9 @@ void check_config(const Config& config) {
 Pipeline make_pipeline(const Config& config, const std::optional<PipelineState>& resume) {
   check_config(config);
   const Placement placement = resolve_placement(config.sampler, torchrun_env());
+  std::shared_ptr<const Source> source = make_source(config.source);
   PipelineOptions options = resolve_pipeline_options(config, placement);
-  options.order = batch_order(config, placement);
+  options.order = batch_order(config, placement, *source);
   if (resume) {
     // Another order would deliver other samples under the same batch numbers: refuse, key by key.
     std::vector<ConfigProblem> problems;
@@ -190,7 +191,6 @@ Pipeline make_pipeline(const Config& config, const std::optional<PipelineState>&
     if (!problems.empty()) throw ConfigError(std::move(problems));
     options.first_batch = resume->next_batch;
   }
-  std::shared_ptr<const Source> source = make_source(config.source);
   std::shared_ptr<const Sampler> sampler = make_sampler(config.sampler, placement, source->size());
   return make_pipeline(std::move(source), std::move(options), std::move(sampler));
 }

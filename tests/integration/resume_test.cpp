@@ -83,6 +83,25 @@ TEST(Resume, StoppedAnywhereAndResumedItDeliversExactlyTheRest) {
   }
 }
 
+// max_batches counts the whole run: a resumed run with the same limit stops where an uninterrupted
+// one would.
+TEST(Resume, MaxBatchesCountsFromTheStartOfTheRun) {
+  const Config config = parse_config(kConfig, "resume.yaml", {"max_batches=30"});
+  const SyntheticSource truth(config.source.synthetic);
+  Pipeline whole = make_pipeline(config);
+  const std::vector<Delivered> expected = take(whole, truth);
+  ASSERT_EQ(expected.size(), 30u);
+  Pipeline first = make_pipeline(config);
+  std::vector<Delivered> got = take(first, truth, 12);
+  const PipelineState state = first.state();
+  first.close();
+  Pipeline second = make_pipeline(config, state);
+  const std::vector<Delivered> rest = take(second, truth);
+  EXPECT_EQ(rest.size(), 18u);
+  got.insert(got.end(), rest.begin(), rest.end());
+  EXPECT_TRUE(got == expected);
+}
+
 TEST(Resume, AStateTakenBeforeTheFirstBatchStartsAtTheBeginning) {
   const Config config = parse_config(kConfig, "resume.yaml");
   Pipeline pipeline = make_pipeline(config);

@@ -322,17 +322,28 @@ TEST(IndexedDatasetWriter, RefusesFloatDtypesAndNamesAFileItCannotCreate) {
   }
 }
 
-TEST(IndexedDatasetWriter, WithoutFinalizeLeavesNoFilesAndReplacesAStaleIndex) {
+TEST(IndexedDatasetWriter, WithoutFinalizeLeavesTheOldDatasetWholeAndNoPartialFiles) {
   TempDir dir;
   write_dataset(dir / "s", IndexedDtype::kInt32, {{{1, 2}}});
   {
+    // A run reading the old dataset meanwhile keeps reading it: it is replaced only by renames.
+    const IndexedDataset reading(dir / "s");
     IndexedDatasetWriter writer(dir / "s", IndexedDtype::kInt32);
-    EXPECT_FALSE(exists(dir / "s.idx")) << "the old index must go as soon as its tokens do";
     const std::vector<int64_t> tokens{7, 8, 9};
     writer.add_document(tokens);
+    EXPECT_EQ(reading.sequence<int32_t>(0)[1], 2);
   }
-  EXPECT_FALSE(exists(dir / "s.bin"));
-  EXPECT_FALSE(exists(dir / "s.idx"));
+  EXPECT_FALSE(exists(dir / "s.bin.partial"));
+  EXPECT_FALSE(exists(dir / "s.idx.partial"));
+  EXPECT_EQ(IndexedDataset(dir / "s").total_tokens(), 2u) << "the unfinished writer left the old dataset as it was";
+  {
+    IndexedDatasetWriter writer(dir / "s", IndexedDtype::kInt32);
+    const std::vector<int64_t> tokens{7, 8, 9};
+    writer.add_document(tokens);
+    writer.finalize();
+  }
+  EXPECT_EQ(IndexedDataset(dir / "s").total_tokens(), 3u);
+  EXPECT_FALSE(exists(dir / "s.bin.partial"));
 }
 
 // ---- against an independent writer (numpy, as Megatron's _IndexWriter) ------------------------------
