@@ -82,6 +82,19 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
                                  : source.megatron.prefix;
     order["source.seq_len"] = std::to_string(source.megatron.seq_len);
     order["source.add_extra_token"] = source.megatron.add_extra_token ? "true" : "false";
+  } else if (source.kind == "tar") {
+    std::string shards;
+    for (const std::string& shard : source.tar.shards) {
+      char resolved[PATH_MAX];
+      shards += (::realpath(shard.c_str(), resolved) != nullptr ? std::string(resolved) : shard) + ";";
+    }
+    order["source.shards"] = shards;
+    std::ostringstream members;
+    for (const TarField& field : source.tar.fields) {
+      members << field.name << ":" << field.extension << ":" << dtype_name(field.dtype) << ":" << field.decoder
+              << (field.optional ? ":optional" : "") << ";";
+    }
+    order["source.members"] = members.str();
   }
   order["batch_size"] = std::to_string(config.pipeline.batch_size);
   order["sampler.drop_last"] = config.pipeline.drop_last ? "true" : "false";
@@ -97,6 +110,7 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
 std::shared_ptr<const Source> make_source(const SourceConfig& source) {
   if (source.kind == "synthetic") return std::make_shared<SyntheticSource>(source.synthetic);
   if (source.kind == "megatron") return std::make_shared<TokenWindowSource>(source.megatron);
+  if (source.kind == "tar") return std::make_shared<TarShardSource>(source.tar);
   throw Error("unknown source kind '" + source.kind + "'");
 }
 

@@ -10,6 +10,7 @@
 
 #include "io/sampler.h"
 #include "io/synthetic_source.h"
+#include "io/tar_shard_source.h"
 #include "io/token_window_source.h"
 #include "io/torchrun_env.h"
 #include "pipeline/pipeline_options.h"
@@ -21,6 +22,7 @@ struct SourceConfig {
   std::string kind = "synthetic";
   SyntheticOptions synthetic;  // kind: synthetic
   TokenWindowOptions megatron;  // kind: megatron
+  TarShardOptions tar;          // kind: tar (shards already expanded from their {a..b} patterns)
 };
 
 /// The order of the samples and this process's share of them.

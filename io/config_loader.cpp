@@ -400,16 +400,17 @@ class ConfigLoader {
     if (!mapping(node, "source", "source")) return;
     const auto kind_node = child(node, "kind");
     if (!kind_node) {
-      problem("source.kind", node, "missing required key (one of: synthetic, megatron)");
+      problem("source.kind", node, "missing required key (one of: synthetic, megatron, tar)");
       return;
     }
-    const auto kind = choice(*kind_node, "source.kind", {"synthetic", "megatron"});
+    const auto kind = choice(*kind_node, "source.kind", {"synthetic", "megatron", "tar"});
     if (!kind) return;
     config_.source.kind = *kind;
     // Each kind takes its own keys; another kind's key is a mistake worth naming.
     static const std::map<std::string, std::vector<std::string>> kKindKeys{
         {"synthetic", {"kind", "samples", "seed", "fields"}},
         {"megatron", {"kind", "prefix", "seq_len", "add_extra_token"}},
+        {"tar", {"kind", "shards", "members"}},
     };
     const std::vector<std::string>& allowed = kKindKeys.at(*kind);
     for (const auto& entry : node) {
@@ -422,6 +423,10 @@ class ConfigLoader {
     }
     if (*kind == "megatron") {
       read_megatron(node);
+      return;
+    }
+    if (*kind == "tar") {
+      read_tar(node);
       return;
     }
     SyntheticOptions& synthetic = config_.source.synthetic;
@@ -477,6 +482,97 @@ class ConfigLoader {
     }
     if (const auto value = child(node, "add_extra_token")) {
       if (auto flag = boolean(*value, "source.add_extra_token")) megatron.add_extra_token = *flag;
+    }
+  }
+
+  void read_tar(const Node& node) {
+    TarShardOptions& tar = config_.source.tar;
+    const auto shards = child(node, "shards");
+    if (!shards) {
+      problem("source.shards", node, "missing required key (the tar shards: a path or a list of paths)");
+    } else if (!shards->IsScalar() && !shards->IsSequence()) {
+      expected("source.shards", *shards, "a path or a list of paths");
+    } else {
+      note("source.shards", *shards);
+      const size_t count = shards->IsScalar() ? 1 : shards->size();
+      for (size_t i = 0; i < count; ++i) {
+        const Node item = shards->IsScalar() ? *shards : (*shards)[i];
+        const std::string key = shards->IsScalar() ? "source.shards" : "source.shards[" + std::to_string(i) + "]";
+        const auto pattern = scalar(item, key, "a path");
+        if (!pattern) continue;
+        try {
+          for (const std::string& shard : TarShardSource::expand_braces(*pattern)) {
+            struct stat info {};
+            if (::stat(shard.c_str(), &info) != 0) {
+              problem(key, item, "no such file: " + shard);
+            } else {
+              tar.shards.push_back(shard);
+            }
+          }
+        } catch (const Error& e) {
+          problem(key, item, e.cause());
+        }
+      }
+    }
+    const auto members = child(node, "members");
+    if (!members) return;
+    if (!members->IsSequence()) {
+      expected("source.members", *members, "a list of members ({name, extension, dtype, shape, max_length, decoder, optional})");
+      return;
+    }
+    note("source.members", *members);
+    const std::vector<std::string> dtypes{"uint8", "int32", "int64", "float16", "bfloat16", "float32"};
+    for (size_t i = 0; i < members->size(); ++i) {
+      const Node member = (*members)[i];
+      const std::string key = "source.members[" + std::to_string(i) + "]";
+      if (!mapping(member, key, "source.members[]")) continue;
+      TarField field;
+      for (const char* required : {"name", "extension"}) {
+        const auto value = child(member, required);
+        const std::string path = key + "." + required;
+        if (!value) {
+          problem(path, member, "missing required key");
+        } else if (auto text = scalar(*value, path, "a non-empty name"); text && !text->empty()) {
+          (std::string_view(required) == "name" ? field.name : field.extension) = *text;
+        } else if (text) {
+          expected(path, *value, "a non-empty name");
+        }
+      }
+      if (const auto value = child(member, "dtype")) {
+        if (auto text = choice(*value, key + ".dtype", dtypes)) field.dtype = parse_dtype(*text);
+      }
+      if (const auto value = child(member, "shape")) {
+        if (!value->IsSequence()) {
+          expected(key + ".shape", *value, "a list of integers >= 0, e.g. [224, 224, 3]");
+        } else {
+          note(key + ".shape", *value);
+          field.shape.clear();
+          for (size_t d = 0; d < value->size(); ++d) {
+            const auto size = integer((*value)[d], key + ".shape[" + std::to_string(d) + "]", 0, 1 << 30, "an integer in 0..1073741824");
+            if (size) field.shape.push_back(static_cast<int64_t>(*size));
+          }
+        }
+      }
+      if (const auto value = child(member, "max_length")) {
+        if (auto length = integer(*value, key + ".max_length", 1, 1 << 30, "an integer in 1..1073741824")) {
+          field.max_length = static_cast<int64_t>(*length);
+        }
+      }
+      if (const auto value = child(member, "decoder")) {
+        const std::vector<std::string> registered = DecoderRegistry::global().names();
+        if (auto text = scalar(*value, key + ".decoder", "a decoder name")) {
+          if (std::find(registered.begin(), registered.end(), *text) == registered.end()) {
+            problem(key + ".decoder", *value, "unknown decoder '" + *text + "'" + did_you_mean(*text, registered) +
+                                                  "; registered: " + list_text(registered));
+          } else {
+            field.decoder = *text;
+          }
+        }
+      }
+      if (const auto value = child(member, "optional")) {
+        if (auto flag = boolean(*value, key + ".optional")) field.optional = *flag;
+      }
+      tar.fields.push_back(std::move(field));
     }
   }
 
@@ -783,6 +879,11 @@ class ConfigLoader {
     std::vector<std::pair<std::string, bool>> fields;
     if (config_.source.kind == "megatron") {
       fields.emplace_back("tokens", false);
+    } else if (config_.source.kind == "tar") {
+      // Without members the fields are known only once a shard is read: check_config sees them then.
+      for (const TarField& field : config_.source.tar.fields) {
+        fields.emplace_back(field.name, !field.shape.empty() && field.shape[0] == kVariableLength);
+      }
     } else {
       for (const SyntheticField& field : config_.source.synthetic.fields) fields.emplace_back(field.name, field.variable);
     }

@@ -12,9 +12,11 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -36,6 +38,7 @@
 #include "stages/standard_pipeline.h"
 #include "tests/support/random_options.h"
 #include "tests/support/reference_batch.h"
+#include "tests/support/tar_writer.h"
 #include "tests/support/thread_count.h"
 
 namespace ferry {
@@ -558,6 +561,50 @@ TEST(ConfigPipeline, TorchrunEnvironmentPicksRankAndWorldSize) {
   EXPECT_EQ(resolve_pipeline_options(config, torchrun).device,
             gpu_build() && cuda_device_count() > 0 ? "cuda:3" : "auto");
   EXPECT_EQ(resolve_pipeline_options(config, single).device, "auto");
+}
+
+// A tar source from YAML: labels through the `label` decoder, payloads as padded bytes, every value
+// as written, in shard order.
+TEST(ConfigPipeline, TarShardsFromYamlDeliverTheirMembers) {
+  std::mt19937_64 rng(test_seed());
+  std::vector<std::pair<int64_t, std::string>> written;  // (label, payload) per sample, in order
+  std::vector<std::unique_ptr<TempYaml>> shards;
+  std::string shard_list;
+  for (int s = 0; s < 3; ++s) {
+    testing::TarWriter tar;
+    for (int k = 0; k < 7; ++k) {
+      const int64_t label = static_cast<int64_t>(rng() % 1000);
+      std::string payload(rng() % 40 + 1, '\0');
+      for (char& c : payload) c = static_cast<char>(rng());
+      char key[16];
+      std::snprintf(key, sizeof key, "%06d", s * 100 + k);
+      tar.add(std::string(key) + ".cls", std::to_string(label) + "\n");
+      tar.add(std::string(key) + ".bin", payload);
+      written.emplace_back(label, payload);
+    }
+    shards.push_back(std::make_unique<TempYaml>(""));
+    testing::TarWriter::write_file(shards.back()->path(), tar.finish());
+    shard_list += (s == 0 ? "" : ", ") + shards.back()->path();
+  }
+  const TempYaml file("source:\n  kind: tar\n  shards: [" + shard_list +
+                      "]\n  members:\n    - {name: label, extension: cls, dtype: int64, shape: [], decoder: label}\n"
+                      "    - {name: payload, extension: bin, max_length: 40}\nbatch_size: 5\ncollate: {pad_value: 0}\n"
+                      "transfer: {device: cpu}\ndecode: {threads: 3}\n");
+  Pipeline pipeline = Pipeline::from_yaml(file.path());
+  size_t next = 0;
+  while (auto batch = pipeline.next()) {
+    const at::Tensor labels = (*batch)["label"];
+    const at::Tensor payloads = (*batch)["payload"];
+    const at::Tensor lengths = (*batch)["payload_lengths"];
+    for (int64_t row = 0; row < labels.size(0); ++row, ++next) {
+      ASSERT_LT(next, written.size());
+      EXPECT_EQ(labels[row].item<int64_t>(), written[next].first);
+      const std::string& payload = written[next].second;
+      ASSERT_EQ(lengths[row].item<int64_t>(), static_cast<int64_t>(payload.size()));
+      EXPECT_EQ(std::memcmp(payloads[row].data_ptr(), payload.data(), payload.size()), 0) << "sample " << next;
+    }
+  }
+  EXPECT_EQ(next, written.size());
 }
 
 }  // namespace

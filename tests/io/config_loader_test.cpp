@@ -11,6 +11,7 @@
 
 #include "io/config_schema.h"
 #include "io/indexed_dataset_writer.h"
+#include "tests/support/tar_writer.h"
 #include "io/units.h"
 
 namespace ferry {
@@ -263,8 +264,8 @@ TEST(ConfigDocs, EveryKeyIsDocumentedWithItsTypeAndDefault) {
   EXPECT_EQ(documented.size(), documented_paths.size()) << "a key is documented twice";
 }
 
-// A temporary folder holding data/tokens.{bin,idx}, made the working directory while it lives, so
-// that the documented example `source.prefix: data/tokens` names a real dataset.
+// A temporary folder holding data/tokens.{bin,idx} and data/shard-000.tar, made the working
+// directory while it lives, so that the documented examples name real datasets.
 class TokenDatasetFolder {
  public:
   TokenDatasetFolder() {
@@ -276,6 +277,10 @@ class TokenDatasetFolder {
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i % 1000);
     writer.add_document(tokens);
     writer.finalize();
+    testing::TarWriter tar;
+    tar.add("000000.jpg", "not really a jpeg");
+    tar.add("000000.cls", "3\n");
+    testing::TarWriter::write_file(folder_ + "/data/shard-000.tar", tar.finish());
     char previous[4096];
     previous_ = ::getcwd(previous, sizeof previous) != nullptr ? previous : "/";
     EXPECT_EQ(::chdir(folder_.c_str()), 0);
@@ -283,7 +288,7 @@ class TokenDatasetFolder {
   ~TokenDatasetFolder() {
     // POSIX calls: std::filesystem crashed a test on the GPU machine's toolchain (see cli_test).
     if (::chdir(previous_.c_str()) != 0) ADD_FAILURE() << "cannot return to " << previous_;
-    for (const char* file : {"/data/tokens.bin", "/data/tokens.idx"}) ::unlink((folder_ + file).c_str());
+    for (const char* file : {"/data/tokens.bin", "/data/tokens.idx", "/data/shard-000.tar"}) ::unlink((folder_ + file).c_str());
     ::rmdir((folder_ + "/data").c_str());
     ::rmdir(folder_.c_str());
   }
@@ -296,6 +301,7 @@ class TokenDatasetFolder {
 TEST(ConfigDocs, EveryDocumentedKeyIsAcceptedWithItsExample) {
   const TokenDatasetFolder dataset;
   const std::string megatron = "source: {kind: megatron, prefix: data/tokens}\n";
+  const std::string tar = "source: {kind: tar, shards: [data/shard-000.tar], members: [{name: image, extension: jpg}]}\n";
   for (const DocumentedKey& documented : documented_keys()) {
     SCOPED_TRACE(documented.path);
     const ConfigKey* key = find_config_key(documented.path);
@@ -306,9 +312,12 @@ TEST(ConfigDocs, EveryDocumentedKeyIsAcceptedWithItsExample) {
     for (size_t at; (at = path.find("<field>")) != std::string::npos;) path.replace(at, 7, "tokens");
     const std::string set = path + "=" + std::string(key->example);
     // A key of one source kind is tried on a config of that kind.
-    const bool for_megatron = std::string_view(key->default_value).find("(megatron)") != std::string_view::npos ||
-                              std::string_view(key->description).find("(megatron)") != std::string_view::npos;
-    EXPECT_EQ(problems_of(for_megatron ? megatron : kMinimal, {set}), "") << "--set " << set;
+    const auto for_kind = [&](std::string_view kind) {
+      return std::string_view(key->default_value).find(kind) != std::string_view::npos ||
+             std::string_view(key->description).find(kind) != std::string_view::npos;
+    };
+    const std::string& base = for_kind("(megatron)") ? megatron : for_kind("(tar)") ? tar : kMinimal;
+    EXPECT_EQ(problems_of(base, {set}), "") << "--set " << set;
   }
 }
 
