@@ -26,6 +26,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/temp_dir.h"
+
 extern char** environ;
 
 namespace ferry {
@@ -248,31 +250,9 @@ bool has_progress_line(const std::string& err) {
 
 bool have_python() { return ::access(kPython, X_OK) == 0; }
 
-// A fresh directory for one test's files, removed at the end. Plain POSIX calls: the version built
-// on std::filesystem and ::testing::TempDir() crashed this test on the GPU machine (g++ 13, libtorch
-// 2.11, its system GoogleTest); this one passes on both machines.
-class TempDir {
- public:
-  TempDir() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ferry_cli_test_XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp: " + std::string(std::strerror(errno)));
-    path_ = pattern;
-  }
-  ~TempDir() {
-    if (DIR* dir = ::opendir(path_.c_str())) {
-      while (const dirent* entry = ::readdir(dir)) {
-        const std::string name = entry->d_name;
-        if (name != "." && name != "..") ::unlink((path_ + "/" + name).c_str());
-      }
-      ::closedir(dir);
-    }
-    ::rmdir(path_.c_str());
-  }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
+// A fresh folder for one test's files, removed at the end.
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("ferry_cli_test") {}
 };
 
 // The values of a report's JSON that these tests check: batches, samples, interrupted, exit_status.

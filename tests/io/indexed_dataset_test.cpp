@@ -27,6 +27,7 @@
 
 #include "io/indexed_dataset_writer.h"
 #include "pipeline/error.h"
+#include "tests/support/temp_dir.h"
 
 extern char** environ;
 
@@ -35,29 +36,9 @@ namespace {
 
 constexpr const char* kPython = "/usr/bin/python3";
 
-// A fresh directory for one test's files, removed at the end (plain POSIX calls, as cli_test's).
-class TempDir {
- public:
-  TempDir() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ferry_indexed_XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp: " + std::string(std::strerror(errno)));
-    path_ = pattern;
-  }
-  ~TempDir() {
-    if (DIR* dir = ::opendir(path_.c_str())) {
-      while (const dirent* entry = ::readdir(dir)) {
-        const std::string name = entry->d_name;
-        if (name != "." && name != "..") ::unlink((path_ + "/" + name).c_str());
-      }
-      ::closedir(dir);
-    }
-    ::rmdir(path_.c_str());
-  }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
+// A fresh folder for one test's files, removed at the end.
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("ferry_megatron_test") {}
 };
 
 std::string slurp(const std::string& path) {

@@ -23,6 +23,7 @@
 
 #include "io/decoder_registry.h"
 #include "pipeline/error.h"
+#include "tests/support/temp_dir.h"
 
 namespace ferry {
 namespace {
@@ -276,31 +277,9 @@ TEST(JpegDecoder, GivesTheSameResultsFromManyThreads) {
   }
 }
 
-// A directory removed with its files at the end (plain POSIX: see tests/cli/cli_test.cpp for why).
-class ScratchDir {
- public:
-  ScratchDir() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ferry_jpeg_test_XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp: " + std::string(std::strerror(errno)));
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    if (DIR* dir = ::opendir(path_.c_str())) {
-      while (const dirent* entry = ::readdir(dir)) {
-        const std::string name = entry->d_name;
-        if (name != "." && name != "..") ::unlink((path_ + "/" + name).c_str());
-      }
-      ::closedir(dir);
-    }
-    ::rmdir(path_.c_str());
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
+// A fresh folder for one test's files, removed at the end.
+struct ScratchDir : testing::TempDir {
+  ScratchDir() : testing::TempDir("ferry_jpeg_test") {}
 };
 
 constexpr const char* kPython = "/usr/bin/python3";
