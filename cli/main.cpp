@@ -2,6 +2,7 @@
 //   ferry run [CONFIG] [--set k=v]... [--batches N] [--epochs N] [--report PATH]
 //   ferry validate CONFIG [--set k=v]...
 //   ferry info [--bandwidth]
+//   ferry make-dataset tokens|tar|npy|images OUT [options]   (cli/make_dataset.h)
 // Exit status: 0 done, 1 the run failed, 2 bad usage or an invalid config, 130 interrupted (Ctrl-C).
 #include <atomic>
 #include <charconv>
@@ -47,6 +48,9 @@ constexpr const char* kUsage =
     "       ferry validate CONFIG [--set key=value]...\n"
     "       ferry info [--bandwidth]\n"
     "       ferry make-dataset tokens OUT [--documents N] [--seed S] [--vocab V] [--dtype uint16|int32]\n"
+    "       ferry make-dataset tar OUT_DIR [--samples N] [--shards S] [--image-size N|HxW] [--classes C] [--seed S] [--quality Q]\n"
+    "       ferry make-dataset npy OUT_DIR [--samples N] [--shards S] [--classes C] [--seed S]\n"
+    "       ferry make-dataset images OUT_DIR [--samples N] [--image-size N|HxW] [--classes C] [--seed S] [--quality Q]\n"
     "\n"
     "  run       run the pipeline CONFIG describes (default: the built-in configs/demo.yaml, synthetic\n"
     "            data made on the fly), with progress on stderr and a report on stdout\n"
@@ -59,7 +63,11 @@ constexpr const char* kUsage =
     "            --digest PATH         write a line per batch with a hash of its contents (for checking)\n"
     "  validate  check CONFIG (and the overrides) without running it\n"
     "  info      what this build supports: versions, devices; --bandwidth measures the host-to-device link\n"
-    "  make-dataset  write a small generated dataset: tokens = a Megatron-LM indexed dataset OUT.bin/.idx\n"
+    "  make-dataset  write a small generated dataset: tokens = a Megatron-LM indexed dataset OUT.bin/.idx;\n"
+    "            tar = WebDataset shards OUT_DIR/shard-000000.tar... of <key>.jpg + <key>.cls; npy = the same\n"
+    "            with <key>.npy (float32 [64]); images = an ImageFolder OUT_DIR/class-000/000000.jpg...\n"
+    "            (defaults: 1000 samples, 4 shards, 256x256, 10 classes, seed 0, quality 90; sample k has\n"
+    "            label k % classes; OUT_DIR must be new or empty)\n"
     "\n"
     "exit status: 0 done, 1 the run failed, 2 bad usage or invalid config, 130 interrupted\n";
 
@@ -148,11 +156,11 @@ std::atomic<bool> g_interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
 // Batches the run will deliver (its planner's count), for the progress line's total and ETA.
-uint64_t planned_batches(const ferry::Config& config, const ferry::PipelineOptions& options, uint64_t source_size) {
+uint64_t planned_batches(const ferry::Config& config, const ferry::PipelineOptions& options, const ferry::Source& source) {
   const ferry::Placement placement = ferry::resolve_placement(config.sampler, ferry::torchrun_env());
-  return ferry::BatchPlanner(ferry::make_sampler(config.sampler, placement, source_size),
+  return ferry::BatchPlanner(ferry::make_sampler(config.sampler, placement, source),
                              {options.batch_size, options.drop_last, options.epochs, options.max_batches,
-                              options.first_batch})
+                              options.first_batch, options.start, options.on_error == ferry::OnError::kSkip})
       .total_batches();
 }
 
@@ -170,7 +178,7 @@ int run(const std::vector<std::string_view>& args) {
   ferry::Pipeline pipeline = ferry::make_pipeline(config, resume);
   const ferry::PipelineOptions& options = pipeline.options();
   const auto source = ferry::make_source(config.source);  // its size and name, for progress and the report
-  const uint64_t total = planned_batches(config, options, source->size());
+  const uint64_t total = planned_batches(config, options, *source);
   std::fprintf(stderr, "ferry: %s: %s, %llu batches of %zu to %s (%s)\n", config.origin.c_str(),
                source->describe().c_str(), static_cast<unsigned long long>(total),
                options.batch_size, options.device.c_str(), ferry::build_description().c_str());

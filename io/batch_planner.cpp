@@ -8,16 +8,28 @@
 namespace ferry {
 
 BatchPlanner::BatchPlanner(std::shared_ptr<const Sampler> sampler, Options options)
-    : sampler_(std::move(sampler)), options_(options) {
+    : sampler_(std::move(sampler)), options_(std::move(options)) {
   if (!sampler_) throw Error("batch planner: no sampler");
   if (options_.batch_size == 0) throw Error("batch planner: batch_size must be at least 1");
   // Samplers are pure functions of (epoch, position), so a resumed run starts right at its batch.
-  const uint64_t per_epoch = batches_per_epoch();
-  if (per_epoch != 0) {
+  if (options_.start) {
+    epoch_ = options_.start->epoch;
+    index_ = options_.start->index;
+    position_ = options_.start->position;
+  } else if (const uint64_t per_epoch = batches_per_epoch(); per_epoch != 0) {
     epoch_ = options_.first_batch / per_epoch;
-    batch_in_epoch_ = options_.first_batch % per_epoch;
+    index_ = options_.first_batch % per_epoch;
+    position_ = index_ * options_.batch_size;
   }
+  start_epoch_ = epoch_;
+  start_position_ = position_;
   planned_ = options_.first_batch;  // max_batches counts the whole run, resumed or not
+}
+
+uint64_t BatchPlanner::epoch_limit() const noexcept {
+  const uint64_t samples = sampler_->epoch_size();
+  if (options_.refill || !options_.drop_last) return samples;
+  return samples / options_.batch_size * options_.batch_size;
 }
 
 uint64_t BatchPlanner::batches_per_epoch() const noexcept {
@@ -27,33 +39,51 @@ uint64_t BatchPlanner::batches_per_epoch() const noexcept {
 }
 
 uint64_t BatchPlanner::total_batches() const noexcept {
+  if (start_epoch_ >= options_.epochs) return 0;
   const uint64_t per_epoch = batches_per_epoch();
+  const uint64_t size = options_.batch_size;
+  const uint64_t left = epoch_limit() - std::min(epoch_limit(), start_position_);
+  // The rest of the first epoch (which may start mid-batch after skips), then whole epochs.
+  const uint64_t first = options_.drop_last ? left / size : (left + size - 1) / size;
+  const uint64_t epochs = options_.epochs - start_epoch_ - 1;
   // Saturating: epochs may be huge ("run until max_batches").
-  const uint64_t all = per_epoch != 0 && options_.epochs > UINT64_MAX / per_epoch ? UINT64_MAX : per_epoch * options_.epochs;
-  const uint64_t end = options_.max_batches == 0 ? all : std::min(all, options_.max_batches);
-  return end - std::min(end, options_.first_batch);
+  const uint64_t rest = per_epoch != 0 && epochs > (UINT64_MAX - first) / per_epoch ? UINT64_MAX - first : per_epoch * epochs;
+  const uint64_t all = first + rest;
+  if (options_.max_batches == 0) return all;
+  return std::min(all, options_.max_batches - std::min(options_.max_batches, options_.first_batch));
 }
 
 std::optional<BatchPlan> BatchPlanner::next() {
-  if (options_.max_batches != 0 && planned_ >= options_.max_batches) return std::nullopt;
-  const uint64_t per_epoch = batches_per_epoch();
-  if (per_epoch == 0) return std::nullopt;  // no epoch has a batch: don't walk through them all
-  while (epoch_ < options_.epochs && batch_in_epoch_ >= per_epoch) {
+  if (epoch_end_due_) {
+    BatchPlan marker;
+    marker.kind = BatchPlan::Kind::kEpochEnd;
+    marker.epoch = *epoch_end_due_;
+    epoch_end_due_.reset();
+    return marker;
+  }
+  // With refill a plan may yield no batch, so collate counts the batches against max_batches.
+  if (!options_.refill && options_.max_batches != 0 && planned_ >= options_.max_batches) return std::nullopt;
+  const uint64_t limit = epoch_limit();
+  if (limit == 0) return std::nullopt;  // no epoch has a batch: don't walk through them all
+  while (epoch_ < options_.epochs && position_ >= limit) {
     ++epoch_;
-    batch_in_epoch_ = 0;
+    position_ = 0;
+    index_ = 0;
   }
   if (epoch_ >= options_.epochs) return std::nullopt;
 
-  const uint64_t samples = sampler_->epoch_size();
-  const uint64_t first = batch_in_epoch_ * options_.batch_size;
-  const uint64_t count = std::min<uint64_t>(options_.batch_size, samples - first);
+  const uint64_t count = std::min<uint64_t>(options_.batch_size, limit - position_);
   BatchPlan plan;
   plan.epoch = epoch_;
-  plan.index = batch_in_epoch_;
+  plan.index = index_;
+  plan.first_position = position_;
+  plan.last_of_epoch = position_ + count >= limit;
   plan.sample_indices.resize(count);
-  for (uint64_t k = 0; k < count; ++k) plan.sample_indices[k] = sampler_->index(epoch_, first + k);
-  ++batch_in_epoch_;
+  for (uint64_t k = 0; k < count; ++k) plan.sample_indices[k] = sampler_->index(epoch_, position_ + k);
+  position_ += count;
+  ++index_;
   ++planned_;
+  if (options_.refill && plan.last_of_epoch) epoch_end_due_ = epoch_;
   return plan;
 }
 

@@ -1,17 +1,35 @@
 #include "io/config.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <sstream>
 
 #include "io/dtype_names.h"
 #include "io/sequential_sampler.h"
+#include "io/shard_shuffle_sampler.h"
 #include "io/sharded_sampler.h"
 #include "io/shuffled_sampler.h"
 #include "pipeline/cuda_device.h"
 #include "pipeline/error.h"
 
 namespace ferry {
+namespace {
+
+// The decode options of a field that change its bytes, for batch_order(): "" when it has none.
+std::string jpeg_order_text(const SourceConfig& source, const std::string& field) {
+  const auto found = source.jpeg.find(field);
+  if (found == source.jpeg.end()) return "";
+  return ":resize_shorter=" + std::to_string(found->second.resize_shorter) +
+         (found->second.crop == JpegDecodeOptions::Crop::kRandom ? ":crop=random" : ":crop=center");
+}
+
+std::string real_path(const std::string& path) {
+  char resolved[PATH_MAX];
+  return ::realpath(path.c_str(), resolved) != nullptr ? std::string(resolved) : path;
+}
+
+}  // namespace
 
 std::string Config::where(std::string_view key) const {
   std::string prefix(key);
@@ -92,15 +110,38 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
     std::ostringstream members;
     for (const TarField& field : source.tar.fields) {
       members << field.name << ":" << field.extension << ":" << dtype_name(field.dtype) << ":" << field.decoder
-              << (field.optional ? ":optional" : "") << ";";
+              << (field.optional ? ":optional" : "") << jpeg_order_text(source, field.name) << ";";
     }
     order["source.members"] = members.str();
+  } else if (source.kind == "image_folder") {
+    // The folder as scanned: another root, other extensions or other classes number samples otherwise.
+    const auto* folder = dynamic_cast<const ImageFolderSource*>(&made);
+    const ImageFolderOptions& options = folder != nullptr ? folder->options() : source.image_folder;
+    order["source.root"] = real_path(options.root);
+    std::vector<std::string> extensions = options.extensions;
+    std::sort(extensions.begin(), extensions.end());
+    std::string extension_list;
+    for (const std::string& extension : extensions) extension_list += extension + ";";
+    order["source.extensions"] = extension_list;
+    if (folder != nullptr) order["source.classes"] = std::to_string(folder->class_names().size());
+    std::ostringstream image;
+    image << options.image.decoder << "[";
+    for (const int64_t size : options.image.shape) image << size << ",";
+    image << "]" << jpeg_order_text(source, options.image.name);
+    order["source.image"] = image.str();
   }
   order["batch_size"] = std::to_string(config.pipeline.batch_size);
   order["sampler.drop_last"] = config.pipeline.drop_last ? "true" : "false";
   order["sampler.shuffle"] = config.sampler.shuffle ? "true" : "false";
+  if (config.sampler.shuffle && config.sampler.shuffle_buffer > 0) {
+    order["sampler.shuffle_buffer"] = std::to_string(config.sampler.shuffle_buffer);
+  }
   // Keys that change nothing in this run are left out, so changing them does not block a resume.
-  if (config.sampler.shuffle) order["sampler.seed"] = std::to_string(config.sampler.seed);
+  // The seed also draws random crops (Note [JPEG random crop]): other crops are other bytes.
+  const bool random_crop = std::any_of(source.jpeg.begin(), source.jpeg.end(), [](const auto& field) {
+    return field.second.crop == JpegDecodeOptions::Crop::kRandom;
+  });
+  if (config.sampler.shuffle || random_crop) order["sampler.seed"] = std::to_string(config.sampler.seed);
   order["sampler.rank"] = std::to_string(placement.rank);
   order["sampler.world_size"] = std::to_string(placement.world_size);
   if (placement.world_size > 1) order["sampler.remainder"] = config.sampler.drop_remainder ? "drop" : "pad";
@@ -111,15 +152,44 @@ std::shared_ptr<const Source> make_source(const SourceConfig& source) {
   if (source.kind == "synthetic") return std::make_shared<SyntheticSource>(source.synthetic);
   if (source.kind == "megatron") return std::make_shared<TokenWindowSource>(source.megatron);
   if (source.kind == "tar") return std::make_shared<TarShardSource>(source.tar);
+  if (source.kind == "image_folder") return std::make_shared<ImageFolderSource>(source.image_folder);
   throw Error("unknown source kind '" + source.kind + "'");
 }
 
-std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement, uint64_t size) {
+FieldDecoders make_field_decoders(const Config& config, const Source& source) {
+  FieldDecoders decoders;
+  for (const auto& [name, options] : config.source.jpeg) {
+    const auto& specs = source.fields();
+    const auto spec = std::find_if(specs.begin(), specs.end(), [&](const FieldSpec& s) { return s.name == name; });
+    if (spec == specs.end()) {
+      throw Error("resize_shorter/crop are set for field '" + name + "', which " + source.describe() + " does not have");
+    }
+    if (spec->shape.size() != 3 || spec->shape[0] <= 0 || spec->shape[1] <= 0 || spec->shape[2] != 3) {
+      throw Error("field '" + name + "': resize_shorter/crop need the field's shape to be [H, W, 3] (the crop's size)");
+    }
+    JpegDecodeOptions jpeg;
+    jpeg.resize_shorter = options.resize_shorter;
+    jpeg.crop_height = spec->shape[0];
+    jpeg.crop_width = spec->shape[1];
+    jpeg.crop = options.crop;
+    jpeg.seed = config.sampler.seed;
+    decoders.emplace(name, std::make_shared<JpegDecoder>(jpeg));
+  }
+  return decoders;
+}
+
+std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement, const Source& source) {
   std::shared_ptr<const Sampler> order;
-  if (sampler.shuffle) {
-    order = std::make_shared<ShuffledSampler>(size, sampler.seed);
+  const auto* tar = dynamic_cast<const TarShardSource*>(&source);
+  if (sampler.shuffle && sampler.shuffle_buffer > 0 && tar != nullptr) {
+    std::vector<uint64_t> sizes(tar->shard_count());
+    for (size_t shard = 0; shard < sizes.size(); ++shard) sizes[shard] = tar->shard_samples(shard).size();
+    order = std::make_shared<ShardShuffleSampler>(
+        std::move(sizes), ShardShuffleSampler::Options{sampler.seed, static_cast<size_t>(sampler.shuffle_buffer), true});
+  } else if (sampler.shuffle) {
+    order = std::make_shared<ShuffledSampler>(source.size(), sampler.seed);
   } else {
-    order = std::make_shared<SequentialSampler>(size);
+    order = std::make_shared<SequentialSampler>(source.size());
   }
   if (placement.world_size == 1) return order;
   return std::make_shared<ShardedSampler>(std::move(order), placement.rank, placement.world_size,

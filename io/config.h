@@ -8,6 +8,9 @@
 #include <string>
 #include <string_view>
 
+#include "io/decoder.h"
+#include "io/image_folder_source.h"
+#include "io/jpeg_decoder.h"
 #include "io/sampler.h"
 #include "io/synthetic_source.h"
 #include "io/tar_shard_source.h"
@@ -17,12 +20,23 @@
 
 namespace ferry {
 
+/// How a field decoded by "jpeg" is made the same size in every sample (YAML: `resize_shorter`,
+/// `crop`): resized so that its shorter side is resize_shorter (0: not resized), then cropped to the
+/// field's [H, W]. A random crop is seeded from sampler.seed (Note [JPEG random crop]).
+struct JpegFieldOptions {
+  int64_t resize_shorter = 0;
+  JpegDecodeOptions::Crop crop = JpegDecodeOptions::Crop::kCenter;
+};
+
 /// Where the samples come from. `kind` picks which of the option groups below applies.
 struct SourceConfig {
   std::string kind = "synthetic";
-  SyntheticOptions synthetic;  // kind: synthetic
-  TokenWindowOptions megatron;  // kind: megatron
-  TarShardOptions tar;          // kind: tar (shards already expanded from their {a..b} patterns)
+  SyntheticOptions synthetic;        // kind: synthetic
+  TokenWindowOptions megatron;       // kind: megatron
+  TarShardOptions tar;               // kind: tar (shards already expanded from their {a..b} patterns)
+  ImageFolderOptions image_folder;   // kind: image_folder
+  /// Fields (by name) that get a JpegDecoder of their own, with these options: see make_field_decoders().
+  std::map<std::string, JpegFieldOptions, std::less<>> jpeg;
 };
 
 /// The order of the samples and this process's share of them.
@@ -36,6 +50,10 @@ struct SamplerConfig {
   /// When the epoch does not divide evenly among the ranks: pad (repeat the epoch's first samples)
   /// or drop the remainder, so that every rank gets the same number of batches.
   bool drop_remainder = false;
+  /// Tar shards, when shuffling: 0 shuffles the samples fully (a random permutation of every
+  /// sample); N > 0 shuffles the order of the shards and passes their samples, read shard after
+  /// shard, through a shuffle buffer of N samples (ShardShuffleSampler): reads stay sequential.
+  uint64_t shuffle_buffer = 0;
 };
 
 /// How `ferry run` reports on a run.
@@ -98,8 +116,16 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
 /// The source config.source describes. Throws ferry::Error when it cannot be made.
 std::shared_ptr<const Source> make_source(const SourceConfig& source);
 
-/// The order config.sampler asks for over a source of `size` samples: sequential or shuffled, then
-/// this rank's share (ShardedSampler) when there are several ranks.
-std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement, uint64_t size);
+/// The decoders that config.source.jpeg asks for, by field: a JpegDecoder per field with its resize,
+/// a crop of the field's [H, W] (from `source`, the source the config makes) and sampler.seed. They
+/// are instances for make_pipeline(), never registered in DecoderRegistry::global(), so two pipelines
+/// with different options in one process do not clash. Throws ferry::Error for a field the source
+/// does not have or whose shape is not [H, W, 3].
+FieldDecoders make_field_decoders(const Config& config, const Source& source);
+
+/// The order config.sampler asks for over `source`'s samples: sequential or shuffled (for tar shards
+/// with a shuffle buffer: shard order and buffer), then this rank's share (ShardedSampler) when there
+/// are several ranks.
+std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement, const Source& source);
 
 }  // namespace ferry

@@ -10,6 +10,8 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -400,10 +402,10 @@ class ConfigLoader {
     if (!mapping(node, "source", "source")) return;
     const auto kind_node = child(node, "kind");
     if (!kind_node) {
-      problem("source.kind", node, "missing required key (one of: synthetic, megatron, tar)");
+      problem("source.kind", node, "missing required key (one of: synthetic, megatron, tar, image_folder)");
       return;
     }
-    const auto kind = choice(*kind_node, "source.kind", {"synthetic", "megatron", "tar"});
+    const auto kind = choice(*kind_node, "source.kind", {"synthetic", "megatron", "tar", "image_folder"});
     if (!kind) return;
     config_.source.kind = *kind;
     // Each kind takes its own keys; another kind's key is a mistake worth naming.
@@ -411,6 +413,7 @@ class ConfigLoader {
         {"synthetic", {"kind", "samples", "seed", "fields"}},
         {"megatron", {"kind", "prefix", "seq_len", "add_extra_token"}},
         {"tar", {"kind", "shards", "members"}},
+        {"image_folder", {"kind", "root", "extensions", "image"}},
     };
     const std::vector<std::string>& allowed = kKindKeys.at(*kind);
     for (const auto& entry : node) {
@@ -427,6 +430,10 @@ class ConfigLoader {
     }
     if (*kind == "tar") {
       read_tar(node);
+      return;
+    }
+    if (*kind == "image_folder") {
+      read_image_folder(node);
       return;
     }
     SyntheticOptions& synthetic = config_.source.synthetic;
@@ -541,38 +548,166 @@ class ConfigLoader {
       if (const auto value = child(member, "dtype")) {
         if (auto text = choice(*value, key + ".dtype", dtypes)) field.dtype = parse_dtype(*text);
       }
-      if (const auto value = child(member, "shape")) {
-        if (!value->IsSequence()) {
-          expected(key + ".shape", *value, "a list of integers >= 0, e.g. [224, 224, 3]");
-        } else {
-          note(key + ".shape", *value);
-          field.shape.clear();
-          for (size_t d = 0; d < value->size(); ++d) {
-            const auto size = integer((*value)[d], key + ".shape[" + std::to_string(d) + "]", 0, 1 << 30, "an integer in 0..1073741824");
-            if (size) field.shape.push_back(static_cast<int64_t>(*size));
-          }
-        }
+      bool shape_read = true;  // false: a problem with the shape is reported already
+      const auto shape = child(member, "shape");
+      if (shape) {
+        if (!read_shape(*shape, key + ".shape", field.shape)) shape_read = false;
       }
       if (const auto value = child(member, "max_length")) {
         if (auto length = integer(*value, key + ".max_length", 1, 1 << 30, "an integer in 1..1073741824")) {
           field.max_length = static_cast<int64_t>(*length);
         }
       }
+      bool decoder_read = true;
       if (const auto value = child(member, "decoder")) {
-        const std::vector<std::string> registered = DecoderRegistry::global().names();
-        if (auto text = scalar(*value, key + ".decoder", "a decoder name")) {
-          if (std::find(registered.begin(), registered.end(), *text) == registered.end()) {
-            problem(key + ".decoder", *value, "unknown decoder '" + *text + "'" + did_you_mean(*text, registered) +
-                                                  "; registered: " + list_text(registered));
-          } else {
-            field.decoder = *text;
-          }
+        if (auto name = decoder_name(*value, key + ".decoder")) {
+          field.decoder = *name;
+        } else {
+          decoder_read = false;
         }
       }
       if (const auto value = child(member, "optional")) {
         if (auto flag = boolean(*value, key + ".optional")) field.optional = *flag;
       }
+      if (decoder_read && shape_read) {
+        if (field.decoder == "jpeg" && field.dtype != at::kByte) {
+          problem(key + ".dtype", member["dtype"], "the jpeg decoder makes uint8 images, found " + dtype_name(field.dtype));
+        }
+        read_jpeg_keys(member, key, field.name, field.decoder, shape ? std::optional<Node>(*shape) : std::nullopt, field.shape);
+      }
       tar.fields.push_back(std::move(field));
+    }
+  }
+
+  // A list of integers >= 0 into `shape` (replacing it). False after reporting a problem.
+  bool read_shape(const Node& node, const std::string& key, std::vector<int64_t>& shape) {
+    if (!node.IsSequence()) {
+      expected(key, node, "a list of integers >= 0, e.g. [224, 224, 3]");
+      return false;
+    }
+    note(key, node);
+    shape.clear();
+    bool ok = true;
+    for (size_t d = 0; d < node.size(); ++d) {
+      const auto size = integer(node[d], key + "[" + std::to_string(d) + "]", 0, 1 << 30, "an integer in 0..1073741824");
+      if (size) shape.push_back(static_cast<int64_t>(*size)); else ok = false;
+    }
+    return ok;
+  }
+
+  // A registered decoder's name, or nullopt after reporting a problem.
+  std::optional<std::string> decoder_name(const Node& node, const std::string& key) {
+    const std::vector<std::string> registered = DecoderRegistry::global().names();
+    auto text = scalar(node, key, "a decoder name (" + list_text(registered) + ")");
+    if (!text) return std::nullopt;
+    if (std::find(registered.begin(), registered.end(), *text) == registered.end()) {
+      problem(key, node, "unknown decoder '" + *text + "'" + did_you_mean(*text, registered) + "; registered: " + list_text(registered));
+      return std::nullopt;
+    }
+    return text;
+  }
+
+  // The checks of a field decoded by "jpeg" (a tar member, image_folder's image) and its keys
+  // resize_shorter and crop, which give it a JpegDecoder of its own (config_.source.jpeg). `node`
+  // is the field's mapping at `key`; `shape_node` where its shape was given, if it was.
+  void read_jpeg_keys(const Node& node, const std::string& key, const std::string& field, const std::string& decoder,
+                      const std::optional<Node>& shape_node, const std::vector<int64_t>& shape) {
+    const auto resize = child(node, "resize_shorter");
+    const auto crop = child(node, "crop");
+    JpegFieldOptions options;
+    bool resize_read = false, crop_read = false;
+    if (resize) {
+      if (auto pixels = integer(*resize, key + ".resize_shorter", 1, 65535, "an integer in 1..65535 (pixels)")) {
+        options.resize_shorter = static_cast<int64_t>(*pixels);
+        resize_read = true;
+      }
+    }
+    if (crop) {
+      if (auto text = choice(*crop, key + ".crop", {"center", "random"})) {
+        options.crop = *text == "random" ? JpegDecodeOptions::Crop::kRandom : JpegDecodeOptions::Crop::kCenter;
+        crop_read = true;
+      }
+    }
+    if (decoder != "jpeg") {
+      // Only the jpeg decoder resizes and crops: another would ignore them silently.
+      for (const auto& [name, value, read] : {std::tuple{"resize_shorter", resize, resize_read}, std::tuple{"crop", crop, crop_read}}) {
+        if (value && read) {
+          problem(key + "." + name, *value, std::string(name) + " is applied by the jpeg decoder only; this field's decoder is '" +
+                                                decoder + "' (set decoder: jpeg, or remove " + name + ")");
+        }
+      }
+      return;
+    }
+    if (shape.size() != 3 || shape[0] == 0 || shape[1] == 0 || shape[2] != 3) {
+      std::string found;
+      for (const int64_t size : shape) found += (found.empty() ? "" : ", ") + (size == kVariableLength ? "*" : std::to_string(size));
+      if (shape_node) {
+        problem(key + ".shape", *shape_node, "the jpeg decoder makes [H, W, 3] images (H, W >= 1), found [" + found + "]");
+      } else {
+        problem(key + ".shape", node, "missing required key: the jpeg decoder makes images of a fixed [H, W, 3], e.g. [224, 224, 3]");
+      }
+      return;
+    }
+    // Neither key: the shared "jpeg", and every image must already be [H, W].
+    if ((resize || crop) && resize_read == bool(resize) && crop_read == bool(crop)) config_.source.jpeg[field] = options;
+  }
+
+  void read_image_folder(const Node& node) {
+    ImageFolderOptions& folder = config_.source.image_folder;
+    const auto root = child(node, "root");
+    if (!root) {
+      problem("source.root", node, "missing required key (the folder holding one sub-folder per class)");
+    } else if (auto text = scalar(*root, "source.root", "a folder path"); text && !text->empty()) {
+      // Found now, with the key's place, rather than when the folder is scanned.
+      struct stat info {};
+      if (::stat(text->c_str(), &info) != 0) {
+        problem("source.root", *root, "no such folder: " + *text);
+      } else if (!S_ISDIR(info.st_mode)) {
+        problem("source.root", *root, "not a folder: " + *text);
+      }
+      folder.root = *text;
+    } else if (text) {
+      expected("source.root", *root, "a folder path");
+    }
+    if (const auto extensions = child(node, "extensions")) {
+      const std::string what = "a non-empty list of file extensions, e.g. [jpg, jpeg]";
+      if (!extensions->IsSequence() || extensions->size() == 0) {
+        expected("source.extensions", *extensions, what);
+      } else {
+        note("source.extensions", *extensions);
+        folder.extensions.clear();
+        for (size_t i = 0; i < extensions->size(); ++i) {
+          const std::string key = "source.extensions[" + std::to_string(i) + "]";
+          auto text = scalar((*extensions)[i], key, "an extension such as jpg");
+          if (text && text->starts_with('.')) text->erase(0, 1);
+          if (text && (text->empty() || text->find('/') != std::string::npos)) {
+            expected(key, (*extensions)[i], "an extension such as jpg");
+          } else if (text) {
+            folder.extensions.push_back(*text);
+          }
+        }
+      }
+    }
+    folder.image.decoder = "jpeg";  // the YAML default: images decoded (the C++ default is raw bytes)
+    const auto image = child(node, "image");
+    if (!image) {
+      problem("source.image", node, "missing required key (how the images decode, e.g. image: {shape: [224, 224, 3]})");
+      return;
+    }
+    if (!mapping(*image, "source.image", "source.image")) return;
+    bool decoder_read = true;
+    if (const auto value = child(*image, "decoder")) {
+      if (auto name = decoder_name(*value, "source.image.decoder")) {
+        folder.image.decoder = *name;
+      } else {
+        decoder_read = false;
+      }
+    }
+    const auto shape = child(*image, "shape");
+    const bool shape_read = !shape || read_shape(*shape, "source.image.shape", folder.image.shape);
+    if (decoder_read && shape_read) {
+      read_jpeg_keys(*image, "source.image", folder.image.name, folder.image.decoder,
+                     shape ? std::optional<Node>(*shape) : std::nullopt, folder.image.shape);
     }
   }
 
@@ -689,6 +824,11 @@ class ConfigLoader {
     }
     if (const auto value = child(node, "remainder")) {
       if (auto text = choice(*value, "sampler.remainder", {"pad", "drop"})) sampler.drop_remainder = *text == "drop";
+    }
+    if (const auto value = child(node, "shuffle_buffer")) {
+      if (auto size = integer(*value, "sampler.shuffle_buffer", 0, 1 << 30, "an integer in 0..1073741824 (0: a full shuffle)")) {
+        sampler.shuffle_buffer = *size;
+      }
     }
   }
 
@@ -884,6 +1024,9 @@ class ConfigLoader {
       for (const TarField& field : config_.source.tar.fields) {
         fields.emplace_back(field.name, !field.shape.empty() && field.shape[0] == kVariableLength);
       }
+    } else if (config_.source.kind == "image_folder") {
+      fields.emplace_back(config_.source.image_folder.image.name, config_.source.image_folder.image.variable());
+      fields.emplace_back("label", false);
     } else {
       for (const SyntheticField& field : config_.source.synthetic.fields) fields.emplace_back(field.name, field.variable);
     }
@@ -904,7 +1047,17 @@ class ConfigLoader {
         }
       }
     }
+    for (const auto& [field, decoder] : options.decoders) {
+      if (config_.source.jpeg.count(field) != 0 && decoder != "jpeg") {
+        problem_at("decode.decoders." + field, "field '" + field + "' sets resize_shorter or crop, which only the jpeg decoder applies; "
+                                               "this names '" + decoder + "'");
+      }
+    }
     const SamplerConfig& sampler = config_.sampler;
+    if (sampler.shuffle_buffer > 0 && config_.source.kind != "tar") {
+      problem_at("sampler.shuffle_buffer", "a shuffle buffer shuffles tar shards (source.kind: tar); this source is '" +
+                                               config_.source.kind + "', which sampler.shuffle shuffles fully");
+    }
     if (sampler.rank && sampler.world_size && *sampler.rank >= *sampler.world_size) {
       problem_at("sampler.rank", "expected a rank below world_size (" + std::to_string(*sampler.world_size) +
                                           "), found " + std::to_string(*sampler.rank));

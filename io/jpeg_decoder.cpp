@@ -70,13 +70,13 @@ std::string size_text(int64_t height, int64_t width) {
 
 // Note [JPEG random crop]
 // A random crop must not depend on which decode thread takes a sample or when, or a run could not
-// be repeated. Decoder::decode() does not (yet) get the sample's index, so the crop is drawn from
-// what it does get: the options' seed and the encoded bytes. hash_bytes() digests every byte (8 at
-// a time: ~20 us for 100 KB, against milliseconds of decoding), splitmix64 turns (seed, hash) into
-// the offsets. Consequences, by design until the index is passed: the same file gets the same crop
-// in every epoch and wherever it appears, and two byte-identical files get the same crop. Different
-// seeds give different crops. The digest is of the bytes read as little-endian words, so it is the
-// same on every machine ferry builds on.
+// be repeated or resumed. In a pipeline (decode_sample) the crop is drawn from the options' seed,
+// the epoch and the sample's index: another crop every epoch, as augmentation wants, and the same
+// ones on every run. A bare decode() call has no sample, so it draws from the seed and the encoded
+// bytes: hash_bytes() digests every byte (8 at a time: ~20 us for 100 KB, against milliseconds of
+// decoding); the same file then gets the same crop wherever it appears. Either way splitmix64
+// turns the key into the offsets, and different seeds give different crops. The digest reads the
+// bytes as little-endian words, so it is the same on every machine ferry builds on.
 uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -226,6 +226,18 @@ JpegDecoder::JpegDecoder(JpegDecodeOptions options, std::string name) : options_
 }
 
 at::Tensor JpegDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec) const {
+  return decode_with(encoded, spec, std::nullopt);
+}
+
+at::Tensor JpegDecoder::decode_sample(const at::Tensor& encoded, const FieldSpec& spec, const DecodeContext& context) const {
+  // Two splitmix64 rounds keep (epoch, index) and (index, epoch) apart.
+  uint64_t state = context.epoch;
+  const uint64_t epoch_key = splitmix64(state);
+  state = epoch_key ^ context.index;
+  return decode_with(encoded, spec, splitmix64(state));
+}
+
+at::Tensor JpegDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& spec, std::optional<uint64_t> crop_key) const {
   if (spec.dtype != at::kByte || spec.shape.size() != 3 || spec.shape[2] != 3 || spec.shape[0] <= 0 ||
       spec.shape[1] <= 0) {
     std::string declared;
@@ -285,7 +297,7 @@ at::Tensor JpegDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec)
       g.top = spare_h / 2;
       g.left = spare_w / 2;
     } else {  // Note [JPEG random crop]
-      uint64_t state = options_.seed ^ hash_bytes(data, size);
+      uint64_t state = options_.seed ^ (crop_key ? *crop_key : hash_bytes(data, size));
       g.top = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(spare_h + 1));
       g.left = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(spare_w + 1));
     }
@@ -294,8 +306,8 @@ at::Tensor JpegDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec)
     throw Error("JPEG of " + size_text(height, width) + " decodes to [" + std::to_string(g.out_h) + ", " +
                 std::to_string(g.out_w) + ", 3] but the field declares [" + std::to_string(spec.shape[0]) + ", " +
                 std::to_string(spec.shape[1]) +
-                ", 3]; register a JpegDecoder with resize_shorter and crop_height/crop_width set so that every image "
-                "comes out at the declared size");
+                ", 3]; set the field's resize_shorter and crop (in YAML), or give it a JpegDecoder with resize_shorter "
+                "and crop_height/crop_width, so that every image comes out at the declared size");
   }
 
   // Shrink in the DCT domain first when the image is at least twice the resized size: 1/2, 1/4

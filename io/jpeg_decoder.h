@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "io/decoder.h"
@@ -39,13 +40,15 @@ struct JpegDecodeOptions {
 /// its options; the returned tensor owns its memory (it does not keep `encoded` alive).
 ///
 /// The built-in "jpeg" in DecoderRegistry has default options (no resize, no crop), so it only
-/// suits datasets whose images already have the field's size. For the usual case register a
-/// configured instance under its own name and name that in the field's spec:
+/// suits datasets whose images already have the field's size. For the usual case a YAML config sets
+/// the field's `resize_shorter` and `crop` (make_field_decoders() in io/config.h makes the decoder);
+/// in code, hand make_pipeline() a configured instance for the field, which no other pipeline sees:
 ///
-///   DecoderRegistry::global().add(std::make_shared<JpegDecoder>(
+///   make_pipeline(source, options, sampler, FieldDecoders{{"image", std::make_shared<JpegDecoder>(
 ///       JpegDecodeOptions{.resize_shorter = 256, .crop_height = 224, .crop_width = 224,
-///                         .crop = JpegDecodeOptions::Crop::kRandom, .seed = 7},
-///       "jpeg_train_224"));
+///                         .crop = JpegDecodeOptions::Crop::kRandom, .seed = 7})}});
+///
+/// (Registering one under its own name in DecoderRegistry::global() works too, for the whole process.)
 class JpegDecoder : public Decoder {
  public:
   /// Throws ferry::Error for negative sizes, or a crop with one side 0 and the other not.
@@ -57,9 +60,16 @@ class JpegDecoder : public Decoder {
   /// Thread-safe; allocates the output (and, when resizing, a scratch image); does not block.
   /// Throws ferry::Error for a spec that is not uint8 [H, W, 3], for bytes that are not a whole,
   /// undamaged RGB/YCbCr/grayscale JPEG, and for an image that does not come out at [H, W, 3].
+  /// A random crop drawn from (the seed, the encoded bytes): the same in every epoch.
   at::Tensor decode(const at::Tensor& encoded, const FieldSpec& spec) const override;
+  /// A random crop drawn from (the seed, context.epoch, context.index): another one every epoch, the
+  /// same on every run (Note [JPEG random crop]). Otherwise as decode().
+  at::Tensor decode_sample(const at::Tensor& encoded, const FieldSpec& spec, const DecodeContext& context) const override;
 
  private:
+  /// `crop_key` seeds a random crop; unset: a digest of the bytes does.
+  at::Tensor decode_with(const at::Tensor& encoded, const FieldSpec& spec, std::optional<uint64_t> crop_key) const;
+
   JpegDecodeOptions options_;
   std::string name_;
 };

@@ -50,6 +50,16 @@ PipelineState parse_pipeline_state(std::string_view text, const std::string& ori
     problems.push_back({at(origin, root["next_batch"].IsDefined() ? root["next_batch"] : root), "next_batch",
                         "expected a whole number of batches"});
   }
+  if (const YAML::Node next = root["next"]; next.IsDefined()) {
+    const auto epoch = next.IsMap() ? whole_number(next["epoch"]) : std::nullopt;
+    const auto batch = next.IsMap() ? whole_number(next["batch"]) : std::nullopt;
+    const auto position = next.IsMap() ? whole_number(next["position"]) : std::nullopt;
+    if (epoch && batch && position) {
+      state.next = BatchCursor{*epoch, *batch, *position};
+    } else {
+      problems.push_back({at(origin, next), "next", "expected {\"epoch\": N, \"batch\": N, \"position\": N} (whole numbers)"});
+    }
+  }
   if (const YAML::Node last = root["last_delivered"]; last.IsMap()) {
     state.last_epoch = whole_number(last["epoch"]);
     state.last_index = whole_number(last["batch"]);

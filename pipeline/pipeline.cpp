@@ -27,8 +27,10 @@ PipelineState Pipeline::state() const {
   PipelineState state;
   state.next_batch = options_.first_batch;
   state.order = options_.order;
+  state.next = options_.start;
   if (const auto last = graph_->last_delivered()) {
     state.next_batch += last->sequence + 1;  // sequences count from this pipeline's first batch
+    state.next = last->next;
     state.last_epoch = last->epoch;
     state.last_index = last->index;
   }

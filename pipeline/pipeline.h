@@ -55,8 +55,9 @@ class Pipeline {
   void close();
 
   PipelineStats stats() const;
-  /// Where the run stands: a pipeline built with `options.first_batch = state().next_batch` (and
-  /// the same order) delivers exactly the batches this one has not delivered yet. Thread-safe; taken
+  /// Where the run stands: a pipeline built with `options.first_batch = state().next_batch` and
+  /// `options.start = state().next` (and the same order) delivers exactly the batches this one has
+  /// not delivered yet. Thread-safe; taken
   /// between two next() calls it describes exactly the batches received so far.
   PipelineState state() const;
   const PipelineOptions& options() const noexcept { return options_; }

@@ -78,9 +78,9 @@ struct PipelineGraph::Nodes {
         collate(g, tbb::flow::serial,
                 [&p](const SamplePtr& sample, CollateNode::output_ports_type& ports) {
                   p.shielded("collate", [&] {
-                    std::optional<WorkPtr> completed;
+                    std::vector<WorkPtr> completed;
                     p.collect(sample, completed);
-                    if (completed) std::get<0>(ports).try_put(std::move(*completed));
+                    for (WorkPtr& work : completed) std::get<0>(ports).try_put(std::move(work));
                   });
                 }),
         pack(g, tbb::flow::serial,
@@ -122,6 +122,10 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
       prefetch_(options.prefetch),
       decode_threads_(options.resolved_decode_threads()),
       on_error_(options.on_error),
+      batch_size_(options.batch_size),
+      drop_last_(options.drop_last),
+      max_batches_(options.max_batches),
+      first_batch_(options.first_batch),
       device_(options.device),
       started_(Clock::now()),
       batches_in_flight_(options.prefetch),
@@ -241,7 +245,8 @@ void PipelineGraph::fail_now(const char* where, std::exception_ptr error) noexce
 }
 
 PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
-  if (planned_last_ || stop_.load(std::memory_order_acquire) || failed_.load(std::memory_order_acquire)) {
+  if (planned_last_ || stop_.load(std::memory_order_acquire) || failed_.load(std::memory_order_acquire) ||
+      enough_.load(std::memory_order_acquire)) {
     control.stop();
     return nullptr;
   }
@@ -268,11 +273,13 @@ PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
     // Samples first, and release: a stats() reader that sees the batch sees its samples (in >= out).
     planned_samples_.fetch_add(plan->slots(), std::memory_order_relaxed);
     planned_batches_.fetch_add(1, std::memory_order_release);
-  } else {
+  } else if (plan->kind != BatchPlan::Kind::kEpochEnd) {
     planned_last_ = true;
   }
+  // A plan that will give its token back counts as a batch in flight (Note [refilling batches]).
   // After the last plan the planner has nothing left to wait for.
-  batches_in_flight_.change(plan->kind == BatchPlan::Kind::kSamples ? +1 : 0, end_ns, !planned_last_);
+  const bool holds_token = plan->kind == BatchPlan::Kind::kSamples || plan->kind == BatchPlan::Kind::kEpochEnd;
+  batches_in_flight_.change(holds_token ? +1 : 0, end_ns, !planned_last_);
   plan->sequence = next_batch_sequence_++;
   plan->first_sample_sequence = next_sample_sequence_;
   next_sample_sequence_ += plan->slots();
@@ -287,69 +294,146 @@ void PipelineGraph::decode(SampleWork& sample) {
   if (auto error = guarded(kDecode, where, [&] { stages_.decode->run(sample); })) sample.error = std::move(error);
 }
 
-void PipelineGraph::collect(SamplePtr sample, std::optional<WorkPtr>& completed) {
-  if (!collecting_) {
-    collecting_ = std::make_shared<BatchWork>();
-    collecting_->plan = sample->plan;
-    collecting_->samples.reserve(sample->plan->slots());
-  }
-  // The sequencer hands samples over in sequence order, so a batch's samples arrive together and
-  // in position order.
-  collecting_->samples.push_back(std::move(sample));
-  if (collecting_->samples.size() < collecting_->plan->slots()) return;
+// Note [refilling batches]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// Plans say in which order samples are read; collate cuts the batches. It appends each plan's
+// decoded samples to `carry_` and emits a batch whenever batch_size of them are there, so under
+// `on_error: skip` a batch that lost samples is filled from the next ones and keeps its size. Only
+// the last batch of an epoch can be smaller (or dropped, under drop_last); batches never span
+// epochs. As plans arrive in order and decoding is deterministic, which samples a batch holds does
+// not depend on thread counts or timing; a batch's `next` cursor records where the one after it
+// starts, which is what a resume needs (PipelineState::next).
+//
+// Tokens (Note [tokens] in the header) stay one per plan. A plan adds at most batch_size samples to
+// fewer than batch_size carried ones, so it completes at most one batch; when it completes none
+// (its samples wait for the next plan's), collate emits a kToken item in its place and the
+// completion thread gives that token back in order. Under skip the planner follows each epoch's last
+// plan with a kEpochEnd marker, which holds a token too: it flushes the epoch's rest as the one
+// smaller batch. Without skip nothing is dropped, every plan but an epoch's last is exactly a batch,
+// and the last flushes itself. The one item without a token is the end marker that collate emits
+// itself once max_batches batches are out (the planner may have planned more: with skip, plans and
+// batches do not match one to one); the queues have room for one item beyond the tokens.
+void PipelineGraph::collect(SamplePtr sample, std::vector<WorkPtr>& out) {
+  if (collecting_.empty()) collecting_.reserve(sample->plan->slots());
+  // The sequencer hands samples over in sequence order, so a plan's samples arrive together and in
+  // position order.
+  collecting_.push_back(std::move(sample));
+  const PlanPtr plan = collecting_.front()->plan;
+  if (collecting_.size() < plan->slots()) return;
+  std::vector<SamplePtr> samples = std::move(collecting_);
+  collecting_.clear();
+  if (ended_) return;  // max_batches are out: nothing planned after them is delivered
 
-  WorkPtr work = std::move(collecting_);
-  collecting_.reset();
-  const BatchPlan& plan = *work->plan;
-  if (plan.kind == BatchPlan::Kind::kError) {
-    work->error = plan.error;
-  } else if (plan.kind == BatchPlan::Kind::kSamples) {
-    if (on_error_ == OnError::kSkip) drop_failed_samples(*work);
-    for (const SamplePtr& decoded : work->samples) {
-      if (decoded->error) {
-        work->error = decoded->error;
-        break;
-      }
+  switch (plan->kind) {
+    case BatchPlan::Kind::kError: {
+      WorkPtr work = emit(BatchWork::Kind::kError, out);
+      work->error = plan->error;
+      return;
     }
-    run_batch_stage(kCollate, *work);
+    case BatchPlan::Kind::kEnd:
+      if (!carry_.empty()) throw Error("internal error: the run ended with samples not in any batch");
+      emit(BatchWork::Kind::kEnd, out);
+      ended_ = true;
+      return;
+    case BatchPlan::Kind::kEpochEnd:
+      if (!flush_epoch(out)) emit(BatchWork::Kind::kToken, out);
+      return;
+    case BatchPlan::Kind::kSamples:
+      break;
   }
-  completed = std::move(work);
+
+  // Only decode sets a sample's error: each one is a sample that could not be read or decoded.
+  for (const SamplePtr& decoded : samples) {
+    if (decoded->error && on_error_ == OnError::kFail) {
+      WorkPtr work = emit(BatchWork::Kind::kError, out);
+      work->error = decoded->error;
+      return;
+    }
+  }
+  if (!in_epoch_ || plan->epoch != carry_epoch_) {  // the epoch's first plan
+    if (!carry_.empty()) {
+      throw Error("internal error: a plan of epoch " + std::to_string(plan->epoch) + " arrived before epoch " +
+                  std::to_string(carry_epoch_) + " was flushed");
+    }
+    in_epoch_ = true;
+    carry_epoch_ = plan->epoch;
+    next_index_ = plan->index;  // a resumed run numbers on from where it starts
+  }
+  for (SamplePtr& decoded : samples) {
+    if (decoded->error) {
+      record_skipped(*decoded);
+    } else {
+      carry_.push_back(std::move(decoded));
+    }
+  }
+  const size_t before = out.size();
+  if (carry_.size() >= batch_size_) emit_batch(batch_size_, plan->last_of_epoch && carry_.size() == batch_size_, out);
+  // Without skip an epoch's last plan completes its own (smaller) batch; with skip the marker does.
+  if (out.size() == before && plan->last_of_epoch && on_error_ == OnError::kFail) (void)flush_epoch(out);
+  if (out.size() == before) emit(BatchWork::Kind::kToken, out);
 }
 
-void PipelineGraph::drop_failed_samples(BatchWork& work) {
-  auto& samples = work.samples;
-  // Only decode sets a sample's error: each one is a sample that could not be read or decoded.
-  const auto failed = [](const SamplePtr& sample) { return sample->error.has_value(); };
-  for (const SamplePtr& sample : samples) {
-    if (!failed(sample)) continue;
-    SkippedSample skipped{sample->index(), sample->key, sample->error->stage(), sample->error->cause()};
-    uint64_t count = 0;
-    {
-      // Counted and listed under one lock, so that a snapshot's count and list agree.
-      std::lock_guard lock(skipped_mutex_);
-      count = ++skipped_count_;
-      if (count <= PipelineStats::kMaxListedSkips) skipped_.push_back(skipped);
-    }
-    if (count > PipelineStats::kMaxListedSkips) continue;
-    // Said as it happens, so a log shows which samples a run lost; after the first ones, only counted.
-    const bool key_in_reason = skipped.key.empty() || skipped.reason.find(skipped.key) != std::string::npos;
-    std::fprintf(stderr, "ferry: skipped sample %llu%s%s (on_error: skip): %s\n",
-                 static_cast<unsigned long long>(skipped.index), key_in_reason ? "" : " ",
-                 key_in_reason ? "" : skipped.key.c_str(), skipped.reason.c_str());
-    if (count == PipelineStats::kMaxListedSkips) {
-      std::fprintf(stderr, "ferry: further skipped samples are only counted (see the report)\n");
-    }
+PipelineGraph::WorkPtr PipelineGraph::emit(BatchWork::Kind kind, std::vector<WorkPtr>& out) {
+  auto work = std::make_shared<BatchWork>();
+  work->kind = kind;
+  work->sequence = emitted_++;
+  out.push_back(work);
+  return work;
+}
+
+void PipelineGraph::emit_batch(size_t count, bool last_of_epoch, std::vector<WorkPtr>& out) {
+  WorkPtr work = emit(BatchWork::Kind::kBatch, out);
+  work->samples.assign(std::make_move_iterator(carry_.begin()), std::make_move_iterator(carry_.begin() + static_cast<ptrdiff_t>(count)));
+  carry_.erase(carry_.begin(), carry_.begin() + static_cast<ptrdiff_t>(count));
+  BatchInfo& info = work->info;
+  info.sequence = batches_out_++;
+  info.epoch = carry_epoch_;
+  info.index = next_index_++;
+  info.sample_indices.reserve(count);
+  for (const SamplePtr& sample : work->samples) info.sample_indices.push_back(sample->index());
+  const SampleWork& last = *work->samples.back();
+  work->next = last_of_epoch ? BatchCursor{carry_epoch_ + 1, 0, 0}
+                             : BatchCursor{carry_epoch_, next_index_, last.plan->first_position + last.position + 1};
+  run_batch_stage(kCollate, *work);
+  if (max_batches_ != 0 && first_batch_ + batches_out_ >= max_batches_) {
+    emit(BatchWork::Kind::kEnd, out);
+    ended_ = true;
+    enough_.store(true, std::memory_order_release);
   }
-  const size_t planned = samples.size();
-  samples.erase(std::remove_if(samples.begin(), samples.end(), failed), samples.end());
-  work.all_skipped = samples.empty();
-  if (samples.size() != planned) {
-    for (const SamplePtr& sample : samples) work.kept_indices.push_back(sample->index());
+}
+
+bool PipelineGraph::flush_epoch(std::vector<WorkPtr>& out) {
+  if (carry_.empty()) return false;
+  if (drop_last_) {  // fewer than batch_size left: drop_last drops them, as it would without skips
+    carry_.clear();
+    return false;
+  }
+  emit_batch(carry_.size(), /*last_of_epoch=*/true, out);
+  return true;
+}
+
+void PipelineGraph::record_skipped(const SampleWork& sample) {
+  SkippedSample skipped{sample.index(), sample.key, sample.error->stage(), sample.error->cause()};
+  uint64_t count = 0;
+  {
+    // Counted and listed under one lock, so that a snapshot's count and list agree.
+    std::lock_guard lock(skipped_mutex_);
+    count = ++skipped_count_;
+    if (count <= PipelineStats::kMaxListedSkips) skipped_.push_back(skipped);
+  }
+  if (count > PipelineStats::kMaxListedSkips) return;
+  // Said as it happens, so a log shows which samples a run lost; after the first ones, only counted.
+  const bool key_in_reason = skipped.key.empty() || skipped.reason.find(skipped.key) != std::string::npos;
+  std::fprintf(stderr, "ferry: skipped sample %llu%s%s (on_error: skip): %s\n",
+               static_cast<unsigned long long>(skipped.index), key_in_reason ? "" : " ",
+               key_in_reason ? "" : skipped.key.c_str(), skipped.reason.c_str());
+  if (count == PipelineStats::kMaxListedSkips) {
+    std::fprintf(stderr, "ferry: further skipped samples are only counted (see the report)\n");
   }
 }
 
 bool PipelineGraph::skip(const BatchWork& work) const noexcept {
-  return work.error.has_value() || work.is_marker() || work.all_skipped || stop_.load(std::memory_order_acquire);
+  return work.error.has_value() || work.is_marker() || stop_.load(std::memory_order_acquire);
 }
 
 void PipelineGraph::return_token() {
@@ -368,7 +452,7 @@ void PipelineGraph::run_batch_stage(StageId id, BatchWork& work) {
     default: return;
   }
   if (id == kCollate) counters_[id].units_in.fetch_add(work.samples.size(), std::memory_order_relaxed);
-  if (auto error = guarded(id, work.plan->where(std::string(stage->name())), [&] { stage->run(work, stop_); })) {
+  if (auto error = guarded(id, work.where(std::string(stage->name())), [&] { stage->run(work, stop_); })) {
     work.error = std::move(error);
   }
 }
@@ -379,7 +463,7 @@ void PipelineGraph::submit(WorkPtr work) {
   if (status == QueueStatus::kTimeout) {  // `work` is untouched: a refused push does not move from it
     // Cannot happen while Note [tokens] holds; if it ever does, fail loudly rather than block a worker.
     failed_.store(true, std::memory_order_release);
-    Error broken(work->plan->where("h2d"), "internal error: the in-flight queue is full (token accounting broken)");
+    Error broken(work->where("h2d"), "internal error: the in-flight queue is full (token accounting broken)");
     (void)ready_.try_push(Delivery{Delivery::Kind::kError, {}, std::move(broken)});
   }
 }
@@ -389,10 +473,10 @@ void PipelineGraph::completion_loop() {
   while (true) {
     WorkPtr work;
     if (in_flight_.pop(work) != QueueStatus::kOk) return;  // closed: shutting down
-    if (work->plan->sequence != expected++) {
+    if (work->sequence != expected++) {
       deliver(Delivery{Delivery::Kind::kError, {},
-                       Error(ErrorContext{"event-wait", {}, {}, {}}, "internal error: batch " +
-                                                                  std::to_string(work->plan->sequence) +
+                       Error(ErrorContext{"event-wait", {}, {}, {}}, "internal error: item " +
+                                                                  std::to_string(work->sequence) +
                                                                   " arrived out of order (expected " +
                                                                   std::to_string(expected - 1) + ")")});
       return;
@@ -401,11 +485,11 @@ void PipelineGraph::completion_loop() {
       deliver(Delivery{Delivery::Kind::kError, {}, work->error});
       return;
     }
-    if (work->plan->kind == BatchPlan::Kind::kEnd) {
+    if (work->kind == BatchWork::Kind::kEnd) {
       deliver(Delivery{Delivery::Kind::kEnd, {}, std::nullopt});
       return;
     }
-    if (work->all_skipped) {  // nothing to deliver: the consumer will not give this token back
+    if (work->kind == BatchWork::Kind::kToken) {  // nothing to deliver: the consumer will not give this token back
       return_token();
       continue;
     }
@@ -415,7 +499,7 @@ void PipelineGraph::completion_loop() {
       deliver(Delivery{Delivery::Kind::kError, {}, work->error});
       return;
     }
-    deliver(Delivery{Delivery::Kind::kBatch, std::move(work->batch), std::nullopt});
+    deliver(Delivery{Delivery::Kind::kBatch, std::move(work->batch), std::nullopt, work->next});
   }
 }
 
@@ -485,7 +569,7 @@ std::optional<Batch> PipelineGraph::next() {
       outcome.batch = true;
       {
         std::lock_guard lock(consumer_mutex_);
-        last_delivered_ = Delivered{delivery.batch.sequence(), delivery.batch.epoch(), delivery.batch.index()};
+        last_delivered_ = Delivered{delivery.batch.sequence(), delivery.batch.epoch(), delivery.batch.index(), delivery.next};
       }
       delivered_batches_.fetch_add(1, std::memory_order_relaxed);
       delivered_samples_.fetch_add(delivery.batch.batch_size(), std::memory_order_relaxed);

@@ -35,7 +35,8 @@ namespace ferry::detail {
 /// Note [tokens]
 /// ~~~~~~~~~~~~~
 /// A limiter_node admits at most `prefetch` plans past the source; the consumer gives a token back
-/// when it takes a batch. So at most `prefetch` batches exist between planning and the consumer's
+/// when it takes a batch (the completion thread, for a plan that completed no batch: Note [refilling
+/// batches] in the .cpp). So at most `prefetch` batches exist between planning and the consumer's
 /// hands, which bounds every buffer on the way: the in-flight and ready queues have room for all of
 /// them (plus the end marker), so no push into them ever waits, and the pinned pool has at least
 /// `prefetch` slabs, so pack always finds one. No TBB worker ever blocks on a queue or the pool; only
@@ -103,6 +104,7 @@ class PipelineGraph {
     uint64_t sequence = 0;
     uint64_t epoch = 0;
     uint64_t index = 0;
+    BatchCursor next;  // where the batch after it starts
   };
   std::optional<Delivered> last_delivered() const;
 
@@ -116,6 +118,7 @@ class PipelineGraph {
     Kind kind = Kind::kEnd;
     Batch batch;
     std::optional<Error> error;
+    BatchCursor next;  // kBatch: where the batch after it starts
   };
 
   enum StageId { kDecode, kCollate, kPack, kH2D, kEventWait, kStageCount };
@@ -131,17 +134,24 @@ class PipelineGraph {
 
   PlanPtr plan_next(tbb::flow_control& control);
   void decode(SampleWork& sample);
-  void collect(SamplePtr sample, std::optional<WorkPtr>& completed);
+  /// Collate node: gathers a plan's samples, then emits what they complete into `out` (Note
+  /// [refilling batches] in the .cpp).
+  void collect(SamplePtr sample, std::vector<WorkPtr>& out);
+  /// A new item of `kind`, numbered, appended to `out`.
+  WorkPtr emit(BatchWork::Kind kind, std::vector<WorkPtr>& out);
+  /// The first `count` carried samples as the next batch, collated; then the end, at max_batches.
+  void emit_batch(size_t count, bool last_of_epoch, std::vector<WorkPtr>& out);
+  /// The epoch's carried rest as its last, smaller batch (dropped under drop_last); false if none.
+  bool flush_epoch(std::vector<WorkPtr>& out);
   void run_batch_stage(StageId id, BatchWork& work);
   void submit(WorkPtr work);
   void completion_loop();
   void deliver(Delivery delivery);
   void make_ready_for_consumer(const Batch& batch) const;
   bool skip(const BatchWork& work) const noexcept;
-  /// on_error: skip. Takes the samples whose read or decode failed out of `work`, recording each;
-  /// marks the work all_skipped when none is left. Collate node only.
-  void drop_failed_samples(BatchWork& work);
-  /// An all-skipped batch's token, given back by the completion thread (no batch will be taken).
+  /// on_error: skip. Counts, lists and logs a sample whose read or decode failed. Collate node only.
+  void record_skipped(const SampleWork& sample);
+  /// A kToken item's token, given back by the completion thread (no batch will be taken).
   void return_token();
   uint64_t now_ns() const noexcept;  // since started_
   /// The run's length so far: up to its end once mark_ended() ran, else up to now.
@@ -163,11 +173,16 @@ class PipelineGraph {
   const size_t prefetch_;
   const size_t decode_threads_;
   const OnError on_error_;
+  const size_t batch_size_;
+  const bool drop_last_;
+  const uint64_t max_batches_;  // in all, counted from the run's start
+  const uint64_t first_batch_;  // batches a resumed run's earlier runs delivered
   const std::string device_;
   const std::chrono::steady_clock::time_point started_;
 
   std::atomic<bool> stop_{false};    // close() was called
   std::atomic<bool> failed_{false};  // a stage failed: plan no more
+  std::atomic<bool> enough_{false};  // collate has emitted max_batches batches: plan no more
   std::atomic<int64_t> ended_ns_{-1};  // mark_ended(): when the run ended; -1 while it runs
   std::array<StageCounter, kStageCount> counters_;
   // Planner counters, written only by the (serial) source node body, read by stats().
@@ -187,7 +202,14 @@ class PipelineGraph {
   uint64_t next_sample_sequence_ = 0;
   bool planned_last_ = false;
   // Collate node state: touched only by the serial collate node.
-  WorkPtr collecting_;
+  std::vector<SamplePtr> collecting_;  // the samples of the plan being gathered
+  std::vector<SamplePtr> carry_;       // decoded samples of epoch carry_epoch_ not yet in a batch
+  uint64_t carry_epoch_ = 0;
+  bool in_epoch_ = false;      // a plan of carry_epoch_ has come
+  uint64_t next_index_ = 0;    // the next batch's number within carry_epoch_
+  uint64_t emitted_ = 0;       // items emitted (BatchWork::sequence)
+  uint64_t batches_out_ = 0;   // batches emitted (BatchInfo::sequence)
+  bool ended_ = false;         // the end is emitted: later plans are dropped
 
   // Consumer side.
   mutable std::mutex consumer_mutex_;

@@ -4,7 +4,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
+
+#include "pipeline/pipeline_state.h"
 
 namespace ferry {
 
@@ -62,6 +65,9 @@ struct PipelineOptions {
   /// Resume: start at this batch of the run (counted over all epochs); earlier ones were delivered
   /// by a previous run (PipelineState::next_batch).
   uint64_t first_batch = 0;
+  /// Resume: where first_batch starts (PipelineState::next). Unset: at first_batch x batch_size over
+  /// whole epochs, which is right unless the previous run skipped samples.
+  std::optional<BatchCursor> start;
   /// What decides which samples each batch holds ("sampler.seed" -> "1234", ...), as the config layer
   /// sees it. Carried into PipelineState, so that a resume with another order is refused.
   std::map<std::string, std::string> order;

@@ -29,6 +29,10 @@ std::string quoted(const std::string& text) {
 std::string PipelineState::to_json() const {
   std::ostringstream out;
   out << "{\n  \"format\": \"ferry-state\",\n  \"version\": 1,\n  \"next_batch\": " << next_batch;
+  if (next) {
+    out << ",\n  \"next\": {\"epoch\": " << next->epoch << ", \"batch\": " << next->index
+        << ", \"position\": " << next->position << "}";
+  }
   if (last_epoch && last_index) out << ",\n  \"last_delivered\": {\"epoch\": " << *last_epoch << ", \"batch\": " << *last_index << "}";
   out << ",\n  \"order\": {";
   const char* separator = "\n";

@@ -7,6 +7,18 @@
 
 namespace ferry {
 
+/// Where a batch starts: its epoch, its number within the epoch, and the position in the epoch's
+/// sample order of its first sample. Without skipped samples position = index x batch_size; under
+/// `on_error: skip` batches are filled from the next samples, so the position runs ahead.
+struct BatchCursor {
+  uint64_t epoch = 0;
+  uint64_t index = 0;
+  uint64_t position = 0;
+  bool operator==(const BatchCursor& other) const noexcept {
+    return epoch == other.epoch && index == other.index && position == other.position;
+  }
+};
+
 /// Where a run stands, small enough to save with a checkpoint: the next batch to deliver, counted
 /// over all epochs, and what decided the order (so a resume under another order is refused rather
 /// than silently delivering other samples). Samplers are pure functions of (seed, epoch,
@@ -14,12 +26,16 @@ namespace ferry {
 /// on thread counts or prefetch depth.
 struct PipelineState {
   uint64_t next_batch = 0;
+  /// Where next_batch starts in its epoch. Unset: at next_batch x batch_size over whole epochs
+  /// (states saved before the cursor existed; with no sample skipped the two agree).
+  std::optional<BatchCursor> next;
   /// The last delivered batch's epoch and index within it (for people reading the file).
   std::optional<uint64_t> last_epoch;
   std::optional<uint64_t> last_index;
   std::map<std::string, std::string> order;
 
-  /// One JSON object: {"format": "ferry-state", "version": 1, "next_batch": ..., ...}.
+  /// One JSON object: {"format": "ferry-state", "version": 1, "next_batch": ...,
+  /// "next": {"epoch": ..., "batch": ..., "position": ...}, ...}.
   std::string to_json() const;
 };
 

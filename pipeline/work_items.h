@@ -12,18 +12,27 @@
 #include "pipeline/batch_layout.h"
 #include "pipeline/error.h"
 #include "pipeline/pinned_lease.h"
+#include "pipeline/pipeline_state.h"
 
 namespace ferry {
 
 /// One batch to make: which samples, in which order. The source node creates plans serially; the
-/// engine numbers them. Markers (end of stream, a planning error) travel the same path as batches
-/// so that they reach the consumer in order, after every batch planned before them.
+/// engine numbers them. Markers (end of stream, a planning error, the end of an epoch) travel the
+/// same path as batches so that they reach collate and the consumer in order, after every batch
+/// planned before them.
 struct BatchPlan {
-  enum class Kind { kSamples, kEnd, kError };
+  /// kEpochEnd: planned after an epoch's last plan when batches are re-cut from the samples left
+  /// (on_error: skip): collate then knows that no more samples of the epoch come, and delivers what
+  /// it holds back (Note [refilling batches] in pipeline_graph.cpp).
+  enum class Kind { kSamples, kEnd, kError, kEpochEnd };
   Kind kind = Kind::kSamples;
   uint64_t sequence = 0;  // 0, 1, 2, ... over the whole run
   uint64_t epoch = 0;
   uint64_t index = 0;     // within its epoch
+  /// The first sample's position in the epoch's order (sampler position); the rest follow on.
+  uint64_t first_position = 0;
+  /// No sample of this epoch is planned after this plan's.
+  bool last_of_epoch = false;
   uint64_t first_sample_sequence = 0;  // sample sequence numbers are contiguous over the run
   std::vector<uint64_t> sample_indices;
   std::optional<Error> error;  // kError
@@ -46,11 +55,22 @@ struct SampleWork {
   uint64_t index() const { return plan->sample_indices.at(position); }
 };
 
-/// One batch on its way from collate to the consumer. Each stage fills its part; a stage that
-/// fails sets `error` and later stages pass the work on untouched, so the error reaches the
-/// consumer in order. Owned by one node (or the completion thread) at a time.
+/// One item on its way from collate to the consumer: a batch, or a marker (the end, an error, or a
+/// token to give back: Note [refilling batches] in pipeline_graph.cpp). Each stage fills its part; a
+/// stage that fails sets `error` and later stages pass the work on untouched, so the error reaches
+/// the consumer in order. Owned by one node (or the completion thread) at a time.
 struct BatchWork {
-  std::shared_ptr<const BatchPlan> plan;
+  enum class Kind {
+    kBatch,
+    kEnd,
+    kError,
+    kToken,  // nothing to deliver (a plan whose samples went to other batches, or were all skipped):
+             // the completion thread gives its token back, in order
+  };
+  Kind kind = Kind::kBatch;
+  uint64_t sequence = 0;  // collate numbers everything it emits 0, 1, 2, ...; the completion thread checks
+  BatchInfo info;         // kBatch: which batch (delivered numbering) and which samples
+  BatchCursor next;       // kBatch: where the batch after this one starts (for PipelineState)
   std::vector<std::shared_ptr<SampleWork>> samples;  // collate input, in batch order
   BatchLayout layout;                                // collate
   PinnedLease slab;                                  // pack: the staging slab
@@ -59,14 +79,11 @@ struct BatchWork {
                                                      // them to the slab's lease)
   Batch batch;                                       // h2d: the delivered batch (device views)
   std::optional<Error> error;
-  /// on_error: skip dropped every sample of this plan: nothing to collate or deliver. It still
-  /// travels to the completion thread, in order, which gives its token back.
-  bool all_skipped = false;
-  /// The source indices of the samples left after on_error: skip dropped some; empty when none was
-  /// dropped (the batch holds the plan's samples).
-  std::vector<uint64_t> kept_indices;
 
-  bool is_marker() const noexcept { return plan->kind != BatchPlan::Kind::kSamples; }
+  bool is_marker() const noexcept { return kind != Kind::kBatch; }
+  ErrorContext where(std::string stage) const {
+    return ErrorContext{std::move(stage), std::nullopt, info.epoch, info.index};
+  }
 };
 
 }  // namespace ferry

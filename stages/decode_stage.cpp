@@ -52,17 +52,32 @@ void check_decoded(const at::Tensor& tensor, const FieldSpec& spec) {
 }  // namespace
 
 DecodeStage::DecodeStage(std::shared_ptr<const Source> source, const DecoderRegistry& registry,
-                         const std::map<std::string, std::string, std::less<>>& decoders)
+                         const std::map<std::string, std::string, std::less<>>& decoders,
+                         const FieldDecoders& instances)
     : source_(std::move(source)) {
   if (!source_) throw Error("decode stage: no source");
+  const auto& specs = source_->fields();
+  const auto has_field = [&](std::string_view field) {
+    return std::any_of(specs.begin(), specs.end(), [&](const FieldSpec& spec) { return spec.name == field; });
+  };
   for (const auto& [field, decoder] : decoders) {
-    const auto& specs = source_->fields();
-    if (std::none_of(specs.begin(), specs.end(), [&](const FieldSpec& spec) { return spec.name == field; })) {
+    if (!has_field(field)) {
       throw Error("decoder '" + decoder + "' is set for field '" + field + "', which " + source_->describe() +
                   " does not have");
     }
   }
-  for (const FieldSpec& spec : source_->fields()) {
+  for (const auto& [field, decoder] : instances) {
+    if (!decoder) throw Error("no decoder (null) given for field '" + field + "'");
+    if (!has_field(field)) {
+      throw Error("decoder '" + std::string(decoder->name()) + "' is given for field '" + field + "', which " +
+                  source_->describe() + " does not have");
+    }
+  }
+  for (const FieldSpec& spec : specs) {
+    if (const auto given = instances.find(spec.name); given != instances.end()) {
+      decoders_.push_back(given->second);
+      continue;
+    }
     try {
       const auto chosen = decoders.find(spec.name);
       decoders_.push_back(registry.find(chosen != decoders.end() ? std::string_view(chosen->second) : spec.decoder));
@@ -83,7 +98,7 @@ void DecodeStage::run(SampleWork& work) {
   work.fields.resize(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     try {
-      work.fields[i] = decoders_[i]->decode(encoded.fields[i], specs[i]);
+      work.fields[i] = decoders_[i]->decode_sample(encoded.fields[i], specs[i], DecodeContext{work.plan->epoch, work.index()});
       check_decoded(work.fields[i], specs[i]);
     } catch (const std::exception& e) {
       throw Error(encoded.key + ": field '" + specs[i].name + "' (decoder '" + std::string(decoders_[i]->name()) +

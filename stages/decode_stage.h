@@ -11,16 +11,18 @@
 
 namespace ferry {
 
-/// Reads a sample from the source and decodes each field with the decoder its FieldSpec names,
+/// Reads a sample from the source and decodes each field with its decoder (see the constructor),
 /// then checks the result against the spec (dtype, fixed dims, max_length), so that a decoder's
 /// mistake is reported here, naming the sample key and field, rather than as a confusing collate
 /// error later. Runs on decode_threads threads at once (thread-safe: it keeps no mutable state).
 class DecodeStage : public SampleStage {
  public:
-  /// Resolves every field's decoder now — the source's choice, or the one `decoders` names for that
-  /// field — so an unknown decoder or field throws ferry::Error before any thread starts.
+  /// Resolves every field's decoder now — an instance `instances` gives for that field, else the one
+  /// `decoders` names, else the source's choice — so an unknown decoder or field throws ferry::Error
+  /// before any thread starts. Keeps the instances (shared), not the registry.
   DecodeStage(std::shared_ptr<const Source> source, const DecoderRegistry& registry,
-              const std::map<std::string, std::string, std::less<>>& decoders = {});
+              const std::map<std::string, std::string, std::less<>>& decoders = {},
+              const FieldDecoders& instances = {});
   std::string_view name() const override { return "decode"; }
   void run(SampleWork& work) override;
 

@@ -36,11 +36,7 @@ void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
   for (const FieldLayout& field : layout.fields) {
     tensors.push_back(make_view(buffer.storage(), device_, field.dtype, field.offset, field.shape));
   }
-  const BatchPlan& plan = *work.plan;
-  // on_error: skip may have taken samples out of the plan's batch.
-  std::vector<uint64_t> indices = work.kept_indices.empty() ? plan.sample_indices : std::move(work.kept_indices);
-  work.batch = Batch(layout.schema, std::move(tensors), BatchInfo{plan.sequence, plan.epoch, plan.index, std::move(indices)},
-                     buffer, std::move(ready));
+  work.batch = Batch(layout.schema, std::move(tensors), work.info, buffer, std::move(ready));
 }
 
 at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaEvent>& ready) {

@@ -52,7 +52,7 @@ at::Device resolve_device(const std::string& name) {
 }
 
 StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOptions& options,
-                              std::shared_ptr<const Sampler> sampler) {
+                              std::shared_ptr<const Sampler> sampler, const FieldDecoders& field_decoders) {
   options.check();
   if (!source) throw Error("make_pipeline: no source");
   const at::Device device = resolve_device(options.device);
@@ -84,8 +84,8 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
   StageSet stages;
   stages.batches = std::make_unique<BatchPlanner>(
       sampler, BatchPlanner::Options{options.batch_size, options.drop_last, options.epochs, options.max_batches,
-                                     options.first_batch});
-  stages.decode = std::make_unique<DecodeStage>(source, DecoderRegistry::global(), options.decoders);
+                                     options.first_batch, options.start, options.on_error == OnError::kSkip});
+  stages.decode = std::make_unique<DecodeStage>(source, DecoderRegistry::global(), options.decoders, field_decoders);
   stages.collate = std::move(collate);
   stages.pool = PinnedPool::create(pool_options);
   stages.pack = std::make_unique<PackStage>(stages.pool, options.transfer);
@@ -95,8 +95,8 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
 }
 
 Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions options,
-                       std::shared_ptr<const Sampler> sampler) {
-  StageSet stages = make_standard_stages(std::move(source), options, std::move(sampler));
+                       std::shared_ptr<const Sampler> sampler, const FieldDecoders& field_decoders) {
+  StageSet stages = make_standard_stages(std::move(source), options, std::move(sampler), field_decoders);
   return Pipeline(std::move(stages), std::move(options));
 }
 
@@ -122,11 +122,12 @@ void check_config(const Config& config) {
   try {
     source = make_source(config.source);
   } catch (const Error& e) {
-    add("source", e.cause());
+    // An image folder's problems (no classes, an empty class) are the root's.
+    add(config.source.kind == "image_folder" ? "source.root" : "source", e.cause());
   }
   if (source && placement) {
     // A run that would deliver nothing is a mistake, not a success to report.
-    const uint64_t epoch = make_sampler(config.sampler, *placement, source->size())->epoch_size();
+    const uint64_t epoch = make_sampler(config.sampler, *placement, *source)->epoch_size();
     const std::string share = placement->world_size == 1 ? "the source has" : "rank " + std::to_string(placement->rank) +
                                                                                  " of " + std::to_string(placement->world_size) + " gets";
     if (epoch == 0) {
@@ -138,8 +139,14 @@ void check_config(const Config& config) {
     }
   }
   if (source) {
+    FieldDecoders field_decoders;
     try {
-      DecodeStage decode(source, DecoderRegistry::global(), options.decoders);
+      field_decoders = make_field_decoders(config, *source);
+    } catch (const Error& e) {
+      add("source", e.cause());
+    }
+    try {
+      DecodeStage decode(source, DecoderRegistry::global(), options.decoders, field_decoders);
     } catch (const Error& e) {
       add("decode.decoders", e.cause());
     }
@@ -190,9 +197,11 @@ Pipeline make_pipeline(const Config& config, const std::optional<PipelineState>&
     }
     if (!problems.empty()) throw ConfigError(std::move(problems));
     options.first_batch = resume->next_batch;
+    options.start = resume->next;
   }
-  std::shared_ptr<const Sampler> sampler = make_sampler(config.sampler, placement, source->size());
-  return make_pipeline(std::move(source), std::move(options), std::move(sampler));
+  std::shared_ptr<const Sampler> sampler = make_sampler(config.sampler, placement, *source);
+  const FieldDecoders field_decoders = make_field_decoders(config, *source);
+  return make_pipeline(std::move(source), std::move(options), std::move(sampler), field_decoders);
 }
 
 }  // namespace ferry

@@ -7,6 +7,7 @@
 #include <c10/core/Device.h>
 
 #include "io/config.h"
+#include "io/decoder.h"
 #include "io/sampler.h"
 #include "io/source.h"
 #include "pipeline/pipeline.h"
@@ -17,16 +18,20 @@ namespace ferry {
 /// sequential order when null) -> DecodeStage -> CollateStage -> PackStage -> H2DSubmitStage ->
 /// EventWaitStage, with a pinned pool sized from the options (or from the source's largest batch).
 ///
+/// Fields in `field_decoders` are decoded by the instance given (a JpegDecoder with its own resize and
+/// crop, say), the others by the decoder options.decoders or the source names in DecoderRegistry::global().
+///
 /// Everything is checked before a thread starts; problems throw ferry::Error naming the option or
 /// field: invalid options, an unusable device, an unknown decoder, a variable-length field without
 /// max_length and no pool.slab_bytes, a pinned budget too small for the slabs.
 Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions options,
-                       std::shared_ptr<const Sampler> sampler = nullptr);
+                       std::shared_ptr<const Sampler> sampler = nullptr, const FieldDecoders& field_decoders = {});
 
 /// The stages make_pipeline() runs, for callers that keep a handle on a part (tests watch the pool).
 /// Resolves options.device in place ("auto" becomes "cpu" or "cuda:0"). Throws like make_pipeline().
 StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOptions& options,
-                              std::shared_ptr<const Sampler> sampler = nullptr);
+                              std::shared_ptr<const Sampler> sampler = nullptr,
+                              const FieldDecoders& field_decoders = {});
 
 /// Checks what in `config` needs this machine or the source's data: the device exists and this build
 /// can use it, the source can be made, the largest batch fits in a slab, the pinned budget holds

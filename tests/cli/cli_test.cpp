@@ -517,6 +517,80 @@ TEST(FerryResume, ANewProcessContinuesBitForBitWhereTheLastStopped) {
   }
 }
 
+// The same for every dataset kind, each made by `ferry make-dataset`, shuffled, with what makes the
+// kind's order hard to resume: tar shards through a shard-order shuffle and a shuffle buffer, random
+// crops, and an image folder holding a damaged JPEG that `on_error: skip` skips (so batches are
+// filled from later samples and the saved position is no multiple of the batch size).
+TEST(FerryResume, EveryDatasetKindResumesBitForBitInANewProcess) {
+  const TempDir dir;
+  const auto make = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "make-dataset");
+    const Result made = ferry(args);
+    ASSERT_TRUE(made.status.is(0)) << made.status << both(made);
+  };
+  make({"tokens", dir / "tokens", "--documents", "60", "--seed", "3"});
+  make({"tar", dir / "shards", "--samples", "90", "--shards", "3", "--image-size", "40x56", "--seed", "4"});
+  make({"npy", dir / "npy", "--samples", "90", "--shards", "3", "--seed", "5"});
+  make({"images", dir / "images", "--samples", "90", "--image-size", "56x40", "--seed", "6"});
+  std::ofstream(dir / "images/class-001/broken.jpg") << "\xff\xd8 not really a JPEG";
+  std::ofstream(dir / "npy.yaml") << "source:\n"
+                                     "  kind: tar\n"
+                                     "  shards: " << dir / "npy" << "/shard-{000000..000002}.tar\n"
+                                     "  members:\n"
+                                     "    - {name: x, extension: npy, decoder: npy, dtype: float32, shape: [64]}\n"
+                                     "    - {name: label, extension: cls, decoder: label, dtype: int64, shape: []}\n"
+                                     "sampler: {shuffle: true, seed: 8, shuffle_buffer: 16}\n";
+  const std::string configs = std::string(FERRY_SOURCE_DIR) + "/configs/";
+  const std::vector<std::string> images = {"--set", "source.image.shape=[32,32,3]", "--set",
+                                           "source.image.resize_shorter=36", "--set", "decode.on_error=skip"};
+  struct Kind {
+    std::string name;
+    std::vector<std::string> args;
+  };
+  const std::vector<Kind> kinds = {
+      {"megatron", {configs + "megatron.yaml", "--set", "source.prefix=" + dir / "tokens", "--set", "source.seq_len=48"}},
+      {"tar", {configs + "tar.yaml", "--set", "source.shards=" + dir / "shards/shard-{000000..000002}.tar", "--set",
+               "source.members.0.shape=[32,32,3]", "--set", "source.members.0.resize_shorter=36", "--set",
+               "sampler.shuffle_buffer=20"}},
+      {"npy", {dir / "npy.yaml"}},
+      {"image_folder", [&] {
+         std::vector<std::string> args = {configs + "image-folder.yaml", "--set", "source.root=" + dir / "images"};
+         args.insert(args.end(), images.begin(), images.end());
+         return args;
+       }()},
+  };
+  for (const Kind& kind : kinds) {
+    SCOPED_TRACE(kind.name);
+    auto run = [&](std::vector<std::string> more) {
+      std::vector<std::string> args = {"run"};
+      args.insert(args.end(), kind.args.begin(), kind.args.end());
+      const std::vector<std::string> common = {"--set", "batch_size=8", "--set", "sampler.shuffle=true", "--epochs", "2",
+                                               "--set", "stats.progress=off"};
+      args.insert(args.end(), common.begin(), common.end());
+      args.insert(args.end(), more.begin(), more.end());
+      return ferry(args);
+    };
+    const Result full = run({"--digest", dir / "full.txt", "--set", "decode.threads=2"});
+    ASSERT_TRUE(full.status.is(0)) << full.status << both(full);
+    const std::string expected = resume::read_file(dir / "full.txt");
+    const size_t batches = lines(expected).size();
+    ASSERT_GE(batches, 10u);
+    for (const size_t stop : {size_t{1}, batches / 2 - 1, batches / 2, batches - 1}) {
+      SCOPED_TRACE("stopped after " + std::to_string(stop) + " of " + std::to_string(batches) + " batches");
+      const Result first = run({"--batches", std::to_string(stop), "--set", "decode.threads=3", "--digest", dir / "a.txt",
+                                "--save-state", dir / "state.json"});
+      ASSERT_TRUE(first.status.is(0)) << first.status << both(first);
+      const Result second = run({"--resume", dir / "state.json", "--set", "decode.threads=1", "--set", "prefetch=5",
+                                 "--digest", dir / "b.txt"});
+      ASSERT_TRUE(second.status.is(0)) << second.status << both(second);
+      EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), expected);
+    }
+    if (kind.name == "image_folder") {
+      EXPECT_TRUE(contains(full.err, "broken.jpg")) << "the damaged image was not reported as skipped" << both(full);
+    }
+  }
+}
+
 TEST(FerryResume, CtrlCSavesTheStateAndTheResumeDeliversTheRest) {
   const TempDir dir;
   // Slow enough (bigger images) that Ctrl-C lands mid-run, yet the rest finishes quickly.

@@ -10,6 +10,7 @@
 //                                           ("valid": the config is fine there)
 // The message is matched as a prefix: the rest may add detail.
 #include <dirent.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,8 +25,10 @@
 #include "io/config_error.h"
 #include "io/config_loader.h"
 #include "io/indexed_dataset_writer.h"
+#include "io/tar_writer.h"
 #include "pipeline/cuda_device.h"
 #include "stages/standard_pipeline.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/thread_count.h"
 
 namespace ferry {
@@ -171,24 +174,36 @@ TEST(BadConfigs, ValidateExitsWithStatusTwoAndPrintsEachProblem) {
 
 TEST(ShippedConfigs, EachValidates) {
   // The configs that read a dataset get a small one, as `ferry make-dataset` would write it.
-  char folder_pattern[] = "/tmp/ferry_shipped_configs_XXXXXX";
-  const std::string folder = ::mkdtemp(folder_pattern);
+  const testing::TempDir dir("ferry_shipped_configs");  // removed with everything in it
+  const std::string& folder = dir.path();
   const std::string tokens = folder + "/tokens";
   {
     IndexedDatasetWriter writer(tokens, IndexedDtype::kUInt16);
     writer.add_document(std::vector<int64_t>(10000, 7));
     writer.finalize();
   }
+  // Validation reads no pixel: the image files need not be JPEGs here.
+  const std::string shards = folder + "/shard-{000000..000003}.tar";
+  for (int s = 0; s < 4; ++s) {
+    TarWriter tar;
+    tar.add("00000" + std::to_string(s) + ".jpg", "an image");
+    tar.add("00000" + std::to_string(s) + ".cls", std::to_string(s));
+    TarWriter::write_file(folder + "/shard-00000" + std::to_string(s) + ".tar", tar.finish());
+  }
+  const std::string images = folder + "/images";
+  ::mkdir(images.c_str(), 0755);
+  ::mkdir((images + "/class-000").c_str(), 0755);
+  std::ofstream(images + "/class-000/000000.jpg") << "an image";
   const std::vector<std::string> files = yaml_files(FERRY_CONFIG_DIR);
   ASSERT_FALSE(files.empty());
   for (const std::string& path : files) {
     SCOPED_TRACE(path);
     std::vector<std::string> overrides;
     if (path.find("/megatron.yaml") != std::string::npos) overrides.push_back("source.prefix=" + tokens);
+    if (path.find("/tar.yaml") != std::string::npos) overrides.push_back("source.shards=" + shards);
+    if (path.find("/image-folder.yaml") != std::string::npos) overrides.push_back("source.root=" + images);
     EXPECT_NO_THROW(check_config(load_config(path, overrides)));
   }
-  for (const char* suffix : {".bin", ".idx"}) ::unlink((tokens + suffix).c_str());
-  ::rmdir(folder.c_str());
 }
 
 }  // namespace

@@ -32,13 +32,13 @@
 #include "io/config_error.h"
 #include "io/config_loader.h"
 #include "io/sequential_sampler.h"
+#include "io/tar_writer.h"
 #include "io/torchrun_env.h"
 #include "pipeline/cuda_device.h"
 #include "pipeline/pipeline.h"
 #include "stages/standard_pipeline.h"
 #include "tests/support/random_options.h"
 #include "tests/support/reference_batch.h"
-#include "tests/support/tar_writer.h"
 #include "tests/support/thread_count.h"
 
 namespace ferry {
@@ -571,7 +571,7 @@ TEST(ConfigPipeline, TarShardsFromYamlDeliverTheirMembers) {
   std::vector<std::unique_ptr<TempYaml>> shards;
   std::string shard_list;
   for (int s = 0; s < 3; ++s) {
-    testing::TarWriter tar;
+    TarWriter tar;
     for (int k = 0; k < 7; ++k) {
       const int64_t label = static_cast<int64_t>(rng() % 1000);
       std::string payload(rng() % 40 + 1, '\0');
@@ -583,7 +583,7 @@ TEST(ConfigPipeline, TarShardsFromYamlDeliverTheirMembers) {
       written.emplace_back(label, payload);
     }
     shards.push_back(std::make_unique<TempYaml>(""));
-    testing::TarWriter::write_file(shards.back()->path(), tar.finish());
+    TarWriter::write_file(shards.back()->path(), tar.finish());
     shard_list += (s == 0 ? "" : ", ") + shards.back()->path();
   }
   const TempYaml file("source:\n  kind: tar\n  shards: [" + shard_list +

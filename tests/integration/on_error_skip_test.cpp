@@ -1,5 +1,7 @@
-// on_error: skip — a sample that cannot be read or decoded is dropped from its batch, counted and
-// listed; every other sample is delivered, in order, byte for byte; nothing hangs.
+// on_error: skip — a sample that cannot be read or decoded is dropped, counted and listed; its batch
+// is filled from the next samples (batches keep their size; only an epoch's last is smaller); every
+// other sample is delivered, in order, byte for byte; resuming gives the same batches; nothing hangs.
+#include <optional>
 #include <random>
 #include <set>
 
@@ -7,6 +9,7 @@
 
 #include "io/decoder_registry.h"
 #include "io/raw_decoder.h"
+#include "io/shuffled_sampler.h"
 #include "stages/standard_pipeline.h"
 #include "tests/support/instrumented_source.h"
 #include "tests/support/reference_batch.h"
@@ -28,26 +31,46 @@ SyntheticOptions fields(uint64_t samples) {
   return options;
 }
 
+using Batches = std::vector<std::vector<uint64_t>>;  // sample indices per batch, in delivery order
+
 struct Outcome {
   std::vector<uint64_t> delivered;  // sample indices, in delivery order
-  uint64_t batches = 0;
+  Batches batches;
   PipelineStats stats;
+  PipelineState state;  // after the last batch taken
 };
 
-Outcome run_to_end(const std::shared_ptr<const SyntheticSource>& truth, std::set<uint64_t> failing, PipelineOptions options) {
+// Takes up to `limit` batches (0: all), checking each one's bytes and its epoch/index numbering.
+Outcome run_batches(const std::shared_ptr<const SyntheticSource>& truth, std::set<uint64_t> failing, PipelineOptions options,
+                    uint64_t limit = 0, std::shared_ptr<const Sampler> sampler = nullptr) {
   auto source = std::make_shared<const InstrumentedSource>(truth, std::move(failing), 100us);
   options.device = "cpu";
   options.on_error = OnError::kSkip;
-  Pipeline pipeline = make_pipeline(source, options);
+  Pipeline pipeline = make_pipeline(source, options, std::move(sampler));
   Outcome run;
-  while (auto batch = pipeline.next()) {
+  std::optional<std::pair<uint64_t, uint64_t>> previous;  // epoch, index
+  while (limit == 0 || run.batches.size() < limit) {
+    auto batch = pipeline.next();
+    if (!batch) break;
     EXPECT_GT(batch->batch_size(), 0u) << "an empty batch was delivered";
     EXPECT_EQ(testing::compare_with_reference(*batch, *truth), "");
+    if (previous) {
+      const bool next_in_epoch = batch->epoch() == previous->first && batch->index() == previous->second + 1;
+      const bool next_epoch = batch->epoch() == previous->first + 1 && batch->index() == 0;
+      EXPECT_TRUE(next_in_epoch || next_epoch) << "batch " << batch->epoch() << "/" << batch->index() << " after "
+                                               << previous->first << "/" << previous->second;
+    }
+    previous = {batch->epoch(), batch->index()};
     run.delivered.insert(run.delivered.end(), batch->sample_indices().begin(), batch->sample_indices().end());
-    ++run.batches;
+    run.batches.push_back(batch->sample_indices());
   }
   run.stats = pipeline.stats();
+  run.state = pipeline.state();
   return run;
+}
+
+Outcome run_to_end(const std::shared_ptr<const SyntheticSource>& truth, std::set<uint64_t> failing, PipelineOptions options) {
+  return run_batches(truth, std::move(failing), std::move(options));
 }
 
 std::vector<uint64_t> expected_order(uint64_t samples, const std::set<uint64_t>& failing, uint64_t epochs) {
@@ -58,6 +81,22 @@ std::vector<uint64_t> expected_order(uint64_t samples, const std::set<uint64_t>&
     }
   }
   return order;
+}
+
+// The batches a sequential run delivers: each epoch's surviving samples cut into batch_size pieces,
+// the last one smaller (or dropped under drop_last).
+Batches expected_batches(uint64_t samples, const std::set<uint64_t>& failing, uint64_t epochs, size_t batch_size,
+                         bool drop_last) {
+  Batches batches;
+  for (uint64_t epoch = 0; epoch < epochs; ++epoch) {
+    const std::vector<uint64_t> kept = expected_order(samples, failing, 1);
+    for (size_t first = 0; first < kept.size(); first += batch_size) {
+      const size_t count = std::min(batch_size, kept.size() - first);
+      if (count < batch_size && drop_last) break;
+      batches.emplace_back(kept.begin() + static_cast<ptrdiff_t>(first), kept.begin() + static_cast<ptrdiff_t>(first + count));
+    }
+  }
+  return batches;
 }
 
 TEST(OnErrorSkip, DeliversEveryOtherSampleInOrderByteForByte) {
@@ -76,6 +115,7 @@ TEST(OnErrorSkip, DeliversEveryOtherSampleInOrderByteForByte) {
       options.decode_threads = threads;
       const Outcome run = run_to_end(truth, failing, options);
       EXPECT_EQ(run.delivered, expected_order(kSamples, failing, 2));
+      EXPECT_EQ(run.batches, expected_batches(kSamples, failing, 2, 8, false));
       EXPECT_EQ(run.stats.skipped_samples, failing.size() * 2);
       ASSERT_EQ(run.stats.skipped.size(), failing.size() * 2);
       // Listed in delivery order: the failing samples of epoch 0, then of epoch 1.
@@ -94,22 +134,108 @@ TEST(OnErrorSkip, DeliversEveryOtherSampleInOrderByteForByte) {
   }
 }
 
-// A batch whose samples all fail delivers nothing, and its token still comes back: with prefetch 1
+// Plans whose samples all fail complete no batch, and their tokens still come back: with prefetch 1
 // a lost token would stop the run for good (the test's timeout would catch the hang).
-TEST(OnErrorSkip, AWhollyFailedBatchIsLeftOutAndTheRunGoesOn) {
+TEST(OnErrorSkip, WhollyFailedPlansGiveTheirTokensBack) {
   auto truth = std::make_shared<const SyntheticSource>(fields(40));
   std::set<uint64_t> failing;
-  for (uint64_t index = 8; index < 24; ++index) failing.insert(index);  // batches 1 and 2 of 5
+  for (uint64_t index = 8; index < 24; ++index) failing.insert(index);  // plans 1 and 2 of 5
   for (size_t prefetch : {1, 2}) {
+    for (bool drop_last : {false, true}) {
+      PipelineOptions options;
+      options.batch_size = 8;
+      options.prefetch = prefetch;
+      options.decode_threads = 2;
+      options.drop_last = drop_last;
+      options.epochs = 2;
+      const Outcome run = run_to_end(truth, failing, options);
+      EXPECT_EQ(run.batches, expected_batches(40, failing, 2, 8, drop_last));
+      EXPECT_EQ(run.stats.batches, 6u);
+      EXPECT_EQ(run.stats.samples, 48u);
+    }
+  }
+}
+
+// Batches keep their size: each is filled from the samples after it, whatever the batch size,
+// prefetch, thread count and drop_last; an epoch's rest is its one smaller batch (or dropped).
+TEST(OnErrorSkip, BatchesAreFilledFromTheNextSamples) {
+  constexpr uint64_t kSamples = 97;
+  auto truth = std::make_shared<const SyntheticSource>(fields(kSamples));
+  std::mt19937_64 random(7);
+  for (size_t batch_size : {1, 3, 8, 32, 100}) {
+    for (size_t prefetch : {1, 3}) {
+      const bool drop_last = random() % 2 == 0;
+      std::set<uint64_t> failing;
+      const size_t count = std::uniform_int_distribution<size_t>(1, 40)(random);
+      for (size_t i = 0; i < count; ++i) failing.insert(std::uniform_int_distribution<uint64_t>(0, kSamples - 1)(random));
+      SCOPED_TRACE("batch " + std::to_string(batch_size) + ", prefetch " + std::to_string(prefetch) + ", drop_last " +
+                   std::to_string(drop_last) + ", " + std::to_string(failing.size()) + " failing");
+      PipelineOptions options;
+      options.batch_size = batch_size;
+      options.prefetch = prefetch;
+      options.drop_last = drop_last;
+      options.epochs = 2;
+      options.decode_threads = 1 + random() % 4;
+      const Outcome run = run_to_end(truth, failing, options);
+      EXPECT_EQ(run.batches, expected_batches(kSamples, failing, 2, batch_size, drop_last));
+      EXPECT_EQ(run.stats.skipped_samples, failing.size() * 2);
+    }
+  }
+}
+
+// max_batches counts delivered batches, not plans: with skips the run still ends after exactly that
+// many full batches.
+TEST(OnErrorSkip, MaxBatchesCountsDeliveredBatches) {
+  auto truth = std::make_shared<const SyntheticSource>(fields(100));
+  std::set<uint64_t> failing;
+  for (uint64_t index = 0; index < 100; index += 3) failing.insert(index);
+  for (size_t prefetch : {1, 4}) {
     PipelineOptions options;
-    options.batch_size = 8;
+    options.batch_size = 10;
     options.prefetch = prefetch;
-    options.decode_threads = 2;
+    options.epochs = 3;
+    options.max_batches = 9;
     const Outcome run = run_to_end(truth, failing, options);
-    EXPECT_EQ(run.batches, 3u);
-    EXPECT_EQ(run.delivered, expected_order(40, failing, 1));
-    EXPECT_EQ(run.stats.batches, 3u);
-    EXPECT_EQ(run.stats.samples, 24u);
+    Batches want = expected_batches(100, failing, 3, 10, false);
+    want.resize(9);
+    EXPECT_EQ(run.batches, want);
+  }
+}
+
+// A state taken after any batch resumes at the next one: the batches of the stopped run and of the
+// resumed one together are exactly an uninterrupted run's, shuffled or not, under drop_last or not.
+TEST(OnErrorSkip, ResumesWhereItStoppedWithSkippedSamples) {
+  constexpr uint64_t kSamples = 61;
+  auto truth = std::make_shared<const SyntheticSource>(fields(kSamples));
+  std::set<uint64_t> failing{0, 5, 6, 7, 19, 33, 34, 60};
+  for (bool shuffle : {false, true}) {
+    for (bool drop_last : {false, true}) {
+      const auto sampler = shuffle ? std::make_shared<const ShuffledSampler>(kSamples, 99) : nullptr;
+      PipelineOptions options;
+      options.batch_size = 7;
+      options.epochs = 3;
+      options.drop_last = drop_last;
+      options.decode_threads = 3;
+      const Outcome whole = run_batches(truth, failing, options, 0, sampler);
+      if (!shuffle) {
+        ASSERT_EQ(whole.batches, expected_batches(kSamples, failing, 3, 7, drop_last));
+      }
+      for (uint64_t stop = 1; stop <= whole.batches.size(); ++stop) {
+        SCOPED_TRACE("shuffle " + std::to_string(shuffle) + ", drop_last " + std::to_string(drop_last) +
+                     ", stopped after " + std::to_string(stop));
+        const Outcome first = run_batches(truth, failing, options, stop, sampler);
+        ASSERT_EQ(first.state.next_batch, stop);
+        PipelineOptions resumed = options;
+        resumed.first_batch = first.state.next_batch;
+        resumed.start = first.state.next;
+        resumed.prefetch = 1 + stop % 3;  // resuming does not depend on prefetch or threads
+        resumed.decode_threads = 1 + stop % 2;
+        const Outcome rest = run_batches(truth, failing, resumed, 0, sampler);
+        Batches joined = first.batches;
+        joined.insert(joined.end(), rest.batches.begin(), rest.batches.end());
+        EXPECT_EQ(joined, whole.batches);
+      }
+    }
   }
 }
 

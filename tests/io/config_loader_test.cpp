@@ -10,9 +10,11 @@
 #include <gtest/gtest.h>
 
 #include "io/config_schema.h"
+#include "io/decoder_registry.h"
 #include "io/indexed_dataset_writer.h"
-#include "tests/support/tar_writer.h"
+#include "io/tar_writer.h"
 #include "io/units.h"
+#include "tests/support/temp_dir.h"
 
 namespace ferry {
 namespace {
@@ -223,6 +225,170 @@ TEST(ConfigLoader, AMissingFileSaysSo) {
   }
 }
 
+// ---- image sources and the jpeg decoder's resize and crop ------------------------------------------
+
+// An image folder with one class and one file, for configs whose root must exist.
+class ImageRoot {
+ public:
+  ImageRoot() {
+    ::mkdir((dir_ / "cat").c_str(), 0755);
+    std::ofstream(dir_ / "cat/0.jpg") << "x";
+  }
+  const std::string& path() const { return dir_.path(); }
+
+ private:
+  testing::TempDir dir_{"ferry_config_images"};
+};
+
+TEST(ConfigLoader, ReadsAnImageFolderWithItsImageKeys) {
+  const ImageRoot root;
+  const Config config = parse_config("source:\n  kind: image_folder\n  root: " + root.path() +
+                                         "\n  extensions: [JPG, .png]\n"
+                                         "  image: {shape: [224, 224, 3], resize_shorter: 256, crop: random}\n",
+                                     "images.yaml");
+  EXPECT_EQ(config.source.kind, "image_folder");
+  const ImageFolderOptions& folder = config.source.image_folder;
+  EXPECT_EQ(folder.root, root.path());
+  EXPECT_EQ(folder.extensions, (std::vector<std::string>{"JPG", "png"}));
+  EXPECT_EQ(folder.image.name, "image");
+  EXPECT_EQ(folder.image.decoder, "jpeg");
+  EXPECT_EQ(folder.image.shape, (std::vector<int64_t>{224, 224, 3}));
+  ASSERT_EQ(config.source.jpeg.count("image"), 1u);
+  EXPECT_EQ(config.source.jpeg.at("image").resize_shorter, 256);
+  EXPECT_EQ(config.source.jpeg.at("image").crop, JpegDecodeOptions::Crop::kRandom);
+  EXPECT_EQ(config.where("source.image.shape"), "images.yaml:5:18");
+
+  // The extensions default to jpg and jpeg; decoder raw needs no shape and gets no decoder of its own.
+  const Config raw = parse_config("source: {kind: image_folder, root: " + root.path() + ", image: {decoder: raw}}\n", "raw.yaml");
+  EXPECT_EQ(raw.source.image_folder.extensions, (std::vector<std::string>{"jpg", "jpeg"}));
+  EXPECT_EQ(raw.source.image_folder.image.decoder, "raw");
+  EXPECT_TRUE(raw.source.image_folder.image.variable());
+  EXPECT_TRUE(raw.source.jpeg.empty());
+  // Without resize_shorter and crop a jpeg image uses the shared decoder (every image already [H, W]).
+  const Config plain = parse_config("source: {kind: image_folder, root: " + root.path() + ", image: {shape: [8, 8, 3]}}\n", "plain.yaml");
+  EXPECT_TRUE(plain.source.jpeg.empty());
+}
+
+TEST(ConfigLoader, ReadsResizeAndCropOfTarMembers) {
+  const Config config = parse_config(R"(
+source:
+  kind: tar
+  shards: /dev/null
+  members:
+    - {name: image, extension: jpg, decoder: jpeg, shape: [32, 48, 3], crop: center}
+    - {name: big, extension: png, decoder: jpeg, shape: [64, 64, 3], resize_shorter: 80}
+    - {name: label, extension: cls, decoder: label, dtype: int64, shape: []}
+)",
+                                     "tar.yaml");
+  ASSERT_EQ(config.source.jpeg.size(), 2u);
+  EXPECT_EQ(config.source.jpeg.at("image").resize_shorter, 0);
+  EXPECT_EQ(config.source.jpeg.at("image").crop, JpegDecodeOptions::Crop::kCenter);
+  EXPECT_EQ(config.source.jpeg.at("big").resize_shorter, 80);
+  EXPECT_EQ(config.source.jpeg.at("big").crop, JpegDecodeOptions::Crop::kCenter);
+}
+
+// The problems a config has, one line each ("test.yaml:5:7: key: message"), without the header.
+std::vector<std::string> problem_lines(const std::string& yaml) {
+  std::vector<std::string> lines;
+  const std::string text = problems_of(yaml);
+  for (size_t at = text.find("\n  "); at != std::string::npos;) {
+    const size_t next = text.find("\n  ", at + 3);
+    lines.push_back(text.substr(at + 3, next == std::string::npos ? std::string::npos : next - at - 3));
+    at = next;
+  }
+  return lines;
+}
+
+TEST(ConfigLoader, ResizeAndCropAreRefusedWhereTheJpegDecoderCannotApplyThem) {
+  const ImageRoot root;
+  const std::string folder = "source:\n  kind: image_folder\n  root: " + root.path() + "\n";
+  const std::string tar = "source:\n  kind: tar\n  shards: /dev/null\n  members:\n";
+  const std::string only_jpeg = " is applied by the jpeg decoder only; this field's decoder is ";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
+      {tar + "    - {name: image, extension: jpg, shape: [8, 8, 3], crop: random}\n",
+       {"test.yaml:5:61: source.members[0].crop: crop" + only_jpeg + "'raw' (set decoder: jpeg, or remove crop)"}},
+      {tar + "    - {name: image, extension: jpg, decoder: npy, resize_shorter: 9, crop: center}\n",
+       {"test.yaml:5:67: source.members[0].resize_shorter: resize_shorter" + only_jpeg +
+            "'npy' (set decoder: jpeg, or remove resize_shorter)",
+        "test.yaml:5:76: source.members[0].crop: crop" + only_jpeg + "'npy' (set decoder: jpeg, or remove crop)"}},
+      {tar + "    - {name: image, extension: jpg, decoder: jpeg, resize_shorter: 9}\n",
+       {"test.yaml:5:7: source.members[0].shape: missing required key: the jpeg decoder makes images of a fixed "
+        "[H, W, 3], e.g. [224, 224, 3]"}},
+      {tar + "    - {name: image, extension: jpg, decoder: jpeg, shape: [8, 8], resize_shorter: 9}\n",
+       {"test.yaml:5:59: source.members[0].shape: the jpeg decoder makes [H, W, 3] images (H, W >= 1), found [8, 8]"}},
+      {tar + "    - {name: image, extension: jpg, decoder: jpeg, dtype: float32, shape: [8, 8, 3]}\n",
+       {"test.yaml:5:59: source.members[0].dtype: the jpeg decoder makes uint8 images, found float32"}},
+      {folder + "  image: {shape: [8, 8, 3], resize_shorter: 0}\n",
+       {"test.yaml:4:45: source.image.resize_shorter: expected an integer in 1..65535 (pixels), found '0'"}},
+      {folder + "  image: {shape: [8, 8, 3], crop: middle}\n",
+       {"test.yaml:4:35: source.image.crop: expected one of center, random, found 'middle'"}},
+      {folder + "  image: {decoder: raw, crop: random}\n",
+       {"test.yaml:4:31: source.image.crop: crop" + only_jpeg + "'raw' (set decoder: jpeg, or remove crop)"}},
+      {folder + "  image: {resize_shorter: 9}\n",
+       {"test.yaml:4:10: source.image.shape: missing required key: the jpeg decoder makes images of a fixed [H, W, 3], "
+        "e.g. [224, 224, 3]"}},
+      {folder + "  image: {shape: [8, 8, 3], crop: center}\ndecode: {decoders: {image: raw}}\n",
+       {"test.yaml:5:28: decode.decoders.image: field 'image' sets resize_shorter or crop, which only the jpeg decoder "
+        "applies; this names 'raw'"}},
+  };
+  for (const auto& [yaml, expected] : cases) {
+    SCOPED_TRACE(yaml);
+    EXPECT_EQ(problem_lines(yaml), expected);
+  }
+}
+
+TEST(ConfigLoader, ImageFolderKeysBelongToImageFolderAndItsRootMustExist) {
+  const ImageRoot root;
+  const std::string folder = "source:\n  kind: image_folder\n  root: " + root.path() + "\n";
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"source:\n  kind: image_folder\n  image: {shape: [8, 8, 3]}\n",
+       "test.yaml:2:3: source.root: missing required key (the folder holding one sub-folder per class)"},
+      {"source:\n  kind: image_folder\n  root: /nonexistent-ferry-data/images\n  image: {shape: [8, 8, 3]}\n",
+       "test.yaml:3:9: source.root: no such folder: /nonexistent-ferry-data/images"},
+      {"source:\n  kind: image_folder\n  root: /dev/null\n  image: {shape: [8, 8, 3]}\n",
+       "test.yaml:3:9: source.root: not a folder: /dev/null"},
+      {folder, "test.yaml:2:3: source.image: missing required key (how the images decode, e.g. image: {shape: [224, 224, 3]})"},
+      {folder + "  image: {shape: [8, 8, 3]}\n  extensions: []\n",
+       "test.yaml:5:15: source.extensions: expected a non-empty list of file extensions, e.g. [jpg, jpeg], found a list"},
+      {folder + "  image: {shape: [8, 8, 3], size: 3}\n",
+       "test.yaml:4:29: source.image.size: unknown key; known in source.image: shape, decoder, resize_shorter, crop"},
+      {folder + "  image: {shape: [8, 8, 3]}\n  members: [{name: x, extension: jpg}]\n",
+       "test.yaml:5:3: source.members: not a key of source kind 'image_folder' (its keys: kind, root, extensions, image)"},
+      {"source:\n  kind: tar\n  shards: /dev/null\n  root: " + root.path() + "\n",
+       "test.yaml:4:3: source.root: not a key of source kind 'tar' (its keys: kind, shards, members)"},
+  };
+  for (const auto& [yaml, expected] : cases) {
+    SCOPED_TRACE(yaml);
+    EXPECT_EQ(problem_lines(yaml), std::vector<std::string>{expected});
+  }
+}
+
+TEST(ConfigLoader, EachJpegFieldGetsADecoderOfItsOwnSeededFromTheSampler) {
+  const ImageRoot root;
+  const std::vector<std::string> registered = DecoderRegistry::global().names();
+  const std::string yaml = "source: {kind: image_folder, root: " + root.path() +
+                           ", image: {shape: [6, 10, 3], resize_shorter: 12, crop: random}}\nsampler: {seed: 99}\n";
+  const Config config = parse_config(yaml, "a.yaml");
+  const Config other = parse_config(yaml, "b.yaml", {"source.image.resize_shorter=20", "sampler.seed=5"});
+  const auto source = make_source(config.source);
+  const FieldDecoders decoders = make_field_decoders(config, *source);
+  const FieldDecoders other_decoders = make_field_decoders(other, *source);
+  ASSERT_EQ(decoders.size(), 1u);
+  const auto* jpeg = dynamic_cast<const JpegDecoder*>(decoders.at("image").get());
+  ASSERT_NE(jpeg, nullptr);
+  EXPECT_EQ(jpeg->name(), "jpeg");
+  EXPECT_EQ(jpeg->options().resize_shorter, 12);
+  EXPECT_EQ(jpeg->options().crop_height, 6);
+  EXPECT_EQ(jpeg->options().crop_width, 10);
+  EXPECT_EQ(jpeg->options().crop, JpegDecodeOptions::Crop::kRandom);
+  EXPECT_EQ(jpeg->options().seed, 99u);
+  const auto* other_jpeg = dynamic_cast<const JpegDecoder*>(other_decoders.at("image").get());
+  ASSERT_NE(other_jpeg, nullptr);
+  EXPECT_EQ(other_jpeg->options().resize_shorter, 20);
+  EXPECT_EQ(other_jpeg->options().seed, 5u);
+  EXPECT_EQ(DecoderRegistry::global().names(), registered) << "a config registered a decoder globally";
+}
+
 // ---- docs/config.md and the schema describe the same keys -----------------------------------------
 
 struct DocumentedKey {
@@ -264,8 +430,8 @@ TEST(ConfigDocs, EveryKeyIsDocumentedWithItsTypeAndDefault) {
   EXPECT_EQ(documented.size(), documented_paths.size()) << "a key is documented twice";
 }
 
-// A temporary folder holding data/tokens.{bin,idx} and data/shard-000.tar, made the working
-// directory while it lives, so that the documented examples name real datasets.
+// A temporary folder holding data/tokens.{bin,idx}, data/shard-000.tar and data/images/<class>/,
+// made the working directory while it lives, so that the documented examples name real datasets.
 class TokenDatasetFolder {
  public:
   TokenDatasetFolder() {
@@ -277,10 +443,13 @@ class TokenDatasetFolder {
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i % 1000);
     writer.add_document(tokens);
     writer.finalize();
-    testing::TarWriter tar;
+    TarWriter tar;
     tar.add("000000.jpg", "not really a jpeg");
     tar.add("000000.cls", "3\n");
-    testing::TarWriter::write_file(folder_ + "/data/shard-000.tar", tar.finish());
+    TarWriter::write_file(folder_ + "/data/shard-000.tar", tar.finish());
+    ::mkdir((folder_ + "/data/images").c_str(), 0755);
+    ::mkdir((folder_ + "/data/images/cat").c_str(), 0755);
+    std::ofstream(folder_ + "/data/images/cat/0.jpg") << "not really a jpeg";
     char previous[4096];
     previous_ = ::getcwd(previous, sizeof previous) != nullptr ? previous : "/";
     EXPECT_EQ(::chdir(folder_.c_str()), 0);
@@ -288,7 +457,11 @@ class TokenDatasetFolder {
   ~TokenDatasetFolder() {
     // POSIX calls: std::filesystem crashed a test on the GPU machine's toolchain (see cli_test).
     if (::chdir(previous_.c_str()) != 0) ADD_FAILURE() << "cannot return to " << previous_;
-    for (const char* file : {"/data/tokens.bin", "/data/tokens.idx", "/data/shard-000.tar"}) ::unlink((folder_ + file).c_str());
+    for (const char* file : {"/data/tokens.bin", "/data/tokens.idx", "/data/shard-000.tar", "/data/images/cat/0.jpg"}) {
+      ::unlink((folder_ + file).c_str());
+    }
+    ::rmdir((folder_ + "/data/images/cat").c_str());
+    ::rmdir((folder_ + "/data/images").c_str());
     ::rmdir((folder_ + "/data").c_str());
     ::rmdir(folder_.c_str());
   }
@@ -301,7 +474,9 @@ class TokenDatasetFolder {
 TEST(ConfigDocs, EveryDocumentedKeyIsAcceptedWithItsExample) {
   const TokenDatasetFolder dataset;
   const std::string megatron = "source: {kind: megatron, prefix: data/tokens}\n";
-  const std::string tar = "source: {kind: tar, shards: [data/shard-000.tar], members: [{name: image, extension: jpg}]}\n";
+  const std::string tar =
+      "source: {kind: tar, shards: [data/shard-000.tar], members: [{name: image, extension: jpg, decoder: jpeg, shape: [8, 8, 3]}]}\n";
+  const std::string image_folder = "source: {kind: image_folder, root: data/images, image: {shape: [8, 8, 3]}}\n";
   for (const DocumentedKey& documented : documented_keys()) {
     SCOPED_TRACE(documented.path);
     const ConfigKey* key = find_config_key(documented.path);
@@ -316,7 +491,9 @@ TEST(ConfigDocs, EveryDocumentedKeyIsAcceptedWithItsExample) {
       return std::string_view(key->default_value).find(kind) != std::string_view::npos ||
              std::string_view(key->description).find(kind) != std::string_view::npos;
     };
-    const std::string& base = for_kind("(megatron)") ? megatron : for_kind("(tar)") ? tar : kMinimal;
+    const std::string& base = for_kind("(megatron)") ? megatron : for_kind("(tar)") ? tar
+                              : for_kind("(image_folder)")                          ? image_folder
+                                                                                    : kMinimal;
     EXPECT_EQ(problems_of(base, {set}), "") << "--set " << set;
   }
 }

@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
-#include <turbojpeg.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,17 +10,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <random>
 #include <set>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "io/decoder_registry.h"
+#include "io/jpeg_encoder.h"
 #include "pipeline/error.h"
 #include "tests/support/temp_dir.h"
 
@@ -57,28 +55,13 @@ at::Tensor test_image(int64_t height, int64_t width, int channels, uint64_t seed
   return image;
 }
 
-// tjCompress2 of an HWC image with 3 (RGB), 1 (gray) or 4 (CMYK) channels.
-at::Tensor encode(const at::Tensor& image, int quality = 95, int subsampling = TJSAMP_420) {
-  tjhandle handle = tjInitCompress();
-  if (handle == nullptr) throw std::runtime_error("tjInitCompress failed");
-  const int channels = static_cast<int>(image.size(2));
-  const int format = channels == 3 ? TJPF_RGB : channels == 1 ? TJPF_GRAY : TJPF_CMYK;
-  if (channels == 1) subsampling = TJSAMP_GRAY;
-  unsigned char* jpeg = nullptr;
-  unsigned long size = 0;
-  const at::Tensor contiguous = image.contiguous();
-  const int status = tjCompress2(handle, contiguous.data_ptr<uint8_t>(), static_cast<int>(image.size(1)), 0,
-                                 static_cast<int>(image.size(0)), format, &jpeg, &size, subsampling, quality, 0);
-  if (status != 0) {
-    const std::string message = tjGetErrorStr2(handle);
-    tjDestroy(handle);
-    throw std::runtime_error("tjCompress2: " + message);
-  }
-  at::Tensor bytes = at::empty({static_cast<int64_t>(size)}, at::kByte);
-  std::memcpy(bytes.data_ptr<uint8_t>(), jpeg, size);
-  tjFree(jpeg);
-  tjDestroy(handle);
-  return bytes;
+// An HWC image with 3 (RGB), 1 (gray) or 4 (CMYK) channels as JPEG bytes, at the test's defaults.
+at::Tensor encode(const at::Tensor& image, int quality = 95, JpegSubsampling subsampling = JpegSubsampling::k420) {
+  return JpegEncoder({.quality = quality, .subsampling = subsampling}).encode(image);
+}
+
+const char* subsampling_name(JpegSubsampling subsampling) {
+  return subsampling == JpegSubsampling::k444 ? "4:4:4" : subsampling == JpegSubsampling::k420 ? "4:2:0" : "other";
 }
 
 double mean_abs_diff(const at::Tensor& a, const at::Tensor& b) {
@@ -139,13 +122,13 @@ TEST(JpegDecoder, DecodesRgbImagesCloseToTheOriginal) {
   std::mt19937_64 rng(11);
   for (int round = 0; round < 8; ++round) {
     const int64_t height = 8 + static_cast<int64_t>(rng() % 120), width = 8 + static_cast<int64_t>(rng() % 160);
-    const int subsampling = round % 2 ? TJSAMP_444 : TJSAMP_420;
+    const JpegSubsampling subsampling = round % 2 ? JpegSubsampling::k444 : JpegSubsampling::k420;
     const at::Tensor original = test_image(height, width, 3, rng());
     const at::Tensor decoded = JpegDecoder().decode(encode(original, 95, subsampling), image_spec(height, width));
     ASSERT_EQ(decoded.sizes(), original.sizes());
     EXPECT_EQ(decoded.scalar_type(), at::kByte);
     EXPECT_TRUE(decoded.is_contiguous());
-    EXPECT_LT(mean_abs_diff(decoded, original), 4.0) << height << "x" << width << " subsampling " << subsampling;
+    EXPECT_LT(mean_abs_diff(decoded, original), 4.0) << height << "x" << width << " subsampling " << subsampling_name(subsampling);
   }
 }
 
@@ -191,7 +174,7 @@ TEST(JpegDecoder, CentreCropLandsOnTheMiddleOfAKnownPattern) {
   pattern.slice(0, 24, 40).slice(1, 40, 56).select(2, 1).fill_(10);
   pattern.slice(0, 24, 40).slice(1, 40, 56).select(2, 2).fill_(10);
   const at::Tensor out = JpegDecoder({.resize_shorter = 128, .crop_height = 32, .crop_width = 32})
-                             .decode(encode(pattern, 95, TJSAMP_444), image_spec(32, 32));
+                             .decode(encode(pattern, 95, JpegSubsampling::k444), image_spec(32, 32));
   const at::Tensor inner = out.slice(0, 3, 29).slice(1, 3, 29).to(at::kInt);
   EXPECT_GT(inner.select(2, 0).min().item<int>(), 200);
   EXPECT_LT(inner.select(2, 1).max().item<int>(), 60);
@@ -290,8 +273,9 @@ TEST(JpegDecoder, MatchesPillowOnTheSameFile) {
     GTEST_SKIP() << kPython << " has no Pillow (PIL): cannot cross-check";
   }
   const ScratchDir dir;
-  for (const int subsampling : {TJSAMP_420, TJSAMP_444}) {
-    const at::Tensor bytes = encode(test_image(75, 101, 3, 40 + static_cast<uint64_t>(subsampling)), 95, subsampling);
+  for (const JpegSubsampling subsampling : {JpegSubsampling::k420, JpegSubsampling::k444}) {
+    const uint64_t seed = subsampling == JpegSubsampling::k420 ? 42 : 40;
+    const at::Tensor bytes = encode(test_image(75, 101, 3, seed), 95, subsampling);
     {
       std::ofstream out(dir / "image.jpg", std::ios::binary);
       out.write(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), bytes.numel());
@@ -307,7 +291,7 @@ TEST(JpegDecoder, MatchesPillowOnTheSameFile) {
     ASSERT_EQ(pixels.size(), 75u * 101u * 3u);
     const at::Tensor pillow = at::from_blob(const_cast<char*>(pixels.data()), {75, 101, 3}, at::kByte).clone();
     const at::Tensor ours = JpegDecoder().decode(bytes, image_spec(75, 101));
-    EXPECT_LE(mean_abs_diff(ours, pillow), 2.0) << "subsampling " << subsampling;
+    EXPECT_LE(mean_abs_diff(ours, pillow), 2.0) << "subsampling " << subsampling_name(subsampling);
   }
 }
 
@@ -380,7 +364,7 @@ TEST(JpegDecoder, ExplainsASizeOrSpecThatDoesNotFit) {
 }
 
 TEST(JpegDecoder, RefusesCmykImages) {
-  const at::Tensor bytes = encode(test_image(16, 16, 4, 1), 95, TJSAMP_444);
+  const at::Tensor bytes = encode(test_image(16, 16, 4, 1), 95, JpegSubsampling::k444);
   const std::string message = error_of([&] { JpegDecoder().decode(bytes, image_spec(16, 16)); });
   EXPECT_TRUE(contains(message, "CMYK JPEG")) << message;
 }

@@ -10,15 +10,13 @@
 
 #include <gtest/gtest.h>
 
+#include "io/tar_writer.h"
 #include "pipeline/error.h"
-#include "tests/support/tar_writer.h"
 #include "tests/support/temp_dir.h"
 
 namespace ferry {
 namespace {
 
-using testing::TarLongNames;
-using testing::TarWriter;
 using testing::TempDir;
 
 std::string random_bytes(std::mt19937_64& rng, size_t size) {

@@ -20,10 +20,10 @@
 
 #include "io/decoder_registry.h"
 #include "io/label_decoder.h"
+#include "io/tar_writer.h"
 #include "pipeline/error.h"
 #include "pipeline/work_items.h"
 #include "stages/decode_stage.h"
-#include "tests/support/tar_writer.h"
 #include "tests/support/temp_dir.h"
 
 extern char** environ;
@@ -31,8 +31,6 @@ extern char** environ;
 namespace ferry {
 namespace {
 
-using testing::TarLongNames;
-using testing::TarWriter;
 using testing::TempDir;
 
 constexpr const char* kPython = "/usr/bin/python3";

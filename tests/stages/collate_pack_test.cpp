@@ -24,7 +24,7 @@ BatchWork decoded_batch(const std::shared_ptr<const SyntheticSource>& source, st
   plan->sample_indices = std::move(indices);
   DecodeStage decode(source, DecoderRegistry::global());
   BatchWork work;
-  work.plan = plan;
+  work.info.sample_indices = plan->sample_indices;
   for (size_t i = 0; i < plan->sample_indices.size(); ++i) {
     auto sample = std::make_shared<SampleWork>();
     sample->plan = plan;
@@ -55,7 +55,7 @@ void expect_packed_like_reference(BatchWork& work, const SyntheticSource& source
   transfer.parallel_pack_bytes = 1024;  // exercise the parallel path too
   PackStage(pool, transfer).run(work, kRunning);
 
-  const auto reference = testing::reference_batch(source, work.plan->sample_indices, options);
+  const auto reference = testing::reference_batch(source, work.info.sample_indices, options);
   ASSERT_EQ(work.layout.fields.size(), reference.size());
   size_t end_of_previous = 0;
   for (size_t i = 0; i < reference.size(); ++i) {

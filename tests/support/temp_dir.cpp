@@ -1,6 +1,7 @@
 #include "tests/support/temp_dir.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,15 +18,29 @@ TempDir::TempDir(const std::string& prefix) {
   path_ = pattern;
 }
 
-TempDir::~TempDir() {
-  if (DIR* dir = ::opendir(path_.c_str())) {
+namespace {
+
+// Removes `path`'s contents, folders included (not following links), then `path` itself.
+void remove_tree(const std::string& path) {
+  if (DIR* dir = ::opendir(path.c_str())) {
     while (const dirent* entry = ::readdir(dir)) {
       const std::string name = entry->d_name;
-      if (name != "." && name != "..") ::unlink((path_ + "/" + name).c_str());
+      if (name == "." || name == "..") continue;
+      const std::string child = path + "/" + name;
+      struct stat info {};
+      if (::lstat(child.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+        remove_tree(child);
+      } else {
+        ::unlink(child.c_str());
+      }
     }
     ::closedir(dir);
   }
-  ::rmdir(path_.c_str());
+  ::rmdir(path.c_str());
 }
+
+}  // namespace
+
+TempDir::~TempDir() { remove_tree(path_); }
 
 }  // namespace ferry::testing

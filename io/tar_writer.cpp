@@ -1,14 +1,18 @@
-#include "tests/support/tar_writer.h"
+#include "io/tar_writer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <stdexcept>
 
-namespace ferry::testing {
+#include "io/atomic_file.h"
+#include "pipeline/error.h"
+
+namespace ferry {
 namespace {
 
 constexpr size_t kBlock = 512;
+constexpr size_t kRecord = 10240;  // tar's default blocking factor, 20 blocks
+constexpr uint64_t kOctalSizeLimit = uint64_t{1} << 33;  // 11 octal digits hold sizes below 8 GiB
 
 void put_octal(char* field, size_t width, uint64_t value) {
   // width - 1 zero-padded octal digits and a NUL, as GNU tar and Python's tarfile write them.
@@ -31,13 +35,14 @@ void TarWriter::header(std::string_view name, std::string_view prefix, uint64_t 
   put_octal(block + 100, 8, type == '5' ? 0755 : 0644);
   put_octal(block + 108, 8, 1000);
   put_octal(block + 116, 8, 1000);
-  if (base256_) {
+  if (base256_ || size >= kOctalSizeLimit) {
+    // GNU base-256: the top bit of the first byte set, the value big-endian in the field's last 8 bytes.
     block[124] = static_cast<char>(0x80);
-    for (int i = 11; i >= 4; --i) block[124 + i] = static_cast<char>((size >> (8 * (11 - i))) & 0xff);  // 8 low bytes
+    for (int i = 11; i >= 4; --i) block[124 + i] = static_cast<char>((size >> (8 * (11 - i))) & 0xff);
   } else {
     put_octal(block + 124, 12, size);
   }
-  put_octal(block + 136, 12, 1700000000);
+  put_octal(block + 136, 12, 1700000000);  // a fixed mtime: the same members give the same bytes
   block[156] = type;
   if (long_names_ == TarLongNames::kGnu) {
     std::memcpy(block + 257, "ustar  ", 8);  // GNU magic and version: "ustar  \0"
@@ -71,7 +76,8 @@ void TarWriter::add_pax_global(const std::vector<std::pair<std::string, std::str
 void TarWriter::add_pax_local(const std::vector<std::pair<std::string, std::string>>& records) { pax(records, 'x'); }
 
 const TarWriter::Entry& TarWriter::add(const std::string& name, std::string_view bytes, char type) {
-  Entry entry{name, out_.size(), 0, bytes.size()};
+  if (name.empty()) throw Error("tar writer: a member needs a name");
+  Entry entry{name, offset(), 0, bytes.size()};
   std::string_view field = name;
   std::string_view prefix;
   if (name.size() > 100) {
@@ -90,7 +96,10 @@ const TarWriter::Entry& TarWriter::add(const std::string& name, std::string_view
       case TarLongNames::kUstarPrefix: {
         size_t slash = name.rfind('/', 155);
         if (slash != std::string::npos && name.size() - slash - 1 > 100) slash = std::string::npos;
-        if (slash == std::string::npos || slash == 0) throw std::invalid_argument("cannot split tar name " + name);
+        if (slash == std::string::npos || slash == 0) {
+          throw Error("tar writer: cannot split the name " + name +
+                      " into a ustar prefix (up to 155 bytes) and name (up to 100) at a '/'");
+        }
         prefix = std::string_view(name).substr(0, slash);
         field = std::string_view(name).substr(slash + 1);
         break;
@@ -98,24 +107,27 @@ const TarWriter::Entry& TarWriter::add(const std::string& name, std::string_view
     }
   }
   header(field, prefix, bytes.size(), type);
-  entry.data_offset = out_.size();
+  entry.data_offset = offset();
   data(bytes);
   entries_.push_back(std::move(entry));
   return entries_.back();
 }
 
+std::string TarWriter::take() {
+  taken_ += out_.size();
+  std::string bytes;
+  bytes.swap(out_);
+  return bytes;
+}
+
 std::string TarWriter::finish() const {
   std::string out = out_;
   out.append(2 * kBlock, '\0');
-  out.append((10240 - out.size() % 10240) % 10240, '\0');
+  const uint64_t total = taken_ + out.size();
+  out.append(static_cast<size_t>((kRecord - total % kRecord) % kRecord), '\0');
   return out;
 }
 
-void TarWriter::write_file(const std::string& path, std::string_view bytes) {
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  file.close();
-  if (!file) throw std::runtime_error("cannot write " + path);
-}
+void TarWriter::write_file(const std::string& path, std::string_view bytes) { AtomicFile::write_whole(path, bytes); }
 
-}  // namespace ferry::testing
+}  // namespace ferry
