@@ -54,6 +54,11 @@ if [ "$bench" = 1 ]; then
   step "bench/transfer --prefetch 6"
   ./build/gpu/bench/transfer --prefetch 6 --json "$out/transfer-prefetch6.json" > "$out/transfer-prefetch6.txt" 2>&1 || status=1
   grep -E "^[a-d]\)|link|pack alone" "$out/transfer-prefetch6.txt"
+  step "bench/loaders.py (ferry vs torch DataLoader; makes build/gpu/bench-data first)"
+  python3 bench/loaders.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data --device cuda --out "$out/loaders" \
+    2> "$out/loaders.log" | tee "$out/loaders.txt" || { status=1; tail -20 "$out/loaders.log"; }
+  step bench/jpeg_decode
+  ./build/gpu/bench/jpeg_decode build/gpu/bench-data/images --json "$out/jpeg_decode.json" 2>&1 | tee "$out/jpeg_decode.txt" || status=1
 fi
 step "done (status $status)"
 exit $status
