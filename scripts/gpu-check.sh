@@ -35,10 +35,15 @@ tail -24 "$out/demo.txt"
 
 step "shipped configs (ferry run, device auto = cuda:0)"
 ./build/gpu/cli/ferry make-dataset tokens build/gpu/data/tokens --documents 20000 || status=1
+rm -rf build/gpu/data/shards build/gpu/data/images
+./build/gpu/cli/ferry make-dataset tar build/gpu/data/shards --samples 4000 || status=1
+./build/gpu/cli/ferry make-dataset images build/gpu/data/images --samples 4000 || status=1
 for config in configs/*.yaml; do
   name=$(basename "$config" .yaml)
   extra=()
   [ "$name" = megatron ] && extra=(--set source.prefix=build/gpu/data/tokens)
+  [ "$name" = tar ] && extra=(--set "source.shards=build/gpu/data/shards/shard-{000000..000003}.tar")
+  [ "$name" = image-folder ] && extra=(--set source.root=build/gpu/data/images)
   ./build/gpu/cli/ferry run "$config" "${extra[@]}" --set stats.progress=off --report "$out/config-$name.json" > "$out/config-$name.txt" 2>&1 || status=1
   echo "--- $name"; grep -E "delivered|rate|bottleneck|pool" "$out/config-$name.txt"
 done
