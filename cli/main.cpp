@@ -160,7 +160,7 @@ uint64_t planned_batches(const ferry::Config& config, const ferry::PipelineOptio
   const ferry::Placement placement = ferry::resolve_placement(config.sampler, ferry::torchrun_env());
   return ferry::BatchPlanner(ferry::make_sampler(config.sampler, placement, source),
                              {options.batch_size, options.drop_last, options.epochs, options.max_batches,
-                              options.first_batch, options.start, options.on_error == ferry::OnError::kSkip})
+                              options.first_batch, options.start, options.refills()})
       .total_batches();
 }
 

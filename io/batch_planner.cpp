@@ -53,6 +53,12 @@ uint64_t BatchPlanner::total_batches() const noexcept {
   return std::min(all, options_.max_batches - std::min(options_.max_batches, options_.first_batch));
 }
 
+std::optional<uint64_t> BatchPlanner::sample_at(uint64_t epoch, uint64_t position) const {
+  const uint64_t size = sampler_->epoch_size();
+  if (size == 0) return std::nullopt;
+  return sampler_->index(epoch, position % size);
+}
+
 std::optional<BatchPlan> BatchPlanner::next() {
   if (epoch_end_due_) {
     BatchPlan marker;

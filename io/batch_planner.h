@@ -36,6 +36,8 @@ class BatchPlanner : public BatchSource {
   /// Throws ferry::Error for a zero batch size.
   BatchPlanner(std::shared_ptr<const Sampler> sampler, Options options);
   std::optional<BatchPlan> next() override;
+  /// The sampler's sample at `position` (modulo the epoch's size) of `epoch`. Thread-safe.
+  std::optional<uint64_t> sample_at(uint64_t epoch, uint64_t position) const override;
 
   /// Batches in a whole epoch.
   uint64_t batches_per_epoch() const noexcept;

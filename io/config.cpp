@@ -63,6 +63,9 @@ Placement resolve_placement(const SamplerConfig& sampler, const std::optional<To
 
 PipelineOptions resolve_pipeline_options(const Config& config, const Placement& placement) {
   PipelineOptions options = config.pipeline;
+  // Ranks must deliver the same number of batches per epoch, skips or not (Note [replacing skipped
+  // samples] in pipeline/pipeline_graph.cpp).
+  options.skip_replaces = placement.world_size > 1;
   if (!placement.torchrun) return options;
   // Under torchrun each process drives the GPU of its LOCAL_RANK; "auto" on a machine without one
   // stays "auto" (the CPU).

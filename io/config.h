@@ -102,7 +102,8 @@ struct Placement {
 Placement resolve_placement(const SamplerConfig& sampler, const std::optional<TorchrunEnv>& env);
 
 /// The pipeline options with "auto" (on a machine with a GPU) and "cuda" turned into this rank's GPU,
-/// cuda:LOCAL_RANK, under torchrun. Otherwise the device passes through unchanged.
+/// cuda:LOCAL_RANK, under torchrun (otherwise the device passes through unchanged), and with
+/// skip_replaces when there are several ranks.
 PipelineOptions resolve_pipeline_options(const Config& config, const Placement& placement);
 
 /// What decides which samples each batch holds, as text per key ("batch_size" -> "64",

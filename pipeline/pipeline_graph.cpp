@@ -122,6 +122,8 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
       prefetch_(options.prefetch),
       decode_threads_(options.resolved_decode_threads()),
       on_error_(options.on_error),
+      refill_(options.refills()),
+      replace_(options.on_error == OnError::kSkip && options.skip_replaces),
       batch_size_(options.batch_size),
       drop_last_(options.drop_last),
       max_batches_(options.max_batches),
@@ -292,6 +294,47 @@ void PipelineGraph::decode(SampleWork& sample) {
   if (sample.is_marker() || stop_.load(std::memory_order_acquire)) return;
   const ErrorContext where{"decode", sample.index(), sample.plan->epoch, sample.plan->index};
   if (auto error = guarded(kDecode, where, [&] { stages_.decode->run(sample); })) sample.error = std::move(error);
+  if (sample.error && replace_) replace(sample);
+}
+
+// Note [replacing skipped samples]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Refilling batches (Note [refilling batches]) shortens an epoch by the samples it skipped, and
+// ranks that skip different numbers would deliver different numbers of batches: data-parallel
+// training would hang at the epoch's end. With skip_replaces, the decode thread that met the
+// failure reads the epoch's next samples in order instead (positions p + 1, p + 2, ..., past the
+// end from the epoch's start) until one reads and decodes, and that one takes the failed sample's
+// place: batches keep their plans, epochs their length, and the replacement appears twice in the
+// epoch, as `remainder: pad` repeats samples. Which sample replaces which depends only on the
+// data and the order, never on threads or timing, so runs and resumes repeat. After
+// kMaxReplacementTries failures in a row the run fails, naming the first: a long run of broken
+// samples is a broken dataset, and shortening this rank's epoch would hang the others.
+void PipelineGraph::replace(SampleWork& sample) {
+  const BatchPlan& plan = *sample.plan;
+  for (uint64_t k = 1;; ++k) {
+    sample.skipped.push_back(SkippedSample{sample.index(), sample.key, sample.error->stage(), sample.error->cause()});
+    std::optional<uint64_t> next;
+    if (k <= kMaxReplacementTries) next = stages_.batches->sample_at(plan.epoch, sample.epoch_position() + k);
+    if (!next || stop_.load(std::memory_order_acquire)) break;
+    sample.replacement = *next;
+    sample.error.reset();
+    sample.key.clear();
+    sample.fields.clear();
+    const ErrorContext where{"decode", *next, plan.epoch, plan.index};
+    if (auto error = guarded(kDecode, where, [&] { stages_.decode->run(sample); })) {
+      sample.error = std::move(error);
+    } else {
+      return;
+    }
+  }
+  const SkippedSample& first = sample.skipped.front();
+  sample.error = Error(ErrorContext{"decode", first.index, plan.epoch, plan.index},
+                       "on_error: skip found no readable sample to take the place of sample " + std::to_string(first.index) +
+                           (first.key.empty() ? "" : " (" + first.key + ")") + " among the " +
+                           std::to_string(sample.skipped.size() - 1) + " after it in the epoch's order (so that every rank "
+                           "keeps the same number of batches, a skipped sample is replaced): " + first.reason);
+  sample.unskippable = true;
+  failed_.store(true, std::memory_order_release);  // the run ends with this error: plan no more
 }
 
 // Note [refilling batches]
@@ -309,8 +352,9 @@ void PipelineGraph::decode(SampleWork& sample) {
 // (its samples wait for the next plan's), collate emits a kToken item in its place and the
 // completion thread gives that token back in order. Under skip the planner follows each epoch's last
 // plan with a kEpochEnd marker, which holds a token too: it flushes the epoch's rest as the one
-// smaller batch. Without skip nothing is dropped, every plan but an epoch's last is exactly a batch,
-// and the last flushes itself. The one item without a token is the end marker that collate emits
+// smaller batch. Without skip (or when skipped samples are replaced: Note [replacing skipped
+// samples]) nothing is dropped, every plan but an epoch's last is exactly a batch, and the last
+// flushes itself. The one item without a token is the end marker that collate emits
 // itself once max_batches batches are out (the planner may have planned more: with skip, plans and
 // batches do not match one to one); the queues have room for one item beyond the tokens.
 void PipelineGraph::collect(SamplePtr sample, std::vector<WorkPtr>& out) {
@@ -344,7 +388,8 @@ void PipelineGraph::collect(SamplePtr sample, std::vector<WorkPtr>& out) {
 
   // Only decode sets a sample's error: each one is a sample that could not be read or decoded.
   for (const SamplePtr& decoded : samples) {
-    if (decoded->error && on_error_ == OnError::kFail) {
+    for (const SkippedSample& skipped : decoded->skipped) record_skipped(skipped);  // replaced ones
+    if (decoded->error && (on_error_ == OnError::kFail || decoded->unskippable)) {
       WorkPtr work = emit(BatchWork::Kind::kError, out);
       work->error = decoded->error;
       return;
@@ -361,7 +406,7 @@ void PipelineGraph::collect(SamplePtr sample, std::vector<WorkPtr>& out) {
   }
   for (SamplePtr& decoded : samples) {
     if (decoded->error) {
-      record_skipped(*decoded);
+      record_skipped(SkippedSample{decoded->index(), decoded->key, decoded->error->stage(), decoded->error->cause()});
     } else {
       carry_.push_back(std::move(decoded));
     }
@@ -369,7 +414,7 @@ void PipelineGraph::collect(SamplePtr sample, std::vector<WorkPtr>& out) {
   const size_t before = out.size();
   if (carry_.size() >= batch_size_) emit_batch(batch_size_, plan->last_of_epoch && carry_.size() == batch_size_, out);
   // Without skip an epoch's last plan completes its own (smaller) batch; with skip the marker does.
-  if (out.size() == before && plan->last_of_epoch && on_error_ == OnError::kFail) (void)flush_epoch(out);
+  if (out.size() == before && plan->last_of_epoch && !refill_) (void)flush_epoch(out);
   if (out.size() == before) emit(BatchWork::Kind::kToken, out);
 }
 
@@ -412,8 +457,7 @@ bool PipelineGraph::flush_epoch(std::vector<WorkPtr>& out) {
   return true;
 }
 
-void PipelineGraph::record_skipped(const SampleWork& sample) {
-  SkippedSample skipped{sample.index(), sample.key, sample.error->stage(), sample.error->cause()};
+void PipelineGraph::record_skipped(const SkippedSample& skipped) {
   uint64_t count = 0;
   {
     // Counted and listed under one lock, so that a snapshot's count and list agree.

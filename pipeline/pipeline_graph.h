@@ -150,7 +150,10 @@ class PipelineGraph {
   void make_ready_for_consumer(const Batch& batch) const;
   bool skip(const BatchWork& work) const noexcept;
   /// on_error: skip. Counts, lists and logs a sample whose read or decode failed. Collate node only.
-  void record_skipped(const SampleWork& sample);
+  void record_skipped(const SkippedSample& skipped);
+  /// Decode node, skip_replaces: reads the epoch's next samples in place of the failed one.
+  void replace(SampleWork& sample);
+  static constexpr uint64_t kMaxReplacementTries = 100;
   /// A kToken item's token, given back by the completion thread (no batch will be taken).
   void return_token();
   uint64_t now_ns() const noexcept;  // since started_
@@ -173,6 +176,8 @@ class PipelineGraph {
   const size_t prefetch_;
   const size_t decode_threads_;
   const OnError on_error_;
+  const bool refill_;   // PipelineOptions::refills()
+  const bool replace_;  // on_error: skip with skip_replaces
   const size_t batch_size_;
   const bool drop_last_;
   const uint64_t max_batches_;  // in all, counted from the run's start

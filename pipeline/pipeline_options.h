@@ -80,6 +80,14 @@ struct PipelineOptions {
   /// Decoder per field name, replacing the one the source names (see DecoderRegistry).
   std::map<std::string, std::string, std::less<>> decoders;
   OnError on_error = OnError::kFail;
+  /// Under kSkip: replace a skipped sample with the next one of the epoch that reads (Note
+  /// [replacing skipped samples]) instead of filling its batch from the samples after it. Epochs
+  /// then keep their number of batches, which data-parallel ranks need to stay in step;
+  /// make_pipeline() sets it when there are several ranks.
+  bool skip_replaces = false;
+  /// Under kSkip without skip_replaces, collate cuts batches from the samples left (Note
+  /// [refilling batches]) and the planner plans for that.
+  bool refills() const noexcept { return on_error == OnError::kSkip && !skip_replaces; }
   CollateOptions collate;
   PoolOptions pool;
   TransferOptions transfer;

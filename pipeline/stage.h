@@ -17,6 +17,14 @@ class BatchSource {
  public:
   virtual ~BatchSource() = default;
   virtual std::optional<BatchPlan> next() = 0;
+  /// The sample at `position` of `epoch`'s order, counting on past the epoch's end from its start;
+  /// nullopt when this source cannot say. Needed to replace skipped samples (Note [replacing
+  /// skipped samples] in pipeline_graph.cpp); unlike next(), called from the decode threads at once.
+  virtual std::optional<uint64_t> sample_at(uint64_t epoch, uint64_t position) const {
+    (void)epoch;
+    (void)position;
+    return std::nullopt;
+  }
 };
 
 /// A stage that works on one sample at a time, called concurrently for different samples (up to

@@ -12,6 +12,7 @@
 #include "pipeline/batch_layout.h"
 #include "pipeline/error.h"
 #include "pipeline/pinned_lease.h"
+#include "pipeline/pipeline_stats.h"
 #include "pipeline/pipeline_state.h"
 
 namespace ferry {
@@ -49,10 +50,19 @@ struct SampleWork {
   std::vector<at::Tensor> fields;  // decoded, in the source's field order
   std::string key;                 // the source's name for the sample, once read (for skip reports)
   std::optional<Error> error;
+  /// Note [replacing skipped samples]: the sample read instead of the planned one, the samples
+  /// skipped on the way (collate records them, in order), and whether the search gave up (the run
+  /// fails then: skipping would leave this rank's epoch shorter).
+  std::optional<uint64_t> replacement;
+  std::vector<SkippedSample> skipped;
+  bool unskippable = false;
 
   uint64_t sequence() const noexcept { return plan->first_sample_sequence + position; }
   bool is_marker() const noexcept { return plan->kind != BatchPlan::Kind::kSamples; }
-  uint64_t index() const { return plan->sample_indices.at(position); }
+  /// The source index read: the planned sample's, or its replacement's.
+  uint64_t index() const { return replacement ? *replacement : plan->sample_indices.at(position); }
+  /// The planned sample's place in its epoch's order.
+  uint64_t epoch_position() const noexcept { return plan->first_position + position; }
 };
 
 /// One item on its way from collate to the consumer: a batch, or a marker (the end, an error, or a

@@ -9,6 +9,8 @@
 
 #include "io/decoder_registry.h"
 #include "io/raw_decoder.h"
+#include "io/sequential_sampler.h"
+#include "io/sharded_sampler.h"
 #include "io/shuffled_sampler.h"
 #include "stages/standard_pipeline.h"
 #include "tests/support/instrumented_source.h"
@@ -237,6 +239,78 @@ TEST(OnErrorSkip, ResumesWhereItStoppedWithSkippedSamples) {
       }
     }
   }
+}
+
+// Several ranks (skip_replaces): a skipped sample is replaced by the next sample of the epoch's order
+// that reads, wrapping to its start, so batches keep their plans and every rank delivers exactly
+// as many batches, of the same sizes, as without failures; runs of failures and the last sample too.
+TEST(OnErrorSkip, ReplacesSkippedSamplesSoEveryRankKeepsItsBatches) {
+  constexpr uint64_t kSamples = 53;
+  auto truth = std::make_shared<const SyntheticSource>(fields(kSamples));
+  const std::set<uint64_t> failing{3, 10, 11, 12, 13, 27, 40, 52};
+  for (const uint64_t world : {1, 2, 3, 5, 8}) {
+    for (uint64_t rank = 0; rank < world; ++rank) {
+      for (const bool shuffle : {false, true}) {
+        SCOPED_TRACE("rank " + std::to_string(rank) + " of " + std::to_string(world) + (shuffle ? ", shuffled" : ""));
+        std::shared_ptr<const Sampler> order = std::make_shared<const SequentialSampler>(kSamples);
+        if (shuffle) order = std::make_shared<const ShuffledSampler>(kSamples, 5);
+        const auto sampler = std::make_shared<const ShardedSampler>(order, rank, world, ShardedSampler::Remainder::kPad);
+        PipelineOptions options;
+        options.batch_size = 4;
+        options.epochs = 2;
+        options.prefetch = 1 + rank % 3;
+        options.decode_threads = 1 + rank % 4;
+        options.skip_replaces = true;
+        const Outcome run = run_batches(truth, failing, options, 0, sampler);
+        // Expected: every planned position, its sample or the first readable one after it.
+        Batches want;
+        uint64_t attempts = 0;
+        for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+          const uint64_t size = sampler->epoch_size();
+          for (uint64_t first = 0; first < size; first += 4) {
+            std::vector<uint64_t> batch;
+            for (uint64_t p = first; p < std::min(size, first + 4); ++p) {
+              uint64_t k = 0;
+              while (failing.count(sampler->index(epoch, (p + k) % size)) != 0) ++k;
+              attempts += k;
+              batch.push_back(sampler->index(epoch, (p + k) % size));
+            }
+            want.push_back(batch);
+          }
+        }
+        EXPECT_EQ(run.batches, want);
+        EXPECT_EQ(run.stats.skipped_samples, attempts);
+      }
+    }
+  }
+}
+
+// A replacement search that meets only failures gives up after 100 and fails the run, naming the
+// first sample: a shorter epoch on one rank would hang the others.
+TEST(OnErrorSkip, ReplacingGivesUpOnARunOfBrokenSamples) {
+  auto truth = std::make_shared<const SyntheticSource>(fields(300));
+  std::set<uint64_t> failing;
+  for (uint64_t index = 100; index < 250; ++index) failing.insert(index);
+  auto source = std::make_shared<const InstrumentedSource>(truth, failing, 0us);
+  PipelineOptions options;
+  options.device = "cpu";
+  options.on_error = OnError::kSkip;
+  options.skip_replaces = true;
+  options.batch_size = 10;
+  Pipeline pipeline = make_pipeline(source, options);
+  uint64_t delivered = 0;
+  try {
+    while (auto batch = pipeline.next()) {
+      EXPECT_EQ(testing::compare_with_reference(*batch, *truth), "");
+      ++delivered;
+    }
+    ADD_FAILURE() << "the run ended without an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("found no readable sample to take the place of sample 100 among the 100 after it"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(delivered, 10u);  // every batch before the broken run
 }
 
 TEST(OnErrorSkip, ListsTheFirstHundredAndCountsEveryOne) {
