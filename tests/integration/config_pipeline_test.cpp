@@ -561,6 +561,10 @@ TEST(ConfigPipeline, TorchrunEnvironmentPicksRankAndWorldSize) {
   EXPECT_EQ(resolve_pipeline_options(config, torchrun).device,
             gpu_build() && cuda_device_count() > 0 ? "cuda:3" : "auto");
   EXPECT_EQ(resolve_pipeline_options(config, single).device, "auto");
+  // Several ranks: skipped samples are replaced, so that every rank keeps its number of batches.
+  EXPECT_TRUE(resolve_pipeline_options(config, torchrun).skip_replaces);
+  EXPECT_TRUE(resolve_pipeline_options(config, Placement{1, 2, 0, false}).skip_replaces);
+  EXPECT_FALSE(resolve_pipeline_options(config, single).skip_replaces);
 }
 
 // A tar source from YAML: labels through the `label` decoder, payloads as padded bytes, every value
