@@ -19,7 +19,7 @@ const std::vector<ConfigKey>& config_keys() {
       {"source.members[].dtype", "one of: uint8, int32, int64, float16, bfloat16, float32", "uint8", "Element type after decoding (tar).", "uint8"},
       {"source.members[].shape", "list of integers >= 0", "bytes of any length", "Shape after decoding, [H, W, 3] for `jpeg` (tar). Without it the field is variable-length in its first dimension.", "[64, 64, 3]"},
       {"source.members[].max_length", "integer >= 1", "none", "Longest first dimension of a variable-length field: lets `pool.slab_size` be auto (tar).", "4096"},
-      {"source.members[].decoder", "decoder name", "raw", "How the member's bytes become the field: raw, jpeg, npy, label, or one your program registers (tar).", "raw"},
+      {"source.members[].decoder", "decoder name", "raw", "How the member's bytes become the field: raw, jpeg, npy, label, json, or one your program registers (tar).", "raw"},
       {"source.members[].optional", "boolean", "false", "A sample without this member gets an empty tensor instead of failing (tar).", "true"},
       {"source.members[].resize_shorter", "integer 1..65535", "none", "Resize each image so that its shorter side has this many pixels, keeping the aspect ratio, before the crop; decoder `jpeg` only (tar).", "256"},
       {"source.members[].crop", "one of: center, random", "center", "Where the crop of the field's [H, W] is taken from the (resized) image; random: drawn from `sampler.seed`, the epoch and the sample, so an image gets another crop every epoch and a run (or a resume) repeats exactly. Decoder `jpeg` only; without resize_shorter and crop every image must already be [H, W] (tar).", "random"},
@@ -56,7 +56,7 @@ const std::vector<ConfigKey>& config_keys() {
       {"decode", "mapping", "", "Turning stored samples into tensors.", "{threads: 8}"},
       {"decode.threads", "auto or integer 1..1024", "auto", "Samples decoded at once. auto: the hardware threads minus two (at least 1).", "8"},
       {"decode.on_error", "one of: fail, skip", "fail", "A sample that cannot be read or decoded: fail the run (naming the sample), or skip it: fill its batch from the next samples, log it on stderr, count it and list it in the report.", "skip"},
-      {"decode.decoders", "mapping of field to decoder", "the source's", "Decoder per field, replacing the source's choice (built in: raw, jpeg, npy, label; and any your program registers).", "{image: raw}"},
+      {"decode.decoders", "mapping of field to decoder", "the source's", "Decoder per field, replacing the source's choice (built in: raw, jpeg, npy, label, json; and any your program registers).", "{image: raw}"},
       {"decode.decoders.<field>", "decoder name", "the source's", "The decoder of one field.", "raw"},
       // collate
       {"collate", "mapping", "", "Stacking samples into a batch.", "{pad_value: 0}"},

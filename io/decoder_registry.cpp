@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "io/jpeg_decoder.h"
+#include "io/json_decoder.h"
 #include "io/label_decoder.h"
 #include "io/npy_decoder.h"
 #include "io/raw_decoder.h"
@@ -15,6 +16,7 @@ DecoderRegistry::DecoderRegistry() {
   decoders_.push_back(std::make_shared<JpegDecoder>());
   decoders_.push_back(std::make_shared<NpyDecoder>());
   decoders_.push_back(std::make_shared<LabelDecoder>());
+  decoders_.push_back(std::make_shared<JsonDecoder>());
 }
 
 DecoderRegistry& DecoderRegistry::global() {

@@ -15,7 +15,7 @@ namespace ferry {
 /// Thread-safe: lookups share a lock, additions take it exclusively.
 class DecoderRegistry {
  public:
-  /// A registry with the built-in decoders: "raw", "jpeg" (RGB, no resize), "npy", "label".
+  /// A registry with the built-in decoders: "raw", "jpeg" (RGB, no resize), "npy", "label", "json".
   DecoderRegistry();
   /// The process-wide registry make_pipeline() uses; add your own decoders to it.
   static DecoderRegistry& global();
