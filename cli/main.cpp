@@ -175,9 +175,9 @@ int run(const std::vector<std::string_view>& args) {
   if (parsed.resume) resume = ferry::load_pipeline_state(*parsed.resume);
   if (parsed.save_state) check_writable("--save-state", *parsed.save_state);
 
-  ferry::Pipeline pipeline = ferry::make_pipeline(config, resume);
+  const std::shared_ptr<const ferry::Source> source = ferry::check_config(config);  // indexed once
+  ferry::Pipeline pipeline = ferry::make_pipeline(config, source, resume);
   const ferry::PipelineOptions& options = pipeline.options();
-  const auto source = ferry::make_source(config.source);  // its size and name, for progress and the report
   const uint64_t total = planned_batches(config, options, *source);
   std::fprintf(stderr, "ferry: %s: %s, %llu batches of %zu to %s (%s)\n", config.origin.c_str(),
                source->describe().c_str(), static_cast<unsigned long long>(total),
@@ -274,10 +274,10 @@ int validate(const std::vector<std::string_view>& args) {
   const ConfigArgs parsed = parse_config_args(args, /*run_flags=*/false);
   if (!parsed.path) throw UsageError("validate needs a CONFIG file");
   const ferry::Config config = load(parsed);
-  ferry::check_config(config);
+  const std::shared_ptr<const ferry::Source> source = ferry::check_config(config);
   const ferry::PipelineOptions& options = config.pipeline;
   std::printf("%s: valid (%s, batches of %zu, %llu epoch%s, device %s)\n", config.origin.c_str(),
-              ferry::make_source(config.source)->describe().c_str(), options.batch_size,
+              source->describe().c_str(), options.batch_size,
               static_cast<unsigned long long>(options.epochs), options.epochs == 1 ? "" : "s", options.device.c_str());
   return 0;
 }

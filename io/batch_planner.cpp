@@ -67,10 +67,14 @@ std::optional<BatchPlan> BatchPlanner::next() {
     epoch_end_due_.reset();
     return marker;
   }
-  // With refill a plan may yield no batch, so collate counts the batches against max_batches.
-  if (!options_.refill && options_.max_batches != 0 && planned_ >= options_.max_batches) return std::nullopt;
+  // With refill a plan may yield no batch, so collate counts the batches against max_batches; a run
+  // resumed at or past them has none left either way.
+  if (options_.max_batches != 0 && (options_.refill ? options_.first_batch : planned_) >= options_.max_batches) {
+    return std::nullopt;
+  }
   const uint64_t limit = epoch_limit();
-  if (limit == 0) return std::nullopt;  // no epoch has a batch: don't walk through them all
+  // No epoch has a batch: don't walk through them all (with refill the limit is the whole epoch).
+  if (limit == 0 || (options_.drop_last && sampler_->epoch_size() < options_.batch_size)) return std::nullopt;
   while (epoch_ < options_.epochs && position_ >= limit) {
     ++epoch_;
     position_ = 0;

@@ -134,6 +134,9 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
     order["source.image"] = image.str();
   }
   order["batch_size"] = std::to_string(config.pipeline.batch_size);
+  // Once a sample is skipped, batches hold other samples than under fail (and the saved position
+  // may fall mid-batch).
+  order["decode.on_error"] = config.pipeline.on_error == OnError::kSkip ? "skip" : "fail";
   order["sampler.drop_last"] = config.pipeline.drop_last ? "true" : "false";
   order["sampler.shuffle"] = config.sampler.shuffle ? "true" : "false";
   if (config.sampler.shuffle && config.sampler.shuffle_buffer > 0) {

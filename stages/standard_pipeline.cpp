@@ -100,7 +100,7 @@ Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions opt
   return Pipeline(std::move(stages), std::move(options));
 }
 
-void check_config(const Config& config) {
+std::shared_ptr<const Source> check_config(const Config& config) {
   std::vector<ConfigProblem> problems;
   auto add = [&](const std::string& key, std::string message) {
     problems.push_back({config.where(key), key, std::move(message)});
@@ -176,12 +176,16 @@ void check_config(const Config& config) {
     }
   }
   if (!problems.empty()) throw ConfigError(std::move(problems));
+  return source;
 }
 
 Pipeline make_pipeline(const Config& config, const std::optional<PipelineState>& resume) {
-  check_config(config);
+  return make_pipeline(config, check_config(config), resume);
+}
+
+Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> source, const std::optional<PipelineState>& resume) {
+  if (!source) throw Error("make_pipeline: no source (pass what check_config() returned)");
   const Placement placement = resolve_placement(config.sampler, torchrun_env());
-  std::shared_ptr<const Source> source = make_source(config.source);
   PipelineOptions options = resolve_pipeline_options(config, placement);
   options.order = batch_order(config, placement, *source);
   if (resume) {

@@ -36,8 +36,9 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
 /// Checks what in `config` needs this machine or the source's data: the device exists and this build
 /// can use it, the source can be made, the largest batch fits in a slab, the pinned budget holds
 /// prefetch slabs, the torchrun environment makes sense. Throws ConfigError listing every problem,
-/// each located where its key was set. Starts no thread and allocates no pinned memory.
-void check_config(const Config& config);
+/// each located where its key was set. Starts no thread and allocates no pinned memory. Returns the
+/// source it made to look at the data, so that callers need not index the dataset again.
+std::shared_ptr<const Source> check_config(const Config& config);
 
 /// check_config(), then the standard pipeline over the config's source and sampler. With `resume`
 /// (a saved Pipeline::state()), it starts at the state's next batch: the batches delivered are
@@ -45,6 +46,10 @@ void check_config(const Config& config);
 /// invalid config or a state saved under another order (naming each key that differs), or
 /// ferry::Error.
 Pipeline make_pipeline(const Config& config, const std::optional<PipelineState>& resume = std::nullopt);
+/// The same over `source`, the source check_config(config) returned (indexing a large dataset, a
+/// folder of a million files or thousands of shards, takes a while: do it once).
+Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> source,
+                       const std::optional<PipelineState>& resume = std::nullopt);
 
 /// "auto", "cpu", "cuda" or "cuda:N" as a device this build and machine can use. "auto" is cuda:0
 /// when there is one, else the CPU. Throws ferry::Error saying why a device cannot be used (a CPU

@@ -201,7 +201,30 @@ TEST(OnErrorSkip, MaxBatchesCountsDeliveredBatches) {
     Batches want = expected_batches(100, failing, 3, 10, false);
     want.resize(9);
     EXPECT_EQ(run.batches, want);
+    // Resumed after batch 4, it delivers the rest up to 9; resumed at 9 (or past), nothing.
+    const Outcome first = run_batches(truth, failing, options, 4);
+    PipelineOptions resumed = options;
+    resumed.first_batch = first.state.next_batch;
+    resumed.start = first.state.next;
+    Batches joined = first.batches;
+    const Outcome rest = run_to_end(truth, failing, resumed);
+    joined.insert(joined.end(), rest.batches.begin(), rest.batches.end());
+    EXPECT_EQ(joined, want);
+    resumed.first_batch = run.state.next_batch;
+    resumed.start = run.state.next;
+    EXPECT_TRUE(run_to_end(truth, failing, resumed).batches.empty()) << "a run resumed at max_batches delivered more";
   }
+}
+
+// drop_last with epochs smaller than a batch: no epoch can deliver one, so the run ends at once
+// (under skip the planner plans whole epochs, which must not mean walking through a million of them).
+TEST(OnErrorSkip, EndsAtOnceWhenNoEpochCanMakeABatch) {
+  auto truth = std::make_shared<const SyntheticSource>(fields(3));
+  PipelineOptions options;
+  options.batch_size = 4;
+  options.drop_last = true;
+  options.epochs = uint64_t{1} << 40;
+  EXPECT_TRUE(run_to_end(truth, {1}, options).batches.empty());
 }
 
 // A state taken after any batch resumes at the next one: the batches of the stopped run and of the

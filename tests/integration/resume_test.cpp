@@ -149,6 +149,28 @@ TEST(Resume, MalformedStatesAreRefusedWithTheirPlace) {
   EXPECT_NE(problem(R"({"format": "ferry-state", "version": 1, "next_batch": 3})").find("order: expected a mapping"),
             std::string::npos);
   EXPECT_EQ(problem(R"({"format": "ferry-state", "version": 1, "next_batch": 3, "order": {"a": "b"}})"), "");
+  EXPECT_NE(problem(R"({"format": "ferry-state", "version": 1, "next_batch": 3, "next": {"epoch": 1, "batch": -2, "position": 5}, "order": {}})")
+                .find("next: expected {\"epoch\": N, \"batch\": N, \"position\": N}"),
+            std::string::npos);
+  EXPECT_NE(problem(R"({"format": "ferry-state", "version": 1, "next_batch": 3, "next": 7, "order": {}})").find("next: expected"),
+            std::string::npos);
+}
+
+// The cursor survives the round trip through JSON; a state without one (an older file) has none.
+TEST(Resume, TheCursorRoundTripsThroughJson) {
+  PipelineState state;
+  state.next_batch = 12;
+  state.next = BatchCursor{2, 3, 17};
+  state.last_epoch = 2;
+  state.last_index = 2;
+  state.order = {{"batch_size", "5"}, {"odd \"key\"", "a\\b"}};
+  const PipelineState back = parse_pipeline_state(state.to_json(), "s.json");
+  EXPECT_EQ(back.next_batch, 12u);
+  ASSERT_TRUE(back.next.has_value());
+  EXPECT_EQ(*back.next, (BatchCursor{2, 3, 17}));
+  EXPECT_EQ(back.last_epoch, std::optional<uint64_t>(2));
+  EXPECT_EQ(back.order, state.order);
+  EXPECT_FALSE(parse_pipeline_state(R"({"format": "ferry-state", "version": 1, "next_batch": 3, "order": {}})", "s.json").next);
 }
 
 }  // namespace
