@@ -11,50 +11,17 @@
 #include <vector>
 
 #include "io/dtype_names.h"
+#include "io/turbojpeg_handle.h"
 #include "pipeline/error.h"
 
 namespace ferry {
 namespace {
 
-// Note [TurboJPEG handle per thread]
-// A tjhandle holds libjpeg's decompressor state and its last error message, so one handle must not
-// be used by two threads at once. Creating one per call costs an allocation of libjpeg's state
-// (several KiB) and its setup on every image; a thread_local handle is created once per decode
-// thread — oneTBB's workers and the decode threads live for the whole run — and reused. The handle
-// is also where tjGetErrorStr2() reads the message from, so messages never mix between threads (the
-// handle-less tjGetErrorStr() is one global buffer).
-//
-// A handle is reused only after a success. After a failure it is destroyed, and the thread's next
-// image gets a fresh one: libjpeg-turbo 2.1's tjDecompressHeader3() returns from an error without
-// aborting libjpeg's decompressor, so the next image's header is read as the continuation of the
-// damaged one (the test saw "Bogus Huffman table definition" for a good file after bad ones). Bad
-// data is rare, so the cost of a new handle then does not matter. A handle is also destroyed when
-// its thread exits.
-class ThreadHandle {
- public:
-  static tjhandle get() {
-    std::unique_ptr<void, Deleter>& handle = slot();
-    if (!handle) handle.reset(tjInitDecompress());
-    if (!handle) throw Error(std::string("TurboJPEG cannot create a decompressor: ") + tjGetErrorStr2(nullptr));
-    return handle.get();
-  }
-  static void discard() noexcept { slot().reset(); }
-
- private:
-  struct Deleter {
-    void operator()(void* handle) const noexcept { tjDestroy(handle); }
-  };
-  static std::unique_ptr<void, Deleter>& slot() {
-    thread_local std::unique_ptr<void, Deleter> handle;
-    return handle;
-  }
-};
-
-// The Error for a failed TurboJPEG call; the thread's handle is discarded (Note [TurboJPEG handle per thread]).
+// The Error for a failed TurboJPEG call; the thread's handle is discarded (Note [TurboJPEG handle per thread] in turbojpeg_handle.cpp).
 Error turbojpeg_error(tjhandle handle, int64_t bytes, const char* doing) {
   const std::string message = tjGetErrorStr2(handle);
   const bool warning = tjGetErrorCode(handle) == TJERR_WARNING;
-  ThreadHandle::discard();
+  discard_turbojpeg_handle(TurboJpegRole::kDecompress);
   if (warning) {
     // libjpeg would have carried on, e.g. padding a truncated scan with gray: refuse it instead.
     return Error("damaged JPEG (" + std::to_string(bytes) + " bytes) while " + doing + ": " + message +
@@ -256,7 +223,7 @@ at::Tensor JpegDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& 
   const uint8_t* data = bytes.data_ptr<uint8_t>();
   const auto jpeg_size = static_cast<unsigned long>(size);
 
-  tjhandle handle = ThreadHandle::get();
+  tjhandle handle = turbojpeg_handle(TurboJpegRole::kDecompress);
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
   if (tjDecompressHeader3(handle, data, jpeg_size, &width, &height, &subsampling, &colorspace) != 0) {
     throw turbojpeg_error(handle, size, "reading the header");

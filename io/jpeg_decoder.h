@@ -36,7 +36,7 @@ struct JpegDecodeOptions {
 /// byte count: a corrupt sample never becomes plausible pixels.
 ///
 /// Threads: decode() is called concurrently by the decode threads and is thread-safe; each thread
-/// keeps its own TurboJPEG handle (see Note [TurboJPEG handle per thread]). The decoder owns only
+/// keeps its own TurboJPEG handle (see Note [TurboJPEG handle per thread] in turbojpeg_handle.cpp). The decoder owns only
 /// its options; the returned tensor owns its memory (it does not keep `encoded` alive).
 ///
 /// The built-in "jpeg" in DecoderRegistry has default options (no resize, no crop), so it only

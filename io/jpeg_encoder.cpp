@@ -8,37 +8,11 @@
 #include <string>
 
 #include "io/dtype_names.h"
+#include "io/turbojpeg_handle.h"
 #include "pipeline/error.h"
 
 namespace ferry {
 namespace {
-
-// Note [TurboJPEG compressor per thread]
-// As for decoding (Note [TurboJPEG handle per thread] in jpeg_decoder.cpp): a tjhandle holds
-// libjpeg's compressor state and its last error message, so one thread uses it at a time. A
-// thread_local handle is made once per thread (make-dataset encodes on the TBB workers) instead of
-// per image, and tjGetErrorStr2() reads the message from it, so messages never mix between threads.
-// After a failure the handle is dropped and the next image gets a fresh one, so no state of a
-// failed compression can leak into the next.
-class ThreadCompressor {
- public:
-  static tjhandle get() {
-    std::unique_ptr<void, Deleter>& handle = slot();
-    if (!handle) handle.reset(tjInitCompress());
-    if (!handle) throw Error(std::string("TurboJPEG cannot create a compressor: ") + tjGetErrorStr2(nullptr));
-    return handle.get();
-  }
-  static void discard() noexcept { slot().reset(); }
-
- private:
-  struct Deleter {
-    void operator()(void* handle) const noexcept { tjDestroy(handle); }
-  };
-  static std::unique_ptr<void, Deleter>& slot() {
-    thread_local std::unique_ptr<void, Deleter> handle;
-    return handle;
-  }
-};
 
 // Frees TurboJPEG's output buffer on every path.
 struct TurboBuffer {
@@ -85,7 +59,7 @@ at::Tensor JpegEncoder::encode(const at::Tensor& image) const {
   const int format = channels == 3 ? TJPF_RGB : channels == 1 ? TJPF_GRAY : TJPF_CMYK;
   const int subsampling = channels == 1 ? TJSAMP_GRAY : turbojpeg_subsampling(options_.subsampling);
 
-  tjhandle handle = ThreadCompressor::get();
+  tjhandle handle = turbojpeg_handle(TurboJpegRole::kCompress);
   TurboBuffer jpeg;
   unsigned long size = 0;
   // TJFLAG_ACCURATEDCT: TurboJPEG compresses with the fast DCT unless told; the accurate one is what
@@ -95,7 +69,7 @@ at::Tensor JpegEncoder::encode(const at::Tensor& image) const {
                   &jpeg.data, &size, subsampling, options_.quality, TJFLAG_ACCURATEDCT);
   if (status != 0) {
     const std::string message = tjGetErrorStr2(handle);
-    ThreadCompressor::discard();
+    discard_turbojpeg_handle(TurboJpegRole::kCompress);
     throw Error("jpeg encoder: TurboJPEG failed on a " + shape_text(image) + " image: " + message);
   }
   at::Tensor bytes = at::empty({static_cast<int64_t>(size)}, at::kByte);

@@ -29,7 +29,7 @@ struct JpegEncodeOptions {
 /// libjpeg-turbo version may write other bytes for the same pixels.
 ///
 /// Threads: encode() is const and thread-safe; each thread keeps its own TurboJPEG compressor (see
-/// Note [TurboJPEG compressor per thread] in jpeg_encoder.cpp). Owns only its options; the result
+/// Note [TurboJPEG handle per thread] in turbojpeg_handle.cpp). Owns only its options; the result
 /// owns its memory. Allocates the result (and TurboJPEG's output buffer, freed before returning);
 /// does not block.
 class JpegEncoder {
