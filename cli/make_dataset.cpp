@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -24,6 +25,7 @@
 #include "io/atomic_file.h"
 #include "io/indexed_dataset_writer.h"
 #include "io/jpeg_encoder.h"
+#include "io/splitmix64.h"
 #include "io/npy_encoder.h"
 #include "io/tar_writer.h"
 #include "pipeline/error.h"
@@ -32,13 +34,6 @@ namespace ferry::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 uint64_t count_of(std::string_view flag, std::string_view text) {
   uint64_t value = 0;
@@ -169,16 +164,15 @@ std::string prepare_folder(std::string_view kind, std::string out) {
   struct stat info {};
   if (::stat(out.c_str(), &info) == 0) {
     if (!S_ISDIR(info.st_mode)) throw std::invalid_argument("OUT_DIR '" + out + "' exists and is not a folder");
-    DIR* folder = ::opendir(out.c_str());
-    if (folder == nullptr) throw std::invalid_argument("cannot read OUT_DIR '" + out + "': " + std::strerror(errno));
+    const std::unique_ptr<DIR, int (*)(DIR*)> folder(::opendir(out.c_str()), &::closedir);  // closed on every path
+    if (!folder) throw std::invalid_argument("cannot read OUT_DIR '" + out + "': " + std::strerror(errno));
     std::string first;
     uint64_t entries = 0;
-    while (const dirent* entry = ::readdir(folder)) {
+    while (const dirent* entry = ::readdir(folder.get())) {
       const std::string_view name = entry->d_name;
       if (name == "." || name == "..") continue;
       if (entries++ == 0 || name < first) first = name;  // the first by name: the same message every time
     }
-    ::closedir(folder);
     if (entries > 0) {
       throw std::invalid_argument(
           "OUT_DIR '" + out + "' is not empty (it holds '" + first + "'" +

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "io/splitmix64.h"
 #include "pipeline/error.h"
 
 namespace ferry::cli {
@@ -36,12 +37,7 @@ int64_t reciprocal(int64_t d) { return (int64_t{1} << 32) / std::max<int64_t>(1,
 class Stream {
  public:
   explicit Stream(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return splitmix64(state_); }
   /// Uniform in [low, high] (the tiny modulo bias does not matter here).
   int64_t between(int64_t low, int64_t high) {
     return low + static_cast<int64_t>(next() % static_cast<uint64_t>(high - low + 1));

@@ -1054,6 +1054,9 @@ class ConfigLoader {
       }
     }
     const SamplerConfig& sampler = config_.sampler;
+    if (sampler.shuffle_buffer > 0 && config_.source.kind == "tar" && !sampler.shuffle) {
+      problem_at("sampler.shuffle_buffer", "a shuffle buffer only acts with sampler.shuffle: true (this run reads in order)");
+    }
     if (sampler.shuffle_buffer > 0 && config_.source.kind != "tar") {
       problem_at("sampler.shuffle_buffer", "a shuffle buffer shuffles tar shards (source.kind: tar); this source is '" +
                                                config_.source.kind + "', which sampler.shuffle shuffles fully");

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <memory>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -45,11 +46,11 @@ struct DirEntry {
 // The entries of `path` that are not hidden ('.' first) and are folders or regular files (after
 // following links), sorted by name (byte order). Throws ferry::Error naming the path.
 std::vector<DirEntry> list_folder(const std::string& path) {
-  DIR* dir = ::opendir(path.c_str());
-  if (dir == nullptr) throw Error("image folder: cannot open the folder '" + path + "': " + errno_text());
+  const std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(path.c_str()), &::closedir);  // closed on every path
+  if (!dir) throw Error("image folder: cannot open the folder '" + path + "': " + errno_text());
   std::vector<DirEntry> entries;
   errno = 0;
-  while (const dirent* entry = ::readdir(dir)) {
+  while (const dirent* entry = ::readdir(dir.get())) {
     const std::string name = entry->d_name;
     if (name.empty() || name[0] == '.') continue;  // ".", "..", and hidden entries
     struct stat info {};
@@ -60,7 +61,6 @@ std::vector<DirEntry> list_folder(const std::string& path) {
     errno = 0;
   }
   const int read_error = errno;
-  ::closedir(dir);
   if (read_error != 0) {
     throw Error("image folder: cannot read the folder '" + path + "': " + std::strerror(read_error));
   }

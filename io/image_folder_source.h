@@ -27,7 +27,7 @@ struct ImageFolderOptions {
 /// folder once (on the calling thread): class folders sorted by name (byte order) get the class
 /// indices 0..C-1; within a class, files are sorted by their path relative to the class folder;
 /// samples are numbered class by class. Hidden files and folders (a name starting with '.') are
-/// ignored, symbolic links are followed (a link back to a folder already seen is not). Out: read(i)
+/// ignored, symbolic links are followed (a link to a folder above it, a loop, is not). Out: read(i)
 /// gives sample i with two fields: the image spec's field (the file's bytes, 1-D uint8, read at
 /// read() time) and "label" (the class index, an int64 0-d tensor that the "raw" decoder passes on
 /// as it is). Keys are paths relative to root ("cat/0001.jpg").
@@ -40,7 +40,7 @@ class ImageFolderSource : public Source {
   /// Blocks on directory reads. Throws ferry::Error naming the path for a root that is missing or not
   /// a folder, an unreadable folder, no class folder, a class folder without any file of the
   /// extensions (torchvision refuses that too), no extensions, or a bad image spec (no name, "label",
-  /// a dtype other than uint8 for raw bytes, a negative dim other than a variable first one).
+  /// a negative dim other than a variable first one).
   explicit ImageFolderSource(ImageFolderOptions options);
 
   const std::vector<FieldSpec>& fields() const override { return specs_; }

@@ -11,13 +11,15 @@
 #include <vector>
 
 #include "io/dtype_names.h"
+#include "io/splitmix64.h"
 #include "io/turbojpeg_handle.h"
 #include "pipeline/error.h"
 
 namespace ferry {
 namespace {
 
-// The Error for a failed TurboJPEG call; the thread's handle is discarded (Note [TurboJPEG handle per thread] in turbojpeg_handle.cpp).
+// The Error for a failed TurboJPEG call; the thread's handle is discarded (Note [TurboJPEG handle
+// per thread] in turbojpeg_handle.cpp).
 Error turbojpeg_error(tjhandle handle, int64_t bytes, const char* doing) {
   const std::string message = tjGetErrorStr2(handle);
   const bool warning = tjGetErrorCode(handle) == TJERR_WARNING;
@@ -44,13 +46,6 @@ std::string size_text(int64_t height, int64_t width) {
 // decoding); the same file then gets the same crop wherever it appears. Either way splitmix64
 // turns the key into the offsets, and different seeds give different crops. The digest reads the
 // bytes as little-endian words, so it is the same on every machine ferry builds on.
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
 uint64_t hash_bytes(const uint8_t* data, int64_t size) {
   uint64_t h = 0x243F6A8885A308D3ULL ^ static_cast<uint64_t>(size);
   int64_t i = 0;

@@ -50,6 +50,9 @@ at::Tensor JpegEncoder::encode(const at::Tensor& image) const {
     throw Error("jpeg encoder: expected a uint8 [H, W, C] image with C = 1 (gray), 3 (RGB) or 4 (CMYK), found " +
                 dtype_name(image.scalar_type()) + " " + shape_text(image));
   }
+  if (!image.device().is_cpu()) {
+    throw Error("jpeg encoder: the image must be in CPU memory, found it on " + image.device().str());
+  }
   const int64_t height = image.size(0), width = image.size(1), channels = image.size(2);
   // 65535: the largest height and width a JPEG frame header can hold.
   if (height < 1 || width < 1 || height > 65535 || width > 65535) {

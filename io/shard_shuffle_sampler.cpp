@@ -5,6 +5,7 @@
 #include <numeric>
 #include <utility>
 
+#include "io/splitmix64.h"
 #include "pipeline/error.h"
 
 namespace ferry {
@@ -44,28 +45,18 @@ namespace ferry {
 
 namespace {
 
-constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
 // Absorbed first, so that this sampler's stream differs from ShuffledSampler's keys for the same seed.
 constexpr uint64_t kDomain = 0x7368617264736866ULL;  // "shardshf"
 
-// The splitmix64 finalizer: a bijective 64-bit mix with full avalanche.
-constexpr uint64_t mix64(uint64_t z) noexcept {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
-constexpr uint64_t absorb(uint64_t state, uint64_t word) noexcept { return mix64(state + kGolden + mix64(word)); }
+constexpr uint64_t absorb(uint64_t state, uint64_t word) noexcept { return mix64(state + kGoldenGamma + mix64(word)); }
 
 // splitmix64 (Steele, Lea, Flood 2014): passes BigCrush, period 2^64, identical on every platform.
 class SplitMix64 {
  public:
   explicit SplitMix64(uint64_t state) noexcept : state_(state) {}
 
-  uint64_t next() noexcept {
-    state_ += kGolden;
-    return mix64(state_);
-  }
+  uint64_t next() noexcept { return splitmix64(state_); }
 
   // 2^64 mod bound: draws below it are rejected (see the Note). bound >= 1.
   static uint64_t rejection_threshold(uint64_t bound) noexcept { return (uint64_t{0} - bound) % bound; }

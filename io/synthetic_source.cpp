@@ -12,23 +12,16 @@
 
 #include "io/dtype_names.h"
 #include "pipeline/error.h"
+#include "io/splitmix64.h"
 
 namespace ferry {
 namespace {
-
-constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-
-uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // splitmix64: a tiny, fast generator whose every state is a valid seed.
 class SplitMix64 {
  public:
   explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next() { return mix(state_ += kGolden); }
+  uint64_t next() { return splitmix64(state_); }
   // Uniform in [0, 1) with 53 random bits.
   double unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
@@ -37,7 +30,7 @@ class SplitMix64 {
 };
 
 uint64_t stream_seed(uint64_t seed, uint64_t index, size_t field) {
-  return mix(seed ^ mix(index + kGolden * (static_cast<uint64_t>(field) + 1)));
+  return mix64(seed ^ mix64(index + kGoldenGamma * (static_cast<uint64_t>(field) + 1)));
 }
 
 bool is_integer(at::ScalarType dtype) { return dtype == at::kByte || dtype == at::kInt || dtype == at::kLong; }

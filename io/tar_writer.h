@@ -26,9 +26,10 @@ enum class TarLongNames {
 ///    entries() says where each member's header and data are, so a test can damage one field.
 ///  - streaming (`ferry make-dataset`): after each add(), write take() to an AtomicFile, and at the
 ///    end finish(). Only the bytes of the member just added are held (and entries(), about 60
-///    bytes a member), so a shard of any size costs about the memory of one member. Why take() and not a file inside the writer: the writer stays
-///    a copyable value with no I/O of its own and no error paths about files, and the caller picks
-///    where the bytes go (a file written under a temporary name and renamed, a socket, a buffer).
+///    bytes a member), so a shard of any size costs about the memory of one member. Why take() and
+///    not a file inside the writer: the writer stays a copyable value with no I/O of its own and no
+///    error paths about files, and the caller picks where the bytes go (a file written under a
+///    temporary name and renamed, a socket, a buffer).
 ///
 /// Offsets (entries(), offset()) count from the start of the archive, whatever was taken.
 /// Not thread-safe: one thread builds an archive. Allocates as it appends; never blocks.

@@ -1,5 +1,7 @@
 #include "stages/standard_pipeline.h"
 
+#include <map>
+
 #include "io/batch_planner.h"
 #include "io/config_error.h"
 #include "io/config_loader.h"
@@ -190,10 +192,16 @@ Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> sourc
   options.order = batch_order(config, placement, *source);
   if (resume) {
     // Another order would deliver other samples under the same batch numbers: refuse, key by key.
+    // Both ways: a key only the saved run had (a setting this config leaves at its default) differs too.
     std::vector<ConfigProblem> problems;
-    for (const auto& [key, value] : options.order) {
+    std::map<std::string, std::string> keys = resume->order;
+    keys.insert(options.order.begin(), options.order.end());
+    for (const auto& entry : keys) {
+      const std::string& key = entry.first;
       const auto saved = resume->order.find(key);
+      const auto now = options.order.find(key);
       const std::string before = saved == resume->order.end() ? "(not recorded)" : saved->second;
+      const std::string value = now == options.order.end() ? "(not set)" : now->second;
       if (before != value) {
         problems.push_back({config.where(key), key, "the saved state comes from a run with '" + before +
                                                         "', this config has '" + value + "': resuming would deliver other samples"});

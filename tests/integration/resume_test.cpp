@@ -129,6 +129,17 @@ TEST(Resume, RefusesAnotherOrderNamingEveryKeyThatDiffers) {
   // More epochs is the same order, continued.
   const Config longer = parse_config(kConfig, "longer.yaml", {"sampler.epochs=5"});
   EXPECT_NO_THROW((void)make_pipeline(longer, state));
+  // A key only the saved run recorded (a setting this config leaves at its default) differs too.
+  PipelineState extra = state;
+  extra.order["sampler.shuffle_buffer"] = "100";
+  try {
+    (void)make_pipeline(config, extra);
+    FAIL() << "resumed without the saved run's shuffle buffer";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 1u) << e.what();
+    EXPECT_EQ(e.problems()[0].key, "sampler.shuffle_buffer");
+    EXPECT_NE(e.problems()[0].message.find("with '100', this config has '(not set)'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Resume, MalformedStatesAreRefusedWithTheirPlace) {

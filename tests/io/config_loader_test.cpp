@@ -475,7 +475,7 @@ TEST(ConfigDocs, EveryDocumentedKeyIsAcceptedWithItsExample) {
   const TokenDatasetFolder dataset;
   const std::string megatron = "source: {kind: megatron, prefix: data/tokens}\n";
   const std::string tar =
-      "source: {kind: tar, shards: [data/shard-000.tar], members: [{name: image, extension: jpg, decoder: jpeg, shape: [8, 8, 3]}]}\n";
+      "source: {kind: tar, shards: [data/shard-000.tar], members: [{name: image, extension: jpg, decoder: jpeg, shape: [8, 8, 3]}]}\nsampler: {shuffle: true}\n";
   const std::string image_folder = "source: {kind: image_folder, root: data/images, image: {shape: [8, 8, 3]}}\n";
   for (const DocumentedKey& documented : documented_keys()) {
     SCOPED_TRACE(documented.path);
