@@ -438,7 +438,7 @@ void PipelineGraph::emit_batch(size_t count, bool last_of_epoch, std::vector<Wor
   for (const SamplePtr& sample : work->samples) info.sample_indices.push_back(sample->index());
   const SampleWork& last = *work->samples.back();
   work->next = last_of_epoch ? BatchCursor{carry_epoch_ + 1, 0, 0}
-                             : BatchCursor{carry_epoch_, next_index_, last.plan->first_position + last.position + 1};
+                             : BatchCursor{carry_epoch_, next_index_, last.epoch_position() + 1};
   run_batch_stage(kCollate, *work);
   if (max_batches_ != 0 && first_batch_ + batches_out_ >= max_batches_) {
     emit(BatchWork::Kind::kEnd, out);
