@@ -18,6 +18,14 @@ std::optional<Batch> Pipeline::next() {
   return graph_->next();
 }
 
+Pipeline::Next Pipeline::next_for(std::chrono::microseconds timeout) {
+  if (!graph_) throw Error("next_for() on a moved-from pipeline");
+  if (timeout < std::chrono::microseconds::zero()) timeout = std::chrono::microseconds::zero();
+  Next next;
+  next.batch = graph_->next(timeout, &next.timed_out);
+  return next;
+}
+
 void Pipeline::close() {
   if (graph_) graph_->close();
 }

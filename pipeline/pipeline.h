@@ -51,6 +51,16 @@ class Pipeline {
   /// ready. The batch's tensors are safe to use on the calling thread's current CUDA stream.
   std::optional<Batch> next();
 
+  /// What next_for() found.
+  struct Next {
+    std::optional<Batch> batch;  // the next batch, or nullopt: the end of the run, close(), or a timeout
+    bool timed_out = false;      // no batch within the timeout; the run goes on: call again
+  };
+  /// As next(), waiting at most `timeout`: for a consumer that must also react to something else
+  /// while it waits, e.g. the Python binding, which checks for Ctrl-C between calls. A wait taken
+  /// up again by the next call counts once in the stats.
+  Next next_for(std::chrono::microseconds timeout);
+
   /// Stops the pipeline early; a next() blocked on another thread returns nullopt. Thread-safe.
   void close();
 

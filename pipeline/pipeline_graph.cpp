@@ -562,7 +562,8 @@ void PipelineGraph::deliver(Delivery delivery) {
   if (batch && status != QueueStatus::kOk) batches_ready_.change(-1, end_ns);
 }
 
-std::optional<Batch> PipelineGraph::next() {
+std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool* timed_out) {
+  if (timed_out != nullptr) *timed_out = false;
   // The destructor waits until no thread is inside next(); close() makes blocked ones return.
   consumers_inside_.fetch_add(1, std::memory_order_acq_rel);
   struct Leave {
@@ -572,7 +573,7 @@ std::optional<Batch> PipelineGraph::next() {
   // Whatever ends this call without a batch — the end, an error, a close — ends the run's clock.
   struct EndUnlessBatch {
     PipelineGraph& graph;
-    bool batch = false;
+    bool batch = false;  // or a timeout: the run goes on
     ~EndUnlessBatch() {
       if (!batch) graph.mark_ended();
     }
@@ -586,11 +587,21 @@ std::optional<Batch> PipelineGraph::next() {
   if (finished_or_failed() || stop_.load(std::memory_order_acquire)) return std::nullopt;
 
   Delivery delivery;
-  if (ready_.size() == 0) consumer_waits_.fetch_add(1, std::memory_order_relaxed);
+  // A wait that timed out and is taken up again by the next call is still one wait for one batch.
+  if (ready_.size() == 0 && !resumed_wait_.exchange(false, std::memory_order_relaxed)) {
+    consumer_waits_.fetch_add(1, std::memory_order_relaxed);
+  }
   const uint64_t start_ns = now_ns();
-  const QueueStatus status = ready_.pop(delivery);
+  const QueueStatus status = ready_.pop(delivery, timeout < std::chrono::microseconds::zero() ? BoundedQueue<Delivery>::kForever : timeout);
   const uint64_t popped_ns = now_ns();
   consumer_wait_ns_.fetch_add(popped_ns - start_ns, std::memory_order_relaxed);
+  if (status == QueueStatus::kTimeout) {
+    resumed_wait_.store(true, std::memory_order_relaxed);
+    outcome.batch = true;  // not the end: the caller will ask again
+    if (timed_out != nullptr) *timed_out = true;
+    return std::nullopt;
+  }
+  resumed_wait_.store(false, std::memory_order_relaxed);
   if (status != QueueStatus::kOk) {
     finished_or_failed();  // another consumer may have met the error meanwhile
     return std::nullopt;

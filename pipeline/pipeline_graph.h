@@ -94,8 +94,9 @@ class PipelineGraph {
   PipelineGraph& operator=(const PipelineGraph&) = delete;
 
   /// The next batch, ready on the calling thread's current CUDA stream; nullopt at the end of the
-  /// run or after close(). Rethrows a stage's ferry::Error (and again on every later call). Blocks.
-  std::optional<Batch> next();
+  /// run or after close(). Rethrows a stage's ferry::Error (and again on every later call). Blocks,
+  /// for at most `timeout` when it is not negative: then nullopt with *timed_out set.
+  std::optional<Batch> next(std::chrono::microseconds timeout = std::chrono::microseconds(-1), bool* timed_out = nullptr);
   /// Stops the pipeline: wakes blocked next() calls (which return nullopt). Thread-safe, idempotent.
   void close() noexcept;
   PipelineStats stats() const;
@@ -222,6 +223,7 @@ class PipelineGraph {
   std::optional<Delivered> last_delivered_;  // guarded by consumer_mutex_
   bool finished_ = false;
   std::atomic<int> consumers_inside_{0};
+  std::atomic<bool> resumed_wait_{false};  // the last next() timed out: the next call continues its wait
   std::atomic<uint64_t> delivered_batches_{0};
   std::atomic<uint64_t> delivered_samples_{0};
   std::atomic<uint64_t> delivered_bytes_{0};

@@ -1,5 +1,6 @@
 #include <chrono>
 #include <future>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -217,6 +218,51 @@ TEST(Pipeline, CloseWakesAConsumerBlockedOnAnotherThread) {
   EXPECT_FALSE(consumer.get());
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
   EXPECT_FALSE(pipeline.next());
+}
+
+// next_for: a consumer that polls (as the Python binding will, checking for Ctrl-C between calls)
+// gets timeouts while decode is slow, then every batch in order, byte for byte, then the end, which
+// is not a timeout; a wait taken up again counts once in the stats; close() ends a polling consumer.
+TEST(Pipeline, NextForTimesOutWhileDecodeIsSlowThenDeliversEveryBatch) {
+  auto truth = std::make_shared<const SyntheticSource>(mixed_fields(48));
+  auto slow = std::make_shared<const InstrumentedSource>(truth, std::nullopt, 20ms);
+  PipelineOptions options;
+  options.batch_size = 8;
+  options.decode_threads = 2;
+  options.prefetch = 2;
+  Pipeline pipeline = make_pipeline(slow, options);
+  std::vector<uint64_t> delivered;
+  uint64_t timeouts = 0;
+  uint64_t batches = 0;
+  while (true) {
+    const Pipeline::Next next = pipeline.next_for(1ms);
+    if (next.timed_out) {
+      ASSERT_FALSE(next.batch.has_value());
+      ASSERT_LT(++timeouts, 1000000u) << "never delivered";
+      continue;
+    }
+    if (!next.batch) break;
+    EXPECT_EQ(testing::compare_with_reference(*next.batch, *truth), "");
+    delivered.insert(delivered.end(), next.batch->sample_indices().begin(), next.batch->sample_indices().end());
+    ++batches;
+  }
+  EXPECT_GT(timeouts, 0u) << "decode was never slow enough to time out: the test proves nothing";
+  std::vector<uint64_t> all(48);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(delivered, all);
+  EXPECT_EQ(batches, 6u);
+  EXPECT_LE(pipeline.stats().consumer_waits, batches + 1) << "each timed-out poll was counted as a wait";
+  const Pipeline::Next after_end = pipeline.next_for(1ms);
+  EXPECT_FALSE(after_end.batch.has_value());
+  EXPECT_FALSE(after_end.timed_out);
+
+  auto slower = std::make_shared<const InstrumentedSource>(truth, std::nullopt, 300ms);
+  Pipeline closing = make_pipeline(slower, options);
+  EXPECT_TRUE(closing.next_for(1ms).timed_out);
+  closing.close();
+  const Pipeline::Next closed = closing.next_for(1s);
+  EXPECT_FALSE(closed.batch.has_value());
+  EXPECT_FALSE(closed.timed_out);
 }
 
 TEST(Pipeline, ExplainsWhyADeviceCannotBeUsed) {
