@@ -27,11 +27,14 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/temp_dir.h"
+#include "tests/support/error_text.h"
 
 extern char** environ;
 
 namespace ferry {
 namespace {
+
+using testing::contains;
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -231,8 +234,6 @@ Result ferry(const std::vector<std::string>& args) { return run_program(ferry_ar
 std::string both(const Result& result) {
   return "\n--- stdout ---\n" + result.out + "\n--- stderr ---\n" + result.err;
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> all;

@@ -28,11 +28,14 @@
 #include "io/npy_decoder.h"
 #include "io/tar_shard_source.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/error_text.h"
 
 extern char** environ;
 
 namespace ferry {
 namespace {
+
+using testing::contains;
 
 using testing::TempDir;
 
@@ -50,8 +53,6 @@ std::string read_file(const std::string& path) {
 std::string both(const Result& result) {
   return "\n--- exit " + std::to_string(result.code) + "\n--- stdout ---\n" + result.out + "\n--- stderr ---\n" + result.err;
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Runs `ferry make-dataset ARGS...` to its end (killed after two minutes), stdout and stderr into
 // files (no pipes to fill up), stdin /dev/null.

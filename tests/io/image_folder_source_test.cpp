@@ -23,9 +23,12 @@
 #include "io/jpeg_encoder.h"
 #include "pipeline/error.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/error_text.h"
 
 namespace ferry {
 namespace {
+
+using testing::error_of;
 
 using testing::TempDir;
 
@@ -47,18 +50,6 @@ std::string random_bytes(std::mt19937_64& rng, size_t max_size = 3000) {
 
 std::string bytes_of(const at::Tensor& tensor) {
   return std::string(static_cast<const char*>(tensor.data_ptr()), static_cast<size_t>(tensor.numel()));
-}
-
-// The message of the ferry::Error that `make` throws, or "" (and a test failure) if none.
-template <typename F>
-std::string error_of(F&& make) {
-  try {
-    make();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no ferry::Error";
-  return "";
 }
 
 ImageFolderOptions options_for(const std::string& root) {

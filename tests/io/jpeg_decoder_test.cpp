@@ -22,9 +22,13 @@
 #include "io/jpeg_encoder.h"
 #include "pipeline/error.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/error_text.h"
 
 namespace ferry {
 namespace {
+
+using testing::contains;
+using testing::error_of;
 
 using Crop = JpegDecodeOptions::Crop;
 
@@ -100,23 +104,6 @@ at::Tensor reference_resize(const at::Tensor& image, int64_t out_h, int64_t out_
   }
   return out;
 }
-
-// The message of the ferry::Error that `body` throws, or a test failure.
-template <typename Body>
-std::string error_of(Body&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a ferry::Error: " << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(JpegDecoder, DecodesRgbImagesCloseToTheOriginal) {
   std::mt19937_64 rng(11);

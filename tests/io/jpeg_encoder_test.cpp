@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -13,9 +12,13 @@
 
 #include "io/jpeg_decoder.h"
 #include "pipeline/error.h"
+#include "tests/support/error_text.h"
 
 namespace ferry {
 namespace {
+
+using testing::contains;
+using testing::error_of;
 
 FieldSpec image_spec(int64_t height, int64_t width) {
   return FieldSpec{"image", at::kByte, {height, width, 3}, std::nullopt, "jpeg"};
@@ -48,18 +51,6 @@ at::Tensor smooth_image(int64_t height, int64_t width, int64_t channels, uint64_
 double mean_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().mean().item<double>();
 }
-
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no ferry::Error";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(JpegEncoder, RoundTripsThroughTheDecoderWithinASmallError) {
   std::mt19937_64 rng(3);

@@ -23,9 +23,13 @@
 #include "io/decoder_registry.h"
 #include "pipeline/error.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/error_text.h"
 
 namespace ferry {
 namespace {
+
+using testing::contains;
+using testing::error_of;
 
 // Exactly the text's bytes, in an allocation of exactly that size.
 at::Tensor bytes_of(const std::string& text) {
@@ -44,22 +48,6 @@ FieldSpec spec_of(at::ScalarType dtype, std::vector<int64_t> shape, std::optiona
 }
 
 at::Tensor decode(const std::string& json, const FieldSpec& spec) { return JsonDecoder().decode(bytes_of(json), spec); }
-
-template <typename Body>
-std::string error_of(Body&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a ferry::Error: " << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // The json text fails with a message holding `what` and "at byte <offset>".
 void expect_error(const std::string& json, const FieldSpec& spec, const std::string& what, int64_t offset) {

@@ -21,9 +21,13 @@
 #include "io/decoder_registry.h"
 #include "pipeline/error.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/error_text.h"
 
 namespace ferry {
 namespace {
+
+using testing::contains;
+using testing::error_of;
 
 using Cast = NpyDecodeOptions::Cast;
 
@@ -61,22 +65,6 @@ std::string dict_of(const std::string& descr, bool fortran, const std::string& s
 FieldSpec spec_of(at::ScalarType dtype, std::vector<int64_t> shape, std::optional<int64_t> max_length = std::nullopt) {
   return FieldSpec{"x", dtype, std::move(shape), max_length, "npy"};
 }
-
-template <typename Body>
-std::string error_of(Body&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a ferry::Error: " << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // A fresh folder for one test's files, removed at the end.
 struct ScratchDir : testing::TempDir {

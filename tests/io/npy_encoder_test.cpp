@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -17,9 +16,13 @@
 #include "io/npy_decoder.h"
 #include "pipeline/error.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/error_text.h"
 
 namespace ferry {
 namespace {
+
+using testing::contains;
+using testing::error_of;
 
 // The elements' bytes in C order.
 std::string text_of(const at::Tensor& tensor) {
@@ -27,18 +30,6 @@ std::string text_of(const at::Tensor& tensor) {
   const at::Tensor dense = tensor.contiguous();
   return std::string(static_cast<const char*>(dense.data_ptr()), dense.nbytes());
 }
-
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no ferry::Error";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // What a case writes and what NumPy must read back.
 struct Case {
