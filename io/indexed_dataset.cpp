@@ -12,6 +12,8 @@
 
 #include <torch/version.h>
 
+#include "io/printable.h"
+
 namespace ferry {
 
 // Note [MMIDIDX layout]
@@ -90,19 +92,8 @@ detail::MappedBytes map_file(const std::string& path, const std::string& prefix,
 }
 
 std::string printable(const std::byte* data, size_t bytes) {
-  std::string out;
-  for (size_t i = 0; i < bytes; ++i) {
-    const auto c = static_cast<unsigned char>(data[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
+  // Shown between double quotes, whole (a magic is a few bytes); a ' stays as it is.
+  return ferry::printable(std::string_view(reinterpret_cast<const char*>(data), bytes), bytes, "");
 }
 
 }  // namespace

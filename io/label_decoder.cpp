@@ -7,6 +7,7 @@
 #include <ATen/ops/empty.h>
 
 #include "io/dtype_names.h"
+#include "io/printable.h"
 #include "pipeline/error.h"
 
 namespace ferry {
@@ -14,24 +15,8 @@ namespace {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
-// The label's text for a message: printable ASCII kept, other bytes escaped, long text cut.
-std::string quoted(std::string_view text) {
-  constexpr size_t kMax = 40;
-  std::string out = "'";
-  for (size_t i = 0; i < text.size() && i < kMax; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  out += text.size() > kMax ? "...'" : "'";
-  return out;
-}
+// The label's text for a message, quoted: printable ASCII kept, other bytes escaped, long text cut.
+std::string quoted(std::string_view text) { return "'" + printable(text, 40) + "'"; }
 
 template <typename T>
 void store(at::Tensor& out, int64_t value, const FieldSpec& spec, std::string_view text) {

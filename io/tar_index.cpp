@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "io/printable.h"
 #include "pipeline/error.h"
 
 namespace ferry {
@@ -71,23 +72,7 @@ constexpr size_t kPrefixOffset = 345, kPrefixSize = 155;
 using Block = std::array<unsigned char, kBlock>;
 
 // Text from a file, safe to put in a message: control and non-ASCII bytes escaped, long text cut.
-std::string printable(std::string_view text) {
-  constexpr size_t kMax = 200;
-  std::string out;
-  for (size_t i = 0; i < text.size() && i < kMax; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  if (text.size() > kMax) out += "...";
-  return out;
-}
+std::string printable(std::string_view text) { return ferry::printable(text, 200); }
 
 std::string errno_text(int error) { return std::system_category().message(error); }
 
