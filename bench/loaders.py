@@ -212,6 +212,19 @@ def warm_up(device, batch_bytes):
     del blocks
 
 
+
+def comparison_point(threads, batches, samples, ferry_report, loader):
+    """One row of a part's table: ferry's report and the DataLoader's timing at `threads`."""
+    ferry_rate = ferry_report["totals"]["samples_per_second"]
+    return {"threads": threads, "batches": batches, "samples": samples,
+            "ferry_samples_per_second": ferry_rate, "ferry_wall_seconds": ferry_report["totals"]["wall_seconds"],
+            "ferry_bottleneck": ferry_report["bottleneck"],
+            "dataloader_samples_per_second": loader["samples_per_second"],
+            "dataloader_after_first_samples_per_second": loader["after_first_samples_per_second"],
+            "dataloader_seconds": loader["seconds"],
+            "dataloader_first_batch_seconds": loader["first_batch_seconds"],
+            "speedup": ferry_rate / loader["samples_per_second"]}
+
 def time_dataloader(dataset, batch_size, workers, device, batches, sampler=None, deliver=None):
     """Takes `batches` batches; returns seconds from iter() to the last one on the device, and from the
     first one's arrival (on the device) to the same end."""
@@ -354,14 +367,7 @@ def bench_images(args, device, threads, out):
         data = ferry_run(args.ferry, config, [f"decode.threads={t}", f"sampler.epochs={epochs}"], batches, report)
         ferry_rate = data["totals"]["samples_per_second"]
         loader = time_dataloader(ImageFiles(files, labels, batches * batch_size), batch_size, t, device, batches)
-        points.append({"threads": t, "batches": batches, "samples": batches * batch_size,
-                       "ferry_samples_per_second": ferry_rate, "ferry_wall_seconds": data["totals"]["wall_seconds"],
-                       "ferry_bottleneck": data["bottleneck"],
-                       "dataloader_samples_per_second": loader["samples_per_second"],
-                       "dataloader_after_first_samples_per_second": loader["after_first_samples_per_second"],
-                       "dataloader_seconds": loader["seconds"],
-                       "dataloader_first_batch_seconds": loader["first_batch_seconds"],
-                       "speedup": ferry_rate / loader["samples_per_second"]})
+        points.append(comparison_point(t, batches, batches * batch_size, data, loader))
         log(f"images, {t} threads/workers: ferry {ferry_rate:.0f}/s, DataLoader {loader['samples_per_second']:.0f}/s")
     return {"images": len(files), "image_size": IMAGE_SIZE, "mean_kilobytes": mean_kb, "batch_size": batch_size,
             "unit": "images", "points": points}
@@ -410,14 +416,7 @@ def bench_tokens(args, device, threads, out):
         sampler = torch.utils.data.RandomSampler(dataset, num_samples=batches * TOKEN_BATCH, generator=generator)
         loader = time_dataloader(dataset, TOKEN_BATCH, t, device, batches, sampler=sampler,
                                  deliver=lambda parts: device_view(parts[0], delivered))
-        points.append({"threads": t, "batches": batches, "samples": batches * TOKEN_BATCH,
-                       "ferry_samples_per_second": ferry_rate, "ferry_wall_seconds": data["totals"]["wall_seconds"],
-                       "ferry_bottleneck": data["bottleneck"],
-                       "dataloader_samples_per_second": loader["samples_per_second"],
-                       "dataloader_after_first_samples_per_second": loader["after_first_samples_per_second"],
-                       "dataloader_seconds": loader["seconds"],
-                       "dataloader_first_batch_seconds": loader["first_batch_seconds"],
-                       "speedup": ferry_rate / loader["samples_per_second"]})
+        points.append(comparison_point(t, batches, batches * TOKEN_BATCH, data, loader))
         log(f"tokens, {t} threads/workers: ferry {ferry_rate * WINDOW / 1e6:.1f}M tokens/s, "
             f"DataLoader {loader['samples_per_second'] * WINDOW / 1e6:.1f}M tokens/s")
     # The shipped config keeps 4 batches in flight; whether more would help is one ferry run more.
