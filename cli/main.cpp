@@ -28,7 +28,6 @@
 #include "cli/progress_line.h"
 #include "cli/run_report.h"
 #include "ferry/build_config.h"
-#include "io/batch_planner.h"
 #include "io/config_loader.h"
 #include "io/pipeline_state_loader.h"
 #include "io/units.h"
@@ -155,15 +154,6 @@ void check_writable(const char* what, const std::string& path) {
 std::atomic<bool> g_interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
-// Batches the run will deliver (its planner's count), for the progress line's total and ETA.
-uint64_t planned_batches(const ferry::Config& config, const ferry::PipelineOptions& options, const ferry::Source& source) {
-  const ferry::Placement placement = ferry::resolve_placement(config.sampler, ferry::torchrun_env());
-  return ferry::BatchPlanner(ferry::make_sampler(config.sampler, placement, source),
-                             {options.batch_size, options.drop_last, options.epochs, options.max_batches,
-                              options.first_batch, options.start, options.refills()})
-      .total_batches();
-}
-
 int run(const std::vector<std::string_view>& args) {
   // From the start: a Ctrl-C while the pipeline starts up still ends in a clean stop and a report.
   std::signal(SIGINT, [](int) { g_interrupted.store(true); });
@@ -178,7 +168,7 @@ int run(const std::vector<std::string_view>& args) {
   const std::shared_ptr<const ferry::Source> source = ferry::check_config(config);  // indexed once
   ferry::Pipeline pipeline = ferry::make_pipeline(config, source, resume);
   const ferry::PipelineOptions& options = pipeline.options();
-  const uint64_t total = planned_batches(config, options, *source);
+  const uint64_t total = ferry::planned_batches(config, options, *source);
   std::fprintf(stderr, "ferry: %s: %s, %llu batches of %zu to %s (%s)\n", config.origin.c_str(),
                source->describe().c_str(), static_cast<unsigned long long>(total),
                options.batch_size, options.device.c_str(), ferry::build_description().c_str());

@@ -216,6 +216,14 @@ Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> sourc
   return make_pipeline(std::move(source), std::move(options), std::move(sampler), field_decoders);
 }
 
+uint64_t planned_batches(const Config& config, const PipelineOptions& options, const Source& source) {
+  const Placement placement = resolve_placement(config.sampler, torchrun_env());
+  return BatchPlanner(make_sampler(config.sampler, placement, source),
+                      {options.batch_size, options.drop_last, options.epochs, options.max_batches, options.first_batch,
+                       options.start, options.refills()})
+      .total_batches();
+}
+
 }  // namespace ferry
 
 // Declared with Pipeline (pipeline/pipeline.h), defined here: the engine knows no file format and

@@ -51,6 +51,12 @@ Pipeline make_pipeline(const Config& config, const std::optional<PipelineState>&
 Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> source,
                        const std::optional<PipelineState>& resume = std::nullopt);
 
+/// Batches a pipeline that make_pipeline(config, ...) returned will deliver, from its first batch on
+/// (`options` is its Pipeline::options(), which carries a resume point): its planner's count, for
+/// progress totals and len(). Under `on_error: skip` at most this many (skipped samples can shorten
+/// epochs). Builds the sampler; starts no thread.
+uint64_t planned_batches(const Config& config, const PipelineOptions& options, const Source& source);
+
 /// "auto", "cpu", "cuda" or "cuda:N" as a device this build and machine can use. "auto" is cuda:0
 /// when there is one, else the CPU. Throws ferry::Error saying why a device cannot be used (a CPU
 /// build, no visible device, an index out of range, an unknown name).
