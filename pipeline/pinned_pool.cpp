@@ -1,5 +1,6 @@
 #include "pipeline/pinned_pool.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -36,6 +37,12 @@ void say_fallback_once(const std::string& reason) {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<size_t> g_live_bytes{0};  // PinnedPool::live_bytes()
+}  // namespace
+
+size_t PinnedPool::live_bytes() noexcept { return g_live_bytes.load(std::memory_order_relaxed); }
 
 std::shared_ptr<PinnedPool> PinnedPool::create(const PinnedPoolOptions& options) {
   return std::shared_ptr<PinnedPool>(new PinnedPool(options));
@@ -87,6 +94,7 @@ PinnedPool::PinnedPool(const PinnedPoolOptions& options)
     if (base_ == nullptr) throw Error(where, "cannot allocate " + std::to_string(total) + " bytes of staging memory");
   }
 
+  g_live_bytes.fetch_add(total, std::memory_order_relaxed);
   free_.reserve(slab_count_);
   pending_.reserve(slab_count_);
   // Leased from the back: slab 0 first.
@@ -117,8 +125,9 @@ PinnedPool::~PinnedPool() {
     std::cerr << "ferry: pinned pool destroyed while a copy from it had not finished within "
               << kDestroyDeadline.count() << " ms; leaking " << slab_stride_ * slab_count_
               << " bytes rather than freeing memory a copy may still read\n";
-    return;
+    return;  // still counted in live_bytes(): the memory is not given back
   }
+  g_live_bytes.fetch_sub(slab_stride_ * slab_count_, std::memory_order_relaxed);
 #if FERRY_HAVE_CUDART
   if (pinned_) {
     if (cudaFreeHost(base_) != cudaSuccess) (void)cudaGetLastError();

@@ -88,6 +88,10 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
   /// stats().wait_seconds). Blocks.
   std::optional<PinnedLease> acquire(Timeout timeout);
 
+  /// Staging bytes (pinned or the pageable fallback) held by every pool of this process now: what a
+  /// leak check compares before and after building and dropping pipelines. Thread-safe.
+  static size_t live_bytes() noexcept;
+
   size_t slab_bytes() const noexcept { return slab_bytes_; }
   size_t slab_count() const noexcept { return slab_count_; }
   bool pinned() const noexcept { return pinned_; }
