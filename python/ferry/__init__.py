@@ -1,0 +1,27 @@
+"""ferry: staged data loading into GPU-resident batches, from Python.
+
+    import ferry
+    with ferry.Pipeline("configs/demo.yaml") as pipeline:
+        for batch in pipeline:               # dict[str, torch.Tensor], already on the device
+            ...
+
+    handle = ferry.start_copy({"x": [t1, t2], "y": array}, "cuda:0")
+    result = handle.get()                    # the same structure, its tensors on cuda:0
+
+Both run on ferry's C++ core (ferry._C): the pipeline's threads and copies never hold the GIL.
+"""
+
+from ferry._C import ConfigError, Error, __version__, build_kind, build_reason
+from ferry.async_copy import AsyncCopyHandle, start_copy
+from ferry.pipeline import Pipeline
+
+__all__ = [
+    "AsyncCopyHandle",
+    "ConfigError",
+    "Error",
+    "Pipeline",
+    "__version__",
+    "build_kind",
+    "build_reason",
+    "start_copy",
+]

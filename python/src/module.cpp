@@ -1,0 +1,26 @@
+// ferry._C: the compiled part of the `ferry` Python package (python/ferry/ wraps it; see
+// python/ferry/_C.pyi for the API as Python sees it).
+#include <torch/csrc/utils/pybind.h>
+
+#include "ferry/build_config.h"
+#include "pipeline/pinned_pool.h"
+#include "python_errors.h"
+#include "python_pipeline.h"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "ferry's compiled core: the pipeline and the multi-tensor copier (use the `ferry` package)";
+  // Tensors cross into Python through torch's own binding, which must be initialised first.
+  py::module_::import("torch");
+  ferry::python::register_errors(m);
+
+  m.attr("__version__") = FERRY_VERSION;
+  m.attr("build_kind") = FERRY_BUILD_KIND;
+  m.attr("build_reason") = FERRY_BUILD_REASON;
+  m.attr("torch_version") = FERRY_TORCH_VERSION;
+  m.def("live_staging_bytes", &ferry::PinnedPool::live_bytes,
+        "Staging bytes (pinned, or the pageable fallback) held by every pipeline of this process now.");
+
+  ferry::python::bind_pipeline(m);
+}

@@ -1,0 +1,67 @@
+#include "python_errors.h"
+
+#include <exception>
+
+#include "io/config_error.h"
+#include "pipeline/error.h"
+
+namespace py = pybind11;
+
+namespace ferry::python {
+
+namespace {
+
+// Borrowed for the life of the process: the module keeps a reference to each type.
+PyObject* g_error = nullptr;
+PyObject* g_config_error = nullptr;
+
+py::object optional_int(const std::optional<uint64_t>& value) {
+  return value ? py::object(py::int_(*value)) : py::object(py::none());
+}
+
+// Raises `type` with ferry::Error's message and its context as attributes, so that Python code can
+// tell which stage and which sample failed without parsing the message.
+void raise(PyObject* type, const Error& error, py::object problems) {
+  py::object instance = py::reinterpret_borrow<py::object>(type)(py::str(error.what()));
+  instance.attr("stage") = error.stage().empty() ? py::object(py::none()) : py::object(py::str(error.stage()));
+  instance.attr("sample") = optional_int(error.sample_index());
+  instance.attr("epoch") = optional_int(error.epoch());
+  instance.attr("batch") = optional_int(error.batch_index());
+  instance.attr("cause") = py::str(error.cause());
+  instance.attr("problems") = std::move(problems);
+  PyErr_SetObject(type, instance.ptr());
+}
+
+}  // namespace
+
+void register_errors(py::module_& module) {
+  g_error = PyErr_NewExceptionWithDoc(
+      "ferry._C.Error",
+      "A failure ferry reports: the message names the stage, the sample and the cause. Attributes: "
+      "stage (str or None), sample, epoch, batch (int or None), cause (str).",
+      PyExc_RuntimeError, nullptr);
+  py::object bases = py::make_tuple(py::handle(g_error), py::handle(PyExc_ValueError));
+  g_config_error = PyErr_NewExceptionWithDoc(
+      "ferry._C.ConfigError",
+      "A config or state that cannot run; every problem found is listed, one per line. Attribute: "
+      "problems, a list of (location, key, message) tuples.",
+      bases.ptr(), nullptr);
+  module.add_object("Error", py::handle(g_error));
+  module.add_object("ConfigError", py::handle(g_config_error));
+
+  py::register_exception_translator([](std::exception_ptr thrown) {
+    try {
+      if (thrown) std::rethrow_exception(thrown);
+    } catch (const ConfigError& error) {
+      py::list problems;
+      for (const ConfigProblem& problem : error.problems()) {
+        problems.append(py::make_tuple(problem.location, problem.key, problem.message));
+      }
+      raise(g_config_error, error, std::move(problems));
+    } catch (const Error& error) {
+      raise(g_error, error, py::list());
+    }
+  });
+}
+
+}  // namespace ferry::python

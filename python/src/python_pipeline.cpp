@@ -1,0 +1,174 @@
+#include "python_pipeline.h"
+
+#include <sstream>
+#include <utility>
+
+#include <torch/csrc/autograd/python_variable.h>
+
+#include "cli/run_report.h"
+#include "ferry/build_config.h"
+#include "io/config_loader.h"
+#include "io/pipeline_state_loader.h"
+#include "stages/standard_pipeline.h"
+
+namespace py = pybind11;
+
+namespace ferry::python {
+
+PythonPipeline::PythonPipeline(Config config, const std::optional<std::string>& state_json) : config_(std::move(config)) {
+  std::optional<PipelineState> resume;
+  if (state_json) resume = parse_pipeline_state(*state_json, "<state_dict>");
+  py::gil_scoped_release unlocked;  // indexing a dataset and starting threads take a while
+  source_ = check_config(config_);
+  start(resume);
+}
+
+PythonPipeline::~PythonPipeline() {
+  // Joining the pipeline's threads needs no Python; other Python threads may run meanwhile. The
+  // destructor runs with the GIL held when Python drops the last reference, and without it when the
+  // interpreter has gone.
+  std::shared_ptr<Pipeline> pipeline;
+  {
+    std::lock_guard lock(handle_);
+    pipeline = std::move(pipeline_);
+  }
+  if (pipeline && Py_IsInitialized() && PyGILState_Check()) {
+    py::gil_scoped_release unlocked;
+    pipeline.reset();
+  }
+}
+
+void PythonPipeline::start(const std::optional<PipelineState>& resume) {
+  auto pipeline = std::make_shared<Pipeline>(make_pipeline(config_, source_, resume));
+  planned_ = planned_batches(config_, pipeline->options(), *source_);
+  options_device_ = pipeline->options().device;
+  std::lock_guard lock(handle_);
+  pipeline_ = std::move(pipeline);
+  final_state_.reset();
+  final_stats_.reset();
+}
+
+std::shared_ptr<Pipeline> PythonPipeline::running() const {
+  std::lock_guard lock(handle_);
+  return pipeline_;
+}
+
+py::dict PythonPipeline::next() {
+  std::optional<Batch> batch;
+  {
+    py::gil_scoped_release unlocked;
+    std::unique_lock consumer(consumer_);
+    for (;;) {
+      const std::shared_ptr<Pipeline> pipeline = running();
+      if (!pipeline) break;
+      Pipeline::Next got = pipeline->next_for(kSignalPollInterval);
+      if (!got.timed_out) {
+        batch = std::move(got.batch);
+        break;
+      }
+      // Between two slices: let Python run its signal handlers (Ctrl-C raises KeyboardInterrupt).
+      consumer.unlock();
+      {
+        py::gil_scoped_acquire locked;
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      }
+      consumer.lock();
+    }
+  }
+  if (!batch) throw py::stop_iteration();
+  py::dict fields;
+  const std::vector<std::string>& names = batch->names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    // torch's own wrapper: the Python tensor shares the C++ tensor's storage (no copy, no DLPack).
+    fields[py::str(names[i])] = py::reinterpret_steal<py::object>(THPVariable_Wrap(batch->tensors()[i]));
+  }
+  return fields;
+}
+
+std::string PythonPipeline::state_json() const {
+  if (const std::shared_ptr<Pipeline> pipeline = running()) return pipeline->state().to_json();
+  std::lock_guard lock(handle_);
+  return final_state_ ? final_state_->to_json() : PipelineState{}.to_json();
+}
+
+void PythonPipeline::load_state_json(const std::string& json) {
+  const PipelineState state = parse_pipeline_state(json, "<state_dict>");
+  close();
+  py::gil_scoped_release unlocked;
+  std::lock_guard consumer(consumer_);
+  start(state);
+}
+
+std::string PythonPipeline::stats_json() const {
+  PipelineStats stats;
+  if (const std::shared_ptr<Pipeline> pipeline = running()) {
+    stats = pipeline->stats();
+  } else {
+    std::lock_guard lock(handle_);
+    if (final_stats_) stats = *final_stats_;
+  }
+  cli::RunInfo info;
+  info.ferry_version = FERRY_VERSION;
+  info.config = config_.origin;
+  info.source = source_ ? source_->describe() : "";
+  std::ostringstream out;
+  cli::write_report_json(out, info, stats);
+  return out.str();
+}
+
+void PythonPipeline::close() {
+  const std::shared_ptr<Pipeline> pipeline = running();
+  if (!pipeline) return;
+  py::gil_scoped_release unlocked;
+  pipeline->close();  // wakes a next() blocked on another thread
+  std::lock_guard consumer(consumer_);
+  std::shared_ptr<Pipeline> last;
+  {
+    std::lock_guard lock(handle_);
+    if (pipeline_ != pipeline) return;  // another close() got here first
+    final_state_ = pipeline->state();
+    final_stats_ = pipeline->stats();
+    last = std::move(pipeline_);
+  }
+  // `pipeline` and `last` are the final references: leaving joins the threads and frees the slabs.
+}
+
+bool PythonPipeline::closed() const { return running() == nullptr; }
+
+namespace {
+
+using Overrides = std::vector<std::string>;
+using State = std::optional<std::string>;
+
+std::unique_ptr<PythonPipeline> from_path(const std::string& path, const Overrides& overrides, const State& state) {
+  Config config;
+  {
+    py::gil_scoped_release unlocked;
+    config = load_config(path, overrides);
+  }
+  return std::make_unique<PythonPipeline>(std::move(config), state);
+}
+
+std::unique_ptr<PythonPipeline> from_text(const std::string& yaml, const std::string& origin, const Overrides& overrides,
+                                          const State& state) {
+  return std::make_unique<PythonPipeline>(parse_config(yaml, origin, overrides), state);
+}
+
+}  // namespace
+
+void bind_pipeline(py::module_& module) {
+  py::class_<PythonPipeline>(module, "Pipeline", "A running ferry pipeline (use ferry.Pipeline).")
+      .def_static("from_path", &from_path, py::arg("path"), py::arg("overrides"), py::arg("state"))
+      .def_static("from_text", &from_text, py::arg("yaml"), py::arg("origin"), py::arg("overrides"), py::arg("state"))
+      .def("next", &PythonPipeline::next, "The next batch as {field: tensor}; StopIteration at the end.")
+      .def("__len__", &PythonPipeline::length)
+      .def("state_json", &PythonPipeline::state_json)
+      .def("load_state_json", &PythonPipeline::load_state_json, py::arg("state"))
+      .def("stats_json", &PythonPipeline::stats_json)
+      .def("close", &PythonPipeline::close)
+      .def_property_readonly("closed", &PythonPipeline::closed)
+      .def_property_readonly("device", &PythonPipeline::device)
+      .def_property_readonly("origin", &PythonPipeline::origin);
+}
+
+}  // namespace ferry::python

@@ -1,0 +1,81 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/utils/pybind.h>
+
+#include "io/config.h"
+#include "io/source.h"
+#include "pipeline/pipeline.h"
+
+namespace ferry::python {
+
+/// ferry.Pipeline's engine (ferry._C.Pipeline): a ferry::Pipeline built from a config, handing its
+/// batches to Python as dicts of the pipeline's own tensors (no copy).
+///
+/// Every call that works or waits in C++ releases the GIL: building (which indexes the dataset),
+/// next() while it waits for a batch, close(), destruction. next() waits in slices of
+/// kSignalPollInterval and checks for signals between them, so Ctrl-C raises KeyboardInterrupt in a
+/// blocked iteration within that interval. Thread-safe: one next() at a time (others wait), close()
+/// and stats() from any thread.
+class PythonPipeline {
+ public:
+  static constexpr std::chrono::milliseconds kSignalPollInterval{100};
+
+  /// `config` as loaded (load_config/parse_config); `state_json`, when given, a saved state_json().
+  /// Throws ConfigError/ferry::Error before any thread starts for an invalid config or state.
+  PythonPipeline(Config config, const std::optional<std::string>& state_json);
+  ~PythonPipeline();
+  PythonPipeline(const PythonPipeline&) = delete;
+  PythonPipeline& operator=(const PythonPipeline&) = delete;
+
+  /// The next batch as {field name: tensor}, or raises StopIteration at the end of the run (and
+  /// after close()). A stage's failure raises ferry.Error. Call with the GIL held.
+  pybind11::dict next();
+  /// Batches this pipeline delivers from its start (a resumed one: those left). An upper bound under
+  /// on_error: skip.
+  uint64_t length() const noexcept { return planned_; }
+  /// Pipeline::state() as its JSON text.
+  std::string state_json() const;
+  /// Restarts at a saved state: the batches delivered next are those the saved run had not
+  /// delivered. Raises ConfigError for a state of another order. Call with the GIL held.
+  void load_state_json(const std::string& json);
+  /// The run's stats as the JSON report `ferry run --report` writes (docs/report.md).
+  std::string stats_json() const;
+  /// Stops the work and frees every thread and pinned slab; a next() blocked on another thread
+  /// returns. Idempotent. Call with the GIL held.
+  void close();
+  bool closed() const;
+  /// The resolved device ("cpu", "cuda:0") and the config's origin.
+  std::string device() const { return options_device_; }
+  const std::string& origin() const noexcept { return config_.origin; }
+
+ private:
+  void start(const std::optional<PipelineState>& resume);  // GIL released by the caller
+
+  Config config_;
+  std::shared_ptr<const Source> source_;
+  std::string options_device_;
+  uint64_t planned_ = 0;
+  /// The running pipeline (null once closed), read under `handle_`.
+  std::shared_ptr<Pipeline> running() const;
+
+  // One next() at a time holds `consumer_`. close() wakes it through Pipeline::close() (thread-safe),
+  // then takes `consumer_` to destroy the pipeline once no next() is inside it.
+  std::mutex consumer_;
+  mutable std::mutex handle_;  // guards the members below; never held while waiting
+  std::shared_ptr<Pipeline> pipeline_;
+  // What state_json() and stats_json() report after close().
+  std::optional<PipelineState> final_state_;
+  std::optional<PipelineStats> final_stats_;
+};
+
+/// Adds ferry._C.Pipeline to `module`.
+void bind_pipeline(pybind11::module_& module);
+
+}  // namespace ferry::python

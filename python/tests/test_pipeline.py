@@ -1,0 +1,260 @@
+"""ferry.Pipeline: iteration over every shipped config, values, state, stats, errors, and close()."""
+
+import glob
+import io
+import os
+import tarfile
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import ferry
+from conftest import CONFIG_DIR, bytes_digest, env_path, ferry_run_digests
+
+# Each shipped config with what points it at the CTest fixtures' small datasets (as tests/CMakeLists.txt
+# runs them through `ferry run`), and few threads.
+CONFIGS = sorted(os.path.splitext(os.path.basename(path))[0] for path in glob.glob(os.path.join(CONFIG_DIR, "*.yaml")))
+
+
+def dataset_overrides(name):
+    overrides = ["decode.threads=2"]
+    if name == "megatron":
+        overrides.append("source.prefix=" + env_path("FERRY_DATASET_TOKENS"))
+    elif name == "tar":
+        shards = env_path("FERRY_DATASET_TAR")
+        overrides += [f"source.shards={shards}/shard-{{000000..000003}}.tar", "batch_size=16"]
+    elif name == "image-folder":
+        overrides += ["source.root=" + env_path("FERRY_DATASET_IMAGES"), "batch_size=16"]
+    elif name.startswith("bench-"):
+        overrides.append("batch_size=8")
+    return overrides
+
+
+def take(pipeline, count):
+    batches = []
+    for batch in pipeline:
+        batches.append(batch)
+        if len(batches) == count:
+            break
+    return batches
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_config_delivers_what_ferry_run_delivers(name, cli, tmp_path):
+    config = os.path.join(CONFIG_DIR, name + ".yaml")
+    overrides = dataset_overrides(name)
+    if name.startswith("bench-images"):
+        pytest.skip("bench-images reads the benchmark's own dataset (bench/loaders.py makes it)")
+    expected = ferry_run_digests(cli, config, overrides, 2, tmp_path)
+    with ferry.Pipeline(config, overrides=overrides) as pipeline:
+        got = [bytes_digest(batch) for batch in take(pipeline, 2)]
+        for batch in got:
+            assert batch
+    assert got == expected
+
+
+def test_tokens_are_the_dataset_windows():
+    prefix = env_path("FERRY_DATASET_TOKENS")
+    seq_len, batch_size = 64, 4
+    overrides = {"source.prefix": prefix, "source.seq_len": seq_len, "batch_size": batch_size, "sampler.shuffle": False,
+                 "decode.threads": 2}
+    with open(prefix + ".idx", "rb") as f:
+        header = f.read(18)
+    dtype = {1: np.uint8, 4: np.int32, 8: np.uint16}[header[17]]
+    tokens = np.fromfile(prefix + ".bin", dtype=dtype)
+    with ferry.Pipeline(os.path.join(CONFIG_DIR, "megatron.yaml"), overrides=overrides) as pipeline:
+        for b, batch in enumerate(take(pipeline, 5)):
+            got = batch["tokens"].cpu()
+            for row in range(batch_size):
+                window = (b * batch_size + row) * seq_len
+                want = tokens[window:window + seq_len + 1].astype(np.int64)
+                # uint16 stays uint16 on torch >= 2.3 and is widened to int32 before: the values are equal.
+                assert np.array_equal(got[row].to(torch.int64).numpy(), want)
+
+
+def test_npy_shards_are_the_files():
+    shards = env_path("FERRY_DATASET_NPY")
+    files = sorted(glob.glob(os.path.join(shards, "*.tar")))
+    features, labels = [], []
+    for path in files:
+        with tarfile.open(path) as tar:
+            for member in tar.getmembers():
+                data = tar.extractfile(member).read()
+                if member.name.endswith(".npy"):
+                    features.append(np.load(io.BytesIO(data)))
+                elif member.name.endswith(".cls"):
+                    labels.append(int(data))
+    config = {
+        "source": {"kind": "tar", "shards": files, "members": [
+            {"name": "features", "extension": "npy", "decoder": "npy", "dtype": "float32", "shape": [64]},
+            {"name": "label", "extension": "cls", "decoder": "label", "dtype": "int64", "shape": []}]},
+        "batch_size": 10,
+        "decode": {"threads": 2},
+        "transfer": {"device": "cpu"},
+    }
+    seen = 0
+    with ferry.Pipeline(config) as pipeline:
+        assert len(pipeline) == (len(features) + 9) // 10
+        for batch in pipeline:
+            n = batch["label"].shape[0]
+            assert torch.equal(batch["features"], torch.from_numpy(np.stack(features[seen:seen + n])))
+            assert batch["label"].tolist() == labels[seen:seen + n]
+            seen += n
+    assert seen == len(features) == 64
+
+
+def small_config(samples=512, batch_size=32, **extra):
+    config = {
+        "source": {"kind": "synthetic", "samples": samples, "seed": 3, "fields": [
+            {"name": "x", "dtype": "float32", "shape": [4, 5]},
+            {"name": "tokens", "dtype": "int32", "length": [1, 9], "range": [0, 100]}]},
+        "batch_size": batch_size,
+        "decode": {"threads": 2},
+        "sampler": {"shuffle": True, "seed": 11, "epochs": 2},
+    }
+    config.update(extra)
+    return config
+
+
+def test_a_dict_config_equals_the_same_yaml_file(tmp_path):
+    config = small_config()
+    path = tmp_path / "config.yaml"
+    import json
+    path.write_text(json.dumps(config))
+    with ferry.Pipeline(config) as a, ferry.Pipeline(path) as b:
+        assert [bytes_digest(x) for x in a] == [bytes_digest(y) for y in b]
+
+
+def test_fields_are_views_of_one_buffer_on_the_device():
+    with ferry.Pipeline(small_config()) as pipeline:
+        batch = next(pipeline)
+        assert list(batch) == ["x", "tokens", "tokens_lengths"]
+        assert all(t.device == pipeline.device for t in batch.values())
+        # No copy per field: all of them view the C++ batch's single allocation.
+        assert len({t.storage().data_ptr() for t in batch.values()}) == 1
+
+
+def test_len_counts_every_batch_and_iteration_ends():
+    with ferry.Pipeline(small_config(samples=100, batch_size=32)) as pipeline:
+        assert len(pipeline) == 8  # 4 per epoch (the last of 4 samples), 2 epochs
+        assert len(list(pipeline)) == 8
+        with pytest.raises(StopIteration):
+            next(pipeline)
+    with ferry.Pipeline(small_config(samples=100, batch_size=32), overrides={"max_batches": 3}) as pipeline:
+        assert len(pipeline) == 3 == len(list(pipeline))
+
+
+@pytest.mark.parametrize("stop", [0, 1, 5, 15])
+def test_state_dict_resumes_exactly(stop):
+    config = small_config(samples=260, batch_size=32)
+    with ferry.Pipeline(config) as full:
+        everything = [bytes_digest(b) for b in full]
+    with ferry.Pipeline(config, overrides={"decode.threads": 1, "prefetch": 2}) as first:
+        head = [bytes_digest(b) for b in take(first, stop)] if stop else []
+        state = first.state_dict()
+    assert state["next_batch"] == stop
+    with ferry.Pipeline(config, state=state) as resumed:
+        assert len(resumed) == len(everything) - stop
+        tail = [bytes_digest(b) for b in resumed]
+    assert head + tail == everything
+    # load_state_dict restarts a running pipeline at the state.
+    with ferry.Pipeline(config) as again:
+        take(again, 3)
+        again.load_state_dict(state)
+        assert [bytes_digest(b) for b in again] == everything[stop:]
+
+
+def test_a_state_from_another_order_is_refused():
+    with ferry.Pipeline(small_config()) as pipeline:
+        take(pipeline, 2)
+        state = pipeline.state_dict()
+    with pytest.raises(ferry.ConfigError) as raised:
+        ferry.Pipeline(small_config(), overrides={"sampler.seed": 12}, state=state)
+    assert any(key == "sampler.seed" for _, key, _ in raised.value.problems)
+    with pytest.raises(ferry.ConfigError, match="next_batch"):
+        ferry.Pipeline(small_config(), state={"format": "ferry-state", "version": 1})
+
+
+def test_stats_report_the_run():
+    with ferry.Pipeline(small_config()) as pipeline:
+        batches = list(pipeline)
+        stats = pipeline.stats()
+    assert stats["totals"]["batches"] == len(batches)
+    assert [stage["name"] for stage in stats["stages"]][:2] == ["decode", "collate"]
+    assert pipeline.stats()["totals"]["batches"] == len(batches)  # kept after close()
+
+
+def test_bad_configs_raise_config_error_listing_every_problem(tmp_path):
+    with pytest.raises(ferry.ConfigError) as raised:
+        ferry.Pipeline({"batch_size": 0, "sourcee": {}})
+    keys = [key for _, key, _ in raised.value.problems]
+    assert "batch_size" in keys and "sourcee" in keys and "source" in keys
+    assert isinstance(raised.value, ValueError) and isinstance(raised.value, ferry.Error)
+    with pytest.raises(ferry.ConfigError, match="missing.yaml"):
+        ferry.Pipeline(tmp_path / "missing.yaml")
+    with pytest.raises(ferry.ConfigError, match="decode.threads"):
+        ferry.Pipeline(small_config(), overrides={"decode.threads": "many"})
+    with pytest.raises(TypeError):
+        ferry.Pipeline(42)
+
+
+def test_a_stage_error_names_the_stage_and_the_sample(tmp_path):
+    shard = tmp_path / "broken.tar"
+    with tarfile.open(shard, "w") as tar:
+        for i, payload in enumerate([b"1", b"2", b"three", b"4"]):
+            info = tarfile.TarInfo(f"{i:04d}.cls")
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    config = {"source": {"kind": "tar", "shards": [str(shard)], "members": [
+        {"name": "label", "extension": "cls", "decoder": "label", "dtype": "int64", "shape": []}]},
+        "batch_size": 1, "decode": {"threads": 1}}
+    with ferry.Pipeline(config) as pipeline:
+        assert next(pipeline)["label"].item() == 1
+        assert next(pipeline)["label"].item() == 2
+        with pytest.raises(ferry.Error) as raised:
+            next(pipeline)
+    error = raised.value
+    assert error.stage == "decode" and error.sample == 2 and error.batch == 2
+    assert "0002" in str(error) and "three" in str(error)
+    with ferry.Pipeline(config, overrides={"decode.on_error": "skip"}) as pipeline:
+        assert [b["label"].item() for b in pipeline] == [1, 2, 4]
+        skipped = pipeline.stats()["skipped"]
+        assert skipped["count"] == 1 and skipped["listed"][0]["index"] == 2
+
+
+def test_close_wakes_a_blocked_iteration_in_another_thread():
+    # Large samples on one thread: the first batch takes a while; close() from here ends the wait.
+    config = small_config(samples=64, batch_size=16)
+    config["source"]["fields"] = [{"name": "x", "dtype": "uint8", "shape": [16, 1024, 1024]}]
+    config["decode"]["threads"] = 1
+    pipeline = ferry.Pipeline(config, overrides={"prefetch": 1})
+    outcome = []
+    consumer = threading.Thread(target=lambda: outcome.append(list(pipeline)))
+    consumer.start()
+    pipeline.close()
+    consumer.join(timeout=60)
+    assert not consumer.is_alive() and pipeline.closed
+    assert len(outcome) == 1 and len(outcome[0]) <= 1
+
+
+def test_other_python_threads_run_while_iteration_waits():
+    ticks = []
+    done = threading.Event()
+
+    def ticker():
+        while not done.is_set():
+            ticks.append(1)
+            done.wait(0.001)
+
+    thread = threading.Thread(target=ticker)
+    thread.start()
+    try:
+        with ferry.Pipeline(small_config(samples=4096, batch_size=256)) as pipeline:
+            for _ in pipeline:
+                pass
+    finally:
+        done.set()
+        thread.join()
+    assert len(ticks) > 1
