@@ -85,6 +85,20 @@ py::dict PythonPipeline::next() {
   return fields;
 }
 
+uint64_t PythonPipeline::drain() {
+  py::gil_scoped_release unlocked;
+  std::lock_guard consumer(consumer_);
+  const std::shared_ptr<Pipeline> pipeline = running();
+  uint64_t batches = 0;
+  if (pipeline) {
+    for (const Batch& batch : *pipeline) {
+      (void)batch;
+      ++batches;
+    }
+  }
+  return batches;
+}
+
 std::string PythonPipeline::state_json() const {
   if (const std::shared_ptr<Pipeline> pipeline = running()) return pipeline->state().to_json();
   std::lock_guard lock(handle_);
@@ -162,6 +176,7 @@ void bind_pipeline(py::module_& module) {
       .def_static("from_text", &from_text, py::arg("yaml"), py::arg("origin"), py::arg("overrides"), py::arg("state"))
       .def("next", &PythonPipeline::next, "The next batch as {field: tensor}; StopIteration at the end.")
       .def("__len__", &PythonPipeline::length)
+      .def("_drain_in_cpp", &PythonPipeline::drain, "Takes every remaining batch in C++; returns how many (a benchmark's baseline).")
       .def("state_json", &PythonPipeline::state_json)
       .def("load_state_json", &PythonPipeline::load_state_json, py::arg("state"))
       .def("stats_json", &PythonPipeline::stats_json)

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""bench/python_iteration.py: ferry's pipeline iterated from Python beside the same pipeline iterated
+in C++, on the same config, machine and device, in one process.
+
+    PYTHONPATH=build/gpu/python python3 bench/python_iteration.py --out gpu-results/python-iteration \\
+        [--rounds 5] [--quick]
+
+For each config both consumers take every batch and do nothing with it, so what differs is the cost
+of handing a batch over. Both rates come from the pipeline's own clock (wall time from its start to
+the last batch taken), as ferry.Pipeline.stats() and `ferry run --report` give it:
+  C++      the C++ iterator (`for (const Batch& b : pipeline)`) over a fresh ferry.Pipeline, run by
+           its _drain_in_cpp() with the GIL released: no Python object per batch;
+  Python   `for batch in ferry.Pipeline(CONFIG): pass`: the binding's next(), a dict of torch tensors
+           per batch.
+Rounds alternate the two; the table shows the median of each and Python / C++ (goal: within 5%).
+Writes OUT/python_iteration.json.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+
+import torch
+
+import ferry
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# (name, config, overrides): small tensors (per-batch cost shows), the demo (mixed fields, padding).
+CASES = [
+    ("small tensors, 1000 x 4 KiB per batch", "configs/bench-small-tensors.yaml", []),
+    ("demo: image, label, tokens; batch 64", "configs/demo.yaml", ["max_batches=256"]),
+    ("1 KiB samples, batch 32 (per-batch overhead)", "configs/bench-small-tensors.yaml",
+     ["batch_size=32", "source.fields=[{name: features, dtype: float32, shape: [256]}]", "max_batches=20000"]),
+]
+
+
+def cpp_rate(config, overrides):
+    with ferry.Pipeline(config, overrides=overrides) as pipeline:
+        pipeline._impl._drain_in_cpp()
+        return pipeline.stats()["totals"]
+
+
+def python_rate(config, overrides):
+    with ferry.Pipeline(config, overrides=overrides) as pipeline:
+        for _ in pipeline:
+            pass
+        return pipeline.stats()["totals"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="python-iteration")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="fewer batches, for a small CPU machine")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    rows = []
+    python_rate(os.path.join(REPO, CASES[0][1]), ["max_batches=20"])  # warm-up: threads, allocator
+    for name, config, overrides in CASES:
+        config = os.path.join(REPO, config)
+        overrides = list(overrides) + (["max_batches=50"] if args.quick else [])
+        cpp, python = [], []
+        for _ in range(args.rounds):
+            cpp.append(cpp_rate(config, overrides))
+            python.append(python_rate(config, overrides))
+        c = statistics.median(t["batches_per_second"] for t in cpp)
+        p = statistics.median(t["batches_per_second"] for t in python)
+        rows.append({"case": name, "batches": cpp[0]["batches"], "cpp_batches_per_second": c,
+                     "python_batches_per_second": p, "python_over_cpp": p / c,
+                     "cpp_gigabytes_per_second": statistics.median(t["gigabytes_per_second"] for t in cpp),
+                     "python_gigabytes_per_second": statistics.median(t["gigabytes_per_second"] for t in python)})
+
+    device = ferry.Pipeline(os.path.join(REPO, CASES[0][1]), overrides={"max_batches": 1}).device
+    print(f"ferry {ferry.__version__} ({ferry.build_kind}), torch {torch.__version__}, device {device}, "
+          f"{os.cpu_count()} cores, median of {args.rounds} rounds")
+    print(f"{'case':48} {'batches':>8} {'C++ batches/s':>14} {'Python batches/s':>17} {'Python/C++':>11}")
+    for row in rows:
+        print(f"{row['case']:48} {row['batches']:8d} {row['cpp_batches_per_second']:14.1f} "
+              f"{row['python_batches_per_second']:17.1f} {row['python_over_cpp']:11.3f}")
+    with open(os.path.join(args.out, "python_iteration.json"), "w") as f:
+        json.dump({"machine": platform.node(), "device": str(device), "torch": torch.__version__,
+                   "cores": os.cpu_count(), "rounds": args.rounds, "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
