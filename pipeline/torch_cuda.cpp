@@ -5,6 +5,7 @@
 
 #if FERRY_WITH_GPU
 #include <ATen/ops/empty.h>
+#include <c10/core/GradMode.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -30,6 +31,17 @@ void record_stream(const at::Tensor& buffer, CudaStreamHandle stream) {
                                                 c10::cuda::getStreamFromExternal(stream, index));
 }
 
+void copy_on_stream(const at::Tensor& target, const at::Tensor& source, int device, CudaStreamHandle stream) {
+  const auto index = static_cast<c10::DeviceIndex>(device);
+  c10::cuda::CUDAStreamGuard on_stream(c10::cuda::getStreamFromExternal(stream, index));
+  c10::NoGradGuard no_grad;  // a copy of data, not a step of the caller's graph
+  target.copy_(source, /*non_blocking=*/true);
+}
+
+at::Tensor allocate_pinned(at::IntArrayRef sizes, at::ScalarType dtype) {
+  return at::empty(sizes, at::TensorOptions().dtype(dtype).pinned_memory(true));
+}
+
 #else
 
 namespace {
@@ -39,6 +51,8 @@ namespace {
 at::Tensor allocate_device_buffer(int, CudaStreamHandle, size_t) { no_gpu(); }
 CudaStreamHandle current_torch_stream(int) { no_gpu(); }
 void record_stream(const at::Tensor&, CudaStreamHandle) { no_gpu(); }
+void copy_on_stream(const at::Tensor&, const at::Tensor&, int, CudaStreamHandle) { no_gpu(); }
+at::Tensor allocate_pinned(at::IntArrayRef, at::ScalarType) { no_gpu(); }
 
 #endif
 

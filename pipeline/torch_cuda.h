@@ -3,6 +3,8 @@
 #include <cstddef>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/ArrayRef.h>
 
 #include "pipeline/cuda_types.h"
 
@@ -23,5 +25,17 @@ CudaStreamHandle current_torch_stream(int device);
 /// Tells libtorch's allocator that `stream` uses `buffer`'s memory, so the memory is not reused
 /// before that stream's work queued so far has finished. Does not block.
 void record_stream(const at::Tensor& buffer, CudaStreamHandle stream);
+
+/// `target.copy_(source, non_blocking=true)` with `stream` as the current stream of `device` (the
+/// device whose stream runs the copy: the source's for device-to-host, either one's when both are
+/// that device). Used where a raw cudaMemcpyAsync cannot do it: strided (non-contiguous) device
+/// tensors. Autograd is off for the copy. Blocks only where libtorch's copy does (pageable host
+/// memory); allocates only what libtorch's copy needs internally.
+void copy_on_stream(const at::Tensor& target, const at::Tensor& source, int device, CudaStreamHandle stream);
+
+/// A contiguous CPU tensor of `sizes` and `dtype` in page-locked memory from libtorch's pinned
+/// (caching host) allocator: reused blocks are cheap, a new block is a cudaHostAlloc (slow, and it
+/// may synchronise the device). Thread-safe.
+at::Tensor allocate_pinned(at::IntArrayRef sizes, at::ScalarType dtype);
 
 }  // namespace ferry::detail

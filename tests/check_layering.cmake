@@ -1,6 +1,7 @@
 # Fails when a file includes a folder it must not: pipeline/ may include neither io/ nor stages/;
-# io/ may not include stages/.
-set(rules "pipeline:io/|stages/" "io:stages/")
+# io/ may not include stages/; copy/ (start_copy) sits on the engine and stages' packing, and none of
+# them depends on it; none of the libraries includes the Python binding.
+set(rules "pipeline:io/|stages/|copy/|python/" "io:stages/|copy/|python/" "stages:copy/|python/" "copy:io/|python/")
 set(violations "")
 foreach(rule IN LISTS rules)
   string(REPLACE ":" ";" parts "${rule}")
