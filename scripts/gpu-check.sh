@@ -14,8 +14,9 @@ status=0
 step() { echo "=== $* ($(date +%T))"; }
 
 step configure
-cmake --preset gpu > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
-grep -E "ferry: |Torch|CUDA" "$out/configure.log" | head -5
+# The Python package must build there too (torch 2.11's Python beside Debian's 1.13 here).
+cmake --preset gpu -DFERRY_BUILD_PYTHON=ON > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+grep -E "ferry: |Torch|CUDA" "$out/configure.log" | head -6
 
 step build
 cmake --build build/gpu -j"$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error|Error" -A3 "$out/build.log" | head -60; exit 1; }
@@ -51,6 +52,8 @@ done
 step example
 ./build/gpu/examples/train 2 > "$out/train.txt" 2>&1 || status=1
 tail -2 "$out/train.txt"
+PYTHONPATH=build/gpu/python python3 examples/python/train.py 2 > "$out/train-python.txt" 2>&1 || status=1
+tail -1 "$out/train-python.txt"
 
 if [ "$bench" = 1 ]; then
   step bench/transfer
@@ -62,6 +65,10 @@ if [ "$bench" = 1 ]; then
   step "bench/loaders.py (ferry vs torch DataLoader; makes build/gpu/bench-data first)"
   python3 bench/loaders.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data --device cuda --out "$out/loaders" \
     2> "$out/loaders.log" | tee "$out/loaders.txt" || { status=1; tail -20 "$out/loaders.log"; }
+  step "bench/python_iteration.py (Python iteration vs the C++ iterator)"
+  PYTHONPATH=build/gpu/python python3 bench/python_iteration.py --out "$out/python-iteration" 2>&1 | tee "$out/python-iteration.txt" || status=1
+  step "bench/start_copy.py (start_copy vs .to() per tensor and cat + one copy)"
+  PYTHONPATH=build/gpu/python python3 bench/start_copy.py --out "$out/start-copy" 2>&1 | tee "$out/start-copy.txt" || status=1
   step bench/jpeg_decode
   ./build/gpu/bench/jpeg_decode build/gpu/bench-data/images --json "$out/jpeg_decode.json" 2>&1 | tee "$out/jpeg_decode.txt" || status=1
 fi

@@ -4,6 +4,7 @@
 
 #include "ferry/build_config.h"
 #include "pipeline/pinned_pool.h"
+#include "python_copy.h"
 #include "python_errors.h"
 #include "python_pipeline.h"
 
@@ -23,4 +24,5 @@ PYBIND11_MODULE(_C, m) {
         "Staging bytes (pinned, or the pageable fallback) held by every pipeline of this process now.");
 
   ferry::python::bind_pipeline(m);
+  ferry::python::bind_copy(m);
 }

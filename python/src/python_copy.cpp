@@ -1,0 +1,163 @@
+#include "python_copy.h"
+
+#include <utility>
+
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/tensor_numpy.h>
+
+#include "pipeline/error.h"
+
+namespace py = pybind11;
+
+namespace ferry::python {
+
+namespace {
+
+// numpy.ndarray when numpy has been imported (no array can exist before), else null. Importing numpy
+// here would cost ~100 ms for callers that never use it.
+PyTypeObject* numpy_array_type() {
+  static PyTypeObject* type = nullptr;
+  if (type == nullptr) {
+    PyObject* modules = PyImport_GetModuleDict();
+    PyObject* numpy = PyDict_GetItemString(modules, "numpy");  // borrowed
+    if (numpy == nullptr) return nullptr;
+    PyObject* ndarray = PyObject_GetAttrString(numpy, "ndarray");  // kept for the process's life
+    if (ndarray == nullptr) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    type = reinterpret_cast<PyTypeObject*>(ndarray);
+  }
+  return type;
+}
+
+}  // namespace
+
+PythonCopy::PythonCopy(py::handle data, const std::string& device, const CopyOptions& options) {
+  std::vector<at::Tensor> tensors;
+  flatten(data, tensors);
+  const at::Device target(device);
+  if (options.use_background_thread) {
+    copy_ = TensorCopy::start(std::move(tensors), target, options);  // returns at once
+  } else {
+    py::gil_scoped_release unlocked;  // staging and submission run here
+    copy_ = TensorCopy::start(std::move(tensors), target, options);
+  }
+}
+
+PythonCopy::~PythonCopy() {
+  // ~TensorCopy waits for copies still reading the inputs; other Python threads may run meanwhile.
+  if (copy_ && Py_IsInitialized() && PyGILState_Check()) {
+    py::gil_scoped_release unlocked;
+    copy_.reset();
+  }
+}
+
+void PythonCopy::flatten(py::handle value, std::vector<at::Tensor>& tensors) {
+  PyObject* object = value.ptr();
+  if (THPVariable_Check(object)) {
+    steps_.push_back({Kind::kTensor});
+    tensors.push_back(THPVariable_Unpack(object));
+  } else if (PyList_CheckExact(object)) {
+    const Py_ssize_t size = PyList_GET_SIZE(object);
+    steps_.push_back({Kind::kList, size});
+    for (Py_ssize_t i = 0; i < size; ++i) flatten(PyList_GET_ITEM(object, i), tensors);
+  } else if (PyTuple_CheckExact(object)) {
+    const Py_ssize_t size = PyTuple_GET_SIZE(object);
+    steps_.push_back({Kind::kTuple, size});
+    for (Py_ssize_t i = 0; i < size; ++i) flatten(PyTuple_GET_ITEM(object, i), tensors);
+  } else if (PyDict_CheckExact(object)) {
+    steps_.push_back({Kind::kDict, PyDict_Size(object)});
+    PyObject* key = nullptr;
+    PyObject* item = nullptr;
+    Py_ssize_t position = 0;
+    while (PyDict_Next(object, &position, &key, &item)) {  // insertion order
+      steps_.push_back({Kind::kLeaf, 0, py::reinterpret_borrow<py::object>(key)});
+      flatten(item, tensors);
+    }
+  } else if (PyTypeObject* ndarray = numpy_array_type(); ndarray != nullptr && PyObject_TypeCheck(object, ndarray)) {
+    steps_.push_back({Kind::kTensor});
+    tensors.push_back(torch::utils::tensor_from_numpy(object));  // shares the array's memory
+  } else {
+    steps_.push_back({Kind::kLeaf, 0, py::reinterpret_borrow<py::object>(value)});
+  }
+}
+
+py::object PythonCopy::rebuild(size_t& step, size_t& tensor, const std::vector<at::Tensor>& results) const {
+  const Step& here = steps_[step++];
+  switch (here.kind) {
+    case Kind::kTensor:
+      return py::reinterpret_steal<py::object>(THPVariable_Wrap(results[tensor++]));
+    case Kind::kLeaf:
+      return here.object;
+    case Kind::kList: {
+      py::list list(here.size);
+      for (Py_ssize_t i = 0; i < here.size; ++i) list[static_cast<size_t>(i)] = rebuild(step, tensor, results);
+      return list;
+    }
+    case Kind::kTuple: {
+      py::tuple tuple(here.size);
+      for (Py_ssize_t i = 0; i < here.size; ++i) {
+        PyTuple_SET_ITEM(tuple.ptr(), i, rebuild(step, tensor, results).release().ptr());
+      }
+      return tuple;
+    }
+    case Kind::kDict: {
+      py::dict dict;
+      for (Py_ssize_t i = 0; i < here.size; ++i) {
+        py::object key = steps_[step++].object;
+        dict[key] = rebuild(step, tensor, results);
+      }
+      return dict;
+    }
+  }
+  throw Error("start_copy: corrupt structure walk");  // unreachable: every kind is handled
+}
+
+py::object PythonCopy::get() {
+  if (result_) return result_;
+  const std::vector<at::Tensor>* results = nullptr;
+  {
+    py::gil_scoped_release unlocked;
+    results = &copy_->wait();  // rethrows the copy's error
+  }
+  size_t step = 0;
+  size_t tensor = 0;
+  result_ = rebuild(step, tensor, *results);
+  return result_;
+}
+
+py::dict PythonCopy::plan() const {
+  const CopyPlanStats& plan = copy_->plan();
+  py::dict out;
+  out["reused"] = plan.reused;
+  out["packed"] = plan.packed;
+  out["packed_chunks"] = plan.packed_chunks;
+  out["staged"] = plan.staged;
+  out["direct"] = plan.direct;
+  out["chunk_payload_bytes"] = plan.chunk_payload_bytes;
+  return out;
+}
+
+void bind_copy(py::module_& module) {
+  py::class_<PythonCopy>(module, "AsyncCopy", "An in-flight start_copy (use ferry.start_copy).")
+      .def("ready", &PythonCopy::ready)
+      .def("get", &PythonCopy::get)
+      .def("plan", &PythonCopy::plan);
+  module.def(
+      "start_copy",
+      [](py::handle data, const std::string& device, bool use_pinned_staging, bool pack_cpu_tensors,
+         size_t min_packed_alignment_bytes, size_t max_packed_chunk_bytes, bool use_background_thread) {
+        CopyOptions options;
+        options.use_pinned_staging = use_pinned_staging;
+        options.pack_cpu_tensors = pack_cpu_tensors;
+        options.min_packed_alignment_bytes = min_packed_alignment_bytes;
+        options.max_packed_chunk_bytes = max_packed_chunk_bytes;
+        options.use_background_thread = use_background_thread;
+        return std::make_unique<PythonCopy>(data, device, options);
+      },
+      py::arg("data"), py::arg("device"), py::arg("use_pinned_staging"), py::arg("pack_cpu_tensors"),
+      py::arg("min_packed_alignment_bytes"), py::arg("max_packed_chunk_bytes"), py::arg("use_background_thread"));
+}
+
+}  // namespace ferry::python

@@ -1,0 +1,209 @@
+"""ferry.start_copy against a per-tensor .to() reference, over random nested structures."""
+
+import collections
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import ferry
+
+GPU = torch.cuda.is_available() and ferry.build_kind == "GPU"
+needs_gpu = pytest.mark.skipif(not GPU, reason=f"no CUDA device for this ferry build ({ferry.build_kind}: {ferry.build_reason})")
+
+DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
+          torch.float64, torch.bool]
+NUMPY_DTYPES = [np.uint8, np.int8, np.int16, np.int32, np.int64, np.float16, np.float32, np.float64, np.bool_]
+Pair = collections.namedtuple("Pair", "left right")  # a tuple subclass: an opaque leaf
+
+
+def random_tensor(rng, big=False):
+    dtype = rng.choice(DTYPES)
+    if big:  # over the 256 KiB packing limit
+        shape = [rng.randint(300, 600), rng.randint(130, 260)]
+    else:
+        shape = [rng.choice([0, 1, 2, 3, 7, 16, 33]) for _ in range(rng.randint(0, 3))]
+    generator = torch.Generator().manual_seed(rng.randrange(2**31))
+    if dtype == torch.bool:
+        tensor = torch.randint(0, 2, shape, generator=generator).bool()
+    elif dtype.is_floating_point:
+        tensor = (torch.randn(shape, generator=generator) * 100).to(dtype)
+    else:
+        info = torch.iinfo(dtype)
+        tensor = torch.randint(max(info.min, -1000), min(info.max, 1000), shape, generator=generator, dtype=torch.int64).to(dtype)
+    view = rng.random()
+    if tensor.dim() >= 2 and view < 0.2:
+        tensor = tensor.transpose(0, 1)  # non-contiguous
+    elif tensor.dim() >= 1 and tensor.shape[0] > 2 and view < 0.35:
+        tensor = tensor[::2]  # strided
+    return tensor
+
+
+def random_leaf(rng, devices):
+    kind = rng.random()
+    if kind < 0.55:
+        tensor = random_tensor(rng, big=rng.random() < 0.04)
+        return tensor.to(rng.choice(devices))
+    if kind < 0.7:
+        dtype = rng.choice(NUMPY_DTYPES)
+        shape = [rng.randint(0, 9) for _ in range(rng.randint(0, 3))]
+        return np.random.default_rng(rng.randrange(2**31)).integers(0, 100, shape).astype(dtype)
+    return rng.choice(["a string", None, 7, 2.5, b"bytes", Pair(torch.ones(2), "x"), collections.OrderedDict(k=torch.zeros(1))])
+
+
+def random_structure(rng, devices, depth=0):
+    kind = rng.random()
+    if depth >= 4 or kind < 0.3:
+        return random_leaf(rng, devices)
+    items = [random_structure(rng, devices, depth + 1) for _ in range(rng.randint(0, 6))]
+    if kind < 0.55:
+        return items
+    if kind < 0.75:
+        return tuple(items)
+    keys = rng.sample(["z", "a", "m", 3, "b", (1, 2), "q"], min(len(items), 7))
+    return dict(zip(keys, items))
+
+
+def reference(value, device):
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value).to(device)
+    if type(value) is list:
+        return [reference(v, device) for v in value]
+    if type(value) is tuple:
+        return tuple(reference(v, device) for v in value)
+    if type(value) is dict:
+        return {k: reference(v, device) for k, v in value.items()}
+    return value
+
+
+def assert_same(got, want, original, path="data"):
+    assert type(got) is type(want), f"{path}: {type(got).__name__} instead of {type(want).__name__}"
+    if isinstance(want, torch.Tensor):
+        assert got.dtype == want.dtype and got.shape == want.shape and got.device == want.device, path
+        assert torch.equal(got.cpu(), want.cpu()), f"{path}: values differ"
+        if isinstance(original, torch.Tensor) and original.device == want.device:
+            assert got is original, f"{path}: a tensor already on the target must be reused as it is"
+    elif type(want) in (list, tuple):
+        assert len(got) == len(want), path
+        for i, (g, w, o) in enumerate(zip(got, want, original)):
+            assert_same(g, w, o, f"{path}[{i}]")
+    elif type(want) is dict:
+        assert list(got) == list(want), f"{path}: keys or their order differ"
+        for key in want:
+            assert_same(got[key], want[key], original[key], f"{path}[{key!r}]")
+    else:
+        assert got is original, f"{path}: a leaf must pass through unchanged"
+
+
+def random_options(rng):
+    return dict(use_pinned_staging=rng.random() < 0.7, pack_cpu_tensors=rng.random() < 0.8,
+                min_packed_alignment_bytes=rng.choice([1, 2, 16, 64, 256]),
+                max_packed_chunk_bytes=rng.choice([64, 1000, 4096, 65536, 32 * 2**20]),
+                use_background_thread=rng.random() < 0.6)
+
+
+def check_random_structures(devices, target, count, seed):
+    rng = random.Random(seed)
+    for case in range(count):
+        data = random_structure(rng, devices)
+        options = random_options(rng)
+        handle = ferry.start_copy(data, target, **options)
+        got = handle.get()
+        assert handle.get() is got  # every get() returns the same result
+        assert_same(got, reference(data, target), data, f"case {case} {options}")
+        plan = handle.plan()
+        assert all(b <= options["max_packed_chunk_bytes"] for b in plan["chunk_payload_bytes"]), (case, plan)
+        assert len(plan["chunk_payload_bytes"]) == plan["packed_chunks"]
+
+
+def test_random_structures_to_the_cpu():
+    check_random_structures(["cpu"], "cpu", 250, seed=1)
+
+
+def test_cpu_tensors_are_reused_and_numpy_arrays_become_tensors_sharing_memory():
+    tensor = torch.arange(10)
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = ferry.start_copy({"t": tensor, "a": array, "s": "x"}, "cpu").get()
+    assert got["t"] is tensor
+    assert isinstance(got["a"], torch.Tensor) and got["a"].data_ptr() == array.ctypes.data
+    assert got["s"] == "x"
+    assert ferry.start_copy(tensor, "cpu").get() is tensor  # a bare tensor is a structure too
+
+
+def test_only_exact_list_tuple_and_dict_are_containers():
+    inner = torch.ones(3)
+    pair, ordered = Pair(inner, 1), collections.OrderedDict(a=inner)
+    got = ferry.start_copy([pair, ordered, (inner,)], "cpu").get()
+    assert got[0] is pair and got[1] is ordered and got[2][0] is inner
+
+
+def test_bad_options_and_devices_raise_at_once():
+    with pytest.raises(ferry.Error, match="min_packed_alignment_bytes"):
+        ferry.start_copy([torch.ones(1)], "cpu", min_packed_alignment_bytes=3)
+    with pytest.raises(ferry.Error, match="max_packed_chunk_bytes"):
+        ferry.start_copy([torch.ones(1)], "cpu", max_packed_chunk_bytes=0)
+    with pytest.raises(RuntimeError):
+        ferry.start_copy([torch.ones(1)], "tpu:0")
+
+
+@pytest.mark.skipif(GPU, reason="checks the message of a machine without a usable GPU")
+def test_a_gpu_target_without_a_gpu_fails_in_get_with_the_reason():
+    handle = ferry.start_copy([torch.ones(4)], "cuda:0")
+    with pytest.raises(ferry.Error, match="GPU|CUDA"):
+        handle.get()
+    assert handle.ready()
+    with pytest.raises(ferry.Error):
+        handle.get()  # every call
+
+
+def test_a_handle_dropped_before_get_is_fine():
+    for background in (True, False):
+        for _ in range(50):
+            handle = ferry.start_copy([torch.randn(1000) for _ in range(20)], "cpu", use_background_thread=background)
+            del handle
+
+
+@needs_gpu
+def test_random_structures_to_the_gpu_from_mixed_devices():
+    check_random_structures(["cpu", "cpu", "cuda:0"], "cuda:0", 250, seed=2)
+
+
+@needs_gpu
+def test_random_structures_from_the_gpu_to_the_cpu():
+    check_random_structures(["cuda:0", "cuda:0", "cpu"], "cpu", 200, seed=3)
+
+
+@needs_gpu
+def test_small_chunks_make_several_packed_copies():
+    tensors = [torch.full((250,), i, dtype=torch.float32) for i in range(40)]  # 1000 bytes each
+    handle = ferry.start_copy(tensors, "cuda:0", max_packed_chunk_bytes=4096, min_packed_alignment_bytes=16)
+    got = handle.get()
+    plan = handle.plan()
+    assert plan["packed"] == 40 and plan["packed_chunks"] == 10  # 4 x (1000 -> 1008 aligned) per 4096
+    assert all(torch.equal(g.cpu(), t) for g, t in zip(got, tensors))
+
+
+@needs_gpu
+def test_gpu_to_cpu_results_are_pinned_with_staging():
+    data = [torch.randn(100, device="cuda"), torch.arange(5, device="cuda")]
+    pinned = ferry.start_copy(data, "cpu").get()
+    assert all(t.is_pinned() for t in pinned)
+    pageable = ferry.start_copy(data, "cpu", use_pinned_staging=False).get()
+    assert all(torch.equal(a, b.cpu()) for a, b in zip(pageable, data))
+
+
+@needs_gpu
+def test_results_are_safe_on_the_current_stream_right_after_get():
+    side = torch.cuda.Stream()
+    rng = random.Random(4)
+    with torch.cuda.stream(side):
+        for _ in range(20):
+            data = [random_tensor(rng) for _ in range(50)] + [random_tensor(rng, big=True)]
+            got = ferry.start_copy(data, "cuda:0").get()
+            clones = [g.clone() for g in got]  # kernels on `side`, queued right after get()
+            del got  # the results' memory may be reused now, but not under those kernels
+            for c, d in zip(clones, data):
+                assert torch.equal(c.cpu(), d)
