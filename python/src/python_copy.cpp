@@ -114,12 +114,48 @@ py::object PythonCopy::rebuild(size_t& step, size_t& tensor, const std::vector<a
   throw Error("start_copy: corrupt structure walk");  // unreachable: every kind is handled
 }
 
+bool PythonCopy::find_path(size_t& step, size_t& tensor, size_t wanted, std::string& path) const {
+  const Step& here = steps_[step++];
+  switch (here.kind) {
+    case Kind::kTensor:
+      return tensor++ == wanted;
+    case Kind::kLeaf:
+      return false;
+    case Kind::kList:
+    case Kind::kTuple:
+      for (Py_ssize_t i = 0; i < here.size; ++i) {
+        const size_t length = path.size();
+        path += "[" + std::to_string(i) + "]";
+        if (find_path(step, tensor, wanted, path)) return true;
+        path.resize(length);
+      }
+      return false;
+    case Kind::kDict:
+      for (Py_ssize_t i = 0; i < here.size; ++i) {
+        const size_t length = path.size();
+        path += "[" + py::repr(steps_[step++].object).cast<std::string>() + "]";
+        if (find_path(step, tensor, wanted, path)) return true;
+        path.resize(length);
+      }
+      return false;
+  }
+  return false;
+}
+
 py::object PythonCopy::get() {
   if (result_) return result_;
   const std::vector<at::Tensor>* results = nullptr;
-  {
+  try {
     py::gil_scoped_release unlocked;
     results = &copy_->wait();  // rethrows the copy's error
+  } catch (const Error& e) {
+    // Name the tensor by its place in the caller's structure, as C++'s AsyncCopyHandle does.
+    const std::optional<size_t> failed = copy_->failed_tensor();
+    std::string path;
+    size_t step = 0;
+    size_t tensor = 0;
+    if (!failed || !find_path(step, tensor, *failed, path) || path.empty()) throw;
+    throw Error(e.context(), "data" + path + ": " + e.cause());
   }
   size_t step = 0;
   size_t tensor = 0;

@@ -47,6 +47,9 @@ class PythonCopy {
   };
   void flatten(pybind11::handle value, std::vector<at::Tensor>& tensors);
   pybind11::object rebuild(size_t& step, size_t& tensor, const std::vector<at::Tensor>& results) const;
+  /// Where the `wanted`-th tensor sits, in Python's indexing syntax ("['x'][0]"); "" for a lone
+  /// tensor. Walks steps_ as rebuild() does; needs the GIL (dict keys are shown with repr()).
+  bool find_path(size_t& step, size_t& tensor, size_t wanted, std::string& path) const;
 
   std::vector<Step> steps_;
   std::unique_ptr<TensorCopy> copy_;

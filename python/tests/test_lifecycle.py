@@ -55,10 +55,12 @@ def test_creating_and_closing_1000_pipelines_leaks_nothing():
     grown = rss_bytes() - rss_before
     print(f"1000 pipelines: threads {threads_before} -> {threads()}, resident memory {grown / 2**20:+.1f} MiB")
     assert ferry._C.live_staging_bytes() == 0
-    assert threads() <= threads_before
+    # oneTBB may still add workers up to its pool's size, once; a pipeline leaving one thread behind
+    # would add a thousand.
+    assert threads() < threads_before + 20, f"threads {threads_before} -> {threads()}"
     # A pipeline holds at least its slabs (2 x 4 KiB here) and its threads' stacks: a leak of any of
     # them, 1000 times, would be far above this.
-    assert grown < 24 * 2**20
+    assert grown < 24 * 2**20, f"resident memory grew {grown / 2**20:.1f} MiB over 1000 pipelines"
 
 
 CHILD = textwrap.dedent("""
@@ -89,7 +91,7 @@ def test_ctrl_c_interrupts_a_blocked_iteration():
         child.send_signal(signal.SIGINT)
         outcome = child.stdout.readline().strip()
         latency = time.monotonic() - sent
-        assert outcome == "interrupted"  # raised in the blocked next(), before the batch was ready
+        assert outcome == "interrupted", outcome  # raised in the blocked next(), before the batch was ready
         assert child.stdout.readline().strip() == "closed"
         assert child.wait(timeout=60) == 0
         print(f"KeyboardInterrupt {latency * 1000:.0f} ms after SIGINT")

@@ -45,8 +45,6 @@ def take(pipeline, count):
 def test_every_config_delivers_what_ferry_run_delivers(name, cli, tmp_path):
     config = os.path.join(CONFIG_DIR, name + ".yaml")
     overrides = dataset_overrides(name)
-    if name.startswith("bench-images"):
-        pytest.skip("bench-images reads the benchmark's own dataset (bench/loaders.py makes it)")
     expected = ferry_run_digests(cli, config, overrides, 2, tmp_path)
     with ferry.Pipeline(config, overrides=overrides) as pipeline:
         got = [bytes_digest(batch) for batch in take(pipeline, 2)]

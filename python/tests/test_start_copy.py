@@ -159,6 +159,14 @@ def test_a_gpu_target_without_a_gpu_fails_in_get_with_the_reason():
         handle.get()  # every call
 
 
+def test_a_failing_tensor_is_named_by_its_place_in_the_structure():
+    bad = torch.ones(2, device="meta")  # no device can copy from it
+    handle = ferry.start_copy({"x": [torch.ones(1), bad], "y": "z"}, "cpu")
+    with pytest.raises(ferry.Error, match=r"data\['x'\]\[1\]: tensor 1 of 2 \(Float \[2\] on meta\)") as raised:
+        handle.get()
+    assert raised.value.stage == "copy"
+
+
 def test_a_handle_dropped_before_get_is_fine():
     for background in (True, False):
         for _ in range(50):
