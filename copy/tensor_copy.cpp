@@ -76,7 +76,7 @@ struct TensorCopyState {
   TensorCopyState(std::vector<at::Tensor> tensors, at::Device device, const CopyOptions& copy_options)
       : inputs(std::move(tensors)), target(device), options(copy_options) {}
 
-  const std::vector<at::Tensor> inputs;
+  std::vector<at::Tensor> inputs;  // fixed at start; emptied by release()
   const at::Device target;
   const CopyOptions options;
   /// Per CUDA device that inputs live on: recorded on the caller's current stream at start.
@@ -88,6 +88,9 @@ struct TensorCopyState {
   std::vector<at::Tensor> device_buffers;  // the target-device allocations the results view
   std::vector<std::shared_ptr<CudaEvent>> copies_done;  // one per copy stream used, after its last copy
   CopyPlanStats plan;
+  // A pinned input is copied from in place: it is read after submission, so wait() must see
+  // the copies done before the caller may reuse it.
+  bool reads_host_inputs_in_place = false;
 
   std::atomic<bool> abandoned{false};  // the handle is gone: a submission not yet begun is skipped
   std::atomic<bool> submitted_flag{false};
@@ -121,6 +124,16 @@ struct TensorCopyState {
   std::exception_ptr stored_error() const {
     std::lock_guard lock(mutex);
     return error;
+  }
+
+  /// Drops every tensor: on the handle's thread, once nothing reads them any more, so that the last
+  /// reference to an input (which may own Python memory, e.g. a numpy array's) never goes on the
+  /// copy thread. The submission touches none of them after finish().
+  void release() noexcept {
+    inputs.clear();
+    results.clear();
+    keep_alive.clear();
+    device_buffers.clear();
   }
 
   /// Keeps the first error: later ones are usually its consequences.
@@ -460,6 +473,9 @@ class Submission {
     DeviceGuard guard(target);
     copy_async(result.data_ptr(), from.data_ptr(), input.nbytes(), Direction::kHostToDevice, stream);
     state_.results[i] = std::move(result);
+    // From pageable memory the runtime has staged the bytes before the call returns; from pinned
+    // memory the copy engine reads the input itself, later.
+    if (from.is_same(input) && input.is_pinned()) state_.reads_host_inputs_in_place = true;
     ++(from.is_same(input) ? state_.plan.direct : state_.plan.staged);
   }
 
@@ -596,21 +612,29 @@ const std::vector<at::Tensor>& TensorCopy::wait() {
   TensorCopyState& state = *state_;
   state.wait_submitted();
   if (std::exception_ptr failure = state.stored_error()) std::rethrow_exception(failure);
-  if (state.target.is_cuda()) {
-    if (state.copies_done.empty() && state.device_buffers.empty()) return state.results;
-    // Note [streams of a TensorCopy]: the caller's stream waits on the device, not the host.
+  if (state.target.is_cuda() && !(state.copies_done.empty() && state.device_buffers.empty())) {
+    // Note [streams of a TensorCopy]: the caller's stream waits on the device, not the host. So do
+    // the caller's streams of the source devices: their next kernels may overwrite the inputs.
     const int device = state.target.index();
     try {
       DeviceGuard guard(device);
       const CudaStreamHandle consumer = detail::current_torch_stream(device);
       for (const auto& done : state.copies_done) done->wait_on(consumer);
       for (const at::Tensor& buffer : state.device_buffers) detail::record_stream(buffer, consumer);
+      for (const auto& source : state.inputs_ready) {
+        DeviceGuard on_source(source.first);
+        const CudaStreamHandle producer = detail::current_torch_stream(source.first);
+        for (const auto& done : state.copies_done) done->wait_on(producer);
+      }
     } catch (...) {
       throw Error(ErrorContext{"copy"}, "cannot hand the results on " + state.target.str() +
                                             " to the current stream: " + cause_of(std::current_exception()));
     }
-  } else if (!state.completed.load(std::memory_order_acquire)) {
-    // CPU results are read by the host: it must wait for the copies themselves.
+  }
+  const bool host_waits = state.target.is_cpu() || state.reads_host_inputs_in_place;
+  if (host_waits && !state.completed.load(std::memory_order_acquire)) {
+    // CPU results are read by the host, and pinned inputs read in place may be reused by it once
+    // this returns: the host waits for the copies themselves.
     try {
       for (const auto& done : state.copies_done) done->synchronize();
     } catch (...) {
@@ -661,6 +685,7 @@ TensorCopy::~TensorCopy() {
         }
       }
     }
+    state_->release();  // here, not on the copy thread, which may still hold the state
   } catch (...) {
     // wait_submitted() throws only if the mutex does (system error): nothing better to do.
   }

@@ -31,6 +31,19 @@ PyTypeObject* numpy_array_type() {
   return type;
 }
 
+// A numpy array as a tensor sharing its memory, as torch.from_numpy() makes it; torch refuses
+// negative strides (a reversed view), so those are copied to a contiguous array first.
+at::Tensor array_to_tensor(py::handle array) {
+  py::object strides = array.attr("strides");
+  for (py::handle stride : strides) {
+    if (stride.cast<int64_t>() < 0) {
+      py::object contiguous = py::module_::import("numpy").attr("ascontiguousarray")(array);
+      return torch::utils::tensor_from_numpy(contiguous.ptr());
+    }
+  }
+  return torch::utils::tensor_from_numpy(array.ptr());
+}
+
 }  // namespace
 
 PythonCopy::PythonCopy(py::handle data, const std::string& device, const CopyOptions& options) {
@@ -55,6 +68,11 @@ PythonCopy::~PythonCopy() {
 
 void PythonCopy::flatten(py::handle value, std::vector<at::Tensor>& tensors) {
   PyObject* object = value.ptr();
+  // A structure that contains itself raises RecursionError, as Python's own walks do.
+  if (Py_EnterRecursiveCall(" while walking the structure given to ferry.start_copy") != 0) throw py::error_already_set();
+  struct Leave {
+    ~Leave() { Py_LeaveRecursiveCall(); }
+  } leave;
   if (THPVariable_Check(object)) {
     steps_.push_back({Kind::kTensor});
     tensors.push_back(THPVariable_Unpack(object));
@@ -77,7 +95,7 @@ void PythonCopy::flatten(py::handle value, std::vector<at::Tensor>& tensors) {
     }
   } else if (PyTypeObject* ndarray = numpy_array_type(); ndarray != nullptr && PyObject_TypeCheck(object, ndarray)) {
     steps_.push_back({Kind::kTensor});
-    tensors.push_back(torch::utils::tensor_from_numpy(object));  // shares the array's memory
+    tensors.push_back(array_to_tensor(value));
   } else {
     steps_.push_back({Kind::kLeaf, 0, py::reinterpret_borrow<py::object>(value)});
   }
@@ -143,7 +161,6 @@ bool PythonCopy::find_path(size_t& step, size_t& tensor, size_t wanted, std::str
 }
 
 py::object PythonCopy::get() {
-  if (result_) return result_;
   const std::vector<at::Tensor>* results = nullptr;
   try {
     py::gil_scoped_release unlocked;
@@ -157,6 +174,8 @@ py::object PythonCopy::get() {
     if (!failed || !find_path(step, tensor, *failed, path) || path.empty()) throw;
     throw Error(e.context(), "data" + path + ": " + e.cause());
   }
+  // Every call waits (above): each makes the results safe on its own current stream.
+  if (result_) return result_;
   size_t step = 0;
   size_t tensor = 0;
   result_ = rebuild(step, tensor, *results);
@@ -164,7 +183,12 @@ py::object PythonCopy::get() {
 }
 
 py::dict PythonCopy::plan() const {
-  const CopyPlanStats& plan = copy_->plan();
+  const CopyPlanStats* waited = nullptr;
+  {
+    py::gil_scoped_release unlocked;  // waits for the submission
+    waited = &copy_->plan();
+  }
+  const CopyPlanStats& plan = *waited;
   py::dict out;
   out["reused"] = plan.reused;
   out["packed"] = plan.packed;

@@ -20,7 +20,7 @@ PythonPipeline::PythonPipeline(Config config, const std::optional<std::string>& 
   if (state_json) resume = parse_pipeline_state(*state_json, "<state_dict>");
   py::gil_scoped_release unlocked;  // indexing a dataset and starting threads take a while
   source_ = check_config(config_);
-  start(resume);
+  install(build(resume));
 }
 
 PythonPipeline::~PythonPipeline() {
@@ -38,14 +38,36 @@ PythonPipeline::~PythonPipeline() {
   }
 }
 
-void PythonPipeline::start(const std::optional<PipelineState>& resume) {
-  auto pipeline = std::make_shared<Pipeline>(make_pipeline(config_, source_, resume));
-  planned_ = planned_batches(config_, pipeline->options(), *source_);
-  options_device_ = pipeline->options().device;
+std::shared_ptr<Pipeline> PythonPipeline::build(const std::optional<PipelineState>& resume) const {
+  return std::make_shared<Pipeline>(make_pipeline(config_, source_, resume));
+}
+
+std::shared_ptr<Pipeline> PythonPipeline::install(std::shared_ptr<Pipeline> pipeline) {
+  const uint64_t planned = planned_batches(config_, pipeline->options(), *source_);
   std::lock_guard lock(handle_);
-  pipeline_ = std::move(pipeline);
+  planned_ = planned;
+  device_ = pipeline->options().device;
   final_state_.reset();
   final_stats_.reset();
+  std::swap(pipeline_, pipeline);
+  return pipeline;
+}
+
+void PythonPipeline::retire(std::shared_ptr<Pipeline> pipeline) {
+  if (!pipeline) return;
+  pipeline->close();  // wakes a next() blocked on another thread
+  std::lock_guard consumer(consumer_);  // that next() has left the pipeline
+  pipeline.reset();  // the last reference, unless a next() still holds one: it drops it on return
+}
+
+uint64_t PythonPipeline::length() const {
+  std::lock_guard lock(handle_);
+  return planned_;
+}
+
+std::string PythonPipeline::device() const {
+  std::lock_guard lock(handle_);
+  return device_;
 }
 
 std::shared_ptr<Pipeline> PythonPipeline::running() const {
@@ -107,10 +129,10 @@ std::string PythonPipeline::state_json() const {
 
 void PythonPipeline::load_state_json(const std::string& json) {
   const PipelineState state = parse_pipeline_state(json, "<state_dict>");
-  close();
   py::gil_scoped_release unlocked;
-  std::lock_guard consumer(consumer_);
-  start(state);
+  // Built first: a state of another order throws here, with the running pipeline untouched.
+  std::shared_ptr<Pipeline> fresh = build(state);
+  retire(install(std::move(fresh)));
 }
 
 std::string PythonPipeline::stats_json() const {
@@ -131,20 +153,24 @@ std::string PythonPipeline::stats_json() const {
 }
 
 void PythonPipeline::close() {
-  const std::shared_ptr<Pipeline> pipeline = running();
-  if (!pipeline) return;
-  py::gil_scoped_release unlocked;
-  pipeline->close();  // wakes a next() blocked on another thread
-  std::lock_guard consumer(consumer_);
+  if (!running()) return;
+  py::gil_scoped_release unlocked;  // joining the threads takes a moment; Python may run meanwhile
   std::shared_ptr<Pipeline> last;
   {
     std::lock_guard lock(handle_);
-    if (pipeline_ != pipeline) return;  // another close() got here first
-    final_state_ = pipeline->state();
-    final_stats_ = pipeline->stats();
+    if (!pipeline_) return;  // another close() got here first
     last = std::move(pipeline_);
   }
-  // `pipeline` and `last` are the final references: leaving joins the threads and frees the slabs.
+  last->close();  // wakes a next() blocked on another thread
+  std::lock_guard consumer(consumer_);  // that next() has left the pipeline: the state is final
+  PipelineState state = last->state();
+  PipelineStats stats = last->stats();
+  {
+    std::lock_guard lock(handle_);
+    final_state_ = std::move(state);
+    final_stats_ = std::move(stats);
+  }
+  last.reset();  // joins the threads and frees the slabs, still without the GIL
 }
 
 bool PythonPipeline::closed() const { return running() == nullptr; }

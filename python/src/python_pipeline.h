@@ -39,14 +39,15 @@ class PythonPipeline {
   pybind11::dict next();
   /// Batches this pipeline delivers from its start (a resumed one: those left). An upper bound under
   /// on_error: skip.
-  uint64_t length() const noexcept { return planned_; }
+  uint64_t length() const;
   /// Takes every remaining batch in C++ (Pipeline::next(), no Python object per batch) and returns
   /// how many: the C++ iterator as a baseline for benchmarks of Python iteration. GIL released.
   uint64_t drain();
   /// Pipeline::state() as its JSON text.
   std::string state_json() const;
   /// Restarts at a saved state: the batches delivered next are those the saved run had not
-  /// delivered. Raises ConfigError for a state of another order. Call with the GIL held.
+  /// delivered. The new pipeline is built before the running one is closed, so a state of another
+  /// order raises ConfigError and leaves this one running where it was. Call with the GIL held.
   void load_state_json(const std::string& json);
   /// The run's stats as the JSON report `ferry run --report` writes (docs/report.md).
   std::string stats_json() const;
@@ -55,16 +56,21 @@ class PythonPipeline {
   void close();
   bool closed() const;
   /// The resolved device ("cpu", "cuda:0") and the config's origin.
-  std::string device() const { return options_device_; }
+  std::string device() const;
   const std::string& origin() const noexcept { return config_.origin; }
 
  private:
-  void start(const std::optional<PipelineState>& resume);  // GIL released by the caller
+  /// A new pipeline of config_ (at `resume`); becomes the running one through install(). GIL
+  /// released by the caller.
+  std::shared_ptr<Pipeline> build(const std::optional<PipelineState>& resume) const;
+  /// Makes `pipeline` the running one; returns the one it replaces (to be closed by the caller).
+  std::shared_ptr<Pipeline> install(std::shared_ptr<Pipeline> pipeline);
+  /// Stops `pipeline`, waits until no next() is inside it, and drops this object's references to
+  /// it; GIL released by the caller.
+  void retire(std::shared_ptr<Pipeline> pipeline);
 
   Config config_;
   std::shared_ptr<const Source> source_;
-  std::string options_device_;
-  uint64_t planned_ = 0;
   /// The running pipeline (null once closed), read under `handle_`.
   std::shared_ptr<Pipeline> running() const;
 
@@ -73,6 +79,8 @@ class PythonPipeline {
   std::mutex consumer_;
   mutable std::mutex handle_;  // guards the members below; never held while waiting
   std::shared_ptr<Pipeline> pipeline_;
+  std::string device_;    // the running (or last) pipeline's resolved device
+  uint64_t planned_ = 0;  // its planned batches
   // What state_json() and stats_json() report after close().
   std::optional<PipelineState> final_state_;
   std::optional<PipelineStats> final_stats_;

@@ -173,6 +173,15 @@ def test_a_state_from_another_order_is_refused():
     assert any(key == "sampler.seed" for _, key, _ in raised.value.problems)
     with pytest.raises(ferry.ConfigError, match="next_batch"):
         ferry.Pipeline(small_config(), state={"format": "ferry-state", "version": 1})
+    # load_state_dict checks before it stops anything: the running pipeline goes on where it was.
+    with ferry.Pipeline(small_config(), overrides={"sampler.seed": 12}) as other:
+        first = bytes_digest(next(other))
+        with pytest.raises(ferry.ConfigError, match="sampler.seed"):
+            other.load_state_dict(state)
+        assert other.state_dict()["next_batch"] == 1 and not other.closed
+        rest = [bytes_digest(b) for b in other]
+    with ferry.Pipeline(small_config(), overrides={"sampler.seed": 12}) as same:
+        assert [bytes_digest(b) for b in same] == [first] + rest
 
 
 def test_stats_report_the_run():

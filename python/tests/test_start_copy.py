@@ -159,6 +159,27 @@ def test_a_gpu_target_without_a_gpu_fails_in_get_with_the_reason():
         handle.get()  # every call
 
 
+def test_numpy_views_of_every_layout_become_their_values():
+    base = np.arange(60, dtype=np.int32).reshape(6, 10)
+    views = [base[::-1], base.T, base[:, ::-3], base[1:4, 2:9:2], np.float16(3.5) * np.ones((2, 0))]
+    got = ferry.start_copy(views, "cpu").get()
+    for view, tensor in zip(views, got):
+        assert torch.equal(tensor, torch.from_numpy(np.ascontiguousarray(view)))
+
+
+def test_a_structure_that_contains_itself_raises_recursion_error():
+    loop = [torch.ones(1)]
+    loop.append(loop)
+    with pytest.raises(RecursionError):
+        ferry.start_copy(loop, "cpu")
+
+
+def test_plan_before_get_waits_for_the_submission():
+    handle = ferry.start_copy([torch.ones(3), "x", torch.zeros(2)], "cpu")
+    assert handle.plan()["reused"] == 2
+    assert handle.get()[1] == "x"
+
+
 def test_a_failing_tensor_is_named_by_its_place_in_the_structure():
     bad = torch.ones(2, device="meta")  # no device can copy from it
     handle = ferry.start_copy({"x": [torch.ones(1), bad], "y": "z"}, "cpu")
@@ -207,11 +228,37 @@ def test_gpu_to_cpu_results_are_pinned_with_staging():
 def test_results_are_safe_on_the_current_stream_right_after_get():
     side = torch.cuda.Stream()
     rng = random.Random(4)
+    handles = []  # kept: a dropped handle waits on the host, which would hide a missing stream wait
     with torch.cuda.stream(side):
         for _ in range(20):
-            data = [random_tensor(rng) for _ in range(50)] + [random_tensor(rng, big=True)]
-            got = ferry.start_copy(data, "cuda:0").get()
+            data = [random_tensor(rng) for _ in range(50)] + [random_tensor(rng, big=True), torch.randn(4 << 20)]
+            handles.append(ferry.start_copy(data, "cuda:0"))
+            got = handles[-1].get()
             clones = [g.clone() for g in got]  # kernels on `side`, queued right after get()
             del got  # the results' memory may be reused now, but not under those kernels
             for c, d in zip(clones, data):
                 assert torch.equal(c.cpu(), d)
+
+
+@needs_gpu
+def test_pinned_inputs_may_be_overwritten_once_get_returns():
+    for pack in (True, False):
+        inputs = [torch.randn(1 << 20).pin_memory() for _ in range(4)] + [torch.randn(100).pin_memory()]
+        expected = [t.clone() for t in inputs]
+        handle = ferry.start_copy(inputs, "cuda:0", pack_cpu_tensors=pack)
+        got = handle.get()
+        for t in inputs:
+            t.fill_(-1.0)  # the copies must have read them already
+        assert all(torch.equal(g.cpu(), e) for g, e in zip(got, expected))
+        del handle
+
+
+@needs_gpu
+def test_gpu_inputs_may_be_overwritten_on_their_stream_once_get_returns():
+    inputs = [torch.randn(1 << 22, device="cuda"), torch.arange(1000, device="cuda")]
+    expected = [t.cpu() for t in inputs]
+    handle = ferry.start_copy(inputs, "cpu")
+    got = handle.get()
+    for t in inputs:
+        t.zero_()
+    assert all(torch.equal(g, e) for g, e in zip(got, expected))
