@@ -49,7 +49,7 @@ class AsyncCopyHandle {
 };
 
 /// Starts copying every tensor of `data` to `device` (Note [how TensorCopy moves a tensor] in
-/// tensor_copy.cpp). Invalid options or device throw ferry::Error here; every other failure comes
+/// copy_submission.cpp). Invalid options or device throw ferry::Error here; every other failure comes
 /// from get(). Does not block on copies; thread-safe. The caller must neither free nor modify an
 /// input in place until the copy has completed (get() returned, or ready() is true).
 AsyncCopyHandle start_copy(Nested data, at::Device device, const CopyOptions& options = {});

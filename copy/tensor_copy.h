@@ -14,13 +14,13 @@
 namespace ferry {
 
 namespace detail {
-struct TensorCopyState;  // tensor_copy.cpp: what the handle and its submission share
+struct TensorCopyState;  // tensor_copy_state.h: what the handle and its submission share
 }
 
 /// Copies a flat list of tensors to one device, asynchronously: the flat core under start_copy()
 /// (and the Python binding). In: tensors on any mix of cpu and cuda devices. Out, from wait(): the
 /// tensors on `device`, in input order, with the input's shapes, dtypes and values (contiguous;
-/// strides need not match the input's). Note [how TensorCopy moves a tensor] in tensor_copy.cpp
+/// strides need not match the input's). Note [how TensorCopy moves a tensor] in copy_submission.cpp
 /// says which route each tensor takes; plan() says which one it took.
 ///
 /// Threads: start() runs on the caller's thread and records, on the current torch stream of every
