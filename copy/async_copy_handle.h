@@ -15,7 +15,7 @@ namespace ferry {
 /// same structure (container kinds, dict order, None and opaque leaves as they were) with every
 /// tensor replaced by its copy on the target device. Owns a TensorCopy of the flattened tensors
 /// (Nested::tensors() order), so what TensorCopy says about threads, streams and lifetimes holds:
-/// destroying the handle waits for the copies.
+/// destroying the handle before get() waits for the copies.
 ///
 /// Movable, not copyable. get() and ready() may be called from any thread, but the handle itself
 /// is not to be moved or destroyed while another thread uses it.

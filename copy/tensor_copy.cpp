@@ -12,6 +12,7 @@
 #include "copy/copy_streams.h"
 #include "copy/copy_submission.h"
 #include "copy/copy_worker.h"
+#include "copy/retired_copies.h"
 #include "copy/tensor_copy_state.h"
 #include "ferry/build_config.h"
 #include "pipeline/cuda_device.h"
@@ -68,6 +69,7 @@ TensorCopy::TensorCopy(std::shared_ptr<detail::TensorCopyState> state) : state_(
 std::unique_ptr<TensorCopy> TensorCopy::start(std::vector<at::Tensor> tensors, at::Device device,
                                               const CopyOptions& options) {
   validate(options);
+  detail::RetiredCopies::sweep();  // frees the staging of earlier copies that have finished
   if (!device.is_cpu() && !device.is_cuda()) {
     throw Error(ErrorContext{"copy"}, "cannot copy to " + device.str() + ": only cpu and cuda targets are supported");
   }
@@ -163,6 +165,7 @@ const std::vector<at::Tensor>& TensorCopy::wait() {
                                             " to the current stream: " + cause_of(std::current_exception()));
     }
   }
+  if (state.target.is_cuda()) state.handed_out.store(true, std::memory_order_release);
   const bool host_waits = state.target.is_cpu() || state.reads_host_inputs_in_place;
   if (host_waits && !state.completed.load(std::memory_order_acquire)) {
     // CPU results are read by the host, and pinned inputs read in place may be reused by it once
@@ -208,7 +211,14 @@ TensorCopy::~TensorCopy() {
   state_->abandoned.store(true, std::memory_order_release);
   try {
     state_->wait_submitted();
-    if (!state_->completed.load(std::memory_order_acquire)) {
+    if (state_->handed_out.load(std::memory_order_acquire) && !state_->completed.load(std::memory_order_acquire)) {
+      // Note [retiring a copy]: the memory the copies still read waits for them in RetiredCopies.
+      std::vector<at::Tensor> still_read = std::move(state_->keep_alive);
+      for (const at::Tensor& input : state_->inputs) {
+        if (input.is_cuda()) still_read.push_back(input);
+      }
+      detail::RetiredCopies::retire(state_->copies_done, std::move(still_read));
+    } else if (!state_->completed.load(std::memory_order_acquire)) {
       for (const auto& done : state_->copies_done) {
         try {
           done->synchronize();
@@ -218,8 +228,10 @@ TensorCopy::~TensorCopy() {
       }
     }
     state_->release();  // here, not on the copy thread, which may still hold the state
+    detail::RetiredCopies::sweep();
   } catch (...) {
-    // wait_submitted() throws only if the mutex does (system error): nothing better to do.
+    // wait_submitted() throws only if the mutex does (system error), retire() and sweep() only
+    // when out of memory: nothing better to do.
   }
 }
 

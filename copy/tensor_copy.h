@@ -30,8 +30,9 @@ struct TensorCopyState;  // tensor_copy_state.h: what the handle and its submiss
 /// (CopyStreams). ready() and wait() may be called from any thread, also concurrently.
 ///
 /// Owns the inputs, every staging buffer and the results until the copies have completed: the
-/// caller must neither free nor modify an input in place before then. Destroying a TensorCopy
-/// waits for its submission and its copies.
+/// caller must neither free nor modify an input in place before wait() returned or ready() is true.
+/// Destroying a TensorCopy before wait() waits for its submission and its copies; after it, the
+/// host does not wait (Note [retiring a copy] in retired_copies.h).
 class TensorCopy {
  public:
   /// Starts copying every tensor of `tensors` to `device`. Invalid options or device throw
@@ -63,8 +64,10 @@ class TensorCopy {
   /// The target device, with its index resolved ("cuda" is the caller's current device at start).
   at::Device device() const;
 
-  /// Waits for the submission and the copies (staging buffers must not be freed under a running
-  /// copy); a submission still queued is skipped. Never throws.
+  /// Waits for the submission; a submission still queued is skipped. Then, if wait() handed CUDA
+  /// results out, the memory the copies still read goes to RetiredCopies and the host does not wait
+  /// (Note [retiring a copy]); otherwise it waits for the copies (staging buffers must not be freed
+  /// under a running copy). Never throws.
   ~TensorCopy();
 
   TensorCopy(const TensorCopy&) = delete;

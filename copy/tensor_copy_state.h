@@ -44,7 +44,10 @@ struct TensorCopyState {
 
   std::atomic<bool> abandoned{false};  // the handle is gone: a submission not yet begun is skipped
   std::atomic<bool> submitted_flag{false};
-  std::atomic<bool> completed{false};  // every event in copies_done has completed (cached)
+  std::atomic<bool> completed{false};
+  /// wait() has handed the results of a CUDA target out: the handle's destruction retires what the
+  /// copies still read instead of waiting for them (Note [retiring a copy] in retired_copies.h).
+  std::atomic<bool> handed_out{false};  // every event in copies_done has completed (cached)
 
   mutable std::mutex mutex;
   mutable std::condition_variable submitted_cv;

@@ -25,9 +25,12 @@ class AsyncCopyHandle:
         return self._copy.ready()
 
     def get(self) -> Any:
-        """Blocks until the copy is done and returns the structure with every tensor on the target
-        device (numpy arrays as tensors), safe to use on the current CUDA stream. Raises
-        ferry.Error (a RuntimeError) if the copy failed, on every call."""
+        """Returns the structure with every tensor on the target device (numpy arrays as tensors),
+        safe to use on the current CUDA stream. It blocks until the copies are queued; for a GPU
+        target the current stream then waits for them on the device (as after ``.to(non_blocking=
+        True)``), for a CPU target (and for pinned inputs read in place) the host waits for them.
+        The inputs may be reused once it returns. Raises ferry.Error (a RuntimeError) if the copy
+        failed, on every call."""
         return self._copy.get()
 
     def plan(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@
 
 #include "copy/async_copy_handle.h"
 #include "copy/copy_streams.h"
+#include "copy/retired_copies.h"
 #include "copy/tensor_copy.h"
 #include "ferry/build_config.h"
 #include "pipeline/cuda_device.h"
@@ -15,6 +16,7 @@
 
 #if FERRY_WITH_GPU
 #include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -340,6 +342,31 @@ TEST_F(StartCopyCuda, AHandleDroppedRightAfterStartLeavesNothingBroken) {
     options.use_background_thread = i % 2 == 0;
     check_copy(data, cuda(0), options, false, "after a dropped handle");
   }
+}
+
+// Note [retiring a copy]: a handle destroyed right after get() does not wait on the host; its pinned
+// staging must still not be reused before its copy has read it. The copy stream is held back by a
+// sleep kernel, so every copy is still pending when the next one packs into (freed) staging.
+TEST_F(StartCopyCuda, AHandleDroppedAfterGetKeepsItsStagingUntilTheCopyRan) {
+  std::vector<at::Tensor> results;
+  for (int i = 0; i < 8; ++i) {
+    {
+      c10::cuda::CUDAStreamGuard on_copy_stream(c10::cuda::getStreamFromExternal(detail::CopyStreams::stream(0), 0));
+      at::cuda::sleep(20'000'000);
+    }
+    const at::Tensor input = at::full({1 << 20}, static_cast<float>(i));  // 4 MiB: staged, not packed
+    const at::Tensor small = at::full({64}, static_cast<float>(i));       // packed
+    Nested got = start_copy(Nested::list({input, small}), cuda(0)).get();  // the handle is dropped here
+    results.push_back(got[0].tensor());
+    results.push_back(got[1].tensor());
+  }
+  EXPECT_GT(detail::RetiredCopies::pending(), 0u);
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_TRUE(at::equal(results[r].cpu(), at::full_like(results[r].cpu(), static_cast<float>(r / 2)))) << r;
+  }
+  c10::cuda::device_synchronize();
+  detail::RetiredCopies::sweep();
+  EXPECT_EQ(detail::RetiredCopies::pending(), 0u);
 }
 
 TEST_F(StartCopyCuda, ADeviceIndexBeyondTheDevicesThrowsAtStart) {
