@@ -3,7 +3,7 @@
 in C++, on the same config, machine and device, in one process.
 
     PYTHONPATH=build/gpu/python python3 bench/python_iteration.py --out gpu-results/python-iteration \\
-        [--rounds 5] [--quick]
+        [--rounds 7] [--quick]
 
 For each config both consumers take every batch and do nothing with it, so what differs is the cost
 of handing a batch over. Both rates come from the pipeline's own clock (wall time from its start to
@@ -30,7 +30,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (name, config, overrides): small tensors (per-batch cost shows), the demo (mixed fields, padding).
 CASES = [
     ("small tensors, 1000 x 4 KiB per batch", "configs/bench-small-tensors.yaml", []),
-    ("demo: image, label, tokens; batch 64", "configs/demo.yaml", ["max_batches=256"]),
+    ("demo: image, label, tokens; batch 64", "configs/demo.yaml", ["sampler.epochs=8"]),
     ("1 KiB samples, batch 32 (per-batch overhead)", "configs/bench-small-tensors.yaml",
      ["batch_size=32", "source.fields=[{name: features, dtype: float32, shape: [256]}]", "max_batches=20000"]),
 ]
@@ -52,7 +52,7 @@ def python_rate(config, overrides):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="python-iteration")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="fewer batches, for a small CPU machine")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
