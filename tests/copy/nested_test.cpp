@@ -9,6 +9,7 @@
 
 #include "copy/async_copy_handle.h"
 #include "copy/nested.h"
+#include "tests/support/random_nested.h"
 #include "pipeline/cuda_device.h"
 #include "tests/support/error_text.h"
 
@@ -138,36 +139,16 @@ TEST(Nested, WithTensorsRebuildsTheSameStructure) {
 // A random structure of depth <= 3 whose leaves are CPU tensors of random dtypes and shapes, None
 // and opaque ints; `opaque` numbers the opaque leaves.
 Nested random_structure(std::mt19937& rng, int depth, int& opaque) {
-  const int pick = static_cast<int>(rng() % (depth >= 3 ? 3 : 6));
-  switch (pick) {
-    case 0: {
-      static const at::ScalarType kTypes[] = {at::kByte, at::kShort, at::kInt, at::kLong, at::kFloat, at::kDouble, at::kBool};
-      const at::ScalarType dtype = kTypes[rng() % std::size(kTypes)];
-      std::vector<int64_t> shape(rng() % 3);
-      for (int64_t& size : shape) size = static_cast<int64_t>(rng() % 4);
-      return at::randint(0, 2, shape, at::TensorOptions().dtype(dtype));
-    }
-    case 1:
-      return Nested();
-    case 2:
-      return Nested::opaque(opaque++);
-    case 3:
-    case 4: {
-      std::vector<Nested> elements(rng() % 4);
-      for (Nested& element : elements) element = random_structure(rng, depth + 1, opaque);
-      return pick == 3 ? Nested::list(std::move(elements)) : Nested::tuple(std::move(elements));
-    }
-    default: {
-      Nested dict = Nested::dict();
-      const size_t count = rng() % 4;
-      for (size_t i = 0; i < count; ++i) {
-        std::string key = "k";  // not "k" + ...: g++ 12 warns falsely (-Wrestrict) on that
-        key += std::to_string(rng() % 100);
-        dict.set(std::move(key), random_structure(rng, depth + 1, opaque));
-      }
-      return dict;
-    }
-  }
+  const testing::NestedLeaves leaves{
+      [&rng] {
+        static const at::ScalarType kTypes[] = {at::kByte, at::kShort, at::kInt, at::kLong, at::kFloat, at::kDouble, at::kBool};
+        const at::ScalarType dtype = kTypes[rng() % std::size(kTypes)];
+        std::vector<int64_t> shape(rng() % 3);
+        for (int64_t& size : shape) size = static_cast<int64_t>(rng() % 4);
+        return at::randint(0, 2, shape, at::TensorOptions().dtype(dtype));
+      },
+      [&opaque] { return Nested::opaque(opaque++); }};
+  return testing::random_nested(rng, leaves, depth);
 }
 
 TEST(StartCopy, ToTheCpuReturnsTheSameStructureWithTheSameTensors) {

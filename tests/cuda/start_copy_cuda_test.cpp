@@ -13,6 +13,7 @@
 #include "ferry/build_config.h"
 #include "pipeline/cuda_device.h"
 #include "pipeline/error.h"
+#include "tests/support/random_nested.h"
 
 #if FERRY_WITH_GPU
 #include <ATen/cuda/Sleep.h>
@@ -113,33 +114,11 @@ at::Tensor random_tensor(std::mt19937& rng, const Draw& draw) {
   return tensor;
 }
 
-Nested random_structure(std::mt19937& rng, const Draw& draw, int depth = 0) {
-  const int pick = static_cast<int>(rng() % (depth >= 3 ? 4 : 7));
-  switch (pick) {
-    case 0:
-    case 1:
-      return random_tensor(rng, draw);
-    case 2:
-      return Nested();
-    case 3:
-      return Nested::opaque(std::string("leaf ") + std::to_string(rng() % 100));
-    case 4:
-    case 5: {
-      std::vector<Nested> elements(rng() % 5);
-      for (Nested& element : elements) element = random_structure(rng, draw, depth + 1);
-      return pick == 4 ? Nested::list(std::move(elements)) : Nested::tuple(std::move(elements));
-    }
-    default: {
-      Nested dict = Nested::dict();
-      const size_t count = rng() % 5;
-      for (size_t i = 0; i < count; ++i) {
-        std::string key = "k";  // not "k" + ...: g++ 12 warns falsely (-Wrestrict) on that
-        key += std::to_string(rng() % 1000);
-        dict.set(std::move(key), random_structure(rng, draw, depth + 1));
-      }
-      return dict;
-    }
-  }
+Nested random_structure(std::mt19937& rng, const Draw& draw) {
+  const testing::NestedLeaves leaves{
+      [&] { return random_tensor(rng, draw); },
+      [&rng] { return Nested::opaque(std::string("leaf ") + std::to_string(rng() % 100)); }};
+  return testing::random_nested(rng, leaves);
 }
 
 void expect_same_shape_of_structure(const Nested& a, const Nested& b) {
