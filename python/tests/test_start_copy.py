@@ -105,9 +105,10 @@ def random_options(rng):
                 use_background_thread=rng.random() < 0.6)
 
 
-def check_random_structures(devices, target, count, seed):
+def check_random_structures(devices, targets, count, seed):
     rng = random.Random(seed)
     for case in range(count):
+        target = rng.choice(targets)
         data = random_structure(rng, devices)
         options = random_options(rng)
         handle = ferry.start_copy(data, target, **options)
@@ -120,7 +121,7 @@ def check_random_structures(devices, target, count, seed):
 
 
 def test_random_structures_to_the_cpu():
-    check_random_structures(["cpu"], "cpu", 250, seed=1)
+    check_random_structures(["cpu"], ["cpu"], 250, seed=1)
 
 
 def test_cpu_tensors_are_reused_and_numpy_arrays_become_tensors_sharing_memory():
@@ -195,14 +196,19 @@ def test_a_handle_dropped_before_get_is_fine():
             del handle
 
 
+def gpus():
+    return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+
+
 @needs_gpu
 def test_random_structures_to_the_gpu_from_mixed_devices():
-    check_random_structures(["cpu", "cpu", "cuda:0"], "cuda:0", 250, seed=2)
+    # With several GPUs, inputs and targets spread over all of them (peer copies).
+    check_random_structures(["cpu", "cpu"] + gpus(), gpus(), 250, seed=2)
 
 
 @needs_gpu
 def test_random_structures_from_the_gpu_to_the_cpu():
-    check_random_structures(["cuda:0", "cuda:0", "cpu"], "cpu", 200, seed=3)
+    check_random_structures(gpus() + gpus() + ["cpu"], ["cpu"], 200, seed=3)
 
 
 @needs_gpu
