@@ -146,6 +146,7 @@ std::string PythonPipeline::stats_json() const {
   cli::RunInfo info;
   info.ferry_version = FERRY_VERSION;
   info.config = config_.origin;
+  info.device = config_.pipeline.device;  // as asked for ("auto", "cuda"); the report adds the resolved one
   info.source = source_ ? source_->describe() : "";
   std::ostringstream out;
   cli::write_report_json(out, info, stats);

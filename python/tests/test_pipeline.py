@@ -189,6 +189,7 @@ def test_stats_report_the_run():
         batches = list(pipeline)
         stats = pipeline.stats()
     assert stats["totals"]["batches"] == len(batches)
+    assert stats["run"]["device_requested"] == "auto" and stats["run"]["device"] == str(pipeline.device)
     assert [stage["name"] for stage in stats["stages"]][:2] == ["decode", "collate"]
     assert pipeline.stats()["totals"]["batches"] == len(batches)  # kept after close()
 
