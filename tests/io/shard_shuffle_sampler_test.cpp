@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -17,6 +16,8 @@
 
 #include "io/sharded_sampler.h"
 #include "pipeline/error.h"
+#include "tests/support/error_text.h"
+#include "tests/support/sampler_orders.h"
 
 namespace ferry {
 namespace {
@@ -26,19 +27,8 @@ using Remainder = ShardedSampler::Remainder;
 
 constexpr uint64_t kTestSeed = 20240917;
 
-std::vector<uint64_t> epoch_order(const Sampler& sampler, uint64_t epoch) {
-  std::vector<uint64_t> order(sampler.epoch_size());
-  for (uint64_t p = 0; p < order.size(); ++p) order[p] = sampler.index(epoch, p);
-  return order;
-}
-
-bool is_permutation_of_range(std::vector<uint64_t> order) {
-  std::sort(order.begin(), order.end());
-  for (uint64_t i = 0; i < order.size(); ++i) {
-    if (order[i] != i) return false;
-  }
-  return true;
-}
+using testing::epoch_order;
+using testing::is_permutation_of_range;
 
 uint64_t total(const std::vector<uint64_t>& sizes) { return std::accumulate(sizes.begin(), sizes.end(), uint64_t{0}); }
 
@@ -418,23 +408,14 @@ TEST(ShardShuffleSampler, ComputingAnEpochOfTenMillionSamplesTakes) {
   EXPECT_EQ(sum, uint64_t{10000000} * 9999999 / 2);  // a permutation of 0..n-1
 }
 
-void expect_error_naming(const std::function<void()>& make, const std::string& name) {
-  try {
-    make();
-    FAIL() << "no throw; expected an error naming " << name;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
-  }
-}
-
 TEST(ShardShuffleSampler, RejectsBadArgumentsNamingThem) {
-  expect_error_naming([] { ShardShuffleSampler({}, Options{1, 10, true}); }, "no shards");
-  expect_error_naming([] { ShardShuffleSampler({0, 0, 0}, Options{1, 10, true}); }, "all 3 shards are empty");
-  expect_error_naming([] { ShardShuffleSampler({5}, Options{1, 0, true}); }, "buffer_size");
-  expect_error_naming([] { ShardShuffleSampler({~uint64_t{0}, 1}, Options{1, 1, true}); }, "2^64");
+  EXPECT_TRUE(testing::error_names([] { ShardShuffleSampler({}, Options{1, 10, true}); }, "no shards"));
+  EXPECT_TRUE(testing::error_names([] { ShardShuffleSampler({0, 0, 0}, Options{1, 10, true}); }, "all 3 shards are empty"));
+  EXPECT_TRUE(testing::error_names([] { ShardShuffleSampler({5}, Options{1, 0, true}); }, "buffer_size"));
+  EXPECT_TRUE(testing::error_names([] { ShardShuffleSampler({~uint64_t{0}, 1}, Options{1, 1, true}); }, "2^64"));
   const ShardShuffleSampler sampler({3, 4}, Options{1, 2, true});
   EXPECT_NO_THROW(sampler.index(0, 6));
-  expect_error_naming([&] { sampler.index(2, 7); }, "position 7");
+  EXPECT_TRUE(testing::error_names([&] { sampler.index(2, 7); }, "position 7"));
   EXPECT_THROW(sampler.index(0, ~uint64_t{0}), Error);
 }
 

@@ -11,25 +11,15 @@
 #include <vector>
 
 #include "pipeline/error.h"
+#include "tests/support/sampler_orders.h"
 
 namespace ferry {
 namespace {
 
 constexpr uint64_t kTestSeed = 20240611;
 
-std::vector<uint64_t> epoch_order(const Sampler& sampler, uint64_t epoch) {
-  std::vector<uint64_t> order(sampler.epoch_size());
-  for (uint64_t p = 0; p < order.size(); ++p) order[p] = sampler.index(epoch, p);
-  return order;
-}
-
-bool is_permutation_of_range(std::vector<uint64_t> order) {
-  std::sort(order.begin(), order.end());
-  for (uint64_t i = 0; i < order.size(); ++i) {
-    if (order[i] != i) return false;
-  }
-  return true;
-}
+using testing::epoch_order;
+using testing::is_permutation_of_range;
 
 // Small and boundary sizes (around powers of two, where the Feistel domain changes), then random ones.
 std::vector<uint64_t> sizes_to_test(std::mt19937_64& rng) {

@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -26,5 +27,14 @@ std::string error_of(Body&& body) {
 }
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+/// Passes when `body` throws a ferry::Error whose message contains `part`; a failure shows the
+/// message (as error_of(), any other exception, or none, fails too).
+template <typename Body>
+::testing::AssertionResult error_names(Body&& body, const std::string& part) {
+  const std::string text = error_of(std::forward<Body>(body));
+  if (contains(text, part)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "the error does not name '" << part << "': " << text;
+}
 
 }  // namespace ferry::testing
