@@ -14,6 +14,7 @@
 #include "io/shuffled_sampler.h"
 #include "stages/standard_pipeline.h"
 #include "tests/support/instrumented_source.h"
+#include "tests/support/pipeline_checks.h"
 #include "tests/support/reference_batch.h"
 
 namespace ferry {
@@ -321,19 +322,12 @@ TEST(OnErrorSkip, ReplacingGivesUpOnARunOfBrokenSamples) {
   options.skip_replaces = true;
   options.batch_size = 10;
   Pipeline pipeline = make_pipeline(source, options);
-  uint64_t delivered = 0;
-  try {
-    while (auto batch = pipeline.next()) {
-      EXPECT_EQ(testing::compare_with_reference(*batch, *truth), "");
-      ++delivered;
-    }
-    ADD_FAILURE() << "the run ended without an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("found no readable sample to take the place of sample 100 among the 100 after it"),
-              std::string::npos)
-        << e.what();
-  }
-  EXPECT_EQ(delivered, 10u);  // every batch before the broken run
+  const testing::RunToError run = testing::run_to_error(pipeline, *truth);
+  ASSERT_TRUE(run.error) << "the run ended without an error";
+  EXPECT_NE(std::string(run.error->what()).find("found no readable sample to take the place of sample 100 among the 100 after it"),
+            std::string::npos)
+      << run.error->what();
+  EXPECT_EQ(run.batches, 10u);  // every batch before the broken run
 }
 
 TEST(OnErrorSkip, ListsTheFirstHundredAndCountsEveryOne) {

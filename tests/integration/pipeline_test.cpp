@@ -114,25 +114,18 @@ TEST(Pipeline, DecodeFailureArrivesAfterEarlierBatchesNamingItsSample) {
     options.batch_size = 4;
     options.decode_threads = 4;
     Pipeline pipeline = make_pipeline(source, options);
-    uint64_t delivered = 0;
-    try {
-      while (auto batch = pipeline.next()) {
-        EXPECT_EQ(testing::compare_with_reference(*batch, *truth), "");
-        ++delivered;
-      }
-      FAIL() << "no error for sample " << failing;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.stage(), "decode");
-      EXPECT_EQ(e.sample_index(), failing);
-      EXPECT_EQ(e.batch_index(), failing / 4);
-      EXPECT_EQ(e.epoch(), 0u);
-      EXPECT_NE(std::string(e.what()).find("planted failure reading sample " + std::to_string(failing)),
-                std::string::npos)
-          << e.what();
-      EXPECT_NE(std::string(e.what()).find("decode failed on sample " + std::to_string(failing)), std::string::npos)
-          << e.what();
-    }
-    EXPECT_EQ(delivered, failing / 4) << "every batch before the failing one is delivered, none after";
+    const testing::RunToError run = testing::run_to_error(pipeline, *truth);
+    ASSERT_TRUE(run.error) << "no error for sample " << failing;
+    const Error& e = *run.error;
+    EXPECT_EQ(e.stage(), "decode");
+    EXPECT_EQ(e.sample_index(), failing);
+    EXPECT_EQ(e.batch_index(), failing / 4);
+    EXPECT_EQ(e.epoch(), 0u);
+    EXPECT_NE(std::string(e.what()).find("planted failure reading sample " + std::to_string(failing)), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("decode failed on sample " + std::to_string(failing)), std::string::npos)
+        << e.what();
+    EXPECT_EQ(run.batches, failing / 4) << "every batch before the failing one is delivered, none after";
     EXPECT_THROW(pipeline.next(), Error) << "the error is sticky";
   }
 }

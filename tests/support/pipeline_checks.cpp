@@ -40,4 +40,17 @@ uint64_t expect_pipeline_delivers_source(std::shared_ptr<const Source> source, c
   return delivered;
 }
 
+RunToError run_to_error(Pipeline& pipeline, const SyntheticSource& truth) {
+  RunToError run;
+  try {
+    while (auto batch = pipeline.next()) {
+      EXPECT_EQ(compare_with_reference(*batch, truth), "") << "batch " << run.batches;
+      ++run.batches;
+    }
+  } catch (const Error& e) {
+    run.error = e;
+  }
+  return run;
+}
+
 }  // namespace ferry::testing

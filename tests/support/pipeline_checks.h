@@ -2,9 +2,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "io/source.h"
 #include "io/synthetic_source.h"
+#include "pipeline/error.h"
+#include "pipeline/pipeline.h"
 #include "pipeline/pipeline_options.h"
 
 namespace ferry::testing {
@@ -14,5 +17,15 @@ namespace ferry::testing {
 /// metadata, device, and every byte against reference_batch(). Returns the number of batches.
 uint64_t expect_pipeline_delivers_source(std::shared_ptr<const Source> source, const SyntheticSource& truth,
                                          const PipelineOptions& options);
+
+/// What a run expected to fail delivered: its batches before the error, and the error.
+struct RunToError {
+  uint64_t batches = 0;
+  std::optional<Error> error;  // unset: the run ended without one
+};
+
+/// Takes batches from `pipeline` until its end or its ferry::Error, checking each against `truth`
+/// byte for byte (compare_with_reference, GoogleTest assertions). Any other exception propagates.
+RunToError run_to_error(Pipeline& pipeline, const SyntheticSource& truth);
 
 }  // namespace ferry::testing
