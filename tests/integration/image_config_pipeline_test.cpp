@@ -68,8 +68,9 @@ void write_file(const std::string& path, const std::string& bytes) {
   ASSERT_TRUE(out.good()) << path;
 }
 
-// root/class-<c>/<n>.jpg, 1..5 images per class (some in a sub-folder), in sample order.
+// root/class-<c>/<n>.jpg, 1..5 images per class (some in a sub-folder), in sample order; makes root.
 std::vector<Written> write_image_folder(const std::string& root, std::mt19937_64& rng, int classes) {
+  ::mkdir(root.c_str(), 0755);
   std::vector<Written> written;
   const JpegEncoder encoder;
   for (int c = 0; c < classes; ++c) {
@@ -139,7 +140,6 @@ std::string image_folder_yaml(const std::string& root, const std::string& crop, 
 
 TEST(ImageConfigPipeline, AnImageFolderDeliversEachImageAsTheJpegDecoderMakesIt) {
   const TempDir dir("ferry_image_pipeline");
-  ::mkdir((dir / "images").c_str(), 0755);
   std::mt19937_64 rng(21);
   const std::vector<Written> written = write_image_folder(dir / "images", rng, 4);
   write_file(dir / "center.yaml", image_folder_yaml(dir / "images", "center", 3));
@@ -152,7 +152,6 @@ TEST(ImageConfigPipeline, AnImageFolderDeliversEachImageAsTheJpegDecoderMakesIt)
 
 TEST(ImageConfigPipeline, RandomCropsRepeatForASeedAndChangeWithIt) {
   const TempDir dir("ferry_image_pipeline");
-  ::mkdir((dir / "images").c_str(), 0755);
   std::mt19937_64 rng(22);
   const std::vector<Written> written = write_image_folder(dir / "images", rng, 5);
   write_file(dir / "random.yaml", image_folder_yaml(dir / "images", "random", 7));
@@ -176,7 +175,6 @@ TEST(ImageConfigPipeline, RandomCropsRepeatForASeedAndChangeWithIt) {
 // each exactly what JpegDecoder::decode_sample makes for that epoch.
 TEST(ImageConfigPipeline, RandomCropsChangeEveryEpoch) {
   const TempDir dir("ferry_image_pipeline");
-  ::mkdir((dir / "images").c_str(), 0755);
   std::mt19937_64 rng(23);
   const std::vector<Written> written = write_image_folder(dir / "images", rng, 5);
   write_file(dir / "random.yaml", image_folder_yaml(dir / "images", "random", 7));
@@ -200,7 +198,6 @@ TEST(ImageConfigPipeline, RandomCropsChangeEveryEpoch) {
 // each field's decoder is its pipeline's own, not a shared registry entry.
 TEST(ImageConfigPipeline, TwoPipelinesWithDifferentOptionsDoNotClash) {
   const TempDir dir("ferry_image_pipeline");
-  ::mkdir((dir / "images").c_str(), 0755);
   std::mt19937_64 rng(23);
   const std::vector<Written> written = write_image_folder(dir / "images", rng, 3);
   write_file(dir / "a.yaml", image_folder_yaml(dir / "images", "random", 1));
@@ -264,7 +261,6 @@ TEST(ImageConfigPipeline, TarShardsOfJpegsDeliverEachImageAsTheJpegDecoderMakesI
 // naming it; every other image comes as written.
 TEST(ImageConfigPipeline, AnImageThatCannotBeReadOrDecodedIsSkippedByName) {
   const TempDir dir("ferry_image_pipeline");
-  ::mkdir((dir / "images").c_str(), 0755);
   std::mt19937_64 rng(25);
   const std::vector<Written> written = write_image_folder(dir / "images", rng, 3);
   const std::string broken = "class-001/broken.jpg";
@@ -306,7 +302,6 @@ TEST(ImageConfigPipeline, AnImageThatCannotBeReadOrDecodedIsSkippedByName) {
 
 TEST(ImageConfigPipeline, TheOrderRecordsTheFolderAndTheCropSeed) {
   const TempDir dir("ferry_image_pipeline");
-  ::mkdir((dir / "images").c_str(), 0755);
   std::mt19937_64 rng(26);
   (void)write_image_folder(dir / "images", rng, 2);
   const std::string yaml = "source: {kind: image_folder, root: " + (dir / "images") +
