@@ -28,11 +28,13 @@
 #include "pipeline/pipeline.h"
 #include "stages/standard_pipeline.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/tensor_bytes.h"
 
 namespace ferry {
 namespace {
 
 using testing::TempDir;
+using testing::text_of;
 using Crop = JpegDecodeOptions::Crop;
 
 // One image as written: its key in the source, its JPEG bytes and its label.
@@ -58,10 +60,6 @@ at::Tensor random_image(std::mt19937_64& rng, int64_t min, int64_t max) {
   return image;
 }
 
-std::string bytes_of(const at::Tensor& tensor) {
-  return std::string(static_cast<const char*>(tensor.data_ptr()), static_cast<size_t>(tensor.numel()));
-}
-
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -84,7 +82,7 @@ std::vector<Written> write_image_folder(const std::string& root, std::mt19937_64
       // written in sample order.
       const std::string file = f == files - 1 && f > 0 ? "more/" + std::to_string(f) + ".jpg" : std::to_string(f) + ".jpg";
       Written image{std::string(name) + "/" + file, encoder.encode(random_image(rng, 40, 72)), c};
-      write_file(root + "/" + image.key, bytes_of(image.jpeg));
+      write_file(root + "/" + image.key, text_of(image.jpeg));
       written.push_back(std::move(image));
     }
   }
@@ -239,7 +237,7 @@ TEST(ImageConfigPipeline, TarShardsOfJpegsDeliverEachImageAsTheJpegDecoderMakesI
       char key[16];
       std::snprintf(key, sizeof key, "%06d", s * 100 + k);
       Written image{key, encoder.encode(random_image(rng, 36, 80)), static_cast<int64_t>(rng() % 1000)};
-      tar.add(std::string(key) + ".jpg", bytes_of(image.jpeg));
+      tar.add(std::string(key) + ".jpg", text_of(image.jpeg));
       tar.add(std::string(key) + ".cls", std::to_string(image.label) + "\n");
       written.push_back(std::move(image));
     }

@@ -24,6 +24,7 @@
 #include "pipeline/error.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/error_text.h"
+#include "tests/support/tensor_bytes.h"
 
 namespace ferry {
 namespace {
@@ -31,6 +32,7 @@ namespace {
 using testing::error_of;
 
 using testing::TempDir;
+using testing::text_of;
 
 // Writes `bytes` to root/relative, creating the folders on the way.
 void write_file(const std::string& root, const std::string& relative, const std::string& bytes) {
@@ -46,10 +48,6 @@ std::string random_bytes(std::mt19937_64& rng, size_t max_size = 3000) {
   std::string bytes(rng() % max_size + 1, '\0');
   for (char& c : bytes) c = static_cast<char>(rng());
   return bytes;
-}
-
-std::string bytes_of(const at::Tensor& tensor) {
-  return std::string(static_cast<const char*>(tensor.data_ptr()), static_cast<size_t>(tensor.numel()));
 }
 
 ImageFolderOptions options_for(const std::string& root) {
@@ -86,7 +84,7 @@ TEST(ImageFolderSource, NumbersClassesInNameOrderAndSamplesClassByClass) {
     ASSERT_EQ(sample.fields.size(), 2u);
     EXPECT_EQ(sample.fields[0].scalar_type(), at::kByte);
     EXPECT_EQ(sample.fields[0].dim(), 1);
-    EXPECT_EQ(bytes_of(sample.fields[0]), bytes);
+    EXPECT_EQ(text_of(sample.fields[0]), bytes);
     const std::string class_name = path.substr(0, path.find('/'));
     const auto expected_label = std::find(sorted_classes.begin(), sorted_classes.end(), class_name) - sorted_classes.begin();
     EXPECT_EQ(sample.fields[1].scalar_type(), at::kLong);
@@ -140,7 +138,7 @@ TEST(ImageFolderSource, FindsFilesInNestedFoldersSortedByPathWithinTheClass) {
   for (uint64_t i = 0; i < source.size(); ++i) {
     const EncodedSample sample = source.read(i);
     EXPECT_EQ(sample.key, expected[i]);
-    EXPECT_EQ(bytes_of(sample.fields[0]), expected[i]);
+    EXPECT_EQ(text_of(sample.fields[0]), expected[i]);
     EXPECT_EQ(sample.fields[1].item<int64_t>(), i < 2 ? 0 : 1);
   }
 }
@@ -190,8 +188,8 @@ TEST(ImageFolderSource, FollowsLinksButNotALoop) {
   for (uint64_t i = 0; i < source.size(); ++i) keys.push_back(source.read(i).key);
   // "elsewhere" is a class of its own too.
   EXPECT_EQ(keys, (std::vector<std::string>{"a/1.jpg", "a/3.jpg", "a/linked/2.jpg", "elsewhere/x/2.jpg"}));
-  EXPECT_EQ(bytes_of(source.read(1).fields[0]), "one");
-  EXPECT_EQ(bytes_of(source.read(2).fields[0]), "two");
+  EXPECT_EQ(text_of(source.read(1).fields[0]), "one");
+  EXPECT_EQ(text_of(source.read(2).fields[0]), "two");
 }
 
 TEST(ImageFolderSource, RefusesAMissingRootAFileAndAFolderWithoutClasses) {
@@ -241,7 +239,7 @@ TEST(ImageFolderSource, AFileGoneAfterTheScanIsAnErrorOfThatSampleOnly) {
   ASSERT_EQ(::unlink((dir / "a/1.jpg").c_str()), 0);
   EXPECT_EQ(error_of([&] { (void)source.read(0); }),
             "ferry: image folder: cannot open '" + (dir / "a/1.jpg") + "': No such file or directory");
-  EXPECT_EQ(bytes_of(source.read(1).fields[0]), "two");
+  EXPECT_EQ(text_of(source.read(1).fields[0]), "two");
   EXPECT_NE(error_of([&] { (void)source.read(2); }).find("sample 2 is beyond its 2 samples"), std::string::npos);
 }
 
@@ -270,7 +268,7 @@ TEST(ImageFolderSource, ReadsFromSeveralThreadsAtOnceGiveEveryFilesBytes) {
         std::shuffle(order.begin(), order.end(), std::mt19937_64(static_cast<uint64_t>(t)));
         for (const uint64_t i : order) {
           const EncodedSample sample = source.read(i);
-          if (bytes_of(sample.fields[0]) != contents[i] || sample.fields[1].item<int64_t>() != static_cast<int64_t>(i / 50)) {
+          if (text_of(sample.fields[0]) != contents[i] || sample.fields[1].item<int64_t>() != static_cast<int64_t>(i / 50)) {
             ++mismatches[static_cast<size_t>(t)];
           }
         }
@@ -289,7 +287,7 @@ TEST(ImageFolderSource, ItsBytesDecodeAsTheJpegWritten) {
   for (int i = 0; i < 3; ++i) {
     const at::Tensor image = at::randint(0, 256, {20 + i, 30, 3}, at::kByte);
     encoded.push_back(encoder.encode(image));
-    write_file(dir.path(), "k/" + std::to_string(i) + ".jpg", bytes_of(encoded.back()));
+    write_file(dir.path(), "k/" + std::to_string(i) + ".jpg", text_of(encoded.back()));
   }
   ImageFolderOptions options = options_for(dir.path());
   options.image.shape = {16, 16, 3};

@@ -24,30 +24,21 @@
 #include "pipeline/error.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/error_text.h"
+#include "tests/support/tensor_bytes.h"
 
 namespace ferry {
 namespace {
 
 using testing::contains;
 using testing::error_of;
-
-// Exactly the text's bytes, in an allocation of exactly that size.
-at::Tensor bytes_of(const std::string& text) {
-  at::Tensor bytes = at::empty({static_cast<int64_t>(text.size())}, at::kByte);
-  if (!text.empty()) std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
-  return bytes;
-}
-
-std::string text_of(const at::Tensor& tensor) {
-  const at::Tensor bytes = tensor.contiguous().reshape({-1}).view(at::kByte);
-  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
-}
+using testing::tensor_of_text;
+using testing::text_of;
 
 FieldSpec spec_of(at::ScalarType dtype, std::vector<int64_t> shape, std::optional<int64_t> max_length = std::nullopt) {
   return FieldSpec{"x", dtype, std::move(shape), max_length, "json"};
 }
 
-at::Tensor decode(const std::string& json, const FieldSpec& spec) { return JsonDecoder().decode(bytes_of(json), spec); }
+at::Tensor decode(const std::string& json, const FieldSpec& spec) { return JsonDecoder().decode(tensor_of_text(json), spec); }
 
 // The json text fails with a message holding `what` and "at byte <offset>".
 void expect_error(const std::string& json, const FieldSpec& spec, const std::string& what, int64_t offset) {
@@ -508,7 +499,7 @@ TEST(JsonDecoder, SurvivesTruncatedScalarsAndRandomDamage) {
   for (const std::string scalar : {"-12.5e-3", "123", "true", "-0", "1E+9"}) {
     for (size_t keep = 0; keep <= scalar.size(); ++keep) {
       try {
-        const at::Tensor out = decoder.decode(bytes_of(scalar.substr(0, keep)), spec_of(at::kDouble, {}));
+        const at::Tensor out = decoder.decode(tensor_of_text(scalar.substr(0, keep)), spec_of(at::kDouble, {}));
         EXPECT_EQ(out.dim(), 0);
       } catch (const Error&) {
       }
@@ -538,7 +529,7 @@ TEST(JsonDecoder, SurvivesTruncatedScalarsAndRandomDamage) {
     FieldSpec spec = spec_of(dtype, shape);
     if (!shape.empty() && rng() % 2) spec.shape[0] = kVariableLength;
     try {
-      const at::Tensor out = decoder.decode(bytes_of(json), spec);
+      const at::Tensor out = decoder.decode(tensor_of_text(json), spec);
       ASSERT_EQ(out.dim(), static_cast<int64_t>(shape.size())) << json;
       for (size_t d = spec.variable() ? 1 : 0; d < shape.size(); ++d)
         ASSERT_EQ(out.size(static_cast<int64_t>(d)), shape[d]) << json;
@@ -561,7 +552,7 @@ TEST(JsonDecoder, RefusesOtherDtypesAndNonByteInput) {
   message = error_of([] { JsonDecoder().decode(at::zeros({1, 1}, at::kByte), spec_of(at::kInt, {})); });
   EXPECT_TRUE(contains(message, "must be a 1-D uint8 tensor")) << message;
   // A non-contiguous view of bytes is read in order: every other byte of "[z7z,z8z]z".
-  const at::Tensor strided = bytes_of("[z7z,z8z]z").view({5, 2}).select(1, 0);
+  const at::Tensor strided = tensor_of_text("[z7z,z8z]z").view({5, 2}).select(1, 0);
   EXPECT_FALSE(strided.is_contiguous());
   EXPECT_TRUE(JsonDecoder().decode(strided, spec_of(at::kLong, {2})).equal(at::tensor({7, 8}, at::kLong)));
 }
@@ -585,7 +576,7 @@ TEST(JsonDecoder, IsBuiltInAndThreadSafe) {
       workers.emplace_back([&, t] {
         for (int round = 0; round < 20; ++round) {
           for (size_t i = 0; i < samples.size(); ++i) {
-            const at::Tensor out = decoder->decode(bytes_of(samples[i].json), specs[i]);
+            const at::Tensor out = decoder->decode(tensor_of_text(samples[i].json), specs[i]);
             mismatches[static_cast<size_t>(t)] += text_of(out) != text_of(samples[i].values);
           }
         }

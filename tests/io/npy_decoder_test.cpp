@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -22,25 +21,17 @@
 #include "pipeline/error.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/error_text.h"
+#include "tests/support/tensor_bytes.h"
 
 namespace ferry {
 namespace {
 
 using testing::contains;
 using testing::error_of;
+using testing::tensor_of_text;
+using testing::text_of;
 
 using Cast = NpyDecodeOptions::Cast;
-
-at::Tensor bytes_of(const std::string& text) {
-  at::Tensor bytes = at::empty({static_cast<int64_t>(text.size())}, at::kByte);
-  if (!text.empty()) std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
-  return bytes;
-}
-
-std::string text_of(const at::Tensor& tensor) {
-  const at::Tensor bytes = tensor.contiguous().reshape({-1}).view(at::kByte);
-  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
-}
 
 constexpr const char* kMagic = "\x93NUMPY";
 
@@ -148,7 +139,7 @@ TEST(NpyDecoder, ReadsWhatNumpyWritesForEveryDtypeOrderAndVersion) {
     std::vector<int64_t> shape(rank);
     for (int64_t& d : shape) fields >> d;
     ASSERT_TRUE(dtypes.count(descr)) << line;
-    const at::Tensor decoded = decoder.decode(bytes_of(read_file(dir / name)), spec_of(dtypes.at(descr), shape));
+    const at::Tensor decoded = decoder.decode(tensor_of_text(read_file(dir / name)), spec_of(dtypes.at(descr), shape));
     EXPECT_EQ(decoded.scalar_type(), dtypes.at(descr)) << line;
     EXPECT_EQ(decoded.sizes(), shape) << line;
     EXPECT_TRUE(decoded.is_contiguous()) << line;
@@ -166,7 +157,7 @@ TEST(NpyDecoder, TransposesFortranOrderIntoCOrder) {
   // Column-major data of a 2x3 array [[0, 1, 2], [3, 4, 5]] is 0 3 1 4 2 5.
   const at::Tensor column_major = at::tensor({0, 3, 1, 4, 2, 5}, at::kInt);
   const at::Tensor decoded = NpyDecoder().decode(
-      bytes_of(npy_file(dict_of("<i4", true, "(2, 3)"), text_of(column_major))), spec_of(at::kInt, {2, 3}));
+      tensor_of_text(npy_file(dict_of("<i4", true, "(2, 3)"), text_of(column_major))), spec_of(at::kInt, {2, 3}));
   EXPECT_TRUE(decoded.equal(at::arange(6, at::kInt).view({2, 3})));
   EXPECT_TRUE(decoded.is_contiguous());
 }
@@ -174,7 +165,7 @@ TEST(NpyDecoder, TransposesFortranOrderIntoCOrder) {
 TEST(NpyDecoder, ConvertsOnlyWithoutLossUnlessToldOtherwise) {
   const NpyDecoder decoder;
   const auto file = [](const std::string& descr, const at::Tensor& values) {
-    return bytes_of(npy_file(dict_of(descr, false, "(" + std::to_string(values.numel()) + ",)"), text_of(values)));
+    return tensor_of_text(npy_file(dict_of(descr, false, "(" + std::to_string(values.numel()) + ",)"), text_of(values)));
   };
   const at::Tensor u1 = at::tensor({0, 1, 128, 255}, at::kByte);
   EXPECT_TRUE(decoder.decode(file("|u1", u1), spec_of(at::kFloat, {4})).equal(u1.to(at::kFloat)));
@@ -211,7 +202,7 @@ TEST(NpyDecoder, ConvertsOnlyWithoutLossUnlessToldOtherwise) {
 TEST(NpyDecoder, ChecksTheShapeAgainstTheField) {
   const NpyDecoder decoder;
   const auto rows = [](int64_t n) {
-    return bytes_of(npy_file(dict_of("<f4", false, "(" + std::to_string(n) + ", 4)"), text_of(at::randn({n, 4}))));
+    return tensor_of_text(npy_file(dict_of("<f4", false, "(" + std::to_string(n) + ", 4)"), text_of(at::randn({n, 4}))));
   };
   EXPECT_EQ(decoder.decode(rows(7), spec_of(at::kFloat, {kVariableLength, 4}, 10)).sizes(),
             (std::vector<int64_t>{7, 4}));
@@ -225,7 +216,7 @@ TEST(NpyDecoder, ChecksTheShapeAgainstTheField) {
   error_of([&] { decoder.decode(rows(3), spec_of(at::kFloat, {12})); });
   error_of([&] { decoder.decode(rows(3), spec_of(at::kFloat, {kVariableLength, 4, 1})); });
   const at::Tensor scalar = NpyDecoder().decode(
-      bytes_of(npy_file(dict_of("<i8", false, "()"), text_of(at::tensor({int64_t{42}})))), spec_of(at::kLong, {}));
+      tensor_of_text(npy_file(dict_of("<i8", false, "()"), text_of(at::tensor({int64_t{42}})))), spec_of(at::kLong, {}));
   EXPECT_EQ(scalar.dim(), 0);
   EXPECT_EQ(scalar.item<int64_t>(), 42);
 }
@@ -237,7 +228,7 @@ TEST(NpyDecoder, NamesWhatIsWrongWithMalformedFilesAndWhere) {
   const std::string good = npy_file(dict_of("<f4", false, "(3, 4)"), data);
   ASSERT_EQ(good.size(), 128u + 48u);  // the dict pads the header to 128 bytes
   const auto error_for = [&](const std::string& file) {
-    return error_of([&] { decoder.decode(bytes_of(file), spec); });
+    return error_of([&] { decoder.decode(tensor_of_text(file), spec); });
   };
   const auto expect_error = [&](const std::string& file, const std::string& what, int64_t offset) {
     const std::string message = error_for(file);
@@ -293,7 +284,7 @@ TEST(NpyDecoder, NamesWhatIsWrongWithMalformedFilesAndWhere) {
   expect_error(npy_file(dict, data), "is too large", 10);
   // Python 2 longs and double quotes, as old NumPy and other writers produce, are fine.
   dict = "{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (3L, 4L)}";
-  EXPECT_EQ(text_of(decoder.decode(bytes_of(npy_file(dict, data)), spec)), data);
+  EXPECT_EQ(text_of(decoder.decode(tensor_of_text(npy_file(dict, data)), spec)), data);
 }
 
 TEST(NpyDecoder, RefusesEveryTruncationAndSurvivesRandomDamage) {
@@ -303,7 +294,7 @@ TEST(NpyDecoder, RefusesEveryTruncationAndSurvivesRandomDamage) {
     const std::string good =
         npy_file(dict_of("<i2", false, "(5, 3)"), text_of(at::randint(-999, 999, {5, 3}, at::kShort)), major);
     for (size_t keep = 0; keep < good.size(); ++keep)
-      error_of([&] { decoder.decode(bytes_of(good.substr(0, keep)), spec); });
+      error_of([&] { decoder.decode(tensor_of_text(good.substr(0, keep)), spec); });
     // Damage anywhere in the preamble and the header: an Error or a correctly shaped tensor,
     // never a crash or a read past the end (run under ASan to see the latter).
     std::mt19937_64 rng(static_cast<uint64_t>(major));
@@ -314,7 +305,7 @@ TEST(NpyDecoder, RefusesEveryTruncationAndSurvivesRandomDamage) {
       }
       if (rng() % 4 == 0) damaged.resize(rng() % damaged.size());
       try {
-        const at::Tensor out = decoder.decode(bytes_of(damaged), spec);
+        const at::Tensor out = decoder.decode(tensor_of_text(damaged), spec);
         EXPECT_EQ(out.dim(), 2);
         EXPECT_EQ(out.size(1), 3);
       } catch (const Error&) {
@@ -330,7 +321,7 @@ TEST(NpyDecoder, IsBuiltInAndConfiguredOnesRegisterUnderTheirOwnNames) {
   registry.add(std::make_shared<NpyDecoder>(NpyDecodeOptions{.cast = Cast::kAny}, "npy_cast"));
   const at::Tensor f8 = at::tensor({1.25, -2.0}, at::kDouble);
   EXPECT_TRUE(registry.find("npy_cast")
-                  ->decode(bytes_of(npy_file(dict_of("<f8", false, "(2,)"), text_of(f8))), spec_of(at::kFloat, {2}))
+                  ->decode(tensor_of_text(npy_file(dict_of("<f8", false, "(2,)"), text_of(f8))), spec_of(at::kFloat, {2}))
                   .equal(f8.to(at::kFloat)));
   EXPECT_THROW(NpyDecoder({}, ""), Error);
 }

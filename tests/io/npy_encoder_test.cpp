@@ -17,19 +17,14 @@
 #include "pipeline/error.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/error_text.h"
+#include "tests/support/tensor_bytes.h"
 
 namespace ferry {
 namespace {
 
 using testing::contains;
 using testing::error_of;
-
-// The elements' bytes in C order.
-std::string text_of(const at::Tensor& tensor) {
-  if (tensor.numel() == 0) return "";
-  const at::Tensor dense = tensor.contiguous();
-  return std::string(static_cast<const char*>(dense.data_ptr()), dense.nbytes());
-}
+using testing::text_of;
 
 // What a case writes and what NumPy must read back.
 struct Case {
