@@ -25,6 +25,7 @@
 #include "pipeline/work_items.h"
 #include "stages/decode_stage.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/error_text.h"
 
 extern char** environ;
 
@@ -32,6 +33,7 @@ namespace ferry {
 namespace {
 
 using testing::TempDir;
+using testing::error_of;
 
 constexpr const char* kPython = "/usr/bin/python3";
 
@@ -50,17 +52,6 @@ std::string bytes_of(const at::Tensor& tensor) {
 
 void expect_contains(const std::string& text, std::initializer_list<std::string> parts) {
   for (const std::string& part : parts) EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
-}
-
-template <typename F>
-std::string error_of(F&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no ferry::Error thrown";
-  return "";
 }
 
 // What a sample should hold: its key in the shard and its members' bytes by extension.
