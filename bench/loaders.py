@@ -54,6 +54,8 @@ import torch
 import torch.utils.data
 from PIL import Image
 
+from batch_digest import fields_digest, indices_digest  # bench/, beside this script
+
 SEQ_LEN = 2048
 WINDOW = SEQ_LEN + 1  # configs/megatron.yaml: add_extra_token
 TOKEN_BATCH = 32
@@ -61,10 +63,6 @@ TOKEN_SEED = 1234
 IMAGE_SIZE = 256
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# at::ScalarType's numbers (c10/core/ScalarType.h), which `ferry run --digest` hashes with each field.
-SCALAR_TYPE = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4}
-if hasattr(torch, "uint16"):
-    SCALAR_TYPE[torch.uint16] = 27
 # Megatron's .idx dtype codes (io/indexed_dataset.cpp, Note [MMIDIDX layout]).
 IDX_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 8: np.uint16}
 
@@ -277,24 +275,9 @@ def ferry_run(ferry, config, sets, batches, report, digest=None):
 
 # ------------------------------------------------------------------------------------------ checking
 
-def fnv1a(data, state=0xCBF29CE484222325):
-    for byte in data:
-        state = ((state ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return state
-
-
 def digest_line(indices, fields):
-    """What cli/batch_digest.cpp writes for a batch: FNV-1a of the sample indices, and of each field's
-    name, NUL, dtype, shape and bytes."""
-    index_hash = fnv1a(np.asarray(indices, dtype="<u8").tobytes())
-    state = 0xCBF29CE484222325
-    for name, tensor in fields:
-        tensor = tensor.cpu().contiguous()
-        state = fnv1a(name.encode() + b"\0", state)
-        state = fnv1a(np.int8(SCALAR_TYPE[tensor.dtype]).tobytes(), state)
-        state = fnv1a(np.asarray(tensor.shape, dtype="<i8").tobytes(), state)
-        state = fnv1a(tensor.view(torch.uint8).numpy().tobytes(), state)
-    return f"samples {len(indices)} indices {index_hash:016x} bytes {state:016x}"
+    """What cli/batch_digest.cpp writes for a batch, from `samples` on (bench/batch_digest.py)."""
+    return f"samples {len(indices)} indices {indices_digest(indices)} bytes {fields_digest(fields)}"
 
 
 def ferry_digest_lines(path):
