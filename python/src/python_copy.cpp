@@ -1,5 +1,6 @@
 #include "python_copy.h"
 
+#include <optional>
 #include <utility>
 
 #include <torch/csrc/autograd/python_variable.h>
@@ -50,12 +51,10 @@ PythonCopy::PythonCopy(py::handle data, const std::string& device, const CopyOpt
   std::vector<at::Tensor> tensors;
   flatten(data, tensors);
   const at::Device target(device);
-  if (options.use_background_thread) {
-    copy_ = TensorCopy::start(std::move(tensors), target, options);  // returns at once
-  } else {
-    py::gil_scoped_release unlocked;  // staging and submission run here
-    copy_ = TensorCopy::start(std::move(tensors), target, options);
-  }
+  // Without the background thread, staging and submission run in start(): without the GIL.
+  std::optional<py::gil_scoped_release> unlocked;
+  if (!options.use_background_thread) unlocked.emplace();
+  copy_ = TensorCopy::start(std::move(tensors), target, options);
 }
 
 PythonCopy::~PythonCopy() {
