@@ -36,7 +36,7 @@
 #include <ATen/ATen.h>
 #include <turbojpeg.h>
 
-#include "io/jpeg_decoder.h"
+#include <ferry/io/decoders/jpeg_decoder.h>
 
 namespace {
 

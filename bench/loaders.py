@@ -63,7 +63,7 @@ TOKEN_SEED = 1234
 IMAGE_SIZE = 256
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Megatron's .idx dtype codes (io/indexed_dataset.cpp, Note [MMIDIDX layout]).
+# Megatron's .idx dtype codes (io/formats/indexed_dataset.cpp, Note [MMIDIDX layout]).
 IDX_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 8: np.uint16}
 
 
@@ -365,7 +365,7 @@ def bench_tokens(args, device, threads, out):
     quoted = os.path.abspath(prefix).replace("'", "''")
     base_sets = [f"source.prefix='{quoted}'", f"transfer.device={args.device}"]
 
-    # What ferry delivers (Note [uint16 tokens] in io/token_window_source.cpp): uint16 stays uint16 on
+    # What ferry delivers (Note [uint16 tokens] in io/formats/token_window_source.cpp): uint16 stays uint16 on
     # a libtorch that has it, else it is widened to int32. The DataLoader delivers the same.
     digest = os.path.join(out, "tokens-digest.txt")
     check_batches = 3

@@ -22,14 +22,14 @@
 #include <ATen/ATen.h>
 #include <oneapi/tbb/info.h>
 
-#include "ferry/build_config.h"
-#include "pipeline/cuda_device.h"
-#include "pipeline/cuda_error.h"
-#include "pipeline/cuda_event.h"
-#include "pipeline/cuda_stream.h"
-#include "pipeline/device_guard.h"
-#include "stages/parallel_copy.h"
-#include "stages/standard_pipeline.h"
+#include <ferry/build_config.h>
+#include <ferry/pipeline/cuda_device.h>
+#include <ferry/pipeline/cuda_error.h>
+#include <ferry/pipeline/cuda_event.h>
+#include <ferry/pipeline/cuda_stream.h>
+#include <ferry/pipeline/device_guard.h>
+#include <ferry/stages/parallel_copy.h>
+#include <ferry/stages/standard_pipeline.h>
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>

@@ -4,7 +4,7 @@
 
 #include <ATen/ATen.h>
 
-#include "pipeline/error.h"
+#include <ferry/pipeline/error.h>
 
 namespace ferry::cli {
 namespace {

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <string>
 
-#include "pipeline/batch.h"
+#include <ferry/pipeline/batch.h>
 
 namespace ferry::cli {
 

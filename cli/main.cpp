@@ -27,13 +27,14 @@
 #include "cli/make_dataset.h"
 #include "cli/progress_line.h"
 #include "cli/run_report.h"
-#include "ferry/build_config.h"
-#include "io/config_loader.h"
-#include "io/pipeline_state_loader.h"
-#include "io/units.h"
-#include "pipeline/cuda_device.h"
-#include "pipeline/error.h"
-#include "stages/standard_pipeline.h"
+#include <ferry/build_config.h>
+#include <ferry/assembly/config_loader.h>
+#include <ferry/assembly/configured_pipeline.h>
+#include <ferry/assembly/pipeline_state_loader.h>
+#include <ferry/io/util/units.h>
+#include <ferry/pipeline/cuda_device.h>
+#include <ferry/pipeline/error.h>
+#include <ferry/stages/standard_pipeline.h>
 
 namespace {
 

@@ -22,13 +22,13 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include "cli/synthetic_image.h"
-#include "io/atomic_file.h"
-#include "io/indexed_dataset_writer.h"
-#include "io/jpeg_encoder.h"
-#include "io/splitmix64.h"
-#include "io/npy_encoder.h"
-#include "io/tar_writer.h"
-#include "pipeline/error.h"
+#include <ferry/io/util/atomic_file.h>
+#include <ferry/io/formats/indexed_dataset_writer.h>
+#include <ferry/io/decoders/jpeg_encoder.h>
+#include <ferry/io/util/splitmix64.h>
+#include <ferry/io/decoders/npy_encoder.h>
+#include <ferry/io/formats/tar_writer.h>
+#include <ferry/pipeline/error.h>
 
 namespace ferry::cli {
 namespace {

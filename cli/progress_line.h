@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <optional>
 
-#include "io/config.h"
-#include "pipeline/pipeline_stats.h"
+#include <ferry/assembly/config.h>
+#include <ferry/pipeline/pipeline_stats.h>
 
 namespace ferry::cli {
 

@@ -4,7 +4,7 @@
 #include <ostream>
 #include <string>
 
-#include "pipeline/pipeline_stats.h"
+#include <ferry/pipeline/pipeline_stats.h>
 
 namespace ferry::cli {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "io/splitmix64.h"
-#include "pipeline/error.h"
+#include <ferry/io/util/splitmix64.h>
+#include <ferry/pipeline/error.h>
 
 namespace ferry::cli {
 namespace {

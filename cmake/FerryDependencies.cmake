@@ -25,24 +25,17 @@ if(NOT FERRY_CONCURRENTQUEUE_DIR)
   message(FATAL_ERROR "ferry: moodycamel concurrentqueue headers not found "
                       "(Debian: apt-get install libconcurrentqueue-dev, or put its prefix on CMAKE_PREFIX_PATH)")
 endif()
+# Only inside ferry's build (pipeline/bounded_queue.h is internal): never a consumer's dependency.
 add_library(ferry_concurrentqueue INTERFACE)
 target_include_directories(ferry_concurrentqueue SYSTEM INTERFACE "${FERRY_CONCURRENTQUEUE_DIR}")
 
-# libjpeg-turbo's TurboJPEG API, for the "jpeg" decoder. Found by header and library name (not
-# pkg-config), so that a prefix on CMAKE_PREFIX_PATH works: the GPU machine has Debian's .deb
-# unpacked under /opt/ferry-deps/usr, its library in lib/x86_64-linux-gnu, which find_library
-# searches through CMAKE_LIBRARY_ARCHITECTURE.
-find_path(FERRY_TURBOJPEG_INCLUDE_DIR NAMES turbojpeg.h)
-find_library(FERRY_TURBOJPEG_LIBRARY NAMES turbojpeg)
-if(NOT FERRY_TURBOJPEG_INCLUDE_DIR OR NOT FERRY_TURBOJPEG_LIBRARY)
-  message(FATAL_ERROR "ferry: TurboJPEG (libjpeg-turbo) not found: turbojpeg.h: ${FERRY_TURBOJPEG_INCLUDE_DIR}, "
-                      "libturbojpeg: ${FERRY_TURBOJPEG_LIBRARY} "
-                      "(Debian: apt-get install libturbojpeg0-dev, or put its prefix on CMAKE_PREFIX_PATH)")
+# ferry::torch (libtorch) and ferry::turbojpeg (libjpeg-turbo's TurboJPEG API, for the "jpeg"
+# decoder): made by the same file in the installed package, so both find them the same way.
+include(${CMAKE_CURRENT_LIST_DIR}/ferryImportedTargets.cmake)
+if(NOT TARGET ferry::turbojpeg)
+  message(FATAL_ERROR "${FERRY_TURBOJPEG_NOT_FOUND_MESSAGE}")
 endif()
 message(STATUS "ferry: TurboJPEG: ${FERRY_TURBOJPEG_LIBRARY}")
-add_library(ferry_turbojpeg INTERFACE)
-target_include_directories(ferry_turbojpeg SYSTEM INTERFACE "${FERRY_TURBOJPEG_INCLUDE_DIR}")
-target_link_libraries(ferry_turbojpeg INTERFACE "${FERRY_TURBOJPEG_LIBRARY}")
 
 # A CUDA-enabled libtorch defines torch_cuda (and CAFFE2_USE_CUDA); Debian's CPU-only one does not.
 set(FERRY_TORCH_HAS_CUDA OFF)
@@ -73,10 +66,3 @@ if(FERRY_GPU STREQUAL "ON" AND NOT FERRY_WITH_GPU)
   message(FATAL_ERROR "ferry: FERRY_GPU=ON but this cannot be a GPU build: ${FERRY_BUILD_REASON}")
 endif()
 message(STATUS "ferry: ${FERRY_BUILD_KIND} build: ${FERRY_BUILD_REASON}")
-
-# What every ferry library links: libtorch, and cudart when the toolkit is there. Shared cudart, so
-# that ferry and libtorch share one CUDA runtime (one set of contexts, streams and events).
-add_library(ferry_cuda_runtime INTERFACE)
-if(FERRY_HAVE_CUDART)
-  target_link_libraries(ferry_cuda_runtime INTERFACE CUDA::cudart)
-endif()

@@ -1,11 +1,11 @@
-#include "copy/async_copy_handle.h"
+#include "ferry/copy/async_copy_handle.h"
 
 #include <exception>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "pipeline/error.h"
+#include "ferry/pipeline/error.h"
 
 namespace ferry {
 

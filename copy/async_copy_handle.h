@@ -5,9 +5,9 @@
 
 #include <c10/core/Device.h>
 
-#include "copy/copy_options.h"
-#include "copy/nested.h"
-#include "copy/tensor_copy.h"
+#include "ferry/copy/copy_options.h"
+#include "ferry/copy/nested.h"
+#include "ferry/copy/tensor_copy.h"
 
 namespace ferry {
 

@@ -1,8 +1,8 @@
-#include "copy/copy_options.h"
+#include "ferry/copy/copy_options.h"
 
 #include <string>
 
-#include "pipeline/error.h"
+#include "ferry/pipeline/error.h"
 
 namespace ferry {
 

@@ -1,9 +1,9 @@
-#include "copy/copy_streams.h"
+#include "ferry/copy/copy_streams.h"
 
 #include <map>
 #include <mutex>
 
-#include "pipeline/cuda_stream.h"
+#include "ferry/pipeline/cuda_stream.h"
 
 namespace ferry::detail {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <memory>
 
-#include "pipeline/cuda_event_pool.h"
-#include "pipeline/cuda_types.h"
+#include "ferry/pipeline/cuda_event_pool.h"
+#include "ferry/pipeline/cuda_types.h"
 
 namespace ferry::detail {
 

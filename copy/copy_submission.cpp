@@ -1,4 +1,4 @@
-#include "copy/copy_submission.h"
+#include "ferry/copy/copy_submission.h"
 
 #include <algorithm>
 #include <memory>
@@ -10,18 +10,18 @@
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 
-#include "copy/copy_options.h"
-#include "copy/copy_streams.h"
-#include "copy/packed_chunks.h"
-#include "copy/tensor_copy.h"
+#include "ferry/copy/copy_options.h"
+#include "ferry/copy/copy_streams.h"
+#include "ferry/copy/packed_chunks.h"
+#include "ferry/copy/tensor_copy.h"
 #include "ferry/build_config.h"
-#include "pipeline/cuda_error.h"
-#include "pipeline/cuda_event.h"
-#include "pipeline/device_guard.h"
-#include "pipeline/error.h"
-#include "pipeline/tensor_views.h"
-#include "pipeline/torch_cuda.h"
-#include "stages/parallel_copy.h"
+#include "ferry/pipeline/cuda_error.h"
+#include "ferry/pipeline/cuda_event.h"
+#include "ferry/pipeline/device_guard.h"
+#include "ferry/pipeline/error.h"
+#include "ferry/pipeline/tensor_views.h"
+#include "ferry/pipeline/torch_cuda.h"
+#include "ferry/stages/parallel_copy.h"
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>

@@ -10,8 +10,8 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "copy/tensor_copy_state.h"
-#include "pipeline/cuda_types.h"
+#include "ferry/copy/tensor_copy_state.h"
+#include "ferry/pipeline/cuda_types.h"
 
 namespace ferry::detail {
 

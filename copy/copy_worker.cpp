@@ -1,4 +1,4 @@
-#include "copy/copy_worker.h"
+#include "ferry/copy/copy_worker.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -9,7 +9,7 @@
 
 #include <pthread.h>
 
-#include "pipeline/error.h"
+#include "ferry/pipeline/error.h"
 
 namespace ferry::detail {
 namespace {

@@ -1,9 +1,9 @@
-#include "copy/nested.h"
+#include "ferry/copy/nested.h"
 
 #include <unordered_set>
 
-#include "copy/tensor_copy.h"
-#include "pipeline/error.h"
+#include "ferry/copy/tensor_copy.h"
+#include "ferry/pipeline/error.h"
 
 namespace ferry {
 namespace {

@@ -1,9 +1,9 @@
-#include "copy/packed_chunks.h"
+#include "ferry/copy/packed_chunks.h"
 
 #include <algorithm>
 #include <string>
 
-#include "pipeline/error.h"
+#include "ferry/pipeline/error.h"
 
 namespace ferry::detail {
 

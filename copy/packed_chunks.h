@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "copy/copy_options.h"
+#include "ferry/copy/copy_options.h"
 
 namespace ferry::detail {
 

@@ -1,4 +1,4 @@
-#include "copy/retired_copies.h"
+#include "ferry/copy/retired_copies.h"
 
 #include <algorithm>
 #include <iterator>

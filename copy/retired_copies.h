@@ -6,7 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "pipeline/cuda_event.h"
+#include "ferry/pipeline/cuda_event.h"
 
 namespace ferry::detail {
 

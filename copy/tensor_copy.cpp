@@ -1,4 +1,4 @@
-#include "copy/tensor_copy.h"
+#include "ferry/copy/tensor_copy.h"
 
 #include <atomic>
 #include <exception>
@@ -9,18 +9,18 @@
 #include <utility>
 #include <vector>
 
-#include "copy/copy_streams.h"
-#include "copy/copy_submission.h"
-#include "copy/copy_worker.h"
-#include "copy/retired_copies.h"
-#include "copy/tensor_copy_state.h"
+#include "ferry/copy/copy_streams.h"
+#include "ferry/copy/copy_submission.h"
+#include "ferry/copy/copy_worker.h"
+#include "ferry/copy/retired_copies.h"
+#include "ferry/copy/tensor_copy_state.h"
 #include "ferry/build_config.h"
-#include "pipeline/cuda_device.h"
-#include "pipeline/cuda_error.h"
-#include "pipeline/cuda_event.h"
-#include "pipeline/device_guard.h"
-#include "pipeline/error.h"
-#include "pipeline/torch_cuda.h"
+#include "ferry/pipeline/cuda_device.h"
+#include "ferry/pipeline/cuda_error.h"
+#include "ferry/pipeline/cuda_event.h"
+#include "ferry/pipeline/device_guard.h"
+#include "ferry/pipeline/error.h"
+#include "ferry/pipeline/torch_cuda.h"
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>

@@ -9,7 +9,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
-#include "copy/copy_options.h"
+#include "ferry/copy/copy_options.h"
 
 namespace ferry {
 

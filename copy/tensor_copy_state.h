@@ -14,8 +14,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
-#include "copy/copy_options.h"
-#include "pipeline/cuda_event.h"
+#include "ferry/copy/copy_options.h"
+#include "ferry/pipeline/cuda_event.h"
 
 namespace ferry::detail {
 

@@ -6,8 +6,8 @@
 
 #include <torch/torch.h>
 
-#include "io/synthetic_source.h"
-#include "stages/standard_pipeline.h"
+#include <ferry/io/formats/synthetic_source.h>
+#include <ferry/stages/standard_pipeline.h>
 
 int main(int argc, char** argv) {
   const uint64_t epochs = argc > 1 ? std::stoull(argv[1]) : 3;

@@ -1,8 +1,8 @@
-#include "pipeline/batch.h"
+#include "ferry/pipeline/batch.h"
 
 #include <sstream>
 
-#include "pipeline/error.h"
+#include "ferry/pipeline/error.h"
 
 namespace ferry {
 

@@ -7,7 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "pipeline/batch_schema.h"
+#include "ferry/pipeline/batch_schema.h"
 
 namespace ferry {
 

@@ -1,6 +1,6 @@
-#include "pipeline/batch_schema.h"
+#include "ferry/pipeline/batch_schema.h"
 
-#include "pipeline/error.h"
+#include "ferry/pipeline/error.h"
 
 namespace ferry {
 

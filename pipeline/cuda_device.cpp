@@ -1,11 +1,11 @@
-#include "pipeline/cuda_device.h"
+#include "ferry/pipeline/cuda_device.h"
 
 #include <algorithm>
 #include <chrono>
 
 #include "ferry/build_config.h"
-#include "pipeline/cuda_error.h"
-#include "pipeline/device_guard.h"
+#include "ferry/pipeline/cuda_error.h"
+#include "ferry/pipeline/device_guard.h"
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>

@@ -1,4 +1,4 @@
-#include "pipeline/cuda_error.h"
+#include "ferry/pipeline/cuda_error.h"
 
 #include <sstream>
 

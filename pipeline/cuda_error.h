@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "pipeline/error.h"
+#include "ferry/pipeline/error.h"
 
 namespace ferry {
 

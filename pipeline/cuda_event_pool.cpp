@@ -1,4 +1,4 @@
-#include "pipeline/cuda_event_pool.h"
+#include "ferry/pipeline/cuda_event_pool.h"
 
 namespace ferry {
 

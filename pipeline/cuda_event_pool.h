@@ -5,7 +5,7 @@
 #include <mutex>
 #include <vector>
 
-#include "pipeline/cuda_event.h"
+#include "ferry/pipeline/cuda_event.h"
 
 namespace ferry {
 

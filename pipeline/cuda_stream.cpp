@@ -1,8 +1,8 @@
-#include "pipeline/cuda_stream.h"
+#include "ferry/pipeline/cuda_stream.h"
 
 #include "ferry/build_config.h"
-#include "pipeline/cuda_error.h"
-#include "pipeline/device_guard.h"
+#include "ferry/pipeline/cuda_error.h"
+#include "ferry/pipeline/device_guard.h"
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "pipeline/cuda_types.h"
+#include "ferry/pipeline/cuda_types.h"
 
 namespace ferry {
 

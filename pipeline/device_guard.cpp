@@ -1,7 +1,7 @@
-#include "pipeline/device_guard.h"
+#include "ferry/pipeline/device_guard.h"
 
 #include "ferry/build_config.h"
-#include "pipeline/cuda_error.h"
+#include "ferry/pipeline/cuda_error.h"
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>

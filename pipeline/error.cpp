@@ -1,4 +1,4 @@
-#include "pipeline/error.h"
+#include "ferry/pipeline/error.h"
 
 #include <sstream>
 

@@ -1,4 +1,4 @@
-#include "pipeline/occupancy.h"
+#include "ferry/pipeline/occupancy.h"
 
 #include <algorithm>
 

@@ -1,8 +1,8 @@
-#include "pipeline/pinned_lease.h"
+#include "ferry/pipeline/pinned_lease.h"
 
 #include <utility>
 
-#include "pipeline/pinned_pool.h"
+#include "ferry/pipeline/pinned_pool.h"
 
 namespace ferry {
 

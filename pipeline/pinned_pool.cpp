@@ -1,4 +1,4 @@
-#include "pipeline/pinned_pool.h"
+#include "ferry/pipeline/pinned_pool.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -8,11 +8,11 @@
 #include <utility>
 
 #include "ferry/build_config.h"
-#include "pipeline/cuda_device.h"
-#include "pipeline/cuda_error.h"
-#include "pipeline/cuda_event.h"
-#include "pipeline/device_guard.h"
-#include "pipeline/error.h"
+#include "ferry/pipeline/cuda_device.h"
+#include "ferry/pipeline/cuda_error.h"
+#include "ferry/pipeline/cuda_event.h"
+#include "ferry/pipeline/device_guard.h"
+#include "ferry/pipeline/error.h"
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/pinned_lease.h"
+#include "ferry/pipeline/pinned_lease.h"
 
 namespace ferry {
 

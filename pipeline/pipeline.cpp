@@ -1,6 +1,6 @@
-#include "pipeline/pipeline.h"
+#include "ferry/pipeline/pipeline.h"
 
-#include "pipeline/pipeline_graph.h"
+#include "ferry/pipeline/pipeline_graph.h"
 
 namespace ferry {
 

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/batch.h"
-#include "pipeline/pipeline_options.h"
-#include "pipeline/pipeline_state.h"
-#include "pipeline/pipeline_stats.h"
-#include "pipeline/stage.h"
+#include "ferry/pipeline/batch.h"
+#include "ferry/pipeline/pipeline_options.h"
+#include "ferry/pipeline/pipeline_state.h"
+#include "ferry/pipeline/pipeline_stats.h"
+#include "ferry/pipeline/stage.h"
 
 namespace ferry {
 
@@ -39,8 +39,8 @@ class Pipeline {
   /// Throws ferry::Error for invalid options or a missing stage; no thread is left behind.
   Pipeline(StageSet stages, PipelineOptions options);
   /// The standard pipeline a YAML config describes (docs/config.md), with `overrides`
-  /// ("key.path=value") applied. Throws ConfigError (io/config_error.h) listing every problem with
-  /// its file:line:column, before any thread starts. Defined in stages/ (link ferry::ferry).
+  /// ("key.path=value") applied. Throws ConfigError (assembly/config_error.h) listing every problem with
+  /// its file:line:column, before any thread starts. Defined in assembly/ (link ferry::ferry).
   static Pipeline from_yaml(const std::string& path, const std::vector<std::string>& overrides = {});
 
   Pipeline(Pipeline&&) noexcept;

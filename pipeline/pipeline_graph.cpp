@@ -1,13 +1,13 @@
-#include "pipeline/pipeline_graph.h"
+#include "ferry/pipeline/pipeline_graph.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include <oneapi/tbb/info.h>
 
-#include "pipeline/cuda_event.h"
-#include "pipeline/device_guard.h"
-#include "pipeline/torch_cuda.h"
+#include "ferry/pipeline/cuda_event.h"
+#include "ferry/pipeline/device_guard.h"
+#include "ferry/pipeline/torch_cuda.h"
 
 namespace ferry::detail {
 namespace {

@@ -15,12 +15,12 @@
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
 
-#include "pipeline/batch.h"
-#include "pipeline/bounded_queue.h"
-#include "pipeline/occupancy.h"
-#include "pipeline/pipeline_options.h"
-#include "pipeline/pipeline_stats.h"
-#include "pipeline/stage.h"
+#include "ferry/pipeline/batch.h"
+#include "ferry/pipeline/bounded_queue.h"
+#include "ferry/pipeline/occupancy.h"
+#include "ferry/pipeline/pipeline_options.h"
+#include "ferry/pipeline/pipeline_stats.h"
+#include "ferry/pipeline/stage.h"
 
 namespace ferry::detail {
 

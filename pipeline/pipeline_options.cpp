@@ -1,9 +1,9 @@
-#include "pipeline/pipeline_options.h"
+#include "ferry/pipeline/pipeline_options.h"
 
 #include <algorithm>
 #include <thread>
 
-#include "pipeline/error.h"
+#include "ferry/pipeline/error.h"
 
 namespace ferry {
 namespace {

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "pipeline/pipeline_state.h"
+#include "ferry/pipeline/pipeline_state.h"
 
 namespace ferry {
 
@@ -56,7 +56,7 @@ enum class OnError {
   kSkip,  // the sample is dropped, counted and reported in the stats with its reason
 };
 
-/// Everything a standard pipeline needs to know; a YAML config (io/config.h) fills the same struct.
+/// Everything a standard pipeline needs to know; a YAML config (assembly/config.h) fills the same struct.
 struct PipelineOptions {
   size_t batch_size = 32;
   bool drop_last = false;   // drop a last, smaller batch of an epoch

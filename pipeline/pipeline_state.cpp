@@ -1,4 +1,4 @@
-#include "pipeline/pipeline_state.h"
+#include "ferry/pipeline/pipeline_state.h"
 
 #include <sstream>
 

@@ -1,4 +1,4 @@
-#include "pipeline/pipeline_stats.h"
+#include "ferry/pipeline/pipeline_stats.h"
 
 #include <algorithm>
 #include <cmath>

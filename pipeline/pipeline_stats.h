@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/pinned_pool.h"
+#include "ferry/pipeline/pinned_pool.h"
 
 namespace ferry {
 

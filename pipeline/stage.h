@@ -5,8 +5,8 @@
 #include <optional>
 #include <string_view>
 
-#include "pipeline/pinned_pool.h"
-#include "pipeline/work_items.h"
+#include "ferry/pipeline/pinned_pool.h"
+#include "ferry/pipeline/work_items.h"
 
 namespace ferry {
 

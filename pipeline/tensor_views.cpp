@@ -1,9 +1,9 @@
-#include "pipeline/tensor_views.h"
+#include "ferry/pipeline/tensor_views.h"
 
 #include <c10/core/TensorImpl.h>
 #include <c10/core/TensorOptions.h>
 
-#include "pipeline/error.h"
+#include "ferry/pipeline/error.h"
 
 namespace ferry {
 

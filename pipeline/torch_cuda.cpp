@@ -1,7 +1,7 @@
-#include "pipeline/torch_cuda.h"
+#include "ferry/pipeline/torch_cuda.h"
 
 #include "ferry/build_config.h"
-#include "pipeline/error.h"
+#include "ferry/pipeline/error.h"
 
 #if FERRY_WITH_GPU
 #include <ATen/ops/empty.h>

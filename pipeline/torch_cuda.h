@@ -6,7 +6,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/ArrayRef.h>
 
-#include "pipeline/cuda_types.h"
+#include "ferry/pipeline/cuda_types.h"
 
 // The few places where ferry needs libtorch's CUDA side (c10/cuda): its caching allocator and its
 // notion of the current stream. Everything else uses the CUDA runtime directly. In builds without

@@ -8,12 +8,12 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "pipeline/batch.h"
-#include "pipeline/batch_layout.h"
-#include "pipeline/error.h"
-#include "pipeline/pinned_lease.h"
-#include "pipeline/pipeline_stats.h"
-#include "pipeline/pipeline_state.h"
+#include "ferry/pipeline/batch.h"
+#include "ferry/pipeline/batch_layout.h"
+#include "ferry/pipeline/error.h"
+#include "ferry/pipeline/pinned_lease.h"
+#include "ferry/pipeline/pipeline_stats.h"
+#include "ferry/pipeline/pipeline_state.h"
 
 namespace ferry {
 

@@ -1,4 +1,4 @@
-#include "stages/collate_stage.h"
+#include "ferry/stages/collate_stage.h"
 
 #include <cstring>
 #include <sstream>
@@ -6,8 +6,8 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 
-#include "io/dtype_names.h"
-#include "pipeline/error.h"
+#include "ferry/io/util/dtype_names.h"
+#include "ferry/pipeline/error.h"
 
 namespace ferry {
 namespace {

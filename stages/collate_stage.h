@@ -5,9 +5,9 @@
 #include <optional>
 #include <vector>
 
-#include "io/source.h"
-#include "pipeline/pipeline_options.h"
-#include "pipeline/stage.h"
+#include "ferry/io/formats/source.h"
+#include "ferry/pipeline/pipeline_options.h"
+#include "ferry/pipeline/stage.h"
 
 namespace ferry {
 

@@ -1,12 +1,12 @@
-#include "stages/decode_stage.h"
+#include "ferry/stages/decode_stage.h"
 
 #include <algorithm>
 #include <sstream>
 
 #include <c10/util/Exception.h>
 
-#include "io/dtype_names.h"
-#include "pipeline/error.h"
+#include "ferry/io/util/dtype_names.h"
+#include "ferry/pipeline/error.h"
 
 namespace ferry {
 namespace {

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "io/decoder_registry.h"
-#include "io/source.h"
-#include "pipeline/stage.h"
+#include "ferry/io/decoders/decoder_registry.h"
+#include "ferry/io/formats/source.h"
+#include "ferry/pipeline/stage.h"
 
 namespace ferry {
 

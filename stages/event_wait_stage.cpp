@@ -1,9 +1,9 @@
-#include "stages/event_wait_stage.h"
+#include "ferry/stages/event_wait_stage.h"
 
 #include <chrono>
 #include <thread>
 
-#include "pipeline/cuda_event.h"
+#include "ferry/pipeline/cuda_event.h"
 
 namespace ferry {
 namespace {

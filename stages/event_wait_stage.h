@@ -1,7 +1,7 @@
 #pragma once
 
-#include "pipeline/pipeline_options.h"
-#include "pipeline/stage.h"
+#include "ferry/pipeline/pipeline_options.h"
+#include "ferry/pipeline/stage.h"
 
 namespace ferry {
 

@@ -1,13 +1,13 @@
-#include "stages/h2d_submit_stage.h"
+#include "ferry/stages/h2d_submit_stage.h"
 
 #include <ATen/ops/empty.h>
 
 #include "ferry/build_config.h"
-#include "pipeline/cuda_error.h"
-#include "pipeline/device_guard.h"
-#include "pipeline/tensor_views.h"
-#include "pipeline/torch_cuda.h"
-#include "stages/parallel_copy.h"
+#include "ferry/pipeline/cuda_error.h"
+#include "ferry/pipeline/device_guard.h"
+#include "ferry/pipeline/tensor_views.h"
+#include "ferry/pipeline/torch_cuda.h"
+#include "ferry/stages/parallel_copy.h"
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>

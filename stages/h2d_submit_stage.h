@@ -4,10 +4,10 @@
 
 #include <c10/core/Device.h>
 
-#include "pipeline/cuda_event_pool.h"
-#include "pipeline/cuda_stream.h"
-#include "pipeline/pipeline_options.h"
-#include "pipeline/stage.h"
+#include "ferry/pipeline/cuda_event_pool.h"
+#include "ferry/pipeline/cuda_stream.h"
+#include "ferry/pipeline/pipeline_options.h"
+#include "ferry/pipeline/stage.h"
 
 namespace ferry {
 

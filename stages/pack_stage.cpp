@@ -1,9 +1,9 @@
-#include "stages/pack_stage.h"
+#include "ferry/stages/pack_stage.h"
 
 #include <chrono>
 
-#include "pipeline/error.h"
-#include "stages/parallel_copy.h"
+#include "ferry/pipeline/error.h"
+#include "ferry/stages/parallel_copy.h"
 
 namespace ferry {
 

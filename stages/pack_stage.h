@@ -2,9 +2,9 @@
 
 #include <memory>
 
-#include "pipeline/pinned_pool.h"
-#include "pipeline/pipeline_options.h"
-#include "pipeline/stage.h"
+#include "ferry/pipeline/pinned_pool.h"
+#include "ferry/pipeline/pipeline_options.h"
+#include "ferry/pipeline/stage.h"
 
 namespace ferry {
 

@@ -1,4 +1,4 @@
-#include "stages/parallel_copy.h"
+#include "ferry/stages/parallel_copy.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,28 +1,20 @@
-#include "stages/standard_pipeline.h"
+#include "ferry/stages/standard_pipeline.h"
 
-#include <map>
-
-#include "io/batch_planner.h"
-#include "io/config_error.h"
-#include "io/config_loader.h"
-#include "io/units.h"
-#include "io/decoder_registry.h"
-#include "io/sequential_sampler.h"
-#include "pipeline/cuda_device.h"
-#include "stages/collate_stage.h"
-#include "stages/decode_stage.h"
-#include "stages/event_wait_stage.h"
-#include "stages/h2d_submit_stage.h"
-#include "stages/pack_stage.h"
+#include "ferry/stages/batch_planner.h"
+#include "ferry/io/decoders/decoder_registry.h"
+#include "ferry/io/samplers/sequential_sampler.h"
+#include "ferry/pipeline/cuda_device.h"
+#include "ferry/stages/collate_stage.h"
+#include "ferry/stages/decode_stage.h"
+#include "ferry/stages/event_wait_stage.h"
+#include "ferry/stages/h2d_submit_stage.h"
+#include "ferry/stages/pack_stage.h"
 
 namespace ferry {
 namespace {
 
 // A slab never smaller than a page: tiny batches still get a sensible staging buffer.
 constexpr size_t kMinSlabBytes = 4096;
-constexpr size_t kPage = 4096;  // the pool rounds each slab up to a page
-
-size_t page_rounded(size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
 
 }  // namespace
 
@@ -102,132 +94,4 @@ Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions opt
   return Pipeline(std::move(stages), std::move(options));
 }
 
-std::shared_ptr<const Source> check_config(const Config& config) {
-  std::vector<ConfigProblem> problems;
-  auto add = [&](const std::string& key, std::string message) {
-    problems.push_back({config.where(key), key, std::move(message)});
-  };
-  std::optional<Placement> placement;
-  try {
-    placement = resolve_placement(config.sampler, torchrun_env());
-  } catch (const Error& e) {
-    add(config.sampler.world_size && !config.sampler.rank ? "sampler.world_size" : "sampler.rank", e.cause());
-  }
-  const PipelineOptions options = resolve_pipeline_options(config, placement.value_or(Placement{}));
-  try {
-    (void)resolve_device(options.device);
-  } catch (const Error& e) {
-    add("transfer.device", e.cause());
-  }
-
-  std::shared_ptr<const Source> source;
-  try {
-    source = make_source(config.source);
-  } catch (const Error& e) {
-    // An image folder's problems (no classes, an empty class) are the root's.
-    add(config.source.kind == "image_folder" ? "source.root" : "source", e.cause());
-  }
-  if (source && placement) {
-    // A run that would deliver nothing is a mistake, not a success to report.
-    const uint64_t epoch = make_sampler(config.sampler, *placement, *source)->epoch_size();
-    const std::string share = placement->world_size == 1 ? "the source has" : "rank " + std::to_string(placement->rank) +
-                                                                                 " of " + std::to_string(placement->world_size) + " gets";
-    if (epoch == 0) {
-      add("sampler.remainder", share + " no samples: the source has " + std::to_string(source->size()) +
-                                   " and the remainder is dropped (use pad, or fewer ranks)");
-    } else if (options.drop_last && epoch < options.batch_size) {
-      add("sampler.drop_last", share + " " + std::to_string(epoch) + " samples per epoch, fewer than batch_size (" +
-                                   std::to_string(options.batch_size) + "): drop_last leaves no batch");
-    }
-  }
-  if (source) {
-    FieldDecoders field_decoders;
-    try {
-      field_decoders = make_field_decoders(config, *source);
-    } catch (const Error& e) {
-      add("source", e.cause());
-    }
-    try {
-      DecodeStage decode(source, DecoderRegistry::global(), options.decoders, field_decoders);
-    } catch (const Error& e) {
-      add("decode.decoders", e.cause());
-    }
-    try {
-      const CollateStage collate(source->fields(), options.collate, options.transfer.min_alignment);
-      const std::optional<size_t> largest = collate.max_batch_bytes(options.batch_size);
-      const std::string batch = "batch_size " + std::to_string(options.batch_size) + " of " + source->describe();
-      const PoolOptions& pool = options.pool;
-      if (pool.slab_bytes != 0 && largest && *largest > pool.slab_bytes) {
-        add("pool.slab_size", "a slab of " + format_byte_size(pool.slab_bytes) + " is smaller than the largest batch, " +
-                                  format_byte_size(*largest) + " (" + batch + "); use at least that, or auto");
-      } else if (pool.slab_bytes == 0 && !largest) {
-        add("pool.slab_size", "must be set: a variable-length field has no maximum length, so the largest batch is unknown");
-      } else if (pool.slab_bytes == 0 && pool.budget_bytes != 0) {
-        // With an explicit slab size the loader already compared it with the budget.
-        const size_t slab = page_rounded(std::max(*largest, kMinSlabBytes));
-        const size_t slabs = pool.slab_count != 0 ? pool.slab_count : options.prefetch;
-        if (pool.budget_bytes < slabs * slab) {
-          add("pool.budget", "a budget of " + format_byte_size(pool.budget_bytes) + " holds fewer than the " +
-                                 std::to_string(slabs) + " slabs needed (prefetch " + std::to_string(options.prefetch) +
-                                 ") of " + format_byte_size(slab) + " (the largest batch, " + batch + "); it needs at least " +
-                                 format_byte_size(slabs * slab));
-        }
-      }
-    } catch (const Error& e) {
-      add("source.fields", e.cause());  // the fields cannot be collated as given
-    }
-  }
-  if (!problems.empty()) throw ConfigError(std::move(problems));
-  return source;
-}
-
-Pipeline make_pipeline(const Config& config, const std::optional<PipelineState>& resume) {
-  return make_pipeline(config, check_config(config), resume);
-}
-
-Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> source, const std::optional<PipelineState>& resume) {
-  if (!source) throw Error("make_pipeline: no source (pass what check_config() returned)");
-  const Placement placement = resolve_placement(config.sampler, torchrun_env());
-  PipelineOptions options = resolve_pipeline_options(config, placement);
-  options.order = batch_order(config, placement, *source);
-  if (resume) {
-    // Another order would deliver other samples under the same batch numbers: refuse, key by key.
-    // Both ways: a key only the saved run had (a setting this config leaves at its default) differs too.
-    std::vector<ConfigProblem> problems;
-    std::map<std::string, std::string> keys = resume->order;
-    keys.insert(options.order.begin(), options.order.end());
-    for (const auto& entry : keys) {
-      const std::string& key = entry.first;
-      const auto saved = resume->order.find(key);
-      const auto now = options.order.find(key);
-      const std::string before = saved == resume->order.end() ? "(not recorded)" : saved->second;
-      const std::string value = now == options.order.end() ? "(not set)" : now->second;
-      if (before != value) {
-        problems.push_back({config.where(key), key, "the saved state comes from a run with '" + before +
-                                                        "', this config has '" + value + "': resuming would deliver other samples"});
-      }
-    }
-    if (!problems.empty()) throw ConfigError(std::move(problems));
-    options.first_batch = resume->next_batch;
-    options.start = resume->next;
-  }
-  std::shared_ptr<const Sampler> sampler = make_sampler(config.sampler, placement, *source);
-  const FieldDecoders field_decoders = make_field_decoders(config, *source);
-  return make_pipeline(std::move(source), std::move(options), std::move(sampler), field_decoders);
-}
-
-uint64_t planned_batches(const Config& config, const PipelineOptions& options, const Source& source) {
-  const Placement placement = resolve_placement(config.sampler, torchrun_env());
-  return BatchPlanner(make_sampler(config.sampler, placement, source),
-                      {options.batch_size, options.drop_last, options.epochs, options.max_batches, options.first_batch,
-                       options.start, options.refills()})
-      .total_batches();
-}
-
 }  // namespace ferry
-
-// Declared with Pipeline (pipeline/pipeline.h), defined here: the engine knows no file format and
-// no concrete stage, and this is the layer that knows both.
-ferry::Pipeline ferry::Pipeline::from_yaml(const std::string& path, const std::vector<std::string>& overrides) {
-  return make_pipeline(load_config(path, overrides));
-}

@@ -2,8 +2,8 @@
 // python/ferry/_C.pyi for the API as Python sees it).
 #include <torch/csrc/utils/pybind.h>
 
-#include "ferry/build_config.h"
-#include "pipeline/pinned_pool.h"
+#include <ferry/build_config.h>
+#include <ferry/pipeline/pinned_pool.h>
 #include "python_copy.h"
 #include "python_errors.h"
 #include "python_pipeline.h"

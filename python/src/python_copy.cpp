@@ -6,7 +6,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/tensor_numpy.h>
 
-#include "pipeline/error.h"
+#include <ferry/pipeline/error.h>
 
 namespace py = pybind11;
 

@@ -6,8 +6,8 @@
 
 #include <torch/csrc/utils/pybind.h>
 
-#include "copy/copy_options.h"
-#include "copy/tensor_copy.h"
+#include <ferry/copy/copy_options.h>
+#include <ferry/copy/tensor_copy.h>
 
 namespace ferry::python {
 

@@ -2,8 +2,8 @@
 
 #include <exception>
 
-#include "io/config_error.h"
-#include "pipeline/error.h"
+#include <ferry/assembly/config_error.h>
+#include <ferry/pipeline/error.h>
 
 namespace py = pybind11;
 

@@ -6,10 +6,11 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "cli/run_report.h"
-#include "ferry/build_config.h"
-#include "io/config_loader.h"
-#include "io/pipeline_state_loader.h"
-#include "stages/standard_pipeline.h"
+#include <ferry/build_config.h>
+#include <ferry/assembly/config_loader.h>
+#include <ferry/assembly/configured_pipeline.h>
+#include <ferry/assembly/pipeline_state_loader.h>
+#include <ferry/stages/standard_pipeline.h>
 
 namespace py = pybind11;
 

@@ -9,9 +9,9 @@
 
 #include <torch/csrc/utils/pybind.h>
 
-#include "io/config.h"
-#include "io/source.h"
-#include "pipeline/pipeline.h"
+#include <ferry/assembly/config.h>
+#include <ferry/io/formats/source.h>
+#include <ferry/pipeline/pipeline.h>
 
 namespace ferry::python {
 

@@ -23,10 +23,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "io/jpeg_decoder.h"
-#include "io/label_decoder.h"
-#include "io/npy_decoder.h"
-#include "io/tar_shard_source.h"
+#include <ferry/io/decoders/jpeg_decoder.h>
+#include <ferry/io/decoders/label_decoder.h>
+#include <ferry/io/decoders/npy_decoder.h>
+#include <ferry/io/formats/tar_shard_source.h>
 #include "tests/support/temp_dir.h"
 #include "tests/support/error_text.h"
 

@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 
 #include "cli/run_report.h"
-#include "io/synthetic_source.h"
-#include "stages/standard_pipeline.h"
+#include <ferry/io/formats/synthetic_source.h>
+#include <ferry/stages/standard_pipeline.h>
 
 namespace ferry::cli {
 namespace {

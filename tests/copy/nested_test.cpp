@@ -7,10 +7,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "copy/async_copy_handle.h"
-#include "copy/nested.h"
+#include <ferry/copy/async_copy_handle.h>
+#include <ferry/copy/nested.h>
 #include "tests/support/random_nested.h"
-#include "pipeline/cuda_device.h"
+#include <ferry/pipeline/cuda_device.h>
 #include "tests/support/error_text.h"
 
 namespace ferry {

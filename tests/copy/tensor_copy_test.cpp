@@ -9,11 +9,11 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "copy/copy_options.h"
-#include "copy/copy_worker.h"
-#include "copy/packed_chunks.h"
-#include "copy/tensor_copy.h"
-#include "pipeline/cuda_device.h"
+#include <ferry/copy/copy_options.h>
+#include <ferry/copy/copy_worker.h>
+#include <ferry/copy/packed_chunks.h>
+#include <ferry/copy/tensor_copy.h>
+#include <ferry/pipeline/cuda_device.h>
 #include "tests/support/error_text.h"
 
 namespace ferry {

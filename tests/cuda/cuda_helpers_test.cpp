@@ -1,13 +1,13 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "ferry/build_config.h"
-#include "pipeline/cuda_device.h"
-#include "pipeline/cuda_error.h"
-#include "pipeline/cuda_event.h"
-#include "pipeline/cuda_event_pool.h"
-#include "pipeline/cuda_stream.h"
-#include "pipeline/device_guard.h"
+#include <ferry/build_config.h>
+#include <ferry/pipeline/cuda_device.h>
+#include <ferry/pipeline/cuda_error.h>
+#include <ferry/pipeline/cuda_event.h>
+#include <ferry/pipeline/cuda_event_pool.h>
+#include <ferry/pipeline/cuda_stream.h>
+#include <ferry/pipeline/device_guard.h>
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>

@@ -7,12 +7,12 @@
 
 #include <gtest/gtest.h>
 
-#include "ferry/build_config.h"
-#include "pipeline/cuda_device.h"
-#include "pipeline/cuda_error.h"
-#include "pipeline/cuda_event_pool.h"
-#include "pipeline/cuda_stream.h"
-#include "pipeline/pinned_pool.h"
+#include <ferry/build_config.h>
+#include <ferry/pipeline/cuda_device.h>
+#include <ferry/pipeline/cuda_error.h>
+#include <ferry/pipeline/cuda_event_pool.h>
+#include <ferry/pipeline/cuda_stream.h>
+#include <ferry/pipeline/pinned_pool.h>
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>

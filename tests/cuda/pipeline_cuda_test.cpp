@@ -1,9 +1,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "ferry/build_config.h"
-#include "pipeline/cuda_device.h"
-#include "stages/standard_pipeline.h"
+#include <ferry/build_config.h>
+#include <ferry/pipeline/cuda_device.h>
+#include <ferry/stages/standard_pipeline.h>
 #include "tests/support/reference_batch.h"
 
 #if FERRY_WITH_GPU

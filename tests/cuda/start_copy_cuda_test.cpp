@@ -6,13 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "copy/async_copy_handle.h"
-#include "copy/copy_streams.h"
-#include "copy/retired_copies.h"
-#include "copy/tensor_copy.h"
-#include "ferry/build_config.h"
-#include "pipeline/cuda_device.h"
-#include "pipeline/error.h"
+#include <ferry/copy/async_copy_handle.h>
+#include <ferry/copy/copy_streams.h>
+#include <ferry/copy/retired_copies.h>
+#include <ferry/copy/tensor_copy.h>
+#include <ferry/build_config.h>
+#include <ferry/pipeline/cuda_device.h>
+#include <ferry/pipeline/error.h>
 #include "tests/support/random_nested.h"
 
 #if FERRY_WITH_GPU

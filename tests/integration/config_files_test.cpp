@@ -22,12 +22,13 @@
 
 #include <gtest/gtest.h>
 
-#include "io/config_error.h"
-#include "io/config_loader.h"
-#include "io/indexed_dataset_writer.h"
-#include "io/tar_writer.h"
-#include "pipeline/cuda_device.h"
-#include "stages/standard_pipeline.h"
+#include <ferry/assembly/config_error.h>
+#include <ferry/assembly/config_loader.h>
+#include <ferry/assembly/configured_pipeline.h>
+#include <ferry/io/formats/indexed_dataset_writer.h>
+#include <ferry/io/formats/tar_writer.h>
+#include <ferry/pipeline/cuda_device.h>
+#include <ferry/stages/standard_pipeline.h>
 #include "tests/support/temp_dir.h"
 #include "tests/support/thread_count.h"
 

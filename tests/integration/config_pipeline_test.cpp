@@ -27,16 +27,17 @@
 
 #include <gtest/gtest.h>
 
-#include "io/batch_planner.h"
-#include "io/config.h"
-#include "io/config_error.h"
-#include "io/config_loader.h"
-#include "io/sequential_sampler.h"
-#include "io/tar_writer.h"
-#include "io/torchrun_env.h"
-#include "pipeline/cuda_device.h"
-#include "pipeline/pipeline.h"
-#include "stages/standard_pipeline.h"
+#include <ferry/stages/batch_planner.h>
+#include <ferry/assembly/config.h>
+#include <ferry/assembly/config_error.h>
+#include <ferry/assembly/config_loader.h>
+#include <ferry/assembly/configured_pipeline.h>
+#include <ferry/io/samplers/sequential_sampler.h>
+#include <ferry/io/formats/tar_writer.h>
+#include <ferry/assembly/torchrun_env.h>
+#include <ferry/pipeline/cuda_device.h>
+#include <ferry/pipeline/pipeline.h>
+#include <ferry/stages/standard_pipeline.h>
 #include "tests/support/random_options.h"
 #include "tests/support/reference_batch.h"
 #include "tests/support/thread_count.h"

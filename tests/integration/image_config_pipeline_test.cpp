@@ -20,13 +20,13 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "io/config.h"
-#include "io/config_loader.h"
-#include "io/jpeg_decoder.h"
-#include "io/jpeg_encoder.h"
-#include "io/tar_writer.h"
-#include "pipeline/pipeline.h"
-#include "stages/standard_pipeline.h"
+#include <ferry/assembly/config.h>
+#include <ferry/assembly/config_loader.h>
+#include <ferry/io/decoders/jpeg_decoder.h>
+#include <ferry/io/decoders/jpeg_encoder.h>
+#include <ferry/io/formats/tar_writer.h>
+#include <ferry/pipeline/pipeline.h>
+#include <ferry/stages/standard_pipeline.h>
 #include "tests/support/temp_dir.h"
 #include "tests/support/tensor_bytes.h"
 

@@ -7,12 +7,12 @@
 
 #include <gtest/gtest.h>
 
-#include "io/decoder_registry.h"
-#include "io/raw_decoder.h"
-#include "io/sequential_sampler.h"
-#include "io/sharded_sampler.h"
-#include "io/shuffled_sampler.h"
-#include "stages/standard_pipeline.h"
+#include <ferry/io/decoders/decoder_registry.h>
+#include <ferry/io/decoders/raw_decoder.h>
+#include <ferry/io/samplers/sequential_sampler.h>
+#include <ferry/io/samplers/sharded_sampler.h>
+#include <ferry/io/samplers/shuffled_sampler.h>
+#include <ferry/stages/standard_pipeline.h>
 #include "tests/support/instrumented_source.h"
 #include "tests/support/pipeline_checks.h"
 #include "tests/support/reference_batch.h"

@@ -7,10 +7,10 @@
 #include <gtest/gtest.h>
 #include <oneapi/tbb/global_control.h>
 
-#include "io/sequential_sampler.h"
-#include "pipeline/cuda_device.h"
-#include "pipeline/error.h"
-#include "stages/standard_pipeline.h"
+#include <ferry/io/samplers/sequential_sampler.h>
+#include <ferry/pipeline/cuda_device.h>
+#include <ferry/pipeline/error.h>
+#include <ferry/stages/standard_pipeline.h>
 #include "tests/support/instrumented_source.h"
 #include "tests/support/pipeline_checks.h"
 #include "tests/support/random_options.h"

@@ -5,9 +5,10 @@
 
 #include <gtest/gtest.h>
 
-#include "io/config_loader.h"
-#include "io/pipeline_state_loader.h"
-#include "stages/standard_pipeline.h"
+#include <ferry/assembly/config_loader.h>
+#include <ferry/assembly/configured_pipeline.h>
+#include <ferry/assembly/pipeline_state_loader.h>
+#include <ferry/stages/standard_pipeline.h>
 #include "tests/support/reference_batch.h"
 
 namespace ferry {

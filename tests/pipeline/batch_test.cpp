@@ -1,10 +1,10 @@
-#include "pipeline/batch.h"
+#include <ferry/pipeline/batch.h>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "pipeline/error.h"
-#include "pipeline/tensor_views.h"
+#include <ferry/pipeline/error.h>
+#include <ferry/pipeline/tensor_views.h>
 
 namespace ferry {
 namespace {

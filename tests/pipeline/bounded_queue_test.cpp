@@ -1,4 +1,4 @@
-#include "pipeline/bounded_queue.h"
+#include <ferry/pipeline/bounded_queue.h>
 
 #include <chrono>
 #include <atomic>

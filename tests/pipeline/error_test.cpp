@@ -1,9 +1,9 @@
-#include "pipeline/error.h"
+#include <ferry/pipeline/error.h>
 
 #include <gtest/gtest.h>
 
-#include "ferry/build_config.h"
-#include "pipeline/cuda_error.h"
+#include <ferry/build_config.h>
+#include <ferry/pipeline/cuda_error.h>
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>

@@ -1,4 +1,4 @@
-#include "pipeline/pinned_pool.h"
+#include <ferry/pipeline/pinned_pool.h>
 
 #include <chrono>
 #include <cstdint>
@@ -9,8 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#include "pipeline/cuda_device.h"
-#include "pipeline/error.h"
+#include <ferry/pipeline/cuda_device.h>
+#include <ferry/pipeline/error.h>
 
 namespace ferry {
 namespace {

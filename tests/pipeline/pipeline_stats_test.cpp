@@ -6,10 +6,10 @@
 
 #include <gtest/gtest.h>
 
-#include "io/synthetic_source.h"
-#include "pipeline/pinned_pool.h"
-#include "pipeline/pipeline_stats.h"
-#include "stages/standard_pipeline.h"
+#include <ferry/io/formats/synthetic_source.h>
+#include <ferry/pipeline/pinned_pool.h>
+#include <ferry/pipeline/pipeline_stats.h>
+#include <ferry/stages/standard_pipeline.h>
 
 namespace ferry {
 namespace {

@@ -4,12 +4,12 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "io/decoder_registry.h"
-#include "io/synthetic_source.h"
-#include "pipeline/error.h"
-#include "stages/collate_stage.h"
-#include "stages/decode_stage.h"
-#include "stages/pack_stage.h"
+#include <ferry/io/decoders/decoder_registry.h>
+#include <ferry/io/formats/synthetic_source.h>
+#include <ferry/pipeline/error.h>
+#include <ferry/stages/collate_stage.h>
+#include <ferry/stages/decode_stage.h>
+#include <ferry/stages/pack_stage.h>
 #include "tests/support/random_options.h"
 #include "tests/support/reference_batch.h"
 

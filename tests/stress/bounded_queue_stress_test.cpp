@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "pipeline/bounded_queue.h"
+#include <ferry/pipeline/bounded_queue.h>
 
 namespace ferry {
 namespace {

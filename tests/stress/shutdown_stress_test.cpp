@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "stages/standard_pipeline.h"
+#include <ferry/stages/standard_pipeline.h>
 #include "tests/support/instrumented_source.h"
 #include "tests/support/random_options.h"
 #include "tests/support/reference_batch.h"

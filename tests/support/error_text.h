@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "pipeline/error.h"
+#include <ferry/pipeline/error.h>
 
 namespace ferry::testing {
 

@@ -5,7 +5,7 @@
 #include <optional>
 #include <set>
 
-#include "io/synthetic_source.h"
+#include <ferry/io/formats/synthetic_source.h>
 
 namespace ferry::testing {
 

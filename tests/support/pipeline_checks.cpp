@@ -2,9 +2,9 @@
 
 #include <gtest/gtest.h>
 
-#include "io/batch_planner.h"
-#include "io/sequential_sampler.h"
-#include "stages/standard_pipeline.h"
+#include <ferry/stages/batch_planner.h>
+#include <ferry/io/samplers/sequential_sampler.h>
+#include <ferry/stages/standard_pipeline.h>
 #include "tests/support/reference_batch.h"
 
 namespace ferry::testing {

@@ -4,11 +4,11 @@
 #include <memory>
 #include <optional>
 
-#include "io/source.h"
-#include "io/synthetic_source.h"
-#include "pipeline/error.h"
-#include "pipeline/pipeline.h"
-#include "pipeline/pipeline_options.h"
+#include <ferry/io/formats/source.h>
+#include <ferry/io/formats/synthetic_source.h>
+#include <ferry/pipeline/error.h>
+#include <ferry/pipeline/pipeline.h>
+#include <ferry/pipeline/pipeline_options.h>
 
 namespace ferry::testing {
 

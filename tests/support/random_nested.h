@@ -5,7 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "copy/nested.h"
+#include <ferry/copy/nested.h>
 
 namespace ferry::testing {
 

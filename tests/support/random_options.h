@@ -2,7 +2,7 @@
 
 #include <random>
 
-#include "io/synthetic_source.h"
+#include <ferry/io/formats/synthetic_source.h>
 
 namespace ferry::testing {
 

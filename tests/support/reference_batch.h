@@ -7,9 +7,9 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "io/synthetic_source.h"
-#include "pipeline/batch.h"
-#include "pipeline/pipeline_options.h"
+#include <ferry/io/formats/synthetic_source.h>
+#include <ferry/pipeline/batch.h>
+#include <ferry/pipeline/pipeline_options.h>
 
 namespace ferry::testing {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "io/sampler.h"
+#include <ferry/io/samplers/sampler.h>
 
 namespace ferry::testing {
 

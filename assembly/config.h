@@ -1,0 +1,132 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ferry/io/decoders/decoder.h"
+#include "ferry/io/formats/image_folder_source.h"
+#include "ferry/io/decoders/jpeg_decoder.h"
+#include "ferry/io/samplers/sampler.h"
+#include "ferry/io/formats/synthetic_source.h"
+#include "ferry/io/formats/tar_shard_source.h"
+#include "ferry/io/formats/token_window_source.h"
+#include "ferry/assembly/torchrun_env.h"
+#include "ferry/pipeline/pipeline_options.h"
+
+namespace ferry {
+
+/// How a field decoded by "jpeg" is made the same size in every sample (YAML: `resize_shorter`,
+/// `crop`): resized so that its shorter side is resize_shorter (0: not resized), then cropped to the
+/// field's [H, W]. A random crop is seeded from sampler.seed (Note [JPEG random crop]).
+struct JpegFieldOptions {
+  int64_t resize_shorter = 0;
+  JpegDecodeOptions::Crop crop = JpegDecodeOptions::Crop::kCenter;
+};
+
+/// Where the samples come from. `kind` picks which of the option groups below applies.
+struct SourceConfig {
+  std::string kind = "synthetic";
+  SyntheticOptions synthetic;        // kind: synthetic
+  TokenWindowOptions megatron;       // kind: megatron
+  TarShardOptions tar;               // kind: tar (shards already expanded from their {a..b} patterns)
+  ImageFolderOptions image_folder;   // kind: image_folder
+  /// Fields (by name) that get a JpegDecoder of their own, with these options: see make_field_decoders().
+  std::map<std::string, JpegFieldOptions, std::less<>> jpeg;
+};
+
+/// The order of the samples and this process's share of them.
+struct SamplerConfig {
+  bool shuffle = false;  // a different permutation every epoch, from (seed, epoch)
+  uint64_t seed = 0;
+  /// This process's rank among world_size data-parallel ranks. Unset: from torchrun's RANK and
+  /// WORLD_SIZE variables when they are set, else rank 0 of 1.
+  std::optional<uint64_t> rank;
+  std::optional<uint64_t> world_size;
+  /// When the epoch does not divide evenly among the ranks: pad (repeat the epoch's first samples)
+  /// or drop the remainder, so that every rank gets the same number of batches.
+  bool drop_remainder = false;
+  /// Tar shards, when shuffling: 0 shuffles the samples fully (a random permutation of every
+  /// sample); N > 0 shuffles the order of the shards and passes their samples, read shard after
+  /// shard, through a shuffle buffer of N samples (ShardShuffleSampler): reads stay sequential.
+  uint64_t shuffle_buffer = 0;
+};
+
+/// How `ferry run` reports on a run.
+struct StatsConfig {
+  enum class Progress {
+    kAuto,   // a live line on a terminal, plain lines otherwise
+    kLive,   // one line rewritten in place (\r) a few times a second
+    kPlain,  // a new line every `interval`, for logs
+    kOff,
+  };
+  Progress progress = Progress::kAuto;
+  std::chrono::milliseconds interval{5000};  // between plain progress lines (not on a terminal)
+  std::string report_path;  // write the JSON report here ("" : none)
+};
+
+/// A whole pipeline, as a YAML file describes it (docs/config.md). A plain value: build it in code,
+/// or with load_config() from a file; make_pipeline(const Config&) (stages/) runs it.
+///
+/// The YAML layout groups keys for people (`sampler.epochs`, `decode.threads`, `transfer.device`);
+/// they land in `pipeline` (PipelineOptions), the struct the engine takes.
+struct Config {
+  SourceConfig source;
+  SamplerConfig sampler;
+  PipelineOptions pipeline;
+  StatsConfig stats;
+
+  /// Where the config came from ("configs/demo.yaml", "<built-in demo>").
+  std::string origin;
+  /// Where each key was set: key path ("pool.slab_size", "source.fields[1].dtype") to
+  /// "file:line:column" or "--set key=value". Keys left at their defaults are absent.
+  std::map<std::string, std::string, std::less<>> locations;
+
+  /// The location of `key` or of its nearest enclosing key that has one, else origin.
+  std::string where(std::string_view key) const;
+};
+
+/// This process's place in a data-parallel job: the config's rank and world size, else torchrun's.
+struct Placement {
+  uint64_t rank = 0;
+  uint64_t world_size = 1;
+  uint64_t local_rank = 0;  // torchrun's LOCAL_RANK: which GPU "cuda" means
+  bool torchrun = false;    // launched by torchrun (its variables are set)
+};
+
+/// Throws ferry::Error for a malformed torchrun environment (see torchrun_env()).
+Placement resolve_placement(const SamplerConfig& sampler, const std::optional<TorchrunEnv>& env);
+
+/// The pipeline options with "auto" (on a machine with a GPU) and "cuda" turned into this rank's GPU,
+/// cuda:LOCAL_RANK, under torchrun (otherwise the device passes through unchanged), and with
+/// skip_replaces when there are several ranks.
+PipelineOptions resolve_pipeline_options(const Config& config, const Placement& placement);
+
+/// What decides which samples each batch holds, as text per key ("batch_size" -> "64",
+/// "sampler.seed" -> "7", "source.fields" -> ...): a saved PipelineState carries it, and a resume
+/// under a different order is refused naming the key. Thread counts, prefetch, device, epochs and
+/// max_batches are not part of it: they change how fast or how long, not which batch comes next.
+/// `source` is the source the config makes: its size is recorded too (a dataset regenerated with
+/// another size is caught; one regenerated with the same size but other contents is not).
+std::map<std::string, std::string> batch_order(const Config& config, const Placement& placement, const Source& source);
+
+/// The source config.source describes. Throws ferry::Error when it cannot be made.
+std::shared_ptr<const Source> make_source(const SourceConfig& source);
+
+/// The decoders that config.source.jpeg asks for, by field: a JpegDecoder per field with its resize,
+/// a crop of the field's [H, W] (from `source`, the source the config makes) and sampler.seed. They
+/// are instances for make_pipeline(), never registered in DecoderRegistry::global(), so two pipelines
+/// with different options in one process do not clash. Throws ferry::Error for a field the source
+/// does not have or whose shape is not [H, W, 3].
+FieldDecoders make_field_decoders(const Config& config, const Source& source);
+
+/// The order config.sampler asks for over `source`'s samples: sequential or shuffled (for tar shards
+/// with a shuffle buffer: shard order and buffer), then this rank's share (ShardedSampler) when there
+/// are several ranks.
+std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement, const Source& source);
+
+}  // namespace ferry

@@ -1,0 +1,26 @@
+# Imported targets that ferry's libraries link by name, made the same way in ferry's own build
+# (cmake/FerryDependencies.cmake) and in its installed package (ferryConfig.cmake), after Torch has
+# been found:
+#   ferry::torch      libtorch: TORCH_LIBRARIES of the Torch package found here, so that an installed
+#                     ferry names no path of the machine it was built on;
+#   ferry::turbojpeg  libjpeg-turbo's TurboJPEG API, found by header and library name (Debian has no
+#                     CMake package for it), so that a prefix on CMAKE_PREFIX_PATH works too.
+# GLOBAL, so that a parent project that add_subdirectory()s ferry links them through ferry::ferry.
+if(NOT TARGET ferry::torch)
+  add_library(ferry::torch INTERFACE IMPORTED GLOBAL)
+  set_target_properties(ferry::torch PROPERTIES INTERFACE_LINK_LIBRARIES "${TORCH_LIBRARIES}")
+endif()
+
+if(NOT TARGET ferry::turbojpeg)
+  find_path(FERRY_TURBOJPEG_INCLUDE_DIR NAMES turbojpeg.h)
+  find_library(FERRY_TURBOJPEG_LIBRARY NAMES turbojpeg)
+  if(FERRY_TURBOJPEG_INCLUDE_DIR AND FERRY_TURBOJPEG_LIBRARY)
+    add_library(ferry::turbojpeg UNKNOWN IMPORTED GLOBAL)
+    set_target_properties(ferry::turbojpeg PROPERTIES
+      IMPORTED_LOCATION "${FERRY_TURBOJPEG_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${FERRY_TURBOJPEG_INCLUDE_DIR}")
+  else()
+    set(FERRY_TURBOJPEG_NOT_FOUND_MESSAGE
+        "ferry: TurboJPEG (libjpeg-turbo) not found: turbojpeg.h: ${FERRY_TURBOJPEG_INCLUDE_DIR}, libturbojpeg: ${FERRY_TURBOJPEG_LIBRARY} (Debian: apt-get install libturbojpeg0-dev, or put its prefix on CMAKE_PREFIX_PATH)")
+  endif()
+endif()

@@ -1,0 +1,77 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "ferry/io/decoders/decoder.h"
+
+namespace ferry {
+
+/// How JpegDecoder makes every image of a field the same size, so that a batch can be stacked.
+/// Resize first (when resize_shorter > 0), then crop (when crop_height and crop_width are > 0).
+struct JpegDecodeOptions {
+  /// The shorter side after resizing, in pixels; the longer side keeps the aspect ratio
+  /// (floor(resize_shorter * longer / shorter), as torchvision's Resize(int) does). 0: no resize.
+  int64_t resize_shorter = 0;
+  /// The crop, in pixels, taken from the (resized) image. Both 0: no crop; both > 0 otherwise.
+  int64_t crop_height = 0;
+  int64_t crop_width = 0;
+  /// kCenter: the middle (offsets rounded down). kRandom: see Note [JPEG random crop].
+  enum class Crop { kCenter, kRandom } crop = Crop::kCenter;
+  /// Seeds kRandom crops; ignored by kCenter.
+  uint64_t seed = 0;
+};
+
+/// "jpeg": one JPEG file's bytes (a 1-D uint8 tensor) in, an HWC uint8 RGB tensor of the field's
+/// fixed shape [H, W, 3] out, via libjpeg-turbo's TurboJPEG API. Grayscale JPEGs come out as three
+/// equal channels. CMYK and YCCK JPEGs are refused with an Error: turning ink amounts into RGB needs
+/// a colour-management system (TurboJPEG says the same), and a guessed formula would give silently
+/// wrong colours — convert such datasets to RGB once, offline.
+///
+/// The image is resized and cropped as the options say; the result must be exactly the field's
+/// [H, W, 3] (checked from the JPEG header, before any pixel is decoded), otherwise decode() throws
+/// naming both sizes and the options to set. Damaged data — anything libjpeg only warns about, such
+/// as a truncated file it would pad with gray — is an Error carrying TurboJPEG's message and the
+/// byte count: a corrupt sample never becomes plausible pixels.
+///
+/// Threads: decode() is called concurrently by the decode threads and is thread-safe; each thread
+/// keeps its own TurboJPEG handle (see Note [TurboJPEG handle per thread] in turbojpeg_handle.cpp). The decoder owns only
+/// its options; the returned tensor owns its memory (it does not keep `encoded` alive).
+///
+/// The built-in "jpeg" in DecoderRegistry has default options (no resize, no crop), so it only
+/// suits datasets whose images already have the field's size. For the usual case a YAML config sets
+/// the field's `resize_shorter` and `crop` (make_field_decoders() in assembly/config.h makes the decoder);
+/// in code, hand make_pipeline() a configured instance for the field, which no other pipeline sees:
+///
+///   make_pipeline(source, options, sampler, FieldDecoders{{"image", std::make_shared<JpegDecoder>(
+///       JpegDecodeOptions{.resize_shorter = 256, .crop_height = 224, .crop_width = 224,
+///                         .crop = JpegDecodeOptions::Crop::kRandom, .seed = 7})}});
+///
+/// (Registering one under its own name in DecoderRegistry::global() works too, for the whole process.)
+class JpegDecoder : public Decoder {
+ public:
+  /// Throws ferry::Error for negative sizes, or a crop with one side 0 and the other not.
+  explicit JpegDecoder(JpegDecodeOptions options = {}, std::string name = "jpeg");
+
+  std::string_view name() const override { return name_; }
+  const JpegDecodeOptions& options() const noexcept { return options_; }
+
+  /// Thread-safe; allocates the output (and, when resizing, a scratch image); does not block.
+  /// Throws ferry::Error for a spec that is not uint8 [H, W, 3], for bytes that are not a whole,
+  /// undamaged RGB/YCbCr/grayscale JPEG, and for an image that does not come out at [H, W, 3].
+  /// A random crop drawn from (the seed, the encoded bytes): the same in every epoch.
+  at::Tensor decode(const at::Tensor& encoded, const FieldSpec& spec) const override;
+  /// A random crop drawn from (the seed, context.epoch, context.index): another one every epoch, the
+  /// same on every run (Note [JPEG random crop]). Otherwise as decode().
+  at::Tensor decode_sample(const at::Tensor& encoded, const FieldSpec& spec, const DecodeContext& context) const override;
+
+ private:
+  /// `crop_key` seeds a random crop; unset: a digest of the bytes does.
+  at::Tensor decode_with(const at::Tensor& encoded, const FieldSpec& spec, std::optional<uint64_t> crop_key) const;
+
+  JpegDecodeOptions options_;
+  std::string name_;
+};
+
+}  // namespace ferry

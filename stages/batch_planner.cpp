@@ -1,0 +1,100 @@
+#include "ferry/stages/batch_planner.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ferry/pipeline/error.h"
+
+namespace ferry {
+
+BatchPlanner::BatchPlanner(std::shared_ptr<const Sampler> sampler, Options options)
+    : sampler_(std::move(sampler)), options_(std::move(options)) {
+  if (!sampler_) throw Error("batch planner: no sampler");
+  if (options_.batch_size == 0) throw Error("batch planner: batch_size must be at least 1");
+  // Samplers are pure functions of (epoch, position), so a resumed run starts right at its batch.
+  if (options_.start) {
+    epoch_ = options_.start->epoch;
+    index_ = options_.start->index;
+    position_ = options_.start->position;
+  } else if (const uint64_t per_epoch = batches_per_epoch(); per_epoch != 0) {
+    epoch_ = options_.first_batch / per_epoch;
+    index_ = options_.first_batch % per_epoch;
+    position_ = index_ * options_.batch_size;
+  }
+  start_epoch_ = epoch_;
+  start_position_ = position_;
+  planned_ = options_.first_batch;  // max_batches counts the whole run, resumed or not
+}
+
+uint64_t BatchPlanner::epoch_limit() const noexcept {
+  const uint64_t samples = sampler_->epoch_size();
+  if (options_.refill || !options_.drop_last) return samples;
+  return samples / options_.batch_size * options_.batch_size;
+}
+
+uint64_t BatchPlanner::batches_per_epoch() const noexcept {
+  const uint64_t samples = sampler_->epoch_size();
+  const uint64_t size = options_.batch_size;
+  return options_.drop_last ? samples / size : (samples + size - 1) / size;
+}
+
+uint64_t BatchPlanner::total_batches() const noexcept {
+  if (start_epoch_ >= options_.epochs) return 0;
+  const uint64_t per_epoch = batches_per_epoch();
+  const uint64_t size = options_.batch_size;
+  const uint64_t left = epoch_limit() - std::min(epoch_limit(), start_position_);
+  // The rest of the first epoch (which may start mid-batch after skips), then whole epochs.
+  const uint64_t first = options_.drop_last ? left / size : (left + size - 1) / size;
+  const uint64_t epochs = options_.epochs - start_epoch_ - 1;
+  // Saturating: epochs may be huge ("run until max_batches").
+  const uint64_t rest = per_epoch != 0 && epochs > (UINT64_MAX - first) / per_epoch ? UINT64_MAX - first : per_epoch * epochs;
+  const uint64_t all = first + rest;
+  if (options_.max_batches == 0) return all;
+  return std::min(all, options_.max_batches - std::min(options_.max_batches, options_.first_batch));
+}
+
+std::optional<uint64_t> BatchPlanner::sample_at(uint64_t epoch, uint64_t position) const {
+  const uint64_t size = sampler_->epoch_size();
+  if (size == 0) return std::nullopt;
+  return sampler_->index(epoch, position % size);
+}
+
+std::optional<BatchPlan> BatchPlanner::next() {
+  if (epoch_end_due_) {
+    BatchPlan marker;
+    marker.kind = BatchPlan::Kind::kEpochEnd;
+    marker.epoch = *epoch_end_due_;
+    epoch_end_due_.reset();
+    return marker;
+  }
+  // With refill a plan may yield no batch, so collate counts the batches against max_batches; a run
+  // resumed at or past them has none left either way.
+  if (options_.max_batches != 0 && (options_.refill ? options_.first_batch : planned_) >= options_.max_batches) {
+    return std::nullopt;
+  }
+  const uint64_t limit = epoch_limit();
+  // No epoch has a batch: don't walk through them all (with refill the limit is the whole epoch).
+  if (limit == 0 || (options_.drop_last && sampler_->epoch_size() < options_.batch_size)) return std::nullopt;
+  while (epoch_ < options_.epochs && position_ >= limit) {
+    ++epoch_;
+    position_ = 0;
+    index_ = 0;
+  }
+  if (epoch_ >= options_.epochs) return std::nullopt;
+
+  const uint64_t count = std::min<uint64_t>(options_.batch_size, limit - position_);
+  BatchPlan plan;
+  plan.epoch = epoch_;
+  plan.index = index_;
+  plan.first_position = position_;
+  plan.last_of_epoch = position_ + count >= limit;
+  plan.sample_indices.resize(count);
+  for (uint64_t k = 0; k < count; ++k) plan.sample_indices[k] = sampler_->index(epoch_, position_ + k);
+  position_ += count;
+  ++index_;
+  ++planned_;
+  if (options_.refill && plan.last_of_epoch) epoch_end_due_ = epoch_;
+  return plan;
+}
+
+}  // namespace ferry

@@ -1,0 +1,63 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "ferry/io/samplers/sampler.h"
+#include "ferry/pipeline/pipeline_state.h"
+#include "ferry/pipeline/stage.h"
+
+namespace ferry {
+
+/// Cuts the sampler's epochs into batches: batch_size samples each, the last one of an epoch smaller
+/// unless drop_last; `epochs` epochs back to back; at most max_batches batches in all (0: no cap).
+/// Called serially by the pipeline's source node.
+///
+/// With `refill` (on_error: skip) the plans are only the order samples are read in: collate cuts the
+/// batches from the samples that survive decoding (Note [refilling batches] in
+/// pipeline/pipeline_graph.cpp). The planner then plans every sample of an epoch (under drop_last
+/// too: the tail fills batches that lost samples), follows each epoch's last plan with a kEpochEnd
+/// marker, and leaves max_batches to collate.
+class BatchPlanner : public BatchSource {
+ public:
+  struct Options {
+    size_t batch_size = 32;
+    bool drop_last = false;
+    uint64_t epochs = 1;
+    uint64_t max_batches = 0;  // in all, from the run's start: a resumed run continues the count
+    /// Resume: the run's first `first_batch` batches (over all epochs) were delivered before.
+    uint64_t first_batch = 0;
+    /// Resume: where first_batch starts. Unset: first_batch x batch_size over whole epochs.
+    std::optional<BatchCursor> start;
+    bool refill = false;
+  };
+
+  /// Throws ferry::Error for a zero batch size.
+  BatchPlanner(std::shared_ptr<const Sampler> sampler, Options options);
+  std::optional<BatchPlan> next() override;
+  /// The sampler's sample at `position` (modulo the epoch's size) of `epoch`. Thread-safe.
+  std::optional<uint64_t> sample_at(uint64_t epoch, uint64_t position) const override;
+
+  /// Batches in a whole epoch.
+  uint64_t batches_per_epoch() const noexcept;
+  /// Batches this planner will plan, from where it starts on (with refill: at most this many are
+  /// delivered; fewer when skipped samples shorten epochs).
+  uint64_t total_batches() const noexcept;
+
+ private:
+  /// Positions [0, limit) of an epoch are planned: all of them, or the whole batches under drop_last.
+  uint64_t epoch_limit() const noexcept;
+
+  std::shared_ptr<const Sampler> sampler_;
+  Options options_;
+  uint64_t epoch_ = 0;
+  uint64_t position_ = 0;        // next sampler position in epoch_
+  uint64_t index_ = 0;           // next plan's number within epoch_
+  uint64_t start_epoch_ = 0;     // where this planner started, for total_batches()
+  uint64_t start_position_ = 0;
+  uint64_t planned_ = 0;
+  std::optional<uint64_t> epoch_end_due_;  // refill: the epoch whose kEpochEnd marker comes next
+};
+
+}  // namespace ferry

@@ -1,0 +1,502 @@
+#include <ferry/assembly/config_loader.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include <ferry/assembly/config_schema.h>
+#include <ferry/io/decoders/decoder_registry.h>
+#include <ferry/io/formats/indexed_dataset_writer.h>
+#include <ferry/io/formats/tar_writer.h>
+#include <ferry/io/util/units.h>
+#include "tests/support/temp_dir.h"
+
+namespace ferry {
+namespace {
+
+constexpr const char* kMinimal = R"(
+source:
+  kind: synthetic
+  fields:
+    - {name: image, dtype: uint8, shape: [3, 8, 8]}
+    - {name: tokens, dtype: int32, length: [1, 16]}
+)";
+
+std::string problems_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    (void)parse_config(yaml, "test.yaml", overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ByteSize, ReadsPlainNumbersAndDecimalAndBinaryUnits) {
+  EXPECT_EQ(parse_byte_size("4096"), 4096u);
+  EXPECT_EQ(parse_byte_size("64MiB"), uint64_t{64} << 20);
+  EXPECT_EQ(parse_byte_size("64 MiB"), uint64_t{64} << 20);
+  EXPECT_EQ(parse_byte_size("1.5GB"), 1'500'000'000u);
+  EXPECT_EQ(parse_byte_size("1.5KiB"), 1536u);
+  EXPECT_EQ(parse_byte_size("2g"), uint64_t{2} << 30);
+  EXPECT_EQ(parse_byte_size("10kb"), 10'000u);
+  EXPECT_EQ(parse_byte_size("1TiB"), uint64_t{1} << 40);
+  EXPECT_EQ(parse_byte_size("0"), 0u);
+  EXPECT_EQ(parse_byte_size("1.001KB"), 1001u) << "exact decimals: no binary rounding to 1000.999...";
+  EXPECT_EQ(parse_byte_size(".5KiB"), 512u);
+  EXPECT_EQ(parse_byte_size("8191.75KiB"), 8388352u);
+  for (const char* bad : {"", "MiB", "-1", "1.3B", "12 parsecs", "0x10", "1e3", "64MiBs", "20000000TB"}) {
+    EXPECT_FALSE(parse_byte_size(bad).has_value()) << bad;
+  }
+}
+
+TEST(Duration, ReadsSecondsMillisecondsAndMinutes) {
+  EXPECT_EQ(parse_duration("5s"), std::chrono::milliseconds(5000));
+  EXPECT_EQ(parse_duration("500ms"), std::chrono::milliseconds(500));
+  EXPECT_EQ(parse_duration("0.5s"), std::chrono::milliseconds(500));
+  EXPECT_EQ(parse_duration("2m"), std::chrono::milliseconds(120000));
+  EXPECT_EQ(parse_duration("3"), std::chrono::milliseconds(3000));
+  for (const char* bad : {"", "s", "5 parsecs", "-1s", "5h"}) EXPECT_FALSE(parse_duration(bad).has_value()) << bad;
+}
+
+TEST(ConfigLoader, TheSmallestConfigIsASourceAndGetsTheDefaults) {
+  const Config config = parse_config(kMinimal, "test.yaml");
+  EXPECT_EQ(config.origin, "test.yaml");
+  EXPECT_EQ(config.source.kind, "synthetic");
+  ASSERT_EQ(config.source.synthetic.fields.size(), 2u);
+  EXPECT_EQ(config.source.synthetic.samples, 1024u);
+  const SyntheticField& tokens = config.source.synthetic.fields[1];
+  EXPECT_TRUE(tokens.variable);
+  EXPECT_EQ(tokens.min_length, 1);
+  EXPECT_EQ(tokens.max_length, 16);
+  const PipelineOptions defaults;
+  EXPECT_EQ(config.pipeline.batch_size, defaults.batch_size);
+  EXPECT_EQ(config.pipeline.prefetch, defaults.prefetch);
+  EXPECT_EQ(config.pipeline.device, "auto");
+  EXPECT_EQ(config.pipeline.on_error, OnError::kFail);
+  EXPECT_FALSE(config.sampler.shuffle);
+  EXPECT_FALSE(config.sampler.rank.has_value());
+  EXPECT_EQ(config.stats.progress, StatsConfig::Progress::kAuto);
+  EXPECT_EQ(config.where("source.fields[1].length"), "test.yaml:6:44");
+}
+
+TEST(ConfigLoader, ReadsEveryKeyIntoItsField) {
+  const Config config = parse_config(R"(
+source:
+  kind: synthetic
+  samples: 500
+  seed: 9
+  fields:
+    - {name: image, dtype: bfloat16, shape: [2, 3], range: [-2, 2]}
+    - {name: tokens, dtype: int64, shape: [4], length: [3, 7]}
+batch_size: 12
+prefetch: 5
+max_batches: 40
+sampler: {shuffle: yes, seed: 77, epochs: 3, drop_last: true, rank: 1, world_size: 4, remainder: drop}
+decode: {threads: 6, on_error: skip, decoders: {image: raw}}
+collate: {pad_value: -1.5, pad_values: {tokens: 9}, lengths_suffix: _len}
+pool: {slab_size: 2MiB, slab_count: 7, budget: 1GB}
+transfer: {device: cuda:1, stream_priority: high, wait: spin, max_chunk: 8MiB, alignment: 64, parallel_pack: 4MiB, direct_copy: 0}
+stats: {progress: plain, interval: 1500ms, report: out.json}
+)",
+                                     "all.yaml");
+  const SyntheticOptions& source = config.source.synthetic;
+  EXPECT_EQ(source.samples, 500u);
+  EXPECT_EQ(source.seed, 9u);
+  EXPECT_EQ(source.fields[0].dtype, at::kBFloat16);
+  EXPECT_EQ(source.fields[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(source.fields[0].range, (std::pair<double, double>{-2, 2}));
+  EXPECT_EQ(source.fields[1].shape, (std::vector<int64_t>{4}));
+  const PipelineOptions& options = config.pipeline;
+  EXPECT_EQ(options.batch_size, 12u);
+  EXPECT_EQ(options.prefetch, 5u);
+  EXPECT_EQ(options.max_batches, 40u);
+  EXPECT_EQ(options.epochs, 3u);
+  EXPECT_TRUE(options.drop_last);
+  EXPECT_TRUE(config.sampler.shuffle);
+  EXPECT_EQ(config.sampler.seed, 77u);
+  EXPECT_EQ(config.sampler.rank, 1u);
+  EXPECT_EQ(config.sampler.world_size, 4u);
+  EXPECT_TRUE(config.sampler.drop_remainder);
+  EXPECT_EQ(options.decode_threads, 6u);
+  EXPECT_EQ(options.on_error, OnError::kSkip);
+  EXPECT_EQ(options.decoders.at("image"), "raw");
+  EXPECT_EQ(options.collate.pad_value, -1.5);
+  EXPECT_EQ(options.collate.pad_values.at("tokens"), 9);
+  EXPECT_EQ(options.collate.lengths_suffix, "_len");
+  EXPECT_EQ(options.pool.slab_bytes, size_t{2} << 20);
+  EXPECT_EQ(options.pool.slab_count, 7u);
+  EXPECT_EQ(options.pool.budget_bytes, 1'000'000'000u);
+  EXPECT_EQ(options.device, "cuda:1");
+  EXPECT_TRUE(options.transfer.high_priority_stream);
+  EXPECT_EQ(options.transfer.wait, WaitMode::kSpin);
+  EXPECT_EQ(options.transfer.max_chunk_bytes, size_t{8} << 20);
+  EXPECT_EQ(options.transfer.min_alignment, 64u);
+  EXPECT_EQ(options.transfer.parallel_pack_bytes, size_t{4} << 20);
+  EXPECT_EQ(options.transfer.direct_copy_bytes, 0u);
+  EXPECT_EQ(config.stats.progress, StatsConfig::Progress::kPlain);
+  EXPECT_EQ(config.stats.interval, std::chrono::milliseconds(1500));
+  EXPECT_EQ(config.stats.report_path, "out.json");
+  EXPECT_EQ(config.where("pool.slab_size"), "all.yaml:15:19");
+}
+
+TEST(ConfigOverrides, SetNestedKeysSizesAndLists) {
+  const Config config = parse_config(kMinimal, "test.yaml",
+                                     {"pool.slab_size=1.5MiB", "sampler.shuffle=true", "transfer.device=cpu",
+                                      "source.fields.0.shape=[4, 4]", "source.fields[1].length=[2, 3]",
+                                      "collate.pad_values={tokens: -7}", "batch_size=3"});
+  EXPECT_EQ(config.pipeline.pool.slab_bytes, size_t{3} << 19);
+  EXPECT_TRUE(config.sampler.shuffle);
+  EXPECT_EQ(config.pipeline.device, "cpu");
+  EXPECT_EQ(config.source.synthetic.fields[0].shape, (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(config.source.synthetic.fields[1].max_length, 3);
+  EXPECT_EQ(config.pipeline.collate.pad_values.at("tokens"), -7);
+  EXPECT_EQ(config.pipeline.batch_size, 3u);
+  EXPECT_EQ(config.where("pool.slab_size"), "--set pool.slab_size=1.5MiB");
+  EXPECT_EQ(config.where("source.fields[0].shape"), "--set source.fields.0.shape=[4, 4]");
+  EXPECT_EQ(config.where("source.fields[0].dtype"), "test.yaml:5:28");
+}
+
+TEST(ConfigOverrides, AppendToAListAndReplaceAWholeSection) {
+  const Config appended = parse_config(kMinimal, "test.yaml", {"source.fields.2={name: label, dtype: int64}"});
+  ASSERT_EQ(appended.source.synthetic.fields.size(), 3u);
+  EXPECT_EQ(appended.source.synthetic.fields[2].name, "label");
+  const Config replaced = parse_config(kMinimal, "test.yaml", {"source={kind: synthetic, samples: 5, fields: [{name: x, dtype: float32}]}"});
+  ASSERT_EQ(replaced.source.synthetic.fields.size(), 1u);
+  EXPECT_EQ(replaced.source.synthetic.samples, 5u);
+}
+
+TEST(ConfigOverrides, BadOverridesAreReportedAtTheirFlag) {
+  EXPECT_NE(problems_of(kMinimal, {"batch_size"}).find("--set batch_size: expected key.path=value"), std::string::npos);
+  EXPECT_NE(problems_of(kMinimal, {"source.fields.5.name=x"}).find("--set source.fields.5.name=x: source.fields: '5' is not an index"),
+            std::string::npos);
+  EXPECT_NE(problems_of(kMinimal, {"source.kind.x=1"}).find("--set source.kind.x=1: source.kind.x: cannot set a key inside 'synthetic'"),
+            std::string::npos);
+  EXPECT_NE(problems_of(kMinimal, {"prefetch=[1"}).find("--set prefetch=[1: prefetch: invalid YAML value"), std::string::npos);
+  EXPECT_NE(problems_of(kMinimal, {"batch_size.=7"}).find("--set batch_size.=7: batch_size.: expected key.path=value with non-empty key names"),
+            std::string::npos);
+  // A field appended by --set is located there, down to the keys it lacks.
+  EXPECT_NE(problems_of(kMinimal, {"source.fields.2.name=y"}).find("--set source.fields.2.name=y: source.fields[2].dtype: missing required key"),
+            std::string::npos)
+      << problems_of(kMinimal, {"source.fields.2.name=y"});
+}
+
+TEST(Placement, ConfigOverridesTorchrunButNeedsARankForAnotherWorldSize) {
+  const TorchrunEnv env{3, 8, 1};
+  const Placement from_env = resolve_placement(SamplerConfig{}, env);
+  EXPECT_EQ(from_env.rank, 3u);
+  EXPECT_EQ(from_env.world_size, 8u);
+  EXPECT_EQ(from_env.local_rank, 1u);
+  EXPECT_TRUE(from_env.torchrun);
+  SamplerConfig same;
+  same.world_size = 8;
+  EXPECT_EQ(resolve_placement(same, env).rank, 3u);
+  SamplerConfig whole;
+  whole.world_size = 1;
+  try {
+    (void)resolve_placement(whole, env);
+    FAIL() << "a world size other than torchrun's needs an explicit rank";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sampler.world_size is 1 but torchrun's WORLD_SIZE is 8: set sampler.rank as well"),
+              std::string::npos)
+        << e.what();
+  }
+  whole.rank = 0;
+  EXPECT_EQ(resolve_placement(whole, env).rank, 0u);
+  EXPECT_EQ(resolve_placement(SamplerConfig{}, std::nullopt).world_size, 1u);
+}
+
+TEST(ConfigLoader, AnEmptyFileNamesTheMissingSource) {
+  EXPECT_NE(problems_of("").find("source: missing required key"), std::string::npos);
+  EXPECT_NE(problems_of("# just a comment\n").find("source: missing required key"), std::string::npos);
+}
+
+TEST(ConfigLoader, AMissingFileSaysSo) {
+  try {
+    (void)load_config("/nonexistent/ferry.yaml");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/ferry.yaml: cannot open the config file: No such file"), std::string::npos)
+        << e.what();
+  }
+}
+
+// ---- image sources and the jpeg decoder's resize and crop ------------------------------------------
+
+// An image folder with one class and one file, for configs whose root must exist.
+class ImageRoot {
+ public:
+  ImageRoot() {
+    ::mkdir((dir_ / "cat").c_str(), 0755);
+    std::ofstream(dir_ / "cat/0.jpg") << "x";
+  }
+  const std::string& path() const { return dir_.path(); }
+
+ private:
+  testing::TempDir dir_{"ferry_config_images"};
+};
+
+TEST(ConfigLoader, ReadsAnImageFolderWithItsImageKeys) {
+  const ImageRoot root;
+  const Config config = parse_config("source:\n  kind: image_folder\n  root: " + root.path() +
+                                         "\n  extensions: [JPG, .png]\n"
+                                         "  image: {shape: [224, 224, 3], resize_shorter: 256, crop: random}\n",
+                                     "images.yaml");
+  EXPECT_EQ(config.source.kind, "image_folder");
+  const ImageFolderOptions& folder = config.source.image_folder;
+  EXPECT_EQ(folder.root, root.path());
+  EXPECT_EQ(folder.extensions, (std::vector<std::string>{"JPG", "png"}));
+  EXPECT_EQ(folder.image.name, "image");
+  EXPECT_EQ(folder.image.decoder, "jpeg");
+  EXPECT_EQ(folder.image.shape, (std::vector<int64_t>{224, 224, 3}));
+  ASSERT_EQ(config.source.jpeg.count("image"), 1u);
+  EXPECT_EQ(config.source.jpeg.at("image").resize_shorter, 256);
+  EXPECT_EQ(config.source.jpeg.at("image").crop, JpegDecodeOptions::Crop::kRandom);
+  EXPECT_EQ(config.where("source.image.shape"), "images.yaml:5:18");
+
+  // The extensions default to jpg and jpeg; decoder raw needs no shape and gets no decoder of its own.
+  const Config raw = parse_config("source: {kind: image_folder, root: " + root.path() + ", image: {decoder: raw}}\n", "raw.yaml");
+  EXPECT_EQ(raw.source.image_folder.extensions, (std::vector<std::string>{"jpg", "jpeg"}));
+  EXPECT_EQ(raw.source.image_folder.image.decoder, "raw");
+  EXPECT_TRUE(raw.source.image_folder.image.variable());
+  EXPECT_TRUE(raw.source.jpeg.empty());
+  // Without resize_shorter and crop a jpeg image uses the shared decoder (every image already [H, W]).
+  const Config plain = parse_config("source: {kind: image_folder, root: " + root.path() + ", image: {shape: [8, 8, 3]}}\n", "plain.yaml");
+  EXPECT_TRUE(plain.source.jpeg.empty());
+}
+
+TEST(ConfigLoader, ReadsResizeAndCropOfTarMembers) {
+  const Config config = parse_config(R"(
+source:
+  kind: tar
+  shards: /dev/null
+  members:
+    - {name: image, extension: jpg, decoder: jpeg, shape: [32, 48, 3], crop: center}
+    - {name: big, extension: png, decoder: jpeg, shape: [64, 64, 3], resize_shorter: 80}
+    - {name: label, extension: cls, decoder: label, dtype: int64, shape: []}
+)",
+                                     "tar.yaml");
+  ASSERT_EQ(config.source.jpeg.size(), 2u);
+  EXPECT_EQ(config.source.jpeg.at("image").resize_shorter, 0);
+  EXPECT_EQ(config.source.jpeg.at("image").crop, JpegDecodeOptions::Crop::kCenter);
+  EXPECT_EQ(config.source.jpeg.at("big").resize_shorter, 80);
+  EXPECT_EQ(config.source.jpeg.at("big").crop, JpegDecodeOptions::Crop::kCenter);
+}
+
+// The problems a config has, one line each ("test.yaml:5:7: key: message"), without the header.
+std::vector<std::string> problem_lines(const std::string& yaml) {
+  std::vector<std::string> lines;
+  const std::string text = problems_of(yaml);
+  for (size_t at = text.find("\n  "); at != std::string::npos;) {
+    const size_t next = text.find("\n  ", at + 3);
+    lines.push_back(text.substr(at + 3, next == std::string::npos ? std::string::npos : next - at - 3));
+    at = next;
+  }
+  return lines;
+}
+
+TEST(ConfigLoader, ResizeAndCropAreRefusedWhereTheJpegDecoderCannotApplyThem) {
+  const ImageRoot root;
+  const std::string folder = "source:\n  kind: image_folder\n  root: " + root.path() + "\n";
+  const std::string tar = "source:\n  kind: tar\n  shards: /dev/null\n  members:\n";
+  const std::string only_jpeg = " is applied by the jpeg decoder only; this field's decoder is ";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
+      {tar + "    - {name: image, extension: jpg, shape: [8, 8, 3], crop: random}\n",
+       {"test.yaml:5:61: source.members[0].crop: crop" + only_jpeg + "'raw' (set decoder: jpeg, or remove crop)"}},
+      {tar + "    - {name: image, extension: jpg, decoder: npy, resize_shorter: 9, crop: center}\n",
+       {"test.yaml:5:67: source.members[0].resize_shorter: resize_shorter" + only_jpeg +
+            "'npy' (set decoder: jpeg, or remove resize_shorter)",
+        "test.yaml:5:76: source.members[0].crop: crop" + only_jpeg + "'npy' (set decoder: jpeg, or remove crop)"}},
+      {tar + "    - {name: image, extension: jpg, decoder: jpeg, resize_shorter: 9}\n",
+       {"test.yaml:5:7: source.members[0].shape: missing required key: the jpeg decoder makes images of a fixed "
+        "[H, W, 3], e.g. [224, 224, 3]"}},
+      {tar + "    - {name: image, extension: jpg, decoder: jpeg, shape: [8, 8], resize_shorter: 9}\n",
+       {"test.yaml:5:59: source.members[0].shape: the jpeg decoder makes [H, W, 3] images (H, W >= 1), found [8, 8]"}},
+      {tar + "    - {name: image, extension: jpg, decoder: jpeg, dtype: float32, shape: [8, 8, 3]}\n",
+       {"test.yaml:5:59: source.members[0].dtype: the jpeg decoder makes uint8 images, found float32"}},
+      {folder + "  image: {shape: [8, 8, 3], resize_shorter: 0}\n",
+       {"test.yaml:4:45: source.image.resize_shorter: expected an integer in 1..65535 (pixels), found '0'"}},
+      {folder + "  image: {shape: [8, 8, 3], crop: middle}\n",
+       {"test.yaml:4:35: source.image.crop: expected one of center, random, found 'middle'"}},
+      {folder + "  image: {decoder: raw, crop: random}\n",
+       {"test.yaml:4:31: source.image.crop: crop" + only_jpeg + "'raw' (set decoder: jpeg, or remove crop)"}},
+      {folder + "  image: {resize_shorter: 9}\n",
+       {"test.yaml:4:10: source.image.shape: missing required key: the jpeg decoder makes images of a fixed [H, W, 3], "
+        "e.g. [224, 224, 3]"}},
+      {folder + "  image: {shape: [8, 8, 3], crop: center}\ndecode: {decoders: {image: raw}}\n",
+       {"test.yaml:5:28: decode.decoders.image: field 'image' sets resize_shorter or crop, which only the jpeg decoder "
+        "applies; this names 'raw'"}},
+  };
+  for (const auto& [yaml, expected] : cases) {
+    SCOPED_TRACE(yaml);
+    EXPECT_EQ(problem_lines(yaml), expected);
+  }
+}
+
+TEST(ConfigLoader, ImageFolderKeysBelongToImageFolderAndItsRootMustExist) {
+  const ImageRoot root;
+  const std::string folder = "source:\n  kind: image_folder\n  root: " + root.path() + "\n";
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"source:\n  kind: image_folder\n  image: {shape: [8, 8, 3]}\n",
+       "test.yaml:2:3: source.root: missing required key (the folder holding one sub-folder per class)"},
+      {"source:\n  kind: image_folder\n  root: /nonexistent-ferry-data/images\n  image: {shape: [8, 8, 3]}\n",
+       "test.yaml:3:9: source.root: no such folder: /nonexistent-ferry-data/images"},
+      {"source:\n  kind: image_folder\n  root: /dev/null\n  image: {shape: [8, 8, 3]}\n",
+       "test.yaml:3:9: source.root: not a folder: /dev/null"},
+      {folder, "test.yaml:2:3: source.image: missing required key (how the images decode, e.g. image: {shape: [224, 224, 3]})"},
+      {folder + "  image: {shape: [8, 8, 3]}\n  extensions: []\n",
+       "test.yaml:5:15: source.extensions: expected a non-empty list of file extensions, e.g. [jpg, jpeg], found a list"},
+      {folder + "  image: {shape: [8, 8, 3], size: 3}\n",
+       "test.yaml:4:29: source.image.size: unknown key; known in source.image: shape, decoder, resize_shorter, crop"},
+      {folder + "  image: {shape: [8, 8, 3]}\n  members: [{name: x, extension: jpg}]\n",
+       "test.yaml:5:3: source.members: not a key of source kind 'image_folder' (its keys: kind, root, extensions, image)"},
+      {"source:\n  kind: tar\n  shards: /dev/null\n  root: " + root.path() + "\n",
+       "test.yaml:4:3: source.root: not a key of source kind 'tar' (its keys: kind, shards, members)"},
+  };
+  for (const auto& [yaml, expected] : cases) {
+    SCOPED_TRACE(yaml);
+    EXPECT_EQ(problem_lines(yaml), std::vector<std::string>{expected});
+  }
+}
+
+TEST(ConfigLoader, EachJpegFieldGetsADecoderOfItsOwnSeededFromTheSampler) {
+  const ImageRoot root;
+  const std::vector<std::string> registered = DecoderRegistry::global().names();
+  const std::string yaml = "source: {kind: image_folder, root: " + root.path() +
+                           ", image: {shape: [6, 10, 3], resize_shorter: 12, crop: random}}\nsampler: {seed: 99}\n";
+  const Config config = parse_config(yaml, "a.yaml");
+  const Config other = parse_config(yaml, "b.yaml", {"source.image.resize_shorter=20", "sampler.seed=5"});
+  const auto source = make_source(config.source);
+  const FieldDecoders decoders = make_field_decoders(config, *source);
+  const FieldDecoders other_decoders = make_field_decoders(other, *source);
+  ASSERT_EQ(decoders.size(), 1u);
+  const auto* jpeg = dynamic_cast<const JpegDecoder*>(decoders.at("image").get());
+  ASSERT_NE(jpeg, nullptr);
+  EXPECT_EQ(jpeg->name(), "jpeg");
+  EXPECT_EQ(jpeg->options().resize_shorter, 12);
+  EXPECT_EQ(jpeg->options().crop_height, 6);
+  EXPECT_EQ(jpeg->options().crop_width, 10);
+  EXPECT_EQ(jpeg->options().crop, JpegDecodeOptions::Crop::kRandom);
+  EXPECT_EQ(jpeg->options().seed, 99u);
+  const auto* other_jpeg = dynamic_cast<const JpegDecoder*>(other_decoders.at("image").get());
+  ASSERT_NE(other_jpeg, nullptr);
+  EXPECT_EQ(other_jpeg->options().resize_shorter, 20);
+  EXPECT_EQ(other_jpeg->options().seed, 5u);
+  EXPECT_EQ(DecoderRegistry::global().names(), registered) << "a config registered a decoder globally";
+}
+
+// ---- docs/config.md and the schema describe the same keys -----------------------------------------
+
+struct DocumentedKey {
+  std::string path, type, default_value;
+};
+
+// Rows of docs/config.md's key tables: | `path` | type | default | description | `example` |
+std::vector<DocumentedKey> documented_keys() {
+  std::ifstream doc(FERRY_CONFIG_DOC);
+  EXPECT_TRUE(doc) << FERRY_CONFIG_DOC;
+  const std::regex row(R"(^\| `([^`]+)` \| ([^|]*) \| ([^|]*) \|.*)");
+  std::vector<DocumentedKey> keys;
+  for (std::string line; std::getline(doc, line);) {
+    std::smatch match;
+    if (std::regex_match(line, match, row)) {
+      auto trim = [](std::string text) {
+        text.erase(0, text.find_first_not_of(' '));
+        text.erase(text.find_last_not_of(' ') + 1);
+        return text;
+      };
+      keys.push_back({match[1], trim(match[2]), trim(match[3])});
+    }
+  }
+  return keys;
+}
+
+TEST(ConfigDocs, EveryKeyIsDocumentedWithItsTypeAndDefault) {
+  const std::vector<DocumentedKey> documented = documented_keys();
+  std::set<std::string> documented_paths;
+  for (const DocumentedKey& key : documented) documented_paths.insert(key.path);
+  for (const ConfigKey& key : config_keys()) {
+    SCOPED_TRACE(std::string(key.path));
+    const auto found = std::find_if(documented.begin(), documented.end(),
+                                    [&](const DocumentedKey& d) { return d.path == key.path; });
+    ASSERT_NE(found, documented.end()) << "docs/config.md does not document " << key.path;
+    EXPECT_EQ(found->type, key.type);
+    EXPECT_EQ(found->default_value, key.default_value);
+  }
+  EXPECT_EQ(documented.size(), documented_paths.size()) << "a key is documented twice";
+}
+
+// A temporary folder holding data/tokens.{bin,idx}, data/shard-000.tar and data/images/<class>/,
+// made the working directory while it lives, so that the documented examples name real datasets.
+class TokenDatasetFolder {
+ public:
+  TokenDatasetFolder() {
+    char pattern[] = "/tmp/ferry_config_docs_XXXXXX";
+    folder_ = ::mkdtemp(pattern);
+    ::mkdir((folder_ + "/data").c_str(), 0755);
+    IndexedDatasetWriter writer(folder_ + "/data/tokens", IndexedDtype::kInt32);
+    std::vector<int64_t> tokens(50000);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i % 1000);
+    writer.add_document(tokens);
+    writer.finalize();
+    TarWriter tar;
+    tar.add("000000.jpg", "not really a jpeg");
+    tar.add("000000.cls", "3\n");
+    TarWriter::write_file(folder_ + "/data/shard-000.tar", tar.finish());
+    ::mkdir((folder_ + "/data/images").c_str(), 0755);
+    ::mkdir((folder_ + "/data/images/cat").c_str(), 0755);
+    std::ofstream(folder_ + "/data/images/cat/0.jpg") << "not really a jpeg";
+    char previous[4096];
+    previous_ = ::getcwd(previous, sizeof previous) != nullptr ? previous : "/";
+    EXPECT_EQ(::chdir(folder_.c_str()), 0);
+  }
+  ~TokenDatasetFolder() {
+    // POSIX calls: std::filesystem crashed a test on the GPU machine's toolchain (see cli_test).
+    if (::chdir(previous_.c_str()) != 0) ADD_FAILURE() << "cannot return to " << previous_;
+    for (const char* file : {"/data/tokens.bin", "/data/tokens.idx", "/data/shard-000.tar", "/data/images/cat/0.jpg"}) {
+      ::unlink((folder_ + file).c_str());
+    }
+    ::rmdir((folder_ + "/data/images/cat").c_str());
+    ::rmdir((folder_ + "/data/images").c_str());
+    ::rmdir((folder_ + "/data").c_str());
+    ::rmdir(folder_.c_str());
+  }
+
+ private:
+  std::string folder_;
+  std::string previous_;
+};
+
+TEST(ConfigDocs, EveryDocumentedKeyIsAcceptedWithItsExample) {
+  const TokenDatasetFolder dataset;
+  const std::string megatron = "source: {kind: megatron, prefix: data/tokens}\n";
+  const std::string tar =
+      "source: {kind: tar, shards: [data/shard-000.tar], members: [{name: image, extension: jpg, decoder: jpeg, shape: [8, 8, 3]}]}\nsampler: {shuffle: true}\n";
+  const std::string image_folder = "source: {kind: image_folder, root: data/images, image: {shape: [8, 8, 3]}}\n";
+  for (const DocumentedKey& documented : documented_keys()) {
+    SCOPED_TRACE(documented.path);
+    const ConfigKey* key = find_config_key(documented.path);
+    ASSERT_NE(key, nullptr) << "docs/config.md documents a key the loader does not know: " << documented.path;
+    // The path as --set takes it: a list element is index 0, a <field> is the variable-length one.
+    std::string path(key->path);
+    for (size_t at; (at = path.find("[]")) != std::string::npos;) path.replace(at, 2, ".0");
+    for (size_t at; (at = path.find("<field>")) != std::string::npos;) path.replace(at, 7, "tokens");
+    const std::string set = path + "=" + std::string(key->example);
+    // A key of one source kind is tried on a config of that kind.
+    const auto for_kind = [&](std::string_view kind) {
+      return std::string_view(key->default_value).find(kind) != std::string_view::npos ||
+             std::string_view(key->description).find(kind) != std::string_view::npos;
+    };
+    const std::string& base = for_kind("(megatron)") ? megatron : for_kind("(tar)") ? tar
+                              : for_kind("(image_folder)")                          ? image_folder
+                                                                                    : kMinimal;
+    EXPECT_EQ(problems_of(base, {set}), "") << "--set " << set;
+  }
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,67 @@
+#include <ferry/io/decoders/raw_decoder.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <ferry/io/decoders/decoder_registry.h>
+#include <ferry/pipeline/error.h>
+
+namespace ferry {
+namespace {
+
+at::Tensor bytes_of(const at::Tensor& tensor) {
+  return tensor.contiguous().view(at::kByte).reshape({-1}).clone();
+}
+
+TEST(RawDecoder, ReinterpretsBytesAsTheDeclaredDtypeAndShape) {
+  const at::Tensor original = at::randn({4, 3});
+  const FieldSpec spec{"x", at::kFloat, {4, 3}, std::nullopt, "raw"};
+  const at::Tensor decoded = RawDecoder().decode(bytes_of(original), spec);
+  EXPECT_EQ(decoded.scalar_type(), at::kFloat);
+  EXPECT_TRUE(decoded.equal(original));
+}
+
+TEST(RawDecoder, InfersTheLengthOfVariableFields) {
+  const at::Tensor original = at::arange(5 * 2, at::kShort).view({5, 2}).to(at::kHalf);
+  const FieldSpec spec{"v", at::kHalf, {kVariableLength, 2}, 8, "raw"};
+  const at::Tensor decoded = RawDecoder().decode(bytes_of(original), spec);
+  EXPECT_EQ(decoded.sizes(), (std::vector<int64_t>{5, 2}));
+  EXPECT_TRUE(decoded.equal(original));
+  const at::Tensor empty = RawDecoder().decode(at::empty({0}, at::kByte), spec);
+  EXPECT_EQ(empty.sizes(), (std::vector<int64_t>{0, 2}));
+}
+
+TEST(RawDecoder, PassesAlreadyTypedTensors) {
+  const at::Tensor typed = at::arange(6, at::kLong);
+  const at::Tensor decoded = RawDecoder().decode(typed, FieldSpec{"t", at::kLong, {2, 3}, std::nullopt, "raw"});
+  EXPECT_TRUE(decoded.equal(typed.view({2, 3})));
+}
+
+TEST(RawDecoder, ExplainsBytesThatDoNotFit) {
+  try {
+    RawDecoder().decode(at::zeros({13}, at::kByte), FieldSpec{"x", at::kFloat, {3}, std::nullopt, "raw"});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("13 bytes are not a whole number of float32 elements"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(RawDecoder().decode(at::zeros({16}, at::kByte), FieldSpec{"x", at::kFloat, {3}, std::nullopt, "raw"}), Error);
+  EXPECT_THROW(RawDecoder().decode(at::zeros({12}, at::kByte), FieldSpec{"x", at::kFloat, {kVariableLength, 2}, std::nullopt, "raw"}),
+               Error);
+  EXPECT_THROW(RawDecoder().decode(at::zeros({3}, at::kInt), FieldSpec{"x", at::kFloat, {3}, std::nullopt, "raw"}), Error);
+}
+
+TEST(DecoderRegistry, FindsBuiltInsAndNamesTheKnownOnesWhenAsked) {
+  DecoderRegistry registry;
+  EXPECT_EQ(registry.find("raw")->name(), "raw");
+  try {
+    registry.find("jpeg2000");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "ferry: unknown decoder 'jpeg2000'; registered decoders: raw, jpeg, npy, label, json");
+  }
+  EXPECT_THROW(registry.add(std::make_shared<RawDecoder>()), Error);
+}
+
+}  // namespace
+}  // namespace ferry
