@@ -1070,19 +1070,8 @@ class ConfigLoader {
       problem_at("pool.slab_count", "expected at least prefetch (" + std::to_string(options.prefetch) +
                                              ") slabs: every batch in flight holds one; found " + std::to_string(pool.slab_count));
     }
-    const size_t slabs = pool.slab_count != 0 ? pool.slab_count : options.prefetch;
-    // Divisions, not products: a slab size near 2^63 times a count must not wrap past the budget.
-    const auto holds = [&](size_t count) { return pool.slab_bytes <= pool.budget_bytes / count; };
-    if (pool.budget_bytes != 0 && pool.slab_bytes != 0 && !holds(options.prefetch)) {
-      problem_at("pool.budget", "a budget of " + format_byte_size(pool.budget_bytes) + " holds fewer than prefetch (" +
-                                         std::to_string(options.prefetch) + ") slabs of " + format_byte_size(pool.slab_bytes) +
-                                         (pool.slab_bytes <= SIZE_MAX / options.prefetch
-                                              ? "; it needs at least " + format_byte_size(options.prefetch * pool.slab_bytes)
-                                              : std::string()));
-    } else if (pool.budget_bytes != 0 && pool.slab_bytes != 0 && !holds(slabs)) {
-      problem_at("pool.budget", "a budget of " + format_byte_size(pool.budget_bytes) + " holds fewer than slab_count (" +
-                                         std::to_string(slabs) + ") slabs of " + format_byte_size(pool.slab_bytes));
-    }
+    // Whether pool.budget holds the slabs is checked with the source (check_config()), where the
+    // slab size is known also when it is auto.
   }
 
   std::string origin_;

@@ -1,11 +1,14 @@
 #include "ferry/assembly/configured_pipeline.h"
 
 #include <map>
+#include <optional>
+#include <string>
 
 #include "ferry/assembly/config_error.h"
 #include "ferry/assembly/config_loader.h"
 #include "ferry/io/decoders/decoder_registry.h"
 #include "ferry/io/util/units.h"
+#include "ferry/pipeline/pinned_pool.h"
 #include "ferry/stages/batch_planner.h"
 #include "ferry/stages/collate_stage.h"
 #include "ferry/stages/decode_stage.h"
@@ -14,11 +17,23 @@
 namespace ferry {
 namespace {
 
-// A slab never smaller than a page: tiny batches still get a sensible staging buffer.
-constexpr size_t kMinSlabBytes = 4096;
-constexpr size_t kPage = 4096;  // the pool rounds each slab up to a page
-
-size_t page_rounded(size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
+// Why pool.budget cannot hold the slabs a pipeline needs (PoolOptions::slabs() of `slab` bytes, each
+// pinned as PinnedPool::footprint() says), or nullopt. `largest_batch` names the batch the slab size
+// comes from, when it was not set.
+std::optional<std::string> budget_problem(const PoolOptions& pool, size_t prefetch, size_t slab,
+                                          const std::string& largest_batch) {
+  if (pool.budget_bytes == 0) return std::nullopt;
+  const size_t slabs = pool.slabs(prefetch);
+  const std::optional<size_t> needed = PinnedPool::footprint(slab, slabs);
+  if (needed && *needed <= pool.budget_bytes) return std::nullopt;
+  const std::string why = pool.slab_count != 0 ? "slab_count " + std::to_string(slabs) : "prefetch " + std::to_string(prefetch);
+  return "a budget of " + format_byte_size(pool.budget_bytes) + " holds fewer than the " + std::to_string(slabs) +
+         " slabs needed (" + why + ") of " + format_byte_size(slab) +
+         (largest_batch.empty() ? "" : " (the largest batch, " + largest_batch + ")") +
+         (needed ? "; it needs at least " + format_byte_size(*needed) +
+                       (*needed != slab * slabs ? " (each slab rounded up to a page)" : "")
+                 : "");
+}
 
 }  // namespace
 
@@ -77,21 +92,14 @@ std::shared_ptr<const Source> check_config(const Config& config) {
       const std::optional<size_t> largest = collate.max_batch_bytes(options.batch_size);
       const std::string batch = "batch_size " + std::to_string(options.batch_size) + " of " + source->describe();
       const PoolOptions& pool = options.pool;
+      const std::optional<size_t> slab = pool.slab_size(largest);
       if (pool.slab_bytes != 0 && largest && *largest > pool.slab_bytes) {
         add("pool.slab_size", "a slab of " + format_byte_size(pool.slab_bytes) + " is smaller than the largest batch, " +
                                   format_byte_size(*largest) + " (" + batch + "); use at least that, or auto");
-      } else if (pool.slab_bytes == 0 && !largest) {
+      } else if (!slab) {
         add("pool.slab_size", "must be set: a variable-length field has no maximum length, so the largest batch is unknown");
-      } else if (pool.slab_bytes == 0 && pool.budget_bytes != 0) {
-        // With an explicit slab size the loader already compared it with the budget.
-        const size_t slab = page_rounded(std::max(*largest, kMinSlabBytes));
-        const size_t slabs = pool.slab_count != 0 ? pool.slab_count : options.prefetch;
-        if (pool.budget_bytes < slabs * slab) {
-          add("pool.budget", "a budget of " + format_byte_size(pool.budget_bytes) + " holds fewer than the " +
-                                 std::to_string(slabs) + " slabs needed (prefetch " + std::to_string(options.prefetch) +
-                                 ") of " + format_byte_size(slab) + " (the largest batch, " + batch + "); it needs at least " +
-                                 format_byte_size(slabs * slab));
-        }
+      } else if (auto problem = budget_problem(pool, options.prefetch, *slab, pool.slab_bytes != 0 ? "" : batch)) {
+        add("pool.budget", *problem);
       }
     } catch (const Error& e) {
       add("source.fields", e.cause());  // the fields cannot be collated as given

@@ -44,6 +44,13 @@ std::atomic<size_t> g_live_bytes{0};  // PinnedPool::live_bytes()
 
 size_t PinnedPool::live_bytes() noexcept { return g_live_bytes.load(std::memory_order_relaxed); }
 
+std::optional<size_t> PinnedPool::footprint(size_t slab_bytes, size_t count) noexcept {
+  if (slab_bytes > std::numeric_limits<size_t>::max() - kPage) return std::nullopt;
+  const size_t stride = round_up(slab_bytes, kPage);
+  if (count != 0 && stride > std::numeric_limits<size_t>::max() / count) return std::nullopt;
+  return stride * count;
+}
+
 std::shared_ptr<PinnedPool> PinnedPool::create(const PinnedPoolOptions& options) {
   return std::shared_ptr<PinnedPool>(new PinnedPool(options));
 }
@@ -51,15 +58,14 @@ std::shared_ptr<PinnedPool> PinnedPool::create(const PinnedPoolOptions& options)
 PinnedPool::PinnedPool(const PinnedPoolOptions& options)
     : slab_bytes_(options.slab_bytes),
       slab_count_(options.slab_count),
-      slab_stride_(options.slab_bytes > std::numeric_limits<size_t>::max() - kPage ? 0 : round_up(options.slab_bytes, kPage)) {
+      slab_stride_(footprint(options.slab_bytes, 1).value_or(0)) {
   const ErrorContext where{"pinned-pool", {}, {}, {}};
   if (slab_bytes_ == 0) throw Error(where, "slab_bytes must be positive");
   if (slab_stride_ == 0) throw Error(where, "slab_bytes " + std::to_string(slab_bytes_) + " is too large");
   if (slab_count_ == 0) throw Error(where, "slab_count must be positive");
-  if (slab_stride_ > std::numeric_limits<size_t>::max() / slab_count_) {
-    throw Error(where, "slab_count * slab_bytes overflows");
-  }
-  const size_t total = slab_stride_ * slab_count_;
+  const std::optional<size_t> pinned = footprint(slab_bytes_, slab_count_);
+  if (!pinned) throw Error(where, "slab_count * slab_bytes overflows");
+  const size_t total = *pinned;
   if (options.budget_bytes != 0 && total > options.budget_bytes) {
     throw Error(where, std::to_string(slab_count_) + " slabs of " + std::to_string(slab_bytes_) + " bytes (" +
                            std::to_string(total) + " pinned, each slab rounded up to a page) exceed the pinned budget of " +

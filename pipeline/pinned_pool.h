@@ -91,6 +91,9 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
   /// Staging bytes (pinned or the pageable fallback) held by every pool of this process now: what a
   /// leak check compares before and after building and dropping pipelines. Thread-safe.
   static size_t live_bytes() noexcept;
+  /// Pinned bytes that `count` slabs of `slab_bytes` take: each is rounded up to a page. What the
+  /// pool pins, and what a budget is compared with. nullopt when it overflows size_t.
+  static std::optional<size_t> footprint(size_t slab_bytes, size_t count) noexcept;
 
   size_t slab_bytes() const noexcept { return slab_bytes_; }
   size_t slab_count() const noexcept { return slab_count_; }

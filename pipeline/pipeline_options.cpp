@@ -16,6 +16,12 @@ void require(bool ok, const std::string& key, const std::string& expected, const
 
 }  // namespace
 
+std::optional<size_t> PoolOptions::slab_size(std::optional<size_t> largest_batch) const noexcept {
+  if (slab_bytes != 0) return slab_bytes;
+  if (!largest_batch) return std::nullopt;
+  return std::max(*largest_batch, kMinSlabBytes);
+}
+
 size_t PipelineOptions::resolved_decode_threads() const {
   if (decode_threads != 0) return decode_threads;
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());

@@ -20,13 +20,24 @@ struct CollateOptions {
   std::string lengths_suffix = "_lengths";
 };
 
+/// The pinned pool's size. One home for its rules (slab size, count, budget), which the config's checks,
+/// make_pipeline() and PinnedPool share: PoolOptions::slab_size(), slabs() and
+/// PinnedPool::footprint().
 struct PoolOptions {
   /// Bytes per staging slab; a batch must fit in one. 0: the largest batch the source can make.
   size_t slab_bytes = 0;
   /// Number of slabs; 0: prefetch (each batch in flight holds at most one).
   size_t slab_count = 0;
-  /// Cap on pinned bytes; 0: none.
+  /// Cap on pinned bytes (PinnedPool::footprint() of the slabs); 0: none.
   size_t budget_bytes = 0;
+
+  /// A slab is never smaller than this: tiny batches still get a sensible staging buffer.
+  static constexpr size_t kMinSlabBytes = 4096;
+  /// The slab size for batches of at most `largest_batch` bytes: slab_bytes when set, else the
+  /// largest batch (at least kMinSlabBytes); nullopt when neither is known.
+  std::optional<size_t> slab_size(std::optional<size_t> largest_batch) const noexcept;
+  /// The slabs a pipeline with `prefetch` batches in flight gets: slab_count when set, else prefetch.
+  size_t slabs(size_t prefetch) const noexcept { return slab_count != 0 ? slab_count : prefetch; }
 };
 
 /// How the completion thread waits for a batch's copy (Note [event polling] in event_wait_stage.h).

@@ -11,12 +11,6 @@
 #include "ferry/stages/pack_stage.h"
 
 namespace ferry {
-namespace {
-
-// A slab never smaller than a page: tiny batches still get a sensible staging buffer.
-constexpr size_t kMinSlabBytes = 4096;
-
-}  // namespace
 
 at::Device resolve_device(const std::string& name) {
   if (name == "cpu") return at::Device(at::kCPU);
@@ -54,23 +48,19 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
   if (!sampler) sampler = std::make_shared<SequentialSampler>(source->size());
 
   auto collate = std::make_unique<CollateStage>(source->fields(), options.collate, options.transfer.min_alignment);
-  size_t slab_bytes = options.pool.slab_bytes;
-  if (slab_bytes == 0) {
-    const std::optional<size_t> largest = collate->max_batch_bytes(options.batch_size);
-    if (!largest) {
-      std::string field;
-      for (const FieldSpec& spec : source->fields()) {
-        if (spec.variable() && !spec.max_length) field = spec.name;
-      }
-      throw Error("pool.slab_bytes must be set: field '" + field + "' of " + source->describe() +
-                      " is variable-length with no max_length, so the largest batch is unknown");
+  const std::optional<size_t> slab_bytes = options.pool.slab_size(collate->max_batch_bytes(options.batch_size));
+  if (!slab_bytes) {
+    std::string field;
+    for (const FieldSpec& spec : source->fields()) {
+      if (spec.variable() && !spec.max_length) field = spec.name;
     }
-    slab_bytes = std::max(*largest, kMinSlabBytes);
+    throw Error("pool.slab_bytes must be set: field '" + field + "' of " + source->describe() +
+                " is variable-length with no max_length, so the largest batch is unknown");
   }
 
   PinnedPoolOptions pool_options;
-  pool_options.slab_bytes = slab_bytes;
-  pool_options.slab_count = options.pool.slab_count != 0 ? options.pool.slab_count : options.prefetch;
+  pool_options.slab_bytes = *slab_bytes;
+  pool_options.slab_count = options.pool.slabs(options.prefetch);
   pool_options.budget_bytes = options.pool.budget_bytes;
   pool_options.device = device.is_cuda() ? device.index() : 0;
   pool_options.pinned = device.is_cuda();

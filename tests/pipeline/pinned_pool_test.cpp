@@ -11,6 +11,7 @@
 
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/pipeline/error.h>
+#include <ferry/pipeline/pipeline_options.h>
 
 namespace ferry {
 namespace {
@@ -131,6 +132,35 @@ TEST(PinnedPool, RefusesSlabsOverTheBudget) {
   EXPECT_THROW(PinnedPool::create(odd), Error);
   odd.budget_bytes = 2 * 8192;
   EXPECT_NO_THROW(PinnedPool::create(odd));
+}
+
+TEST(PinnedPool, FootprintIsWhatThePoolPinsAndWhatABudgetMustHold) {
+  EXPECT_EQ(PinnedPool::footprint(4096, 3), 3u * 4096);
+  EXPECT_EQ(PinnedPool::footprint(5000, 2), 2u * 8192);
+  EXPECT_EQ(PinnedPool::footprint(1, 1), 4096u);
+  EXPECT_EQ(PinnedPool::footprint(SIZE_MAX, 1), std::nullopt);
+  EXPECT_EQ(PinnedPool::footprint(SIZE_MAX / 4096, 8192), std::nullopt);
+  // A budget of exactly the footprint is enough; a byte less is not.
+  for (const size_t slab : {size_t{4096}, size_t{5000}, size_t{1} << 20}) {
+    PinnedPoolOptions options = small(3, slab);
+    options.budget_bytes = *PinnedPool::footprint(slab, 3);
+    EXPECT_NO_THROW(PinnedPool::create(options)) << slab;
+    options.budget_bytes -= 1;
+    EXPECT_THROW(PinnedPool::create(options), Error) << slab;
+  }
+}
+
+TEST(PoolOptions, SlabSizeIsTheSetSizeElseTheLargestBatchAtLeastAPage) {
+  PoolOptions pool;
+  EXPECT_EQ(pool.slab_size(std::nullopt), std::nullopt);
+  EXPECT_EQ(pool.slab_size(100), PoolOptions::kMinSlabBytes);
+  EXPECT_EQ(pool.slab_size(123456), 123456u);
+  pool.slab_bytes = 1000;
+  EXPECT_EQ(pool.slab_size(std::nullopt), 1000u);
+  EXPECT_EQ(pool.slab_size(123456), 1000u);  // too small for the batch: check_config() says so
+  EXPECT_EQ(pool.slabs(3), 3u);
+  pool.slab_count = 7;
+  EXPECT_EQ(pool.slabs(3), 7u);
 }
 
 TEST(PinnedPool, RejectsEmptyAndOverflowingConfigurations) {
