@@ -146,9 +146,7 @@ Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> sourc
 
 uint64_t planned_batches(const Config& config, const PipelineOptions& options, const Source& source) {
   const Placement placement = resolve_placement(config.sampler, torchrun_env());
-  return BatchPlanner(make_sampler(config.sampler, placement, source),
-                      {options.batch_size, options.drop_last, options.epochs, options.max_batches, options.first_batch,
-                       options.start, options.refills()})
+  return BatchPlanner(make_sampler(config.sampler, placement, source), BatchPlanner::Options::of(options))
       .total_batches();
 }
 

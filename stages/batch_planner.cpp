@@ -7,6 +7,11 @@
 
 namespace ferry {
 
+BatchPlanner::Options BatchPlanner::Options::of(const PipelineOptions& options) {
+  return Options{options.batch_size,  options.drop_last, options.epochs,   options.max_batches,
+                 options.first_batch, options.start,     options.refills()};
+}
+
 BatchPlanner::BatchPlanner(std::shared_ptr<const Sampler> sampler, Options options)
     : sampler_(std::move(sampler)), options_(std::move(options)) {
   if (!sampler_) throw Error("batch planner: no sampler");

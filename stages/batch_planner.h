@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "ferry/io/samplers/sampler.h"
+#include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/pipeline_state.h"
 #include "ferry/pipeline/stage.h"
 
@@ -31,6 +32,9 @@ class BatchPlanner : public BatchSource {
     /// Resume: where first_batch starts. Unset: first_batch x batch_size over whole epochs.
     std::optional<BatchCursor> start;
     bool refill = false;
+
+    /// The planner a pipeline with these options runs (make_pipeline(), planned_batches()).
+    static Options of(const PipelineOptions& options);
   };
 
   /// Throws ferry::Error for a zero batch size.

@@ -66,9 +66,7 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
   pool_options.pinned = device.is_cuda();
 
   StageSet stages;
-  stages.batches = std::make_unique<BatchPlanner>(
-      sampler, BatchPlanner::Options{options.batch_size, options.drop_last, options.epochs, options.max_batches,
-                                     options.first_batch, options.start, options.refills()});
+  stages.batches = std::make_unique<BatchPlanner>(sampler, BatchPlanner::Options::of(options));
   stages.decode = std::make_unique<DecodeStage>(source, DecoderRegistry::global(), options.decoders, field_decoders);
   stages.collate = std::move(collate);
   stages.pool = PinnedPool::create(pool_options);
