@@ -528,7 +528,6 @@ class ConfigLoader {
       return;
     }
     note("source.members", *members);
-    const std::vector<std::string> dtypes{"uint8", "int32", "int64", "float16", "bfloat16", "float32"};
     for (size_t i = 0; i < members->size(); ++i) {
       const Node member = (*members)[i];
       const std::string key = "source.members[" + std::to_string(i) + "]";
@@ -546,7 +545,7 @@ class ConfigLoader {
         }
       }
       if (const auto value = child(member, "dtype")) {
-        if (auto text = choice(*value, key + ".dtype", dtypes)) field.dtype = parse_dtype(*text);
+        if (auto text = choice(*value, key + ".dtype", dtype_names())) field.dtype = parse_dtype(*text);
       }
       bool shape_read = true;  // false: a problem with the shape is reported already
       const auto shape = child(member, "shape");
@@ -727,9 +726,9 @@ class ConfigLoader {
     }
     const auto dtype = child(node, "dtype");
     if (!dtype) {
-      problem(key + ".dtype", node, "missing required key (uint8, int32, int64, float16, bfloat16 or float32)");
+      problem(key + ".dtype", node, "missing required key (one of " + dtype_names_text() + ")");
       ok = false;
-    } else if (auto text = choice(*dtype, key + ".dtype", {"uint8", "int32", "int64", "float16", "bfloat16", "float32"})) {
+    } else if (auto text = choice(*dtype, key + ".dtype", dtype_names())) {
       field.dtype = parse_dtype(*text);
     } else {
       ok = false;

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 
+#include "ferry/io/util/dtype_names.h"
+
 namespace ferry {
 
 const std::vector<ConfigKey>& config_keys() {
+  static const std::string dtype_choice = "one of: " + dtype_names_text();  // the keys view it
   static const std::vector<ConfigKey> keys{
       // source
       {"source", "mapping", "required", "Where the samples come from; `kind` selects the reader.", "{kind: synthetic, fields: [{name: x, dtype: float32, shape: [4]}]}"},
@@ -16,7 +19,7 @@ const std::vector<ConfigKey>& config_keys() {
       {"source.members", "list of members", "one field per extension of the first sample (tar)", "Which member of each sample feeds which field, and how it decodes (tar). Without it: labels (`.cls`, `.id`, ...) as int64 through `label`, everything else as raw bytes.", "[{name: label, extension: cls, dtype: int64, shape: [], decoder: label}]"},
       {"source.members[].name", "string", "required", "The field's name in a batch (tar).", "image"},
       {"source.members[].extension", "string", "required", "The member's extension, without the dot: `jpg`, `cls`, `seg.png` (tar).", "jpg"},
-      {"source.members[].dtype", "one of: uint8, int32, int64, float16, bfloat16, float32", "uint8", "Element type after decoding (tar).", "uint8"},
+      {"source.members[].dtype", dtype_choice, "uint8", "Element type after decoding (tar).", "uint8"},
       {"source.members[].shape", "list of integers >= 0", "bytes of any length", "Shape after decoding, [H, W, 3] for `jpeg` (tar). Without it the field is variable-length in its first dimension.", "[64, 64, 3]"},
       {"source.members[].max_length", "integer >= 1", "none", "Longest first dimension of a variable-length field: lets `pool.slab_size` be auto (tar).", "4096"},
       {"source.members[].decoder", "decoder name", "raw", "How the member's bytes become the field: raw, jpeg, npy, label, json, or one your program registers (tar).", "raw"},
@@ -34,7 +37,7 @@ const std::vector<ConfigKey>& config_keys() {
       {"source.seed", "integer", "0", "Seed of the synthetic data: the same seed gives the same bytes on every machine.", "7"},
       {"source.fields", "list of fields", "required", "The fields of each sample, in order (synthetic).", "[{name: image, dtype: uint8, shape: [3, 64, 64]}]"},
       {"source.fields[].name", "string", "required", "The field's name: the key of its tensor in a batch.", "image"},
-      {"source.fields[].dtype", "one of: uint8, int32, int64, float16, bfloat16, float32", "required", "Element type.", "uint8"},
+      {"source.fields[].dtype", dtype_choice, "required", "Element type.", "uint8"},
       {"source.fields[].shape", "list of integers >= 0", "[]", "Shape of one sample's tensor; for a variable-length field, the shape after its first dimension.", "[3, 64, 64]"},
       {"source.fields[].length", "[min, max] integers", "fixed length", "Makes the field variable-length: its first dimension is drawn per sample from [min, max]; batches pad it and add `<field>_lengths`.", "[16, 256]"},
       {"source.fields[].range", "[low, high] numbers", "floats [-1, 1), integers: the dtype's range", "Values are drawn uniformly from [low, high).", "[0, 100]"},

@@ -81,10 +81,8 @@ SyntheticSource::SyntheticSource(SyntheticOptions options) : options_(std::move(
     const std::string where = "synthetic source: field '" + field.name + "'";
     if (field.name.empty()) throw Error("synthetic source: a field has no name");
     if (!names.insert(field.name).second) throw Error(where + " appears twice");
-    if (field.dtype != at::kByte && field.dtype != at::kInt && field.dtype != at::kLong && field.dtype != at::kHalf &&
-        field.dtype != at::kBFloat16 && field.dtype != at::kFloat) {
-      throw Error(where + ": dtype " + dtype_name(field.dtype) +
-                  " is not supported (uint8, int32, int64, float16, bfloat16, float32)");
+    if (!is_named_dtype(field.dtype)) {
+      throw Error(where + ": dtype " + dtype_name(field.dtype) + " is not supported (" + dtype_names_text() + ")");
     }
     for (int64_t size : field.shape) {
       if (size < 0) throw Error(where + ": negative size in its shape");

@@ -8,6 +8,8 @@
 namespace ferry {
 namespace {
 
+// The names of dtype_names() first, then the aliases.
+constexpr size_t kNamedDtypes = 6;
 constexpr std::array<std::pair<std::string_view, at::ScalarType>, 10> kNames{{
     {"uint8", at::kByte},
     {"int32", at::kInt},
@@ -23,12 +25,33 @@ constexpr std::array<std::pair<std::string_view, at::ScalarType>, 10> kNames{{
 
 }  // namespace
 
+const std::vector<std::string>& dtype_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> named;
+    for (size_t i = 0; i < kNamedDtypes; ++i) named.emplace_back(kNames[i].first);
+    return named;
+  }();
+  return names;
+}
+
+std::string dtype_names_text() {
+  std::string text;
+  for (const std::string& name : dtype_names()) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
+bool is_named_dtype(at::ScalarType dtype) {
+  for (size_t i = 0; i < kNamedDtypes; ++i) {
+    if (kNames[i].second == dtype) return true;
+  }
+  return false;
+}
+
 at::ScalarType parse_dtype(std::string_view name) {
   for (const auto& [known, dtype] : kNames) {
     if (known == name) return dtype;
   }
-  throw Error("unknown dtype '" + std::string(name) +
-              "'; expected one of uint8, int32, int64, float16, bfloat16, float32");
+  throw Error("unknown dtype '" + std::string(name) + "'; expected one of " + dtype_names_text());
 }
 
 std::string dtype_name(at::ScalarType dtype) {
