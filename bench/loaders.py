@@ -63,7 +63,7 @@ TOKEN_SEED = 1234
 IMAGE_SIZE = 256
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Megatron's .idx dtype codes (io/formats/indexed_dataset.cpp, Note [MMIDIDX layout]).
+# Megatron's .idx dtype codes (Note [MMIDIDX layout], io/formats/indexed_dataset_format.h).
 IDX_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 8: np.uint16}
 
 

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/io/decoders/npy_format.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/pipeline/error.h"
 
@@ -22,7 +23,7 @@ namespace {
 // file's byte order (little-endian, by the format's convention for what ferry accepts) is native.
 static_assert(std::endian::native == std::endian::little, "NpyDecoder assumes a little-endian machine");
 
-constexpr std::string_view kMagic = "\x93NUMPY";
+using detail::npy::kMagic;
 
 [[noreturn]] void fail(const std::string& what, int64_t offset) {
   throw Error("npy: " + what + " at byte " + std::to_string(offset));

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/io/decoders/npy_format.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/pipeline/error.h"
 
@@ -18,8 +19,8 @@ namespace {
 // is the file's (little-endian, as 'descr' says).
 static_assert(std::endian::native == std::endian::little, "encode_npy assumes a little-endian machine");
 
-constexpr char kMagic[] = "\x93NUMPY";  // 6 bytes and the NUL, which is not written
-constexpr size_t kAlignment = 64;       // numpy.save pads the header so the data starts at a multiple of 64
+using detail::npy::kAlignment;
+using detail::npy::kMagic;
 
 struct Stored {
   const char* descr;
@@ -84,7 +85,7 @@ at::Tensor encode_npy(const at::Tensor& array, const NpyEncodeOptions& options) 
   std::string header = std::string("{'descr': '") + stored.descr +
                        "', 'fortran_order': " + (options.fortran_order ? "True" : "False") +
                        ", 'shape': " + shape_tuple(array.sizes()) + ", }";
-  const size_t preamble = 6 + 2 + 2;  // magic, version 1.0, the header's length (uint16)
+  const size_t preamble = detail::npy::kPreambleBytes;
   header.append((kAlignment - (preamble + header.size() + 1) % kAlignment) % kAlignment, ' ');
   header += '\n';
   if (header.size() > 0xFFFF) {
@@ -94,8 +95,8 @@ at::Tensor encode_npy(const at::Tensor& array, const NpyEncodeOptions& options) 
   const auto header_bytes = static_cast<int64_t>(preamble + header.size());
   at::Tensor out = at::empty({header_bytes + data_bytes}, at::kByte);
   auto* p = out.data_ptr<uint8_t>();
-  std::memcpy(p, kMagic, 6);
-  p[6] = 1;
+  std::memcpy(p, kMagic.data(), kMagic.size());
+  p[6] = 1;  // version 1.0
   p[7] = 0;
   p[8] = static_cast<uint8_t>(header.size() & 0xFF);
   p[9] = static_cast<uint8_t>(header.size() >> 8);

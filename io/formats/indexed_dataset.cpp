@@ -12,53 +12,17 @@
 
 #include <torch/version.h>
 
+#include "ferry/io/formats/indexed_dataset_format.h"
 #include "ferry/io/util/printable.h"
 
 namespace ferry {
-
-// Note [MMIDIDX layout]
-// ~~~~~~~~~~~~~~~~~~~~~
-// Megatron-LM's indexed dataset (megatron/core/datasets/indexed_dataset.py: _IndexWriter,
-// _IndexReader, IndexedDatasetBuilder) is two files. `<prefix>.bin` holds the tokens of every
-// sequence back to back, in the dtype the index names, with no header. `<prefix>.idx` is, all
-// little-endian and unpadded (so the arrays after the 34-byte header are not aligned):
-//
-//   offset  size  field
-//   0       9     magic "MMIDIDX\0\0"
-//   9       8     version, uint64 = 1
-//   17      1     dtype code, uint8: 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64,
-//                 7 float32, 8 uint16
-//   18      8     sequence count N, uint64
-//   26      8     document index count D, uint64
-//   34      4N    sequence lengths, int32, in tokens
-//   34+4N   8N    sequence pointers, int64, byte offsets into the .bin
-//   34+12N  8D    document indices, int64: 0, then for each document the index of the sequence
-//                 after its last one; so D = documents + 1 and the last entry is N
-//   34+12N+8D N   (multimodal datasets only) sequence modes, int8
-//
-// The writer computes the pointers as the running sum of length * itemsize from 0, so sequences
-// are contiguous and the .bin is exactly as long as the last sequence's end. This reader insists on
-// that: it is what every Megatron tool writes (merged datasets too: the writer recomputes the
-// pointers), and it makes any range of the concatenated token stream one contiguous byte range of
-// the .bin, which TokenWindowSource copies with a single memcpy. Documents may be empty (the
-// preprocessing script adds a document with no sequences for a text with no tokens, which repeats
-// a document index) and a sequence may have length 0 (add_item with an empty tensor).
-//
-// Nothing in the header says whether the modes are there (Megatron's reader is told by its caller),
-// so an index exactly N bytes longer than its arrays is taken to carry them; any other excess is an
-// error ("trailing bytes").
 
 namespace {
 
 static_assert(std::endian::native == std::endian::little,
               "the .idx and .bin are little-endian and read in place; a big-endian host would need swaps");
 
-constexpr char kMagic[] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
-constexpr size_t kMagicBytes = sizeof(kMagic);
-constexpr uint64_t kVersionOffset = 9;
-constexpr uint64_t kDtypeOffset = 17;
-constexpr uint64_t kSequenceCountOffset = 18;
-constexpr uint64_t kDocumentCountOffset = 26;
+using namespace detail::mmidx;  // the layout's constants
 
 std::string errno_text(int error) { return std::strerror(error); }
 
@@ -192,7 +156,10 @@ void IndexedDataset::validate() {
              std::to_string(size));
   }
   const auto version = idx_value<uint64_t>(kVersionOffset);
-  if (version != 1) fail(idx_path_, kVersionOffset, "unsupported version " + std::to_string(version) + " (expected 1)");
+  if (version != kVersion) {
+    fail(idx_path_, kVersionOffset,
+         "unsupported version " + std::to_string(version) + " (expected " + std::to_string(kVersion) + ")");
+  }
   const auto code = idx_value<uint8_t>(kDtypeOffset);
   if (code < 1 || code > 8) {
     fail(idx_path_, kDtypeOffset,

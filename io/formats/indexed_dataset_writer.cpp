@@ -8,13 +8,13 @@
 #include <cstring>
 #include <limits>
 
+#include "ferry/io/formats/indexed_dataset_format.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
 namespace {
 
 constexpr size_t kBufferBytes = size_t{1} << 20;
-constexpr char kMagic[] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 
 [[noreturn]] void io_failed(const std::string& what, const std::string& path, uint64_t offset, int error) {
   throw Error("megatron writer: " + what + " " + path + " at byte offset " + std::to_string(offset) + ": " +
@@ -183,12 +183,12 @@ void IndexedDatasetWriter::finalize() {
     }
   } closer{fd};
 
-  // Header, then the arrays; see Note [MMIDIDX layout] in indexed_dataset.cpp.
+  // Header, then the arrays; see Note [MMIDIDX layout] in indexed_dataset_format.h.
   std::vector<std::byte> chunk;
   chunk.reserve(kBufferBytes);
-  chunk.insert(chunk.end(), reinterpret_cast<const std::byte*>(kMagic),
-               reinterpret_cast<const std::byte*>(kMagic) + sizeof(kMagic));
-  write_value<uint64_t>(chunk, 1);
+  const auto* magic = reinterpret_cast<const std::byte*>(detail::mmidx::kMagic);
+  chunk.insert(chunk.end(), magic, magic + detail::mmidx::kMagicBytes);
+  write_value<uint64_t>(chunk, detail::mmidx::kVersion);
   write_value<uint8_t>(chunk, static_cast<uint8_t>(dtype_));
   write_value<uint64_t>(chunk, sequence_lengths_.size());
   write_value<uint64_t>(chunk, document_indices_.size());

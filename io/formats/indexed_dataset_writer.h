@@ -12,7 +12,7 @@ namespace ferry {
 
 /// Writes a Megatron-LM indexed dataset, `<prefix>.bin` and `<prefix>.idx`, byte for byte as
 /// Megatron's IndexedDatasetBuilder + _IndexWriter do (see Note [MMIDIDX layout] in
-/// indexed_dataset.cpp), for tests and for dataset-making tools.
+/// indexed_dataset_format.h), for tests and for dataset-making tools.
 ///
 /// In: documents of token ids, in order. Out: the two files; the .bin grows as documents come, the
 /// .idx is written by finalize(). Owns: the open .bin (a descriptor and a 1 MiB write buffer) and
