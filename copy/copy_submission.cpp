@@ -8,7 +8,6 @@
 
 #include <ATen/ops/empty.h>
 #include <c10/core/GradMode.h>
-#include <c10/util/Exception.h>
 
 #include "ferry/copy/copy_options.h"
 #include "ferry/copy/copy_streams.h"
@@ -103,20 +102,6 @@ void copy_peer_async(void* target, int target_device, const void* source, int so
 }
 
 }  // namespace
-
-std::string cause_of(const std::exception_ptr& failure) {
-  try {
-    std::rethrow_exception(failure);
-  } catch (const Error& e) {
-    return e.cause();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
 
 std::string tensor_text(const TensorCopyState& state, size_t i) {
   return "tensor " + std::to_string(i) + " of " + std::to_string(state.inputs.size()) + " (" +

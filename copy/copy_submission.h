@@ -80,10 +80,6 @@ class CopySubmission {
 /// Runs the submission of `state` and publishes its outcome. Never throws.
 void submit(TensorCopyState& state) noexcept;
 
-/// The cause alone of `failure` (a ferry::Error's cause, a c10::Error without its backtrace), for a
-/// message that places it itself. Shared by the submission and TensorCopy.
-std::string cause_of(const std::exception_ptr& failure);
-
 /// "tensor 3 of 10 (Float [2] on cpu)": how a failure names the tensor it concerns.
 std::string tensor_text(const TensorCopyState& state, size_t i);
 

@@ -30,7 +30,6 @@ namespace ferry {
 
 namespace {
 
-using detail::cause_of;
 using detail::CopyStreams;
 using detail::submit;
 using detail::tensor_text;

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include <c10/util/Exception.h>
+
 namespace ferry {
 namespace {
 
@@ -34,6 +36,32 @@ Error Error::placed(const ErrorContext& where) const {
   if (!merged.epoch) merged.epoch = where.epoch;
   if (!merged.batch) merged.batch = where.batch;
   return Error(std::move(merged), cause_);
+}
+
+std::string cause_of(const std::exception& failure) {
+  if (const auto* error = dynamic_cast<const Error*>(&failure)) return error->cause();
+  if (const auto* error = dynamic_cast<const c10::Error*>(&failure)) return error->what_without_backtrace();
+  return failure.what();
+}
+
+std::string cause_of(const std::exception_ptr& failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const std::exception& e) {
+    return cause_of(e);
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+Error error_from(const std::exception_ptr& failure, const ErrorContext& where) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const Error& e) {
+    return e.placed(where);
+  } catch (...) {
+    return Error(where, cause_of(std::current_exception()));
+  }
 }
 
 }  // namespace ferry

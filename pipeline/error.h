@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -42,5 +43,15 @@ class Error : public std::runtime_error {
   ErrorContext where_;
   std::string cause_;
 };
+
+/// What `failure` says, for a message that places it itself: a ferry::Error's cause, a libtorch error
+/// without its C++ backtrace (many lines that say nothing about the data), any other exception's what().
+std::string cause_of(const std::exception& failure);
+std::string cause_of(const std::exception_ptr& failure);
+
+/// `failure` as a ferry::Error at `where`: a ferry::Error keeps its own context (`where` fills the parts
+/// it lacks); any other exception becomes the cause (cause_of()). For code that catches everything and
+/// must report it in-band, placed.
+Error error_from(const std::exception_ptr& failure, const ErrorContext& where);
 
 }  // namespace ferry

@@ -21,19 +21,6 @@ uint64_t nanoseconds_since(Clock::time_point start) {
 // The serial nodes besides decode: split, collate, pack, h2d. They need arena slots too.
 constexpr size_t kSerialNodes = 4;
 
-// The exception in flight as a ferry::Error placed at `where` (a ferry::Error keeps its own context).
-Error error_from(std::exception_ptr exception, const ErrorContext& where) {
-  try {
-    std::rethrow_exception(exception);
-  } catch (const Error& e) {
-    return e.placed(where);
-  } catch (const std::exception& e) {
-    return Error(where, e.what());
-  } catch (...) {
-    return Error(where, "unknown exception");
-  }
-}
-
 }  // namespace
 
 // Note [order between serial nodes]

@@ -3,20 +3,11 @@
 #include <algorithm>
 #include <sstream>
 
-#include <c10/util/Exception.h>
-
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
 namespace {
-
-std::string cause_of(const std::exception& e) {
-  if (const auto* error = dynamic_cast<const Error*>(&e)) return error->cause();
-  // libtorch's errors carry a multi-line C++ backtrace that says nothing about the sample.
-  if (const auto* error = dynamic_cast<const c10::Error*>(&e)) return error->what_without_backtrace();
-  return e.what();
-}
 
 std::string sizes_text(at::IntArrayRef sizes) {
   std::ostringstream out;

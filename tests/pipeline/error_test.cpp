@@ -1,5 +1,8 @@
 #include <ferry/pipeline/error.h>
 
+#include <stdexcept>
+
+#include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
 #include <ferry/build_config.h>
@@ -33,6 +36,33 @@ TEST(Error, PlacedFillsOnlyMissingParts) {
   EXPECT_EQ(placed.sample_index(), 9u);
   EXPECT_EQ(placed.batch_index(), 3u);
   EXPECT_EQ(placed.cause(), "cause");
+}
+
+TEST(Error, CauseOfNamesTheCauseAloneAndDropsLibtorchsBacktrace) {
+  EXPECT_EQ(cause_of(Error(ErrorContext{"decode", 3, 0, 1}, "bad byte")), "bad byte");
+  EXPECT_EQ(cause_of(std::runtime_error("plain")), "plain");
+  try {
+    TORCH_CHECK(false, "shape mismatch");
+  } catch (const c10::Error& e) {
+    EXPECT_EQ(cause_of(e), "shape mismatch");
+    EXPECT_EQ(cause_of(std::current_exception()), "shape mismatch");
+    EXPECT_NE(std::string(e.what()).find("shape mismatch"), std::string::npos);
+  }
+  EXPECT_EQ(cause_of(std::make_exception_ptr(42)), "unknown exception");
+}
+
+TEST(Error, ErrorFromKeepsAFerryErrorsPlaceAndPlacesAnythingElse) {
+  const ErrorContext where{"collate", std::nullopt, 2, 9};
+  const Error kept = error_from(std::make_exception_ptr(Error(ErrorContext{"decode", 5, {}, {}}, "bad")), where);
+  EXPECT_EQ(kept.stage(), "decode");
+  EXPECT_EQ(kept.sample_index(), 5u);
+  EXPECT_EQ(kept.epoch(), 2u);  // filled from `where`
+  EXPECT_EQ(kept.batch_index(), 9u);
+  EXPECT_EQ(kept.cause(), "bad");
+  const Error placed = error_from(std::make_exception_ptr(std::out_of_range("index 7")), where);
+  EXPECT_EQ(placed.stage(), "collate");
+  EXPECT_EQ(placed.cause(), "index 7");
+  EXPECT_STREQ(placed.what(), "ferry: collate failed in epoch 2, batch 9: index 7");
 }
 
 // Runs on any machine: without a device the call fails all the same, and the message must name the
