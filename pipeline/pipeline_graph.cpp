@@ -109,16 +109,11 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
       prefetch_(options.prefetch),
       decode_threads_(options.resolved_decode_threads()),
       on_error_(options.on_error),
-      refill_(options.refills()),
       replace_(options.on_error == OnError::kSkip && options.skip_replaces),
-      batch_size_(options.batch_size),
-      drop_last_(options.drop_last),
-      max_batches_(options.max_batches),
-      first_batch_(options.first_batch),
       device_(options.device),
       started_(Clock::now()),
-      batches_in_flight_(options.prefetch),
-      batches_ready_(options.prefetch),
+      cutter_(BatchCutter::Options::of(options)),
+      run_(options.prefetch),
       // Note [tokens]: at most prefetch_ items (batches or the end marker) exist downstream of the
       // limiter, so neither queue can fill up.
       in_flight_(options.prefetch + 1),
@@ -198,7 +193,7 @@ std::optional<Error> PipelineGraph::guarded(StageId id, const ErrorContext& wher
   } catch (...) {
     error = error_from(std::current_exception(), where);
   }
-  StageCounter& counter = counters_[id];
+  RunCounters::StageCounter& counter = run_.stages[id];
   counter.busy_ns.fetch_add(nanoseconds_since(start), std::memory_order_relaxed);
   // Release, both: a stats() reader that sees a run also sees the samples collate counted before
   // it, and one that sees a failure also sees its run, so items_out never exceeds items_in.
@@ -241,7 +236,7 @@ PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
   }
   std::optional<BatchPlan> plan;
   const uint64_t start_ns = now_ns();
-  batches_in_flight_.change(0, start_ns, /*producer_waiting=*/false);  // planning is work, not waiting
+  run_.in_flight.change(0, start_ns, /*producer_waiting=*/false);  // planning is work, not waiting
   try {
     plan = stages_.batches->next();
     if (plan && plan->kind == BatchPlan::Kind::kSamples && plan->sample_indices.empty()) {
@@ -257,18 +252,18 @@ PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
     plan->kind = BatchPlan::Kind::kEnd;
   }
   const uint64_t end_ns = now_ns();
-  planning_ns_.fetch_add(end_ns - start_ns, std::memory_order_relaxed);
+  run_.planning_ns.fetch_add(end_ns - start_ns, std::memory_order_relaxed);
   if (plan->kind == BatchPlan::Kind::kSamples) {
     // Samples first, and release: a stats() reader that sees the batch sees its samples (in >= out).
-    planned_samples_.fetch_add(plan->slots(), std::memory_order_relaxed);
-    planned_batches_.fetch_add(1, std::memory_order_release);
+    run_.planned_samples.fetch_add(plan->slots(), std::memory_order_relaxed);
+    run_.planned_batches.fetch_add(1, std::memory_order_release);
   } else if (plan->kind != BatchPlan::Kind::kEpochEnd) {
     planned_last_ = true;
   }
   // A plan that will give its token back counts as a batch in flight (Note [refilling batches]).
   // After the last plan the planner has nothing left to wait for.
   const bool holds_token = plan->kind == BatchPlan::Kind::kSamples || plan->kind == BatchPlan::Kind::kEpochEnd;
-  batches_in_flight_.change(holds_token ? +1 : 0, end_ns, !planned_last_);
+  run_.in_flight.change(holds_token ? +1 : 0, end_ns, !planned_last_);
   plan->sequence = next_batch_sequence_++;
   plan->first_sample_sequence = next_sample_sequence_;
   next_sample_sequence_ += plan->slots();
@@ -324,134 +319,18 @@ void PipelineGraph::replace(SampleWork& sample) {
   failed_.store(true, std::memory_order_release);  // the run ends with this error: plan no more
 }
 
-// Note [refilling batches]
-// ~~~~~~~~~~~~~~~~~~~~~~~~
-// Plans say in which order samples are read; collate cuts the batches. It appends each plan's
-// decoded samples to `carry_` and emits a batch whenever batch_size of them are there, so under
-// `on_error: skip` a batch that lost samples is filled from the next ones and keeps its size. Only
-// the last batch of an epoch can be smaller (or dropped, under drop_last); batches never span
-// epochs. As plans arrive in order and decoding is deterministic, which samples a batch holds does
-// not depend on thread counts or timing; a batch's `next` cursor records where the one after it
-// starts, which is what a resume needs (PipelineState::next).
-//
-// Tokens (Note [tokens] in the header) stay one per plan. A plan adds at most batch_size samples to
-// fewer than batch_size carried ones, so it completes at most one batch; when it completes none
-// (its samples wait for the next plan's), collate emits a kToken item in its place and the
-// completion thread gives that token back in order. Under skip the planner follows each epoch's last
-// plan with a kEpochEnd marker, which holds a token too: it flushes the epoch's rest as the one
-// smaller batch. Without skip (or when skipped samples are replaced: Note [replacing skipped
-// samples]) nothing is dropped, every plan but an epoch's last is exactly a batch, and the last
-// flushes itself. The one item without a token is the end marker that collate emits
-// itself once max_batches batches are out (the planner may have planned more: with skip, plans and
-// batches do not match one to one); the queues have room for one item beyond the tokens.
 void PipelineGraph::collect(SamplePtr sample, std::vector<WorkPtr>& out) {
-  if (collecting_.empty()) collecting_.reserve(sample->plan->slots());
-  // The sequencer hands samples over in sequence order, so a plan's samples arrive together and in
-  // position order.
-  collecting_.push_back(std::move(sample));
-  const PlanPtr plan = collecting_.front()->plan;
-  if (collecting_.size() < plan->slots()) return;
-  std::vector<SamplePtr> samples = std::move(collecting_);
-  collecting_.clear();
-  if (ended_) return;  // max_batches are out: nothing planned after them is delivered
-
-  switch (plan->kind) {
-    case BatchPlan::Kind::kError: {
-      WorkPtr work = emit(BatchWork::Kind::kError, out);
-      work->error = plan->error;
-      return;
-    }
-    case BatchPlan::Kind::kEnd:
-      if (!carry_.empty()) throw Error("internal error: the run ended with samples not in any batch");
-      emit(BatchWork::Kind::kEnd, out);
-      ended_ = true;
-      return;
-    case BatchPlan::Kind::kEpochEnd:
-      if (!flush_epoch(out)) emit(BatchWork::Kind::kToken, out);
-      return;
-    case BatchPlan::Kind::kSamples:
-      break;
+  BatchCutter::Cut cut = cutter_.add(std::move(sample));
+  for (const SkippedSample& skipped : cut.skipped) record_skipped(skipped);
+  for (WorkPtr& work : cut.items) {
+    if (work->kind == BatchWork::Kind::kBatch) run_batch_stage(kCollate, *work);
+    if (work->kind == BatchWork::Kind::kEnd) enough_.store(true, std::memory_order_release);  // plan no more
+    out.push_back(std::move(work));
   }
-
-  // Only decode sets a sample's error: each one is a sample that could not be read or decoded.
-  for (const SamplePtr& decoded : samples) {
-    for (const SkippedSample& skipped : decoded->skipped) record_skipped(skipped);  // replaced ones
-    if (decoded->error && (on_error_ == OnError::kFail || decoded->unskippable)) {
-      WorkPtr work = emit(BatchWork::Kind::kError, out);
-      work->error = decoded->error;
-      return;
-    }
-  }
-  if (!in_epoch_ || plan->epoch != carry_epoch_) {  // the epoch's first plan
-    if (!carry_.empty()) {
-      throw Error("internal error: a plan of epoch " + std::to_string(plan->epoch) + " arrived before epoch " +
-                  std::to_string(carry_epoch_) + " was flushed");
-    }
-    in_epoch_ = true;
-    carry_epoch_ = plan->epoch;
-    next_index_ = plan->index;  // a resumed run numbers on from where it starts
-  }
-  for (SamplePtr& decoded : samples) {
-    if (decoded->error) {
-      record_skipped(SkippedSample{decoded->index(), decoded->key, decoded->error->stage(), decoded->error->cause()});
-    } else {
-      carry_.push_back(std::move(decoded));
-    }
-  }
-  const size_t before = out.size();
-  if (carry_.size() >= batch_size_) emit_batch(batch_size_, plan->last_of_epoch && carry_.size() == batch_size_, out);
-  // Without skip an epoch's last plan completes its own (smaller) batch; with skip the marker does.
-  if (out.size() == before && plan->last_of_epoch && !refill_) (void)flush_epoch(out);
-  if (out.size() == before) emit(BatchWork::Kind::kToken, out);
-}
-
-PipelineGraph::WorkPtr PipelineGraph::emit(BatchWork::Kind kind, std::vector<WorkPtr>& out) {
-  auto work = std::make_shared<BatchWork>();
-  work->kind = kind;
-  work->sequence = emitted_++;
-  out.push_back(work);
-  return work;
-}
-
-void PipelineGraph::emit_batch(size_t count, bool last_of_epoch, std::vector<WorkPtr>& out) {
-  WorkPtr work = emit(BatchWork::Kind::kBatch, out);
-  work->samples.assign(std::make_move_iterator(carry_.begin()), std::make_move_iterator(carry_.begin() + static_cast<ptrdiff_t>(count)));
-  carry_.erase(carry_.begin(), carry_.begin() + static_cast<ptrdiff_t>(count));
-  BatchInfo& info = work->info;
-  info.sequence = batches_out_++;
-  info.epoch = carry_epoch_;
-  info.index = next_index_++;
-  info.sample_indices.reserve(count);
-  for (const SamplePtr& sample : work->samples) info.sample_indices.push_back(sample->index());
-  const SampleWork& last = *work->samples.back();
-  work->next = last_of_epoch ? BatchCursor{carry_epoch_ + 1, 0, 0}
-                             : BatchCursor{carry_epoch_, next_index_, last.epoch_position() + 1};
-  run_batch_stage(kCollate, *work);
-  if (max_batches_ != 0 && first_batch_ + batches_out_ >= max_batches_) {
-    emit(BatchWork::Kind::kEnd, out);
-    ended_ = true;
-    enough_.store(true, std::memory_order_release);
-  }
-}
-
-bool PipelineGraph::flush_epoch(std::vector<WorkPtr>& out) {
-  if (carry_.empty()) return false;
-  if (drop_last_) {  // fewer than batch_size left: drop_last drops them, as it would without skips
-    carry_.clear();
-    return false;
-  }
-  emit_batch(carry_.size(), /*last_of_epoch=*/true, out);
-  return true;
 }
 
 void PipelineGraph::record_skipped(const SkippedSample& skipped) {
-  uint64_t count = 0;
-  {
-    // Counted and listed under one lock, so that a snapshot's count and list agree.
-    std::lock_guard lock(skipped_mutex_);
-    count = ++skipped_count_;
-    if (count <= PipelineStats::kMaxListedSkips) skipped_.push_back(skipped);
-  }
+  const uint64_t count = run_.add_skipped(skipped);
   if (count > PipelineStats::kMaxListedSkips) return;
   // Said as it happens, so a log shows which samples a run lost; after the first ones, only counted.
   const bool key_in_reason = skipped.key.empty() || skipped.reason.find(skipped.key) != std::string::npos;
@@ -468,7 +347,7 @@ bool PipelineGraph::skip(const BatchWork& work) const noexcept {
 }
 
 void PipelineGraph::return_token() {
-  batches_in_flight_.change(-1, now_ns());
+  run_.in_flight.change(-1, now_ns());
   nodes_->tokens.decrementer().try_put(tbb::flow::continue_msg());
 }
 
@@ -482,7 +361,7 @@ void PipelineGraph::run_batch_stage(StageId id, BatchWork& work) {
     case kEventWait: stage = stages_.event_wait.get(); break;
     default: return;
   }
-  if (id == kCollate) counters_[id].units_in.fetch_add(work.samples.size(), std::memory_order_relaxed);
+  if (id == kCollate) run_.stages[id].units_in.fetch_add(work.samples.size(), std::memory_order_relaxed);
   if (auto error = guarded(id, work.where(std::string(stage->name())), [&] { stage->run(work, stop_); })) {
     work.error = std::move(error);
   }
@@ -537,16 +416,16 @@ void PipelineGraph::completion_loop() {
 void PipelineGraph::deliver(Delivery delivery) {
   const bool batch = delivery.kind == Delivery::Kind::kBatch;
   const uint64_t start_ns = now_ns();
-  if (batch) batches_ready_.change(+1, start_ns);  // before the push: Note [occupancy]
+  if (batch) run_.ready.change(+1, start_ns);  // before the push: Note [occupancy]
   // Never waits while Note [tokens] holds; close() wakes it at shutdown regardless. Handing over
   // (waking the consumer) is work; only a push that found the queue full was blocked.
   QueueStatus status = ready_.try_push(std::move(delivery));  // a refused push leaves `delivery` as it was
   const bool full = status == QueueStatus::kTimeout;
   if (full) status = ready_.push(std::move(delivery));
   const uint64_t end_ns = now_ns();
-  StageCounter& counter = counters_[kEventWait];
+  RunCounters::StageCounter& counter = run_.stages[kEventWait];
   (full ? counter.blocked_ns : counter.busy_ns).fetch_add(end_ns - start_ns, std::memory_order_relaxed);
-  if (batch && status != QueueStatus::kOk) batches_ready_.change(-1, end_ns);
+  if (batch && status != QueueStatus::kOk) run_.ready.change(-1, end_ns);
 }
 
 std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool* timed_out) {
@@ -576,12 +455,12 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
   Delivery delivery;
   // A wait that timed out and is taken up again by the next call is still one wait for one batch.
   if (ready_.size() == 0 && !resumed_wait_.exchange(false, std::memory_order_relaxed)) {
-    consumer_waits_.fetch_add(1, std::memory_order_relaxed);
+    run_.consumer_waits.fetch_add(1, std::memory_order_relaxed);
   }
   const uint64_t start_ns = now_ns();
   const QueueStatus status = ready_.pop(delivery, timeout < std::chrono::microseconds::zero() ? BoundedQueue<Delivery>::kForever : timeout);
   const uint64_t popped_ns = now_ns();
-  consumer_wait_ns_.fetch_add(popped_ns - start_ns, std::memory_order_relaxed);
+  run_.consumer_wait_ns.fetch_add(popped_ns - start_ns, std::memory_order_relaxed);
   if (status == QueueStatus::kTimeout) {
     resumed_wait_.store(true, std::memory_order_relaxed);
     outcome.batch = true;  // not the end: the caller will ask again
@@ -595,7 +474,7 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
   }
   switch (delivery.kind) {
     case Delivery::Kind::kBatch: {
-      batches_ready_.change(-1, popped_ns);
+      run_.ready.change(-1, popped_ns);
       try {
         make_ready_for_consumer(delivery.batch);
       } catch (...) {
@@ -606,16 +485,16 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
         ready_.close();
         throw *sticky_error_;
       }
-      batches_in_flight_.change(-1, now_ns());  // before the token returns and planning resumes
+      run_.in_flight.change(-1, now_ns());  // before the token returns and planning resumes
       nodes_->tokens.decrementer().try_put(tbb::flow::continue_msg());
       outcome.batch = true;
       {
         std::lock_guard lock(consumer_mutex_);
         last_delivered_ = Delivered{delivery.batch.sequence(), delivery.batch.epoch(), delivery.batch.index(), delivery.next};
       }
-      delivered_batches_.fetch_add(1, std::memory_order_relaxed);
-      delivered_samples_.fetch_add(delivery.batch.batch_size(), std::memory_order_relaxed);
-      delivered_bytes_.fetch_add(delivery.batch.nbytes(), std::memory_order_relaxed);
+      run_.delivered_batches.fetch_add(1, std::memory_order_relaxed);
+      run_.delivered_samples.fetch_add(delivery.batch.batch_size(), std::memory_order_relaxed);
+      run_.delivered_bytes.fetch_add(delivery.batch.nbytes(), std::memory_order_relaxed);
       return std::move(delivery.batch);
     }
     case Delivery::Kind::kEnd: {
@@ -652,69 +531,10 @@ void PipelineGraph::make_ready_for_consumer(const Batch& batch) const {
 }
 
 PipelineStats PipelineGraph::stats() const {
-  // Note [stats]. Every count is read once; counts of one stage are read so that out <= in holds.
-  PipelineStats stats;
-  const uint64_t run = run_ns();
-  const double wall = static_cast<double>(run) * 1e-9;
-  stats.device = device_;
-  stats.decode_threads = decode_threads_;
-  stats.prefetch = prefetch_;
-  stats.elapsed_seconds = wall;
-  stats.batches = delivered_batches_.load(std::memory_order_relaxed);
-  stats.samples = delivered_samples_.load(std::memory_order_relaxed);
-  stats.bytes = delivered_bytes_.load(std::memory_order_relaxed);
-  stats.consumer_wait_seconds = static_cast<double>(consumer_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
-  stats.consumer_waits = consumer_waits_.load(std::memory_order_relaxed);
-  if (stages_.pool) stats.pool = stages_.pool->stats();
-
-  const Occupancy::Snapshot in_flight = batches_in_flight_.snapshot(run);
-  stats.in_flight = OccupancyStats{in_flight.mean, in_flight.peak, prefetch_, static_cast<double>(in_flight.full_ns) * 1e-9};
-  const Occupancy::Snapshot ready = batches_ready_.snapshot(run);
-  stats.ready_queue = OccupancyStats{ready.mean, ready.peak, prefetch_, static_cast<double>(ready.full_ns) * 1e-9};
-  stats.ready_queue_peak = ready.peak;
-
-  StageStats& planner = stats.planner;
-  planner.name = "plan";
-  planner.threads = 1;
-  planner.items = planned_batches_.load(std::memory_order_acquire);  // before the samples: see plan_next()
-  planner.items_out = planner.items;
-  planner.items_in = planned_samples_.load(std::memory_order_relaxed);
-  planner.in_unit = "samples";
-  planner.out_unit = "batches";
-  planner.busy_seconds = static_cast<double>(planning_ns_.load(std::memory_order_relaxed)) * 1e-9;
-  planner.blocked_downstream_seconds = static_cast<double>(in_flight.blocked_ns) * 1e-9;
-  planner.account_idle_time(wall);
-
-  const std::array<std::string_view, kStageCount> names{stages_.decode->name(), stages_.collate->name(),
-                                                         stages_.pack->name(), stages_.h2d->name(),
-                                                         stages_.event_wait->name()};
-  for (size_t id = 0; id < kStageCount; ++id) {
-    const StageCounter& counter = counters_[id];
-    StageStats stage;
-    stage.name = std::string(names[id]);
-    stage.threads = id == kDecode ? decode_threads_ : 1;
-    const uint64_t not_out = counter.not_out.load(std::memory_order_acquire);  // first: see guarded()
-    stage.items = counter.items.load(std::memory_order_acquire);  // before units_in: see guarded()
-    stage.items_out = stage.items - std::min(not_out, stage.items);
-    stage.items_in = id == kCollate ? counter.units_in.load(std::memory_order_relaxed) : stage.items;
-    stage.in_unit = id == kDecode || id == kCollate ? "samples" : "batches";
-    stage.out_unit = id == kDecode ? "samples" : "batches";
-    stage.busy_seconds = static_cast<double>(counter.busy_ns.load(std::memory_order_relaxed)) * 1e-9;
-    stage.blocked_downstream_seconds = static_cast<double>(counter.blocked_ns.load(std::memory_order_relaxed)) * 1e-9;
-    if (id == kPack) {
-      // Pack's body includes its waits for a slab; they are time blocked, not work (Note [stats]).
-      stage.blocked_downstream_seconds = stats.pool.wait_seconds;
-      stage.busy_seconds = std::max(0.0, stage.busy_seconds - stats.pool.wait_seconds);
-    }
-    stage.account_idle_time(wall);
-    stats.stages.push_back(std::move(stage));
-  }
-  {
-    std::lock_guard lock(skipped_mutex_);
-    stats.skipped_samples = skipped_count_;
-    stats.skipped = skipped_;
-  }
-  return stats;
+  return run_.snapshot(RunCounters::Setting{run_ns(), device_, decode_threads_, prefetch_,
+                                            {stages_.decode->name(), stages_.collate->name(), stages_.pack->name(),
+                                             stages_.h2d->name(), stages_.event_wait->name()},
+                                            stages_.pool.get()});
 }
 
 }  // namespace ferry::detail

@@ -16,10 +16,11 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include "ferry/pipeline/batch.h"
+#include "ferry/pipeline/batch_cutter.h"
 #include "ferry/pipeline/bounded_queue.h"
-#include "ferry/pipeline/occupancy.h"
 #include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/pipeline_stats.h"
+#include "ferry/pipeline/run_counters.h"
 #include "ferry/pipeline/stage.h"
 
 namespace ferry::detail {
@@ -36,7 +37,7 @@ namespace ferry::detail {
 /// ~~~~~~~~~~~~~
 /// A limiter_node admits at most `prefetch` plans past the source; the consumer gives a token back
 /// when it takes a batch (the completion thread, for a plan that completed no batch: Note [refilling
-/// batches] in the .cpp). So at most `prefetch` batches exist between planning and the consumer's
+/// batches] in batch_cutter.cpp). So at most `prefetch` batches exist between planning and the consumer's
 /// hands, which bounds every buffer on the way: the in-flight and ready queues have room for all of
 /// them (plus the end marker), so no push into them ever waits, and the pinned pool has at least
 /// `prefetch` slabs, so pack always finds one. No TBB worker ever blocks on a queue or the pool; only
@@ -60,20 +61,6 @@ namespace ferry::detail {
 /// for consumers to leave next(), joins the completion thread, cancels the graph and waits for the
 /// tasks already running (at most one sample decode each). Work items dropped on the way return their
 /// slabs through their leases; a slab whose copy may still run returns only after its event.
-///
-/// Note [stats]
-/// ~~~~~~~~~~~~
-/// stats() may be called from any thread while the pipeline runs, so everything it reads is an
-/// atomic counter or sits behind a short lock; the hot path pays a few relaxed atomic adds and clock
-/// reads per batch (two per sample in decode), nothing per byte. Each stage's time is busy (timed
-/// around its body), blocked downstream, or waiting upstream (the rest of wall x threads):
-///   * pack is blocked while the pinned pool makes it wait for a slab: the pool times its waits,
-///     and they are moved out of pack's body time;
-///   * event-wait is blocked while pushing a batch into a full ready queue (handing a batch over
-///     otherwise counts as its work);
-///   * the planner is blocked while every token is held by a batch the consumer has not taken, it
-///     is not planning and has more to plan (Note [occupancy]).
-/// No other stage can block: every other successor buffers without bound (the tokens bound them).
 ///
 /// Note [occupancy]
 /// ~~~~~~~~~~~~~~~~
@@ -122,28 +109,13 @@ class PipelineGraph {
     BatchCursor next;  // kBatch: where the batch after it starts
   };
 
-  enum StageId { kDecode, kCollate, kPack, kH2D, kEventWait, kStageCount };
-  struct StageCounter {
-    std::atomic<uint64_t> items{0};       // body runs
-    std::atomic<uint64_t> not_out{0};     // runs that failed or were cut short by shutdown (rare)
-    std::atomic<uint64_t> units_in{0};    // collate: samples in the batches it ran on
-    std::atomic<uint64_t> busy_ns{0};
-    std::atomic<uint64_t> blocked_ns{0};  // event-wait: pushing into a full ready queue
-  };
-
   struct Nodes;  // the flow graph's nodes (pipeline_graph.cpp)
 
   PlanPtr plan_next(tbb::flow_control& control);
   void decode(SampleWork& sample);
-  /// Collate node: gathers a plan's samples, then emits what they complete into `out` (Note
-  /// [refilling batches] in the .cpp).
+  /// Collate node: hands the sample to the cutter, collates the batches it cuts and appends every item
+  /// to `out` (Note [refilling batches] in batch_cutter.cpp).
   void collect(SamplePtr sample, std::vector<WorkPtr>& out);
-  /// A new item of `kind`, numbered, appended to `out`.
-  WorkPtr emit(BatchWork::Kind kind, std::vector<WorkPtr>& out);
-  /// The first `count` carried samples as the next batch, collated; then the end, at max_batches.
-  void emit_batch(size_t count, bool last_of_epoch, std::vector<WorkPtr>& out);
-  /// The epoch's carried rest as its last, smaller batch (dropped under drop_last); false if none.
-  bool flush_epoch(std::vector<WorkPtr>& out);
   void run_batch_stage(StageId id, BatchWork& work);
   void submit(WorkPtr work);
   void completion_loop();
@@ -177,26 +149,16 @@ class PipelineGraph {
   const size_t prefetch_;
   const size_t decode_threads_;
   const OnError on_error_;
-  const bool refill_;   // PipelineOptions::refills()
   const bool replace_;  // on_error: skip with skip_replaces
-  const size_t batch_size_;
-  const bool drop_last_;
-  const uint64_t max_batches_;  // in all, counted from the run's start
-  const uint64_t first_batch_;  // batches a resumed run's earlier runs delivered
   const std::string device_;
   const std::chrono::steady_clock::time_point started_;
+  BatchCutter cutter_;  // touched only by the serial collate node
 
   std::atomic<bool> stop_{false};    // close() was called
   std::atomic<bool> failed_{false};  // a stage failed: plan no more
   std::atomic<bool> enough_{false};  // collate has emitted max_batches batches: plan no more
   std::atomic<int64_t> ended_ns_{-1};  // mark_ended(): when the run ended; -1 while it runs
-  std::array<StageCounter, kStageCount> counters_;
-  // Planner counters, written only by the (serial) source node body, read by stats().
-  std::atomic<uint64_t> planned_batches_{0};
-  std::atomic<uint64_t> planned_samples_{0};
-  std::atomic<uint64_t> planning_ns_{0};
-  Occupancy batches_in_flight_;  // planned, not yet taken: Note [occupancy]
-  Occupancy batches_ready_;      // pushed towards the consumer, not yet taken
+  RunCounters run_;  // what stats() reports: Note [stats] in run_counters.h
 
   BoundedQueue<WorkPtr> in_flight_;  // h2d -> completion thread
   // The serial h2d node runs on any worker thread: push through one lane to keep batch order.
@@ -207,15 +169,6 @@ class PipelineGraph {
   uint64_t next_batch_sequence_ = 0;
   uint64_t next_sample_sequence_ = 0;
   bool planned_last_ = false;
-  // Collate node state: touched only by the serial collate node.
-  std::vector<SamplePtr> collecting_;  // the samples of the plan being gathered
-  std::vector<SamplePtr> carry_;       // decoded samples of epoch carry_epoch_ not yet in a batch
-  uint64_t carry_epoch_ = 0;
-  bool in_epoch_ = false;      // a plan of carry_epoch_ has come
-  uint64_t next_index_ = 0;    // the next batch's number within carry_epoch_
-  uint64_t emitted_ = 0;       // items emitted (BatchWork::sequence)
-  uint64_t batches_out_ = 0;   // batches emitted (BatchInfo::sequence)
-  bool ended_ = false;         // the end is emitted: later plans are dropped
 
   // Consumer side.
   mutable std::mutex consumer_mutex_;
@@ -224,16 +177,6 @@ class PipelineGraph {
   bool finished_ = false;
   std::atomic<int> consumers_inside_{0};
   std::atomic<bool> resumed_wait_{false};  // the last next() timed out: the next call continues its wait
-  std::atomic<uint64_t> delivered_batches_{0};
-  std::atomic<uint64_t> delivered_samples_{0};
-  std::atomic<uint64_t> delivered_bytes_{0};
-  std::atomic<uint64_t> consumer_wait_ns_{0};
-  std::atomic<uint64_t> consumer_waits_{0};  // next() calls that found no batch ready
-
-  // Samples dropped by on_error: skip: all counted, the first PipelineStats::kMaxListedSkips listed.
-  mutable std::mutex skipped_mutex_;
-  uint64_t skipped_count_ = 0;          // guarded by skipped_mutex_
-  std::vector<SkippedSample> skipped_;  // guarded by skipped_mutex_
 
   std::unique_ptr<tbb::global_control> parallelism_;
   std::unique_ptr<tbb::task_arena> arena_;

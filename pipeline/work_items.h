@@ -24,7 +24,7 @@ namespace ferry {
 struct BatchPlan {
   /// kEpochEnd: planned after an epoch's last plan when batches are re-cut from the samples left
   /// (on_error: skip): collate then knows that no more samples of the epoch come, and delivers what
-  /// it holds back (Note [refilling batches] in pipeline_graph.cpp).
+  /// it holds back (Note [refilling batches] in batch_cutter.cpp).
   enum class Kind { kSamples, kEnd, kError, kEpochEnd };
   Kind kind = Kind::kSamples;
   uint64_t sequence = 0;  // 0, 1, 2, ... over the whole run
@@ -66,7 +66,7 @@ struct SampleWork {
 };
 
 /// One item on its way from collate to the consumer: a batch, or a marker (the end, an error, or a
-/// token to give back: Note [refilling batches] in pipeline_graph.cpp). Each stage fills its part; a
+/// token to give back: Note [refilling batches] in batch_cutter.cpp). Each stage fills its part; a
 /// stage that fails sets `error` and later stages pass the work on untouched, so the error reaches
 /// the consumer in order. Owned by one node (or the completion thread) at a time.
 struct BatchWork {

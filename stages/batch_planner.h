@@ -17,7 +17,7 @@ namespace ferry {
 ///
 /// With `refill` (on_error: skip) the plans are only the order samples are read in: collate cuts the
 /// batches from the samples that survive decoding (Note [refilling batches] in
-/// pipeline/pipeline_graph.cpp). The planner then plans every sample of an epoch (under drop_last
+/// pipeline/batch_cutter.cpp). The planner then plans every sample of an epoch (under drop_last
 /// too: the tail fills batches that lost samples), follows each epoch's last plan with a kEpochEnd
 /// marker, and leaves max_batches to collate.
 class BatchPlanner : public BatchSource {

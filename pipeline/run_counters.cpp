@@ -1,0 +1,76 @@
+#include "ferry/pipeline/run_counters.h"
+
+#include <algorithm>
+
+namespace ferry::detail {
+
+uint64_t RunCounters::add_skipped(const SkippedSample& skipped) {
+  // Counted and listed under one lock, so that a snapshot's count and list agree.
+  std::lock_guard lock(skipped_mutex_);
+  if (++skipped_count_ <= PipelineStats::kMaxListedSkips) skipped_.push_back(skipped);
+  return skipped_count_;
+}
+
+PipelineStats RunCounters::snapshot(const Setting& setting) const {
+  PipelineStats stats;
+  const uint64_t run = setting.run_ns;
+  const double wall = static_cast<double>(run) * 1e-9;
+  stats.device = setting.device;
+  stats.decode_threads = setting.decode_threads;
+  stats.prefetch = setting.prefetch;
+  stats.elapsed_seconds = wall;
+  stats.batches = delivered_batches.load(std::memory_order_relaxed);
+  stats.samples = delivered_samples.load(std::memory_order_relaxed);
+  stats.bytes = delivered_bytes.load(std::memory_order_relaxed);
+  stats.consumer_wait_seconds = static_cast<double>(consumer_wait_ns.load(std::memory_order_relaxed)) * 1e-9;
+  stats.consumer_waits = consumer_waits.load(std::memory_order_relaxed);
+  if (setting.pool != nullptr) stats.pool = setting.pool->stats();
+
+  const Occupancy::Snapshot planned = in_flight.snapshot(run);
+  stats.in_flight = OccupancyStats{planned.mean, planned.peak, setting.prefetch, static_cast<double>(planned.full_ns) * 1e-9};
+  const Occupancy::Snapshot handed = ready.snapshot(run);
+  stats.ready_queue = OccupancyStats{handed.mean, handed.peak, setting.prefetch, static_cast<double>(handed.full_ns) * 1e-9};
+  stats.ready_queue_peak = handed.peak;
+
+  StageStats& planner = stats.planner;
+  planner.name = "plan";
+  planner.threads = 1;
+  planner.items = planned_batches.load(std::memory_order_acquire);  // before the samples: see PipelineGraph::plan_next()
+  planner.items_out = planner.items;
+  planner.items_in = planned_samples.load(std::memory_order_relaxed);
+  planner.in_unit = "samples";
+  planner.out_unit = "batches";
+  planner.busy_seconds = static_cast<double>(planning_ns.load(std::memory_order_relaxed)) * 1e-9;
+  planner.blocked_downstream_seconds = static_cast<double>(planned.blocked_ns) * 1e-9;
+  planner.account_idle_time(wall);
+
+  for (size_t id = 0; id < kStageCount; ++id) {
+    const StageCounter& counter = stages[id];
+    StageStats stage;
+    stage.name = std::string(setting.stage_names[id]);
+    stage.threads = id == kDecode ? setting.decode_threads : 1;
+    const uint64_t not_out = counter.not_out.load(std::memory_order_acquire);  // first: see PipelineGraph::guarded()
+    stage.items = counter.items.load(std::memory_order_acquire);  // before units_in: see PipelineGraph::guarded()
+    stage.items_out = stage.items - std::min(not_out, stage.items);
+    stage.items_in = id == kCollate ? counter.units_in.load(std::memory_order_relaxed) : stage.items;
+    stage.in_unit = id == kDecode || id == kCollate ? "samples" : "batches";
+    stage.out_unit = id == kDecode ? "samples" : "batches";
+    stage.busy_seconds = static_cast<double>(counter.busy_ns.load(std::memory_order_relaxed)) * 1e-9;
+    stage.blocked_downstream_seconds = static_cast<double>(counter.blocked_ns.load(std::memory_order_relaxed)) * 1e-9;
+    if (id == kPack) {
+      // Pack's body includes its waits for a slab; they are time blocked, not work (Note [stats]).
+      stage.blocked_downstream_seconds = stats.pool.wait_seconds;
+      stage.busy_seconds = std::max(0.0, stage.busy_seconds - stats.pool.wait_seconds);
+    }
+    stage.account_idle_time(wall);
+    stats.stages.push_back(std::move(stage));
+  }
+  {
+    std::lock_guard lock(skipped_mutex_);
+    stats.skipped_samples = skipped_count_;
+    stats.skipped = skipped_;
+  }
+  return stats;
+}
+
+}  // namespace ferry::detail
