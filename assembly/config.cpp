@@ -5,11 +5,11 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "ferry/io/util/dtype_names.h"
 #include "ferry/io/samplers/sequential_sampler.h"
 #include "ferry/io/samplers/shard_shuffle_sampler.h"
 #include "ferry/io/samplers/sharded_sampler.h"
 #include "ferry/io/samplers/shuffled_sampler.h"
+#include "ferry/io/util/dtype_names.h"
 #include "ferry/pipeline/cuda_device.h"
 #include "ferry/pipeline/error.h"
 
@@ -56,7 +56,8 @@ Placement resolve_placement(const SamplerConfig& sampler, const std::optional<To
   if (sampler.rank) placement.rank = *sampler.rank;
   if (sampler.world_size) placement.world_size = *sampler.world_size;
   if (placement.world_size == 0 || placement.rank >= placement.world_size) {
-    throw Error("rank " + std::to_string(placement.rank) + " is not below world_size " + std::to_string(placement.world_size));
+    throw Error("rank " + std::to_string(placement.rank) + " is not below world_size " +
+                std::to_string(placement.world_size));
   }
   return placement;
 }
@@ -168,7 +169,8 @@ FieldDecoders make_field_decoders(const Config& config, const Source& source) {
     const auto& specs = source.fields();
     const auto spec = std::find_if(specs.begin(), specs.end(), [&](const FieldSpec& s) { return s.name == name; });
     if (spec == specs.end()) {
-      throw Error("resize_shorter/crop are set for field '" + name + "', which " + source.describe() + " does not have");
+      throw Error("resize_shorter/crop are set for field '" + name + "', which " + source.describe() +
+                  " does not have");
     }
     if (spec->shape.size() != 3 || spec->shape[0] <= 0 || spec->shape[1] <= 0 || spec->shape[2] != 3) {
       throw Error("field '" + name + "': resize_shorter/crop need the field's shape to be [H, W, 3] (the crop's size)");
@@ -184,23 +186,25 @@ FieldDecoders make_field_decoders(const Config& config, const Source& source) {
   return decoders;
 }
 
-std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement, const Source& source) {
+std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement,
+                                            const Source& source) {
   std::shared_ptr<const Sampler> order;
   const auto* tar = dynamic_cast<const TarShardSource*>(&source);
   if (sampler.shuffle && sampler.shuffle_buffer > 0 && tar != nullptr) {
     std::vector<uint64_t> sizes(tar->shard_count());
     for (size_t shard = 0; shard < sizes.size(); ++shard) sizes[shard] = tar->shard_samples(shard).size();
     order = std::make_shared<ShardShuffleSampler>(
-        std::move(sizes), ShardShuffleSampler::Options{sampler.seed, static_cast<size_t>(sampler.shuffle_buffer), true});
+        std::move(sizes),
+        ShardShuffleSampler::Options{sampler.seed, static_cast<size_t>(sampler.shuffle_buffer), true});
   } else if (sampler.shuffle) {
     order = std::make_shared<ShuffledSampler>(source.size(), sampler.seed);
   } else {
     order = std::make_shared<SequentialSampler>(source.size());
   }
   if (placement.world_size == 1) return order;
-  return std::make_shared<ShardedSampler>(std::move(order), placement.rank, placement.world_size,
-                                          sampler.drop_remainder ? ShardedSampler::Remainder::kDrop
-                                                                 : ShardedSampler::Remainder::kPad);
+  return std::make_shared<ShardedSampler>(
+      std::move(order), placement.rank, placement.world_size,
+      sampler.drop_remainder ? ShardedSampler::Remainder::kDrop : ShardedSampler::Remainder::kPad);
 }
 
 }  // namespace ferry

@@ -8,14 +8,14 @@
 #include <string>
 #include <string_view>
 
+#include "ferry/assembly/torchrun_env.h"
 #include "ferry/io/decoders/decoder.h"
-#include "ferry/io/formats/image_folder_source.h"
 #include "ferry/io/decoders/jpeg_decoder.h"
-#include "ferry/io/samplers/sampler.h"
+#include "ferry/io/formats/image_folder_source.h"
 #include "ferry/io/formats/synthetic_source.h"
 #include "ferry/io/formats/tar_shard_source.h"
 #include "ferry/io/formats/token_window_source.h"
-#include "ferry/assembly/torchrun_env.h"
+#include "ferry/io/samplers/sampler.h"
 #include "ferry/pipeline/pipeline_options.h"
 
 namespace ferry {
@@ -31,10 +31,10 @@ struct JpegFieldOptions {
 /// Where the samples come from. `kind` picks which of the option groups below applies.
 struct SourceConfig {
   std::string kind = "synthetic";
-  SyntheticOptions synthetic;        // kind: synthetic
-  TokenWindowOptions megatron;       // kind: megatron
-  TarShardOptions tar;               // kind: tar (shards already expanded from their {a..b} patterns)
-  ImageFolderOptions image_folder;   // kind: image_folder
+  SyntheticOptions synthetic;       // kind: synthetic
+  TokenWindowOptions megatron;      // kind: megatron
+  TarShardOptions tar;              // kind: tar (shards already expanded from their {a..b} patterns)
+  ImageFolderOptions image_folder;  // kind: image_folder
   /// Fields (by name) that get a JpegDecoder of their own, with these options: see make_field_decoders().
   std::map<std::string, JpegFieldOptions, std::less<>> jpeg;
 };
@@ -66,7 +66,7 @@ struct StatsConfig {
   };
   Progress progress = Progress::kAuto;
   std::chrono::milliseconds interval{5000};  // between plain progress lines (not on a terminal)
-  std::string report_path;  // write the JSON report here ("" : none)
+  std::string report_path;                   // write the JSON report here ("" : none)
 };
 
 /// A whole pipeline, as a YAML file describes it (docs/config.md). A plain value: build it in code,
@@ -127,6 +127,7 @@ FieldDecoders make_field_decoders(const Config& config, const Source& source);
 /// The order config.sampler asks for over `source`'s samples: sequential or shuffled (for tar shards
 /// with a shuffle buffer: shard order and buffer), then this rank's share (ShardedSampler) when there
 /// are several ranks.
-std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement, const Source& source);
+std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement,
+                                            const Source& source);
 
 }  // namespace ferry

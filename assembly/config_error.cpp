@@ -4,7 +4,8 @@ namespace ferry {
 namespace {
 
 std::string join(const std::vector<ConfigProblem>& problems) {
-  std::string text = problems.size() == 1 ? "invalid config:" : "invalid config (" + std::to_string(problems.size()) + " problems):";
+  std::string text =
+      problems.size() == 1 ? "invalid config:" : "invalid config (" + std::to_string(problems.size()) + " problems):";
   for (const ConfigProblem& problem : problems) text += "\n  " + problem.text();
   return text;
 }
@@ -17,7 +18,6 @@ std::string ConfigProblem::text() const {
   return text + message;
 }
 
-ConfigError::ConfigError(std::vector<ConfigProblem> problems)
-    : Error(join(problems)), problems_(std::move(problems)) {}
+ConfigError::ConfigError(std::vector<ConfigProblem> problems) : Error(join(problems)), problems_(std::move(problems)) {}
 
 }  // namespace ferry

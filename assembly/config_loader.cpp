@@ -1,8 +1,8 @@
 #include "ferry/assembly/config_loader.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -97,8 +97,9 @@ class ConfigLoader {
     try {
       const std::vector<Node> documents = YAML::LoadAll(std::string(text));
       if (documents.size() > 1) {
-        throw ConfigError({{position(documents[1].Mark()), "", "a config is one YAML document; this file holds " +
-                                                                  std::to_string(documents.size()) + " (separated by ---)"}});
+        throw ConfigError({{position(documents[1].Mark()), "",
+                            "a config is one YAML document; this file holds " + std::to_string(documents.size()) +
+                                " (separated by ---)"}});
       }
       if (!documents.empty()) root = documents.front();
     } catch (const YAML::Exception& e) {
@@ -107,7 +108,8 @@ class ConfigLoader {
     }
     if (!root.IsDefined() || root.IsNull()) root = Node(YAML::NodeType::Map);
     if (!root.IsMap()) {
-      throw ConfigError({{position(root.Mark()), "", "expected a mapping of keys (source:, batch_size:, ...), found " + found_text(root)}});
+      throw ConfigError({{position(root.Mark()), "",
+                          "expected a mapping of keys (source:, batch_size:, ...), found " + found_text(root)}});
     }
     apply_overrides(root);
     read_root(root);
@@ -193,7 +195,9 @@ class ConfigLoader {
         size_t index = 0;
         const auto [end, error] = std::from_chars(part.data(), part.data() + part.size(), index);
         if (error != std::errc() || end != part.data() + part.size() || index > node.size()) {
-          problems_.push_back({where, key, "'" + part + "' is not an index of this list of " + std::to_string(node.size()) + " (0.." + std::to_string(node.size()) + ")"});
+          problems_.push_back({where, key,
+                               "'" + part + "' is not an index of this list of " + std::to_string(node.size()) +
+                                   " (0.." + std::to_string(node.size()) + ")"});
           return;
         }
         key += "[" + part + "]";
@@ -246,13 +250,15 @@ class ConfigLoader {
       const std::string name = name_node.IsScalar() ? name_node.Scalar() : found_text(name_node);
       const std::string path = join_path(key, name);
       if (const auto [it, inserted] = seen.emplace(name, name_node.Mark()); !inserted) {
-        problems_.push_back({location(path, name_node), path, "given twice (first at line " + std::to_string(it->second.line + 1) + ")"});
+        problems_.push_back({location(path, name_node), path,
+                             "given twice (first at line " + std::to_string(it->second.line + 1) + ")"});
         continue;
       }
       if (std::find(known.begin(), known.end(), name) == known.end()) {
         const std::string where_known = section.empty() ? "at the top level" : "in " + key;
-        problems_.push_back({location(path, name_node), path,
-                             "unknown key" + did_you_mean(name, known) + "; known " + where_known + ": " + list_text(known)});
+        problems_.push_back(
+            {location(path, name_node), path,
+             "unknown key" + did_you_mean(name, known) + "; known " + where_known + ": " + list_text(known)});
       }
     }
     note(key, node);
@@ -266,7 +272,8 @@ class ConfigLoader {
       const std::string name = entry.first.IsScalar() ? entry.first.Scalar() : found_text(entry.first);
       if (const auto [it, inserted] = seen.emplace(name, entry.first.Mark()); !inserted) {
         const std::string path = join_path(key, name);
-        problems_.push_back({location(path, entry.first), path, "given twice (first at line " + std::to_string(it->second.line + 1) + ")"});
+        problems_.push_back({location(path, entry.first), path,
+                             "given twice (first at line " + std::to_string(it->second.line + 1) + ")"});
       }
     }
   }
@@ -378,17 +385,20 @@ class ConfigLoader {
     if (const auto source = child(root, "source")) {
       read_source(*source);
     } else {
-      problem("source", root, "missing required key (where the samples come from, e.g. source: {kind: synthetic, fields: [...]})");
+      problem("source", root,
+              "missing required key (where the samples come from, e.g. source: {kind: synthetic, fields: [...]})");
     }
     PipelineOptions& options = config_.pipeline;
     if (const auto node = child(root, "batch_size")) {
-      if (auto value = integer(*node, "batch_size", 1, 1 << 24, "an integer in 1..16777216")) options.batch_size = *value;
+      if (auto value = integer(*node, "batch_size", 1, 1 << 24, "an integer in 1..16777216"))
+        options.batch_size = *value;
     }
     if (const auto node = child(root, "prefetch")) {
       if (auto value = integer(*node, "prefetch", 1, 1024, "an integer in 1..1024")) options.prefetch = *value;
     }
     if (const auto node = child(root, "max_batches")) {
-      if (auto value = integer(*node, "max_batches", 0, kMaxInteger, "an integer >= 0 (0: no limit)")) options.max_batches = *value;
+      if (auto value = integer(*node, "max_batches", 0, kMaxInteger, "an integer >= 0 (0: no limit)"))
+        options.max_batches = *value;
     }
     if (const auto node = child(root, "sampler")) read_sampler(*node);
     if (const auto node = child(root, "decode")) read_decode(*node);
@@ -421,7 +431,8 @@ class ConfigLoader {
       const std::vector<std::string> known = config_section_keys("source");
       if (std::find(known.begin(), known.end(), name) != known.end() &&
           std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-        problem("source." + name, entry.first, "not a key of source kind '" + *kind + "' (its keys: " + list_text(allowed) + ")");
+        problem("source." + name, entry.first,
+                "not a key of source kind '" + *kind + "' (its keys: " + list_text(allowed) + ")");
       }
     }
     if (*kind == "megatron") {
@@ -438,14 +449,17 @@ class ConfigLoader {
     }
     SyntheticOptions& synthetic = config_.source.synthetic;
     if (const auto samples = child(node, "samples")) {
-      if (auto value = integer(*samples, "source.samples", 1, kMaxInteger, "an integer >= 1")) synthetic.samples = *value;
+      if (auto value = integer(*samples, "source.samples", 1, kMaxInteger, "an integer >= 1"))
+        synthetic.samples = *value;
     }
     if (const auto seed = child(node, "seed")) {
-      if (auto value = integer(*seed, "source.seed", 0, std::numeric_limits<uint64_t>::max(), "an integer >= 0")) synthetic.seed = *value;
+      if (auto value = integer(*seed, "source.seed", 0, std::numeric_limits<uint64_t>::max(), "an integer >= 0"))
+        synthetic.seed = *value;
     }
     const auto fields = child(node, "fields");
     if (!fields) {
-      problem("source.fields", node, "missing required key (the fields of each sample, e.g. [{name: x, dtype: float32, shape: [4]}])");
+      problem("source.fields", node,
+              "missing required key (the fields of each sample, e.g. [{name: x, dtype: float32, shape: [4]}])");
       return;
     }
     if (!fields->IsSequence() || fields->size() == 0) {
@@ -458,7 +472,8 @@ class ConfigLoader {
       const std::string key = "source.fields[" + std::to_string(i) + "]";
       if (auto field = read_field((*fields)[i], key)) {
         if (const auto [it, inserted] = first_seen.emplace(field->name, key); !inserted) {
-          problem(key + ".name", (*fields)[i]["name"], "field '" + field->name + "' appears twice (also " + it->second + ")");
+          problem(key + ".name", (*fields)[i]["name"],
+                  "field '" + field->name + "' appears twice (also " + it->second + ")");
         }
         synthetic.fields.push_back(std::move(*field));
       }
@@ -524,7 +539,8 @@ class ConfigLoader {
     const auto members = child(node, "members");
     if (!members) return;
     if (!members->IsSequence()) {
-      expected("source.members", *members, "a list of members ({name, extension, dtype, shape, max_length, decoder, optional})");
+      expected("source.members", *members,
+               "a list of members ({name, extension, dtype, shape, max_length, decoder, optional})");
       return;
     }
     note("source.members", *members);
@@ -570,9 +586,11 @@ class ConfigLoader {
       }
       if (decoder_read && shape_read) {
         if (field.decoder == "jpeg" && field.dtype != at::kByte) {
-          problem(key + ".dtype", member["dtype"], "the jpeg decoder makes uint8 images, found " + dtype_name(field.dtype));
+          problem(key + ".dtype", member["dtype"],
+                  "the jpeg decoder makes uint8 images, found " + dtype_name(field.dtype));
         }
-        read_jpeg_keys(member, key, field.name, field.decoder, shape ? std::optional<Node>(*shape) : std::nullopt, field.shape);
+        read_jpeg_keys(member, key, field.name, field.decoder, shape ? std::optional<Node>(*shape) : std::nullopt,
+                       field.shape);
       }
       tar.fields.push_back(std::move(field));
     }
@@ -588,8 +606,12 @@ class ConfigLoader {
     shape.clear();
     bool ok = true;
     for (size_t d = 0; d < node.size(); ++d) {
-      const auto size = integer(node[d], key + "[" + std::to_string(d) + "]", 0, 1 << 30, "an integer in 0..1073741824");
-      if (size) shape.push_back(static_cast<int64_t>(*size)); else ok = false;
+      const auto size =
+          integer(node[d], key + "[" + std::to_string(d) + "]", 0, 1 << 30, "an integer in 0..1073741824");
+      if (size)
+        shape.push_back(static_cast<int64_t>(*size));
+      else
+        ok = false;
     }
     return ok;
   }
@@ -600,7 +622,9 @@ class ConfigLoader {
     auto text = scalar(node, key, "a decoder name (" + list_text(registered) + ")");
     if (!text) return std::nullopt;
     if (std::find(registered.begin(), registered.end(), *text) == registered.end()) {
-      problem(key, node, "unknown decoder '" + *text + "'" + did_you_mean(*text, registered) + "; registered: " + list_text(registered));
+      problem(key, node,
+              "unknown decoder '" + *text + "'" + did_you_mean(*text, registered) +
+                  "; registered: " + list_text(registered));
       return std::nullopt;
     }
     return text;
@@ -629,26 +653,32 @@ class ConfigLoader {
     }
     if (decoder != "jpeg") {
       // Only the jpeg decoder resizes and crops: another would ignore them silently.
-      for (const auto& [name, value, read] : {std::tuple{"resize_shorter", resize, resize_read}, std::tuple{"crop", crop, crop_read}}) {
+      for (const auto& [name, value, read] :
+           {std::tuple{"resize_shorter", resize, resize_read}, std::tuple{"crop", crop, crop_read}}) {
         if (value && read) {
-          problem(key + "." + name, *value, std::string(name) + " is applied by the jpeg decoder only; this field's decoder is '" +
-                                                decoder + "' (set decoder: jpeg, or remove " + name + ")");
+          problem(key + "." + name, *value,
+                  std::string(name) + " is applied by the jpeg decoder only; this field's decoder is '" + decoder +
+                      "' (set decoder: jpeg, or remove " + name + ")");
         }
       }
       return;
     }
     if (shape.size() != 3 || shape[0] == 0 || shape[1] == 0 || shape[2] != 3) {
       std::string found;
-      for (const int64_t size : shape) found += (found.empty() ? "" : ", ") + (size == kVariableLength ? "*" : std::to_string(size));
+      for (const int64_t size : shape)
+        found += (found.empty() ? "" : ", ") + (size == kVariableLength ? "*" : std::to_string(size));
       if (shape_node) {
-        problem(key + ".shape", *shape_node, "the jpeg decoder makes [H, W, 3] images (H, W >= 1), found [" + found + "]");
+        problem(key + ".shape", *shape_node,
+                "the jpeg decoder makes [H, W, 3] images (H, W >= 1), found [" + found + "]");
       } else {
-        problem(key + ".shape", node, "missing required key: the jpeg decoder makes images of a fixed [H, W, 3], e.g. [224, 224, 3]");
+        problem(key + ".shape", node,
+                "missing required key: the jpeg decoder makes images of a fixed [H, W, 3], e.g. [224, 224, 3]");
       }
       return;
     }
     // Neither key: the shared "jpeg", and every image must already be [H, W].
-    if ((resize || crop) && resize_read == bool(resize) && crop_read == bool(crop)) config_.source.jpeg[field] = options;
+    if ((resize || crop) && resize_read == bool(resize) && crop_read == bool(crop))
+      config_.source.jpeg[field] = options;
   }
 
   void read_image_folder(const Node& node) {
@@ -740,8 +770,12 @@ class ConfigLoader {
       } else {
         note(key + ".shape", *shape);
         for (size_t d = 0; d < shape->size(); ++d) {
-          const auto size = integer((*shape)[d], key + ".shape[" + std::to_string(d) + "]", 0, 1 << 30, "an integer in 0..1073741824");
-          if (!size) ok = false; else field.shape.push_back(static_cast<int64_t>(*size));
+          const auto size = integer((*shape)[d], key + ".shape[" + std::to_string(d) + "]", 0, 1 << 30,
+                                    "an integer in 0..1073741824");
+          if (!size)
+            ok = false;
+          else
+            field.shape.push_back(static_cast<int64_t>(*size));
         }
       }
     }
@@ -750,7 +784,9 @@ class ConfigLoader {
       if (const auto bounds = pair(*length, length_key, "[min, max] lengths, e.g. [16, 256]")) {
         const auto [min, max] = *bounds;
         if (min < 0 || max < min || min != std::floor(min) || max != std::floor(max) || max > (1 << 30)) {
-          problem(length_key, *length, "expected whole numbers with 0 <= min <= max <= 1073741824, found [" + number_text(min) + ", " + number_text(max) + "]");
+          problem(length_key, *length,
+                  "expected whole numbers with 0 <= min <= max <= 1073741824, found [" + number_text(min) + ", " +
+                      number_text(max) + "]");
           ok = false;
         } else {
           field.variable = true;
@@ -759,7 +795,8 @@ class ConfigLoader {
           int64_t row = 1;
           for (int64_t size : field.shape) row *= size;
           if (row == 0) {
-            problem(key + ".shape", node["shape"], "a variable-length field needs rows of at least one element (no 0 in its shape)");
+            problem(key + ".shape", node["shape"],
+                    "a variable-length field needs rows of at least one element (no 0 in its shape)");
             ok = false;
           }
         }
@@ -771,7 +808,9 @@ class ConfigLoader {
       const std::string range_key = key + ".range";
       if (const auto bounds = pair(*range, range_key, "[low, high] values, e.g. [0, 1000]")) {
         if (!(bounds->first < bounds->second)) {
-          problem(range_key, *range, "expected low < high, found [" + number_text(bounds->first) + ", " + number_text(bounds->second) + "]");
+          problem(
+              range_key, *range,
+              "expected low < high, found [" + number_text(bounds->first) + ", " + number_text(bounds->second) + "]");
           ok = false;
         } else {
           field.range = *bounds;
@@ -799,10 +838,12 @@ class ConfigLoader {
       if (auto flag = boolean(*value, "sampler.shuffle")) sampler.shuffle = *flag;
     }
     if (const auto value = child(node, "seed")) {
-      if (auto seed = integer(*value, "sampler.seed", 0, std::numeric_limits<uint64_t>::max(), "an integer >= 0")) sampler.seed = *seed;
+      if (auto seed = integer(*value, "sampler.seed", 0, std::numeric_limits<uint64_t>::max(), "an integer >= 0"))
+        sampler.seed = *seed;
     }
     if (const auto value = child(node, "epochs")) {
-      if (auto epochs = integer(*value, "sampler.epochs", 1, kMaxInteger, "an integer >= 1")) config_.pipeline.epochs = *epochs;
+      if (auto epochs = integer(*value, "sampler.epochs", 1, kMaxInteger, "an integer >= 1"))
+        config_.pipeline.epochs = *epochs;
     }
     if (const auto value = child(node, "drop_last")) {
       if (auto flag = boolean(*value, "sampler.drop_last")) config_.pipeline.drop_last = *flag;
@@ -825,7 +866,8 @@ class ConfigLoader {
       if (auto text = choice(*value, "sampler.remainder", {"pad", "drop"})) sampler.drop_remainder = *text == "drop";
     }
     if (const auto value = child(node, "shuffle_buffer")) {
-      if (auto size = integer(*value, "sampler.shuffle_buffer", 0, 1 << 30, "an integer in 0..1073741824 (0: a full shuffle)")) {
+      if (auto size = integer(*value, "sampler.shuffle_buffer", 0, 1 << 30,
+                              "an integer in 0..1073741824 (0: a full shuffle)")) {
         sampler.shuffle_buffer = *size;
       }
     }
@@ -861,8 +903,9 @@ class ConfigLoader {
         const auto decoder = scalar(entry.second, key, "a decoder name (" + list_text(registered) + ")");
         if (!decoder) continue;
         if (std::find(registered.begin(), registered.end(), *decoder) == registered.end()) {
-          problem(key, entry.second, "unknown decoder '" + *decoder + "'" + did_you_mean(*decoder, registered) +
-                                         "; registered: " + list_text(registered));
+          problem(key, entry.second,
+                  "unknown decoder '" + *decoder + "'" + did_you_mean(*decoder, registered) +
+                      "; registered: " + list_text(registered));
           continue;
         }
         field_keys_.emplace_back(key, entry.first);
@@ -895,8 +938,10 @@ class ConfigLoader {
     }
     if (const auto value = child(node, "lengths_suffix")) {
       if (auto suffix = scalar(*value, "collate.lengths_suffix", "a non-empty suffix")) {
-        if (suffix->empty()) expected("collate.lengths_suffix", *value, "a non-empty suffix");
-        else collate.lengths_suffix = *suffix;
+        if (suffix->empty())
+          expected("collate.lengths_suffix", *value, "a non-empty suffix");
+        else
+          collate.lengths_suffix = *suffix;
       }
     }
   }
@@ -939,19 +984,22 @@ class ConfigLoader {
         if (*device == "auto" || *device == "cpu" || *device == "cuda" || numbered) {
           options.device = *device;
         } else {
-          problem("transfer.device", *value, "expected " + what + ", found '" + *device + "'" +
-                                                 did_you_mean(*device, {"auto", "cpu", "cuda"}));
+          problem("transfer.device", *value,
+                  "expected " + what + ", found '" + *device + "'" + did_you_mean(*device, {"auto", "cpu", "cuda"}));
         }
       }
     }
     if (const auto value = child(node, "stream_priority")) {
-      if (auto text = choice(*value, "transfer.stream_priority", {"normal", "high"})) transfer.high_priority_stream = *text == "high";
+      if (auto text = choice(*value, "transfer.stream_priority", {"normal", "high"}))
+        transfer.high_priority_stream = *text == "high";
     }
     if (const auto value = child(node, "wait")) {
-      if (auto text = choice(*value, "transfer.wait", {"poll", "spin"})) transfer.wait = *text == "spin" ? WaitMode::kSpin : WaitMode::kPoll;
+      if (auto text = choice(*value, "transfer.wait", {"poll", "spin"}))
+        transfer.wait = *text == "spin" ? WaitMode::kSpin : WaitMode::kPoll;
     }
     if (const auto value = child(node, "max_chunk")) {
-      if (auto bytes = size(*value, "transfer.max_chunk", 4096, "a size of at least 4KiB, such as 32MiB")) transfer.max_chunk_bytes = *bytes;
+      if (auto bytes = size(*value, "transfer.max_chunk", 4096, "a size of at least 4KiB, such as 32MiB"))
+        transfer.max_chunk_bytes = *bytes;
     }
     if (const auto value = child(node, "alignment")) {
       auto bytes = size(*value, "transfer.alignment", 1, "a power of two up to 4096, such as 16");
@@ -962,10 +1010,12 @@ class ConfigLoader {
       }
     }
     if (const auto value = child(node, "parallel_pack")) {
-      if (auto bytes = size(*value, "transfer.parallel_pack", 0, "a size such as 1MiB")) transfer.parallel_pack_bytes = *bytes;
+      if (auto bytes = size(*value, "transfer.parallel_pack", 0, "a size such as 1MiB"))
+        transfer.parallel_pack_bytes = *bytes;
     }
     if (const auto value = child(node, "direct_copy")) {
-      if (auto bytes = size(*value, "transfer.direct_copy", 0, "a size such as 1MiB (0: never)")) transfer.direct_copy_bytes = *bytes;
+      if (auto bytes = size(*value, "transfer.direct_copy", 0, "a size such as 1MiB (0: never)"))
+        transfer.direct_copy_bytes = *bytes;
     }
   }
 
@@ -975,8 +1025,10 @@ class ConfigLoader {
     if (const auto value = child(node, "progress")) {
       if (auto text = choice(*value, "stats.progress", {"auto", "live", "plain", "off"})) {
         using Progress = StatsConfig::Progress;
-        stats.progress = *text == "live" ? Progress::kLive : *text == "plain" ? Progress::kPlain
-                         : *text == "off" ? Progress::kOff : Progress::kAuto;
+        stats.progress = *text == "live"    ? Progress::kLive
+                         : *text == "plain" ? Progress::kPlain
+                         : *text == "off"   ? Progress::kOff
+                                            : Progress::kAuto;
       }
     }
     if (const auto value = child(node, "interval")) {
@@ -1027,7 +1079,8 @@ class ConfigLoader {
       fields.emplace_back(config_.source.image_folder.image.name, config_.source.image_folder.image.variable());
       fields.emplace_back("label", false);
     } else {
-      for (const SyntheticField& field : config_.source.synthetic.fields) fields.emplace_back(field.name, field.variable);
+      for (const SyntheticField& field : config_.source.synthetic.fields)
+        fields.emplace_back(field.name, field.variable);
     }
     std::vector<std::string> names;
     for (const auto& field : fields) names.push_back(field.first);
@@ -1035,8 +1088,9 @@ class ConfigLoader {
       for (const auto& [key, name_node] : field_keys_) {
         const std::string field = key.substr(key.rfind('.') + 1);
         if (std::find(names.begin(), names.end(), field) == names.end()) {
-          problem(key, name_node, "the source has no field '" + field + "'" + did_you_mean(field, names) +
-                                      "; its fields: " + list_text(names));
+          problem(key, name_node,
+                  "the source has no field '" + field + "'" + did_you_mean(field, names) +
+                      "; its fields: " + list_text(names));
         }
       }
       for (const auto& [field, pad] : options.collate.pad_values) {
@@ -1048,13 +1102,17 @@ class ConfigLoader {
     }
     for (const auto& [field, decoder] : options.decoders) {
       if (config_.source.jpeg.count(field) != 0 && decoder != "jpeg") {
-        problem_at("decode.decoders." + field, "field '" + field + "' sets resize_shorter or crop, which only the jpeg decoder applies; "
-                                               "this names '" + decoder + "'");
+        problem_at("decode.decoders." + field,
+                   "field '" + field +
+                       "' sets resize_shorter or crop, which only the jpeg decoder applies; "
+                       "this names '" +
+                       decoder + "'");
       }
     }
     const SamplerConfig& sampler = config_.sampler;
     if (sampler.shuffle_buffer > 0 && config_.source.kind == "tar" && !sampler.shuffle) {
-      problem_at("sampler.shuffle_buffer", "a shuffle buffer only acts with sampler.shuffle: true (this run reads in order)");
+      problem_at("sampler.shuffle_buffer",
+                 "a shuffle buffer only acts with sampler.shuffle: true (this run reads in order)");
     }
     if (sampler.shuffle_buffer > 0 && config_.source.kind != "tar") {
       problem_at("sampler.shuffle_buffer", "a shuffle buffer shuffles tar shards (source.kind: tar); this source is '" +
@@ -1062,12 +1120,13 @@ class ConfigLoader {
     }
     if (sampler.rank && sampler.world_size && *sampler.rank >= *sampler.world_size) {
       problem_at("sampler.rank", "expected a rank below world_size (" + std::to_string(*sampler.world_size) +
-                                          "), found " + std::to_string(*sampler.rank));
+                                     "), found " + std::to_string(*sampler.rank));
     }
     const PoolOptions& pool = options.pool;
     if (pool.slab_count != 0 && pool.slab_count < options.prefetch) {
       problem_at("pool.slab_count", "expected at least prefetch (" + std::to_string(options.prefetch) +
-                                             ") slabs: every batch in flight holds one; found " + std::to_string(pool.slab_count));
+                                        ") slabs: every batch in flight holds one; found " +
+                                        std::to_string(pool.slab_count));
     }
     // Whether pool.budget holds the slabs is checked with the source (check_config()), where the
     // slab size is known also when it is auto.
@@ -1075,7 +1134,7 @@ class ConfigLoader {
 
   std::string origin_;
   const std::vector<std::string>& overrides_;
-  std::map<std::string, std::string> overridden_;  // key path -> "--set ..."
+  std::map<std::string, std::string> overridden_;         // key path -> "--set ..."
   std::vector<std::pair<std::string, Node>> field_keys_;  // keys named after a field, to check later
   std::vector<ConfigProblem> problems_;
   Config config_;

@@ -20,7 +20,6 @@ namespace ferry {
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 /// The same for YAML text; `origin` names it in messages ("configs/demo.yaml", "<built-in demo>").
-Config parse_config(std::string_view yaml, const std::string& origin,
-                    const std::vector<std::string>& overrides = {});
+Config parse_config(std::string_view yaml, const std::string& origin, const std::vector<std::string>& overrides = {});
 
 }  // namespace ferry

@@ -10,82 +10,185 @@ const std::vector<ConfigKey>& config_keys() {
   static const std::string dtype_choice = "one of: " + dtype_names_text();  // the keys view it
   static const std::vector<ConfigKey> keys{
       // source
-      {"source", "mapping", "required", "Where the samples come from; `kind` selects the reader.", "{kind: synthetic, fields: [{name: x, dtype: float32, shape: [4]}]}"},
-      {"source.kind", "one of: synthetic, megatron, tar, image_folder", "required", "The reader. `synthetic` makes deterministic samples from (seed, index), nothing to download; `megatron` reads a Megatron-LM indexed token dataset (`.bin` + `.idx`); `tar` reads WebDataset-style tar shards; `image_folder` reads a folder of image files, one sub-folder per class (torchvision's ImageFolder layout).", "synthetic"},
-      {"source.prefix", "path", "required (megatron)", "The dataset's path without `.bin`/`.idx` (megatron). Samples are windows of `seq_len + 1` tokens over the documents back to back, one field `tokens` in the file's dtype (uint16 is widened to int32 where libtorch has no uint16).", "data/tokens"},
+      {"source", "mapping", "required", "Where the samples come from; `kind` selects the reader.",
+       "{kind: synthetic, fields: [{name: x, dtype: float32, shape: [4]}]}"},
+      {"source.kind", "one of: synthetic, megatron, tar, image_folder", "required",
+       "The reader. `synthetic` makes deterministic samples from (seed, index), nothing to download; `megatron` reads "
+       "a Megatron-LM indexed token dataset (`.bin` + `.idx`); `tar` reads WebDataset-style tar shards; `image_folder` "
+       "reads a folder of image files, one sub-folder per class (torchvision's ImageFolder layout).",
+       "synthetic"},
+      {"source.prefix", "path", "required (megatron)",
+       "The dataset's path without `.bin`/`.idx` (megatron). Samples are windows of `seq_len + 1` tokens over the "
+       "documents back to back, one field `tokens` in the file's dtype (uint16 is widened to int32 where libtorch has "
+       "no uint16).",
+       "data/tokens"},
       {"source.seq_len", "integer >= 1", "2048", "Tokens per training sequence (megatron).", "4096"},
-      {"source.add_extra_token", "boolean", "true", "Windows of seq_len + 1 tokens, for the shifted labels (megatron).", "false"},
-      {"source.shards", "path or list of paths", "required (tar)", "The tar shards, read in this order; `{000..009}` in a path stands for each number of the range (tar). A sample is the consecutive members sharing a basename.", "[data/shard-000.tar]"},
-      {"source.members", "list of members", "one field per extension of the first sample (tar)", "Which member of each sample feeds which field, and how it decodes (tar). Without it: labels (`.cls`, `.id`, ...) as int64 through `label`, everything else as raw bytes.", "[{name: label, extension: cls, dtype: int64, shape: [], decoder: label}]"},
+      {"source.add_extra_token", "boolean", "true", "Windows of seq_len + 1 tokens, for the shifted labels (megatron).",
+       "false"},
+      {"source.shards", "path or list of paths", "required (tar)",
+       "The tar shards, read in this order; `{000..009}` in a path stands for each number of the range (tar). A sample "
+       "is the consecutive members sharing a basename.",
+       "[data/shard-000.tar]"},
+      {"source.members", "list of members", "one field per extension of the first sample (tar)",
+       "Which member of each sample feeds which field, and how it decodes (tar). Without it: labels (`.cls`, `.id`, "
+       "...) as int64 through `label`, everything else as raw bytes.",
+       "[{name: label, extension: cls, dtype: int64, shape: [], decoder: label}]"},
       {"source.members[].name", "string", "required", "The field's name in a batch (tar).", "image"},
-      {"source.members[].extension", "string", "required", "The member's extension, without the dot: `jpg`, `cls`, `seg.png` (tar).", "jpg"},
+      {"source.members[].extension", "string", "required",
+       "The member's extension, without the dot: `jpg`, `cls`, `seg.png` (tar).", "jpg"},
       {"source.members[].dtype", dtype_choice, "uint8", "Element type after decoding (tar).", "uint8"},
-      {"source.members[].shape", "list of integers >= 0", "bytes of any length", "Shape after decoding, [H, W, 3] for `jpeg` (tar). Without it the field is variable-length in its first dimension.", "[64, 64, 3]"},
-      {"source.members[].max_length", "integer >= 1", "none", "Longest first dimension of a variable-length field: lets `pool.slab_size` be auto (tar).", "4096"},
-      {"source.members[].decoder", "decoder name", "raw", "How the member's bytes become the field: raw, jpeg, npy, label, json, or one your program registers (tar).", "raw"},
-      {"source.members[].optional", "boolean", "false", "A sample without this member gets an empty tensor instead of failing (tar).", "true"},
-      {"source.members[].resize_shorter", "integer 1..65535", "none", "Resize each image so that its shorter side has this many pixels, keeping the aspect ratio, before the crop; decoder `jpeg` only (tar).", "256"},
-      {"source.members[].crop", "one of: center, random", "center", "Where the crop of the field's [H, W] is taken from the (resized) image; random: drawn from `sampler.seed`, the epoch and the sample, so an image gets another crop every epoch and a run (or a resume) repeats exactly. Decoder `jpeg` only; without resize_shorter and crop every image must already be [H, W] (tar).", "random"},
-      {"source.root", "path", "required (image_folder)", "The folder of images, one sub-folder per class: `root/<class>/<file>`. Class folders sorted by name are labels 0, 1, ...; below each, files are found in sub-folders too and sorted by path; hidden files and folders are skipped. Samples have two fields: `image` and `label` (the class index, int64); keys are paths relative to root (image_folder).", "data/images"},
-      {"source.extensions", "list of strings", "[jpg, jpeg]", "The files that count, by extension, compared case-insensitively (image_folder).", "[jpg, jpeg, png]"},
-      {"source.image", "mapping", "required (image_folder)", "How each file's bytes become the `image` field (image_folder).", "{shape: [224, 224, 3], resize_shorter: 256, crop: center}"},
-      {"source.image.shape", "list of integers >= 0", "required with jpeg; raw: bytes of any length", "The decoded image's shape: [H, W, 3] for `jpeg`, uint8 RGB (image_folder).", "[224, 224, 3]"},
-      {"source.image.decoder", "decoder name", "jpeg", "How a file's bytes become the image: jpeg, raw (the file's bytes as stored), or one your program registers (image_folder).", "raw"},
-      {"source.image.resize_shorter", "integer 1..65535", "none", "Resize each image so that its shorter side has this many pixels, keeping the aspect ratio, before the crop; decoder `jpeg` only (image_folder).", "256"},
-      {"source.image.crop", "one of: center, random", "center", "Where the crop of the image's [H, W] is taken from the (resized) image; random: drawn from `sampler.seed`, the epoch and the sample, so an image gets another crop every epoch and a run (or a resume) repeats exactly. Decoder `jpeg` only; without resize_shorter and crop every image must already be [H, W] (image_folder).", "random"},
+      {"source.members[].shape", "list of integers >= 0", "bytes of any length",
+       "Shape after decoding, [H, W, 3] for `jpeg` (tar). Without it the field is variable-length in its first "
+       "dimension.",
+       "[64, 64, 3]"},
+      {"source.members[].max_length", "integer >= 1", "none",
+       "Longest first dimension of a variable-length field: lets `pool.slab_size` be auto (tar).", "4096"},
+      {"source.members[].decoder", "decoder name", "raw",
+       "How the member's bytes become the field: raw, jpeg, npy, label, json, or one your program registers (tar).",
+       "raw"},
+      {"source.members[].optional", "boolean", "false",
+       "A sample without this member gets an empty tensor instead of failing (tar).", "true"},
+      {"source.members[].resize_shorter", "integer 1..65535", "none",
+       "Resize each image so that its shorter side has this many pixels, keeping the aspect ratio, before the crop; "
+       "decoder `jpeg` only (tar).",
+       "256"},
+      {"source.members[].crop", "one of: center, random", "center",
+       "Where the crop of the field's [H, W] is taken from the (resized) image; random: drawn from `sampler.seed`, the "
+       "epoch and the sample, so an image gets another crop every epoch and a run (or a resume) repeats exactly. "
+       "Decoder `jpeg` only; without resize_shorter and crop every image must already be [H, W] (tar).",
+       "random"},
+      {"source.root", "path", "required (image_folder)",
+       "The folder of images, one sub-folder per class: `root/<class>/<file>`. Class folders sorted by name are labels "
+       "0, 1, ...; below each, files are found in sub-folders too and sorted by path; hidden files and folders are "
+       "skipped. Samples have two fields: `image` and `label` (the class index, int64); keys are paths relative to "
+       "root (image_folder).",
+       "data/images"},
+      {"source.extensions", "list of strings", "[jpg, jpeg]",
+       "The files that count, by extension, compared case-insensitively (image_folder).", "[jpg, jpeg, png]"},
+      {"source.image", "mapping", "required (image_folder)",
+       "How each file's bytes become the `image` field (image_folder).",
+       "{shape: [224, 224, 3], resize_shorter: 256, crop: center}"},
+      {"source.image.shape", "list of integers >= 0", "required with jpeg; raw: bytes of any length",
+       "The decoded image's shape: [H, W, 3] for `jpeg`, uint8 RGB (image_folder).", "[224, 224, 3]"},
+      {"source.image.decoder", "decoder name", "jpeg",
+       "How a file's bytes become the image: jpeg, raw (the file's bytes as stored), or one your program registers "
+       "(image_folder).",
+       "raw"},
+      {"source.image.resize_shorter", "integer 1..65535", "none",
+       "Resize each image so that its shorter side has this many pixels, keeping the aspect ratio, before the crop; "
+       "decoder `jpeg` only (image_folder).",
+       "256"},
+      {"source.image.crop", "one of: center, random", "center",
+       "Where the crop of the image's [H, W] is taken from the (resized) image; random: drawn from `sampler.seed`, the "
+       "epoch and the sample, so an image gets another crop every epoch and a run (or a resume) repeats exactly. "
+       "Decoder `jpeg` only; without resize_shorter and crop every image must already be [H, W] (image_folder).",
+       "random"},
       {"source.samples", "integer >= 1", "1024", "Samples in the dataset (synthetic).", "10000"},
-      {"source.seed", "integer", "0", "Seed of the synthetic data: the same seed gives the same bytes on every machine.", "7"},
-      {"source.fields", "list of fields", "required", "The fields of each sample, in order (synthetic).", "[{name: image, dtype: uint8, shape: [3, 64, 64]}]"},
+      {"source.seed", "integer", "0",
+       "Seed of the synthetic data: the same seed gives the same bytes on every machine.", "7"},
+      {"source.fields", "list of fields", "required", "The fields of each sample, in order (synthetic).",
+       "[{name: image, dtype: uint8, shape: [3, 64, 64]}]"},
       {"source.fields[].name", "string", "required", "The field's name: the key of its tensor in a batch.", "image"},
       {"source.fields[].dtype", dtype_choice, "required", "Element type.", "uint8"},
-      {"source.fields[].shape", "list of integers >= 0", "[]", "Shape of one sample's tensor; for a variable-length field, the shape after its first dimension.", "[3, 64, 64]"},
-      {"source.fields[].length", "[min, max] integers", "fixed length", "Makes the field variable-length: its first dimension is drawn per sample from [min, max]; batches pad it and add `<field>_lengths`.", "[16, 256]"},
-      {"source.fields[].range", "[low, high] numbers", "floats [-1, 1), integers: the dtype's range", "Values are drawn uniformly from [low, high).", "[0, 100]"},
+      {"source.fields[].shape", "list of integers >= 0", "[]",
+       "Shape of one sample's tensor; for a variable-length field, the shape after its first dimension.",
+       "[3, 64, 64]"},
+      {"source.fields[].length", "[min, max] integers", "fixed length",
+       "Makes the field variable-length: its first dimension is drawn per sample from [min, max]; batches pad it and "
+       "add `<field>_lengths`.",
+       "[16, 256]"},
+      {"source.fields[].range", "[low, high] numbers", "floats [-1, 1), integers: the dtype's range",
+       "Values are drawn uniformly from [low, high).", "[0, 100]"},
       // batches
       {"batch_size", "integer 1..16777216", "32", "Samples per batch.", "64"},
-      {"prefetch", "integer 1..1024", "3", "Batches in flight between planning and the consumer: more hides jitter, each costs a pinned slab.", "4"},
-      {"max_batches", "integer >= 0", "0 (every epoch)", "Stop after this many batches in all, counted from the run's start (a resumed run continues the count).", "100"},
+      {"prefetch", "integer 1..1024", "3",
+       "Batches in flight between planning and the consumer: more hides jitter, each costs a pinned slab.", "4"},
+      {"max_batches", "integer >= 0", "0 (every epoch)",
+       "Stop after this many batches in all, counted from the run's start (a resumed run continues the count).", "100"},
       // sampler
-      {"sampler", "mapping", "sequential, one rank", "The order of the samples and this process's share of them.", "{shuffle: true, seed: 1}"},
-      {"sampler.shuffle", "boolean", "false", "Visit a different permutation of the samples every epoch, derived from (seed, epoch).", "true"},
+      {"sampler", "mapping", "sequential, one rank", "The order of the samples and this process's share of them.",
+       "{shuffle: true, seed: 1}"},
+      {"sampler.shuffle", "boolean", "false",
+       "Visit a different permutation of the samples every epoch, derived from (seed, epoch).", "true"},
       {"sampler.seed", "integer", "0", "Seed of the shuffle, and of random crops (`crop: random`).", "1234"},
       {"sampler.epochs", "integer >= 1", "1", "Passes over the data.", "3"},
-      {"sampler.drop_last", "boolean", "false", "Drop the last batch of an epoch when it is smaller than batch_size.", "true"},
-      {"sampler.rank", "auto or integer 0..1048575", "auto", "This process's data-parallel rank. auto: $RANK when torchrun set it, else 0.", "0"},
-      {"sampler.world_size", "auto or integer 1..1048576", "auto", "Number of data-parallel ranks. auto: $WORLD_SIZE when torchrun set it, else 1. Setting it to another number than torchrun's needs sampler.rank too.", "8"},
-      {"sampler.shuffle_buffer", "integer 0..1073741824", "0 (a full shuffle)", "Tar shards only, with shuffle: every epoch the shards come in a new order and their samples, read shard after shard, pass through a buffer of this many samples that emits one at random (as WebDataset shuffles): reads stay sequential. The order is computed per epoch from (seed, epoch), 4 bytes a sample, so it resumes exactly. 0: a full permutation of all samples (random reads). (tar)", "1000"},
-      {"sampler.remainder", "one of: pad, drop", "pad", "When an epoch does not divide evenly among the ranks: pad (repeat its first samples) or drop the rest, so every rank gets the same number of batches.", "drop"},
+      {"sampler.drop_last", "boolean", "false", "Drop the last batch of an epoch when it is smaller than batch_size.",
+       "true"},
+      {"sampler.rank", "auto or integer 0..1048575", "auto",
+       "This process's data-parallel rank. auto: $RANK when torchrun set it, else 0.", "0"},
+      {"sampler.world_size", "auto or integer 1..1048576", "auto",
+       "Number of data-parallel ranks. auto: $WORLD_SIZE when torchrun set it, else 1. Setting it to another number "
+       "than torchrun's needs sampler.rank too.",
+       "8"},
+      {"sampler.shuffle_buffer", "integer 0..1073741824", "0 (a full shuffle)",
+       "Tar shards only, with shuffle: every epoch the shards come in a new order and their samples, read shard after "
+       "shard, pass through a buffer of this many samples that emits one at random (as WebDataset shuffles): reads "
+       "stay sequential. The order is computed per epoch from (seed, epoch), 4 bytes a sample, so it resumes exactly. "
+       "0: a full permutation of all samples (random reads). (tar)",
+       "1000"},
+      {"sampler.remainder", "one of: pad, drop", "pad",
+       "When an epoch does not divide evenly among the ranks: pad (repeat its first samples) or drop the rest, so "
+       "every rank gets the same number of batches.",
+       "drop"},
       // decode
       {"decode", "mapping", "", "Turning stored samples into tensors.", "{threads: 8}"},
-      {"decode.threads", "auto or integer 1..1024", "auto", "Samples decoded at once. auto: the hardware threads minus two (at least 1).", "8"},
-      {"decode.on_error", "one of: fail, skip", "fail", "A sample that cannot be read or decoded: fail the run (naming the sample), or skip it: fill its batch from the next samples, log it on stderr, count it and list it in the report.", "skip"},
-      {"decode.decoders", "mapping of field to decoder", "the source's", "Decoder per field, replacing the source's choice (built in: raw, jpeg, npy, label, json; and any your program registers).", "{image: raw}"},
+      {"decode.threads", "auto or integer 1..1024", "auto",
+       "Samples decoded at once. auto: the hardware threads minus two (at least 1).", "8"},
+      {"decode.on_error", "one of: fail, skip", "fail",
+       "A sample that cannot be read or decoded: fail the run (naming the sample), or skip it: fill its batch from the "
+       "next samples, log it on stderr, count it and list it in the report.",
+       "skip"},
+      {"decode.decoders", "mapping of field to decoder", "the source's",
+       "Decoder per field, replacing the source's choice (built in: raw, jpeg, npy, label, json; and any your program "
+       "registers).",
+       "{image: raw}"},
       {"decode.decoders.<field>", "decoder name", "the source's", "The decoder of one field.", "raw"},
       // collate
       {"collate", "mapping", "", "Stacking samples into a batch.", "{pad_value: 0}"},
-      {"collate.pad_value", "number", "0", "Pad value of variable-length fields (converted to the field's dtype).", "-1"},
+      {"collate.pad_value", "number", "0", "Pad value of variable-length fields (converted to the field's dtype).",
+       "-1"},
       {"collate.pad_values", "mapping of field to number", "pad_value", "Pad value per field.", "{tokens: 0}"},
       {"collate.pad_values.<field>", "number", "pad_value", "The pad value of one variable-length field.", "-100"},
-      {"collate.lengths_suffix", "string", "_lengths", "A variable-length field `x` comes with `x` + suffix: the lengths, an int64 [batch] tensor.", "_len"},
+      {"collate.lengths_suffix", "string", "_lengths",
+       "A variable-length field `x` comes with `x` + suffix: the lengths, an int64 [batch] tensor.", "_len"},
       // pool
-      {"pool", "mapping", "", "The pinned host buffers (slabs) batches are staged in; all allocated at start-up.", "{slab_count: 4}"},
-      {"pool.slab_size", "auto or size", "auto", "Bytes per slab; a batch must fit in one. auto: the largest batch the source can make.", "64MiB"},
-      {"pool.slab_count", "auto or integer >= prefetch", "auto (prefetch)", "Number of slabs; each batch in flight holds one.", "6"},
-      {"pool.budget", "unlimited or size", "unlimited", "Cap on pinned bytes; must hold at least prefetch slabs.", "2GiB"},
+      {"pool", "mapping", "", "The pinned host buffers (slabs) batches are staged in; all allocated at start-up.",
+       "{slab_count: 4}"},
+      {"pool.slab_size", "auto or size", "auto",
+       "Bytes per slab; a batch must fit in one. auto: the largest batch the source can make.", "64MiB"},
+      {"pool.slab_count", "auto or integer >= prefetch", "auto (prefetch)",
+       "Number of slabs; each batch in flight holds one.", "6"},
+      {"pool.budget", "unlimited or size", "unlimited", "Cap on pinned bytes; must hold at least prefetch slabs.",
+       "2GiB"},
       // transfer
       {"transfer", "mapping", "", "Copying batches to the device.", "{device: cuda}"},
-      {"transfer.device", "auto, cpu, cuda or cuda:N", "auto", "Where batches are delivered. auto: cuda:0 (cuda:$LOCAL_RANK under torchrun) when this build and machine have a GPU, else cpu. cuda means cuda:$LOCAL_RANK under torchrun.", "cuda:0"},
-      {"transfer.stream_priority", "one of: normal, high", "normal", "Priority of ferry's copy stream; high lets its copies start ahead of other streams' queued work.", "high"},
-      {"transfer.wait", "one of: poll, spin", "poll", "How the completion thread waits for a copy: poll (yield ~100 us, then sleep in short steps) or spin (lowest latency, one busy core).", "spin"},
+      {"transfer.device", "auto, cpu, cuda or cuda:N", "auto",
+       "Where batches are delivered. auto: cuda:0 (cuda:$LOCAL_RANK under torchrun) when this build and machine have a "
+       "GPU, else cpu. cuda means cuda:$LOCAL_RANK under torchrun.",
+       "cuda:0"},
+      {"transfer.stream_priority", "one of: normal, high", "normal",
+       "Priority of ferry's copy stream; high lets its copies start ahead of other streams' queued work.", "high"},
+      {"transfer.wait", "one of: poll, spin", "poll",
+       "How the completion thread waits for a copy: poll (yield ~100 us, then sleep in short steps) or spin (lowest "
+       "latency, one busy core).",
+       "spin"},
       {"transfer.max_chunk", "size >= 4KiB", "32MiB", "Largest single cudaMemcpyAsync of a packed batch.", "16MiB"},
-      {"transfer.alignment", "power of two <= 4096", "16", "Every packed field starts at a multiple of this (and of its element size).", "64"},
-      {"transfer.parallel_pack", "size", "1MiB", "Batches of at least this size are packed by several threads.", "4MiB"},
-      {"transfer.direct_copy", "size (0: never)", "1MiB", "A decoded tensor of at least this size already in pinned memory is copied to the device from where it is.", "0"},
+      {"transfer.alignment", "power of two <= 4096", "16",
+       "Every packed field starts at a multiple of this (and of its element size).", "64"},
+      {"transfer.parallel_pack", "size", "1MiB", "Batches of at least this size are packed by several threads.",
+       "4MiB"},
+      {"transfer.direct_copy", "size (0: never)", "1MiB",
+       "A decoded tensor of at least this size already in pinned memory is copied to the device from where it is.",
+       "0"},
       // stats
       {"stats", "mapping", "", "Progress and the report of `ferry run`.", "{progress: plain}"},
-      {"stats.progress", "one of: auto, live, plain, off", "auto", "Progress on stderr: live (one line rewritten in place), plain (a line every `interval`, for logs), off. auto: live on a terminal, plain otherwise.", "plain"},
+      {"stats.progress", "one of: auto, live, plain, off", "auto",
+       "Progress on stderr: live (one line rewritten in place), plain (a line every `interval`, for logs), off. auto: "
+       "live on a terminal, plain otherwise.",
+       "plain"},
       {"stats.interval", "duration", "5s", "Time between plain progress lines.", "10s"},
-      {"stats.report", "path or empty", "none", "Write the JSON report (docs/report.md) to this file at the end of `ferry run`.", "run-report.json"},
+      {"stats.report", "path or empty", "none",
+       "Write the JSON report (docs/report.md) to this file at the end of `ferry run`.", "run-report.json"},
   };
   return keys;
 }
@@ -101,7 +204,8 @@ std::vector<std::string> config_section_keys(std::string_view section) {
   for (const ConfigKey& key : config_keys()) {
     std::string_view rest = key.path;
     if (!section.empty()) {
-      if (rest.size() <= section.size() + 1 || rest.substr(0, section.size()) != section || rest[section.size()] != '.') continue;
+      if (rest.size() <= section.size() + 1 || rest.substr(0, section.size()) != section || rest[section.size()] != '.')
+        continue;
       rest.remove_prefix(section.size() + 1);
     }
     if (rest.find('.') != std::string_view::npos) continue;

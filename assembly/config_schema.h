@@ -17,7 +17,7 @@ struct ConfigKey {
   std::string_view type;           // "integer", "size", "boolean", "one of: fail, skip", ...
   std::string_view default_value;  // as a user would write it; "required" for required keys
   std::string_view description;
-  std::string_view example;        // a valid YAML value for this key
+  std::string_view example;  // a valid YAML value for this key
 };
 
 /// Every key, in documentation order. Thread-safe (immutable).

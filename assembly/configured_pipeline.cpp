@@ -26,7 +26,8 @@ std::optional<std::string> budget_problem(const PoolOptions& pool, size_t prefet
   const size_t slabs = pool.slabs(prefetch);
   const std::optional<size_t> needed = PinnedPool::footprint(slab, slabs);
   if (needed && *needed <= pool.budget_bytes) return std::nullopt;
-  const std::string why = pool.slab_count != 0 ? "slab_count " + std::to_string(slabs) : "prefetch " + std::to_string(prefetch);
+  const std::string why =
+      pool.slab_count != 0 ? "slab_count " + std::to_string(slabs) : "prefetch " + std::to_string(prefetch);
   return "a budget of " + format_byte_size(pool.budget_bytes) + " holds fewer than the " + std::to_string(slabs) +
          " slabs needed (" + why + ") of " + format_byte_size(slab) +
          (largest_batch.empty() ? "" : " (the largest batch, " + largest_batch + ")") +
@@ -65,8 +66,9 @@ std::shared_ptr<const Source> check_config(const Config& config) {
   if (source && placement) {
     // A run that would deliver nothing is a mistake, not a success to report.
     const uint64_t epoch = make_sampler(config.sampler, *placement, *source)->epoch_size();
-    const std::string share = placement->world_size == 1 ? "the source has" : "rank " + std::to_string(placement->rank) +
-                                                                                 " of " + std::to_string(placement->world_size) + " gets";
+    const std::string share = placement->world_size == 1 ? "the source has"
+                                                         : "rank " + std::to_string(placement->rank) + " of " +
+                                                               std::to_string(placement->world_size) + " gets";
     if (epoch == 0) {
       add("sampler.remainder", share + " no samples: the source has " + std::to_string(source->size()) +
                                    " and the remainder is dropped (use pad, or fewer ranks)");
@@ -94,10 +96,12 @@ std::shared_ptr<const Source> check_config(const Config& config) {
       const PoolOptions& pool = options.pool;
       const std::optional<size_t> slab = pool.slab_size(largest);
       if (pool.slab_bytes != 0 && largest && *largest > pool.slab_bytes) {
-        add("pool.slab_size", "a slab of " + format_byte_size(pool.slab_bytes) + " is smaller than the largest batch, " +
-                                  format_byte_size(*largest) + " (" + batch + "); use at least that, or auto");
+        add("pool.slab_size", "a slab of " + format_byte_size(pool.slab_bytes) +
+                                  " is smaller than the largest batch, " + format_byte_size(*largest) + " (" + batch +
+                                  "); use at least that, or auto");
       } else if (!slab) {
-        add("pool.slab_size", "must be set: a variable-length field has no maximum length, so the largest batch is unknown");
+        add("pool.slab_size",
+            "must be set: a variable-length field has no maximum length, so the largest batch is unknown");
       } else if (auto problem = budget_problem(pool, options.prefetch, *slab, pool.slab_bytes != 0 ? "" : batch)) {
         add("pool.budget", *problem);
       }
@@ -113,7 +117,8 @@ Pipeline make_pipeline(const Config& config, const std::optional<PipelineState>&
   return make_pipeline(config, check_config(config), resume);
 }
 
-Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> source, const std::optional<PipelineState>& resume) {
+Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> source,
+                       const std::optional<PipelineState>& resume) {
   if (!source) throw Error("make_pipeline: no source (pass what check_config() returned)");
   const Placement placement = resolve_placement(config.sampler, torchrun_env());
   PipelineOptions options = resolve_pipeline_options(config, placement);
@@ -131,8 +136,9 @@ Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> sourc
       const std::string before = saved == resume->order.end() ? "(not recorded)" : saved->second;
       const std::string value = now == options.order.end() ? "(not set)" : now->second;
       if (before != value) {
-        problems.push_back({config.where(key), key, "the saved state comes from a run with '" + before +
-                                                        "', this config has '" + value + "': resuming would deliver other samples"});
+        problems.push_back({config.where(key), key,
+                            "the saved state comes from a run with '" + before + "', this config has '" + value +
+                                "': resuming would deliver other samples"});
       }
     }
     if (!problems.empty()) throw ConfigError(std::move(problems));

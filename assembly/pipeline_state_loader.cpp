@@ -33,12 +33,15 @@ PipelineState parse_pipeline_state(std::string_view text, const std::string& ori
   try {
     root = YAML::Load(std::string(text));  // JSON is YAML
   } catch (const YAML::Exception& e) {
-    const std::string where = e.mark.is_null() ? origin : origin + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
+    const std::string where =
+        e.mark.is_null() ? origin
+                         : origin + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
     throw ConfigError({{where, "", "not a saved pipeline state: " + e.msg}});
   }
   std::vector<ConfigProblem> problems;
   if (!root.IsMap() || !root["format"] || !root["format"].IsScalar() || root["format"].Scalar() != "ferry-state") {
-    throw ConfigError({{at(origin, root), "format", "not a saved pipeline state (expected \"format\": \"ferry-state\")"}});
+    throw ConfigError(
+        {{at(origin, root), "format", "not a saved pipeline state (expected \"format\": \"ferry-state\")"}});
   }
   PipelineState state;
   if (const auto version = whole_number(root["version"]); !version || *version != 1) {
@@ -57,7 +60,8 @@ PipelineState parse_pipeline_state(std::string_view text, const std::string& ori
     if (epoch && batch && position) {
       state.next = BatchCursor{*epoch, *batch, *position};
     } else {
-      problems.push_back({at(origin, next), "next", "expected {\"epoch\": N, \"batch\": N, \"position\": N} (whole numbers)"});
+      problems.push_back(
+          {at(origin, next), "next", "expected {\"epoch\": N, \"batch\": N, \"position\": N} (whole numbers)"});
     }
   }
   if (const YAML::Node last = root["last_delivered"]; last.IsMap()) {

@@ -97,7 +97,8 @@ std::vector<Image> load_images(const std::string& folder, size_t limit) {
   for (const auto& entry : std::filesystem::recursive_directory_iterator(folder)) {
     if (!entry.is_regular_file()) continue;
     std::string extension = entry.path().extension().string();
-    std::transform(extension.begin(), extension.end(), extension.begin(), [](unsigned char c) { return std::tolower(c); });
+    std::transform(extension.begin(), extension.end(), extension.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
     if (extension == ".jpg" || extension == ".jpeg") paths.push_back(entry.path().string());
   }
   std::sort(paths.begin(), paths.end());
@@ -160,14 +161,16 @@ double timed_rate(size_t threads, double seconds, size_t image_count,
         stops[t] = Clock::now();
       } catch (...) {
         errors[t] = std::current_exception();
-        if (!counted_down) ready.count_down();  // the others still start, stop at the deadline, and the error is rethrown
+        if (!counted_down)
+          ready.count_down();  // the others still start, stop at the deadline, and the error is rethrown
       }
     });
   }
   ready.wait();
   const Clock::time_point start = Clock::now();
-  deadline_ns.store(std::chrono::duration_cast<Clock::duration>(
-                        start.time_since_epoch() + std::chrono::duration<double>(seconds)).count());
+  deadline_ns.store(
+      std::chrono::duration_cast<Clock::duration>(start.time_since_epoch() + std::chrono::duration<double>(seconds))
+          .count());
   go.store(true, std::memory_order_release);
   for (std::thread& thread : pool) thread.join();
   for (const std::exception_ptr& error : errors) {
@@ -245,7 +248,8 @@ int main(int argc, char** argv) {
     }
   }
   if (folder.empty() || max_threads == 0 || !(seconds > 0) || repeats == 0) {
-    std::fprintf(stderr, "usage: jpeg_decode DIR [--max-threads N] [--seconds S] [--repeats R] [--limit N] [--json PATH]\n");
+    std::fprintf(stderr,
+                 "usage: jpeg_decode DIR [--max-threads N] [--seconds S] [--repeats R] [--limit N] [--json PATH]\n");
     return 2;
   }
   try {
@@ -297,12 +301,13 @@ int main(int argc, char** argv) {
     const double ferry_one = points[0].ferry_rate;
     const double plain_one = points[0].plain_rate;
 
-    std::printf("\nferry JPEG decode benchmark: %zu JPEGs from %s, %s, mean %.1f kB, in memory; %u hardware threads; "
-                "median of %zu rounds of %.2f s per point\n",
-                images.size(), folder.c_str(), sizes.c_str(), mean_kb, std::thread::hardware_concurrency(), repeats,
-                seconds);
-    std::printf("baseline: plain tjDecompress2 into a preallocated buffer, 1 thread: %.0f images/s (%.3f ms per image)\n",
-                plain_one, 1e3 / plain_one);
+    std::printf(
+        "\nferry JPEG decode benchmark: %zu JPEGs from %s, %s, mean %.1f kB, in memory; %u hardware threads; "
+        "median of %zu rounds of %.2f s per point\n",
+        images.size(), folder.c_str(), sizes.c_str(), mean_kb, std::thread::hardware_concurrency(), repeats, seconds);
+    std::printf(
+        "baseline: plain tjDecompress2 into a preallocated buffer, 1 thread: %.0f images/s (%.3f ms per image)\n",
+        plain_one, 1e3 / plain_one);
     std::printf("%7s %12s %11s %9s %13s %11s %9s %10s\n", "threads", "ferry img/s", "per thread", "scaling",
                 "plain img/s", "per thread", "scaling", "ferry/base");
     for (const Point& p : points) {
@@ -311,15 +316,17 @@ int main(int argc, char** argv) {
                   p.ferry_rate / t, 100.0 * p.ferry_rate / (t * ferry_one), p.plain_rate, p.plain_rate / t,
                   100.0 * p.plain_rate / (t * plain_one), 100.0 * p.ferry_rate / (t * plain_one));
     }
-    std::printf("(scaling: rate / (threads x the same decoder's 1-thread rate); ferry/base: ferry per thread as a share\n"
-                " of the baseline, plain tjDecompress2 on 1 thread)\n");
+    std::printf(
+        "(scaling: rate / (threads x the same decoder's 1-thread rate); ferry/base: ferry per thread as a share\n"
+        " of the baseline, plain tjDecompress2 on 1 thread)\n");
 
     if (!json_path.empty()) {
       std::ofstream out(json_path);
       out << "{\n  \"benchmark\": \"jpeg_decode\",\n  \"folder\": " << json_string(folder)
           << ",\n  \"images\": " << images.size() << ",\n  \"size\": " << json_string(sizes)
           << ",\n  \"mean_bytes\": " << total_bytes / static_cast<double>(images.size())
-          << ",\n  \"hardware_threads\": " << std::thread::hardware_concurrency() << ",\n  \"seconds_per_round\": " << seconds << ",\n  \"rounds\": " << repeats
+          << ",\n  \"hardware_threads\": " << std::thread::hardware_concurrency()
+          << ",\n  \"seconds_per_round\": " << seconds << ",\n  \"rounds\": " << repeats
           << ",\n  \"baseline\": \"plain tjDecompress2 into a preallocated buffer, 1 thread\""
           << ",\n  \"baseline_images_per_second\": " << plain_one << ",\n  \"points\": [\n";
       for (size_t i = 0; i < points.size(); ++i) {
@@ -331,9 +338,8 @@ int main(int argc, char** argv) {
             << ", \"plain_images_per_second\": " << p.plain_rate << ", \"plain_per_thread\": " << p.plain_rate / t
             << ", \"plain_scaling_efficiency\": " << p.plain_rate / (t * plain_one)
             << ", \"ferry_per_thread_of_baseline\": " << p.ferry_rate / (t * plain_one)
-            << ", \"ferry_rounds\": " << json_list(p.ferry_rounds) << ", \"plain_rounds\": " << json_list(p.plain_rounds)
-            << "}"
-            << (i + 1 < points.size() ? "," : "") << "\n";
+            << ", \"ferry_rounds\": " << json_list(p.ferry_rounds)
+            << ", \"plain_rounds\": " << json_list(p.plain_rounds) << "}" << (i + 1 < points.size() ? "," : "") << "\n";
       }
       out << "  ]\n}\n";
       if (!out.flush()) throw std::runtime_error("cannot write " + json_path);

@@ -62,7 +62,8 @@ class PremadeSource : public ferry::Source {
   PremadeSource(const Case& shape, size_t variants) {
     const int64_t floats = static_cast<int64_t>(shape.bytes_each / sizeof(float));
     for (size_t t = 0; t < shape.tensors; ++t) {
-      specs_.push_back(ferry::FieldSpec{std::string("t").append(std::to_string(t)), at::kFloat, {floats}, std::nullopt, "raw"});
+      specs_.push_back(
+          ferry::FieldSpec{std::string("t").append(std::to_string(t)), at::kFloat, {floats}, std::nullopt, "raw"});
     }
     for (size_t v = 0; v < variants; ++v) {
       std::vector<at::Tensor> sample;
@@ -250,17 +251,19 @@ int main(int argc, char** argv) {
     std::vector<Result> results;
     for (const Case& shape : cases) {
       const size_t batch_bytes = shape.tensors * shape.bytes_each;
-      const size_t count = batches != 0 ? batches : std::clamp<size_t>((quick ? 64 : 4096) * kMiB / batch_bytes, 10, 200);
+      const size_t count =
+          batches != 0 ? batches : std::clamp<size_t>((quick ? 64 : 4096) * kMiB / batch_bytes, 10, 200);
       results.push_back(run_case(shape, device, count, quick ? 2 : 5, prefetch, decode_threads));
       std::fprintf(stderr, "transfer: %s done\n", shape.name.c_str());
     }
 
     std::printf("\nferry transfer benchmark on %s (%s, %d hardware threads), %s\n", device.str().c_str(), gpu.c_str(),
                 tbb::info::default_concurrency(), ferry::build_description().c_str());
-    if (link > 0) std::printf("link limit: pinned cudaMemcpyAsync of %s: %.1f GB/s\n", quick ? "64 MiB" : "1 GiB", link);
-    std::printf("pack alone: %s of pageable tensors into a %s slab by %d threads: %.1f GB/s\n", quick ? "4 MiB" : "64 MiB",
-                device.is_cuda() ? "pinned" : "pageable",
-                tbb::info::default_concurrency(), pack);
+    if (link > 0)
+      std::printf("link limit: pinned cudaMemcpyAsync of %s: %.1f GB/s\n", quick ? "64 MiB" : "1 GiB", link);
+    std::printf("pack alone: %s of pageable tensors into a %s slab by %d threads: %.1f GB/s\n",
+                quick ? "4 MiB" : "64 MiB", device.is_cuda() ? "pinned" : "pageable", tbb::info::default_concurrency(),
+                pack);
     std::printf("settings: prefetch %zu\n", prefetch);
     std::printf("%-20s %10s %12s %14s %9s %11s\n", "case", "batch", "ferry GB/s", "torch .to GB/s", "speedup",
                 "% of link");
@@ -272,7 +275,8 @@ int main(int argc, char** argv) {
     std::printf("\nferry per-stage busy time (seconds, whole run incl. warm-up):\n");
     for (const Result& r : results) {
       std::printf("  %-20s", r.shape.name.c_str());
-      for (const ferry::StageStats& stage : r.stats.stages) std::printf(" %s %.3f", stage.name.c_str(), stage.busy_seconds);
+      for (const ferry::StageStats& stage : r.stats.stages)
+        std::printf(" %s %.3f", stage.name.c_str(), stage.busy_seconds);
       std::printf("  (consumer waited %.3f s)\n", r.stats.consumer_wait_seconds);
     }
 
@@ -281,8 +285,7 @@ int main(int argc, char** argv) {
       out << "{\n  \"benchmark\": \"transfer\",\n  \"device\": \"" << device.str() << "\",\n  \"gpu\": \"" << gpu
           << "\",\n  \"build\": \"" << ferry::build_description() << "\",\n  \"torch\": \"" << FERRY_TORCH_VERSION
           << "\",\n  \"hardware_threads\": " << tbb::info::default_concurrency() << ",\n  \"prefetch\": " << prefetch
-          << ",\n  \"link_gbps\": " << link
-          << ",\n  \"pack_alone_gbps\": " << pack << ",\n  \"cases\": [\n";
+          << ",\n  \"link_gbps\": " << link << ",\n  \"pack_alone_gbps\": " << pack << ",\n  \"cases\": [\n";
       for (size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
         out << "    {\"case\": \"" << r.shape.name << "\", \"tensors\": " << r.shape.tensors

@@ -41,8 +41,7 @@ class JsonWriter {
   JsonWriter& value(bool flag);
   JsonWriter& value(double number);
   template <std::integral T>
-    requires(!std::same_as<T, bool>)
-  JsonWriter& value(T number) {
+  requires(!std::same_as<T, bool>) JsonWriter& value(T number) {
     char text[24];
     const auto result = std::to_chars(text, text + sizeof text, number);
     return number_text(std::string_view(text, static_cast<size_t>(result.ptr - text)));

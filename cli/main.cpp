@@ -5,9 +5,9 @@
 //   ferry make-dataset tokens|tar|npy|images OUT [options]   (cli/make_dataset.h)
 // Exit status: 0 done, 1 the run failed, 2 bad usage or an invalid config, 130 interrupted (Ctrl-C).
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -22,19 +22,19 @@
 
 #include <oneapi/tbb/version.h>
 
+#include <ferry/assembly/config_loader.h>
+#include <ferry/assembly/configured_pipeline.h>
+#include <ferry/assembly/pipeline_state_loader.h>
+#include <ferry/build_config.h>
+#include <ferry/io/util/units.h>
+#include <ferry/pipeline/cuda_device.h>
+#include <ferry/pipeline/error.h>
+#include <ferry/stages/standard_pipeline.h>
 #include "cli/batch_digest.h"
 #include "cli/builtin_demo.h"
 #include "cli/make_dataset.h"
 #include "cli/progress_line.h"
 #include "cli/run_report.h"
-#include <ferry/build_config.h>
-#include <ferry/assembly/config_loader.h>
-#include <ferry/assembly/configured_pipeline.h>
-#include <ferry/assembly/pipeline_state_loader.h>
-#include <ferry/io/util/units.h>
-#include <ferry/pipeline/cuda_device.h>
-#include <ferry/pipeline/error.h>
-#include <ferry/stages/standard_pipeline.h>
 
 namespace {
 
@@ -48,9 +48,11 @@ constexpr const char* kUsage =
     "       ferry validate CONFIG [--set key=value]...\n"
     "       ferry info [--bandwidth]\n"
     "       ferry make-dataset tokens OUT [--documents N] [--seed S] [--vocab V] [--dtype uint16|int32]\n"
-    "       ferry make-dataset tar OUT_DIR [--samples N] [--shards S] [--image-size N|HxW] [--classes C] [--seed S] [--quality Q]\n"
+    "       ferry make-dataset tar OUT_DIR [--samples N] [--shards S] [--image-size N|HxW] [--classes C] [--seed S] "
+    "[--quality Q]\n"
     "       ferry make-dataset npy OUT_DIR [--samples N] [--shards S] [--classes C] [--seed S]\n"
-    "       ferry make-dataset images OUT_DIR [--samples N] [--image-size N|HxW] [--classes C] [--seed S] [--quality Q]\n"
+    "       ferry make-dataset images OUT_DIR [--samples N] [--image-size N|HxW] [--classes C] [--seed S] [--quality "
+    "Q]\n"
     "\n"
     "  run       run the pipeline CONFIG describes (default: the built-in configs/demo.yaml, synthetic\n"
     "            data made on the fly), with progress on stderr and a report on stdout\n"
@@ -171,8 +173,8 @@ int run(const std::vector<std::string_view>& args) {
   const ferry::PipelineOptions& options = pipeline.options();
   const uint64_t total = ferry::planned_batches(config, options, *source);
   std::fprintf(stderr, "ferry: %s: %s, %llu batches of %zu to %s (%s)\n", config.origin.c_str(),
-               source->describe().c_str(), static_cast<unsigned long long>(total),
-               options.batch_size, options.device.c_str(), ferry::build_description().c_str());
+               source->describe().c_str(), static_cast<unsigned long long>(total), options.batch_size,
+               options.device.c_str(), ferry::build_description().c_str());
   if (resume) {
     std::fprintf(stderr, "ferry: resuming %s at batch %llu of the run\n", parsed.resume->c_str(),
                  static_cast<unsigned long long>(resume->next_batch));
@@ -268,8 +270,8 @@ int validate(const std::vector<std::string_view>& args) {
   const std::shared_ptr<const ferry::Source> source = ferry::check_config(config);
   const ferry::PipelineOptions& options = config.pipeline;
   std::printf("%s: valid (%s, batches of %zu, %llu epoch%s, device %s)\n", config.origin.c_str(),
-              source->describe().c_str(), options.batch_size,
-              static_cast<unsigned long long>(options.epochs), options.epochs == 1 ? "" : "s", options.device.c_str());
+              source->describe().c_str(), options.batch_size, static_cast<unsigned long long>(options.epochs),
+              options.epochs == 1 ? "" : "s", options.device.c_str());
   return 0;
 }
 
@@ -297,7 +299,8 @@ int info(const std::vector<std::string_view>& args) {
                 ferry::format_byte_size(device.free_bytes).c_str(), device.pci_bus_id.c_str());
     if (bandwidth) {
       try {
-        std::printf(", host-to-device %.1f GB/s (pinned, 256 MiB)", ferry::measure_h2d_bandwidth(device.index, size_t{256} << 20));
+        std::printf(", host-to-device %.1f GB/s (pinned, 256 MiB)",
+                    ferry::measure_h2d_bandwidth(device.index, size_t{256} << 20));
       } catch (const ferry::Error& e) {
         std::printf(", bandwidth not measured: %s", e.what());
       }

@@ -21,14 +21,14 @@
 #include <oneapi/tbb/parallel_pipeline.h>
 #include <oneapi/tbb/task_arena.h>
 
-#include "cli/synthetic_image.h"
-#include <ferry/io/util/atomic_file.h>
-#include <ferry/io/formats/indexed_dataset_writer.h>
 #include <ferry/io/decoders/jpeg_encoder.h>
-#include <ferry/io/util/splitmix64.h>
 #include <ferry/io/decoders/npy_encoder.h>
+#include <ferry/io/formats/indexed_dataset_writer.h>
 #include <ferry/io/formats/tar_writer.h>
+#include <ferry/io/util/atomic_file.h>
+#include <ferry/io/util/splitmix64.h>
 #include <ferry/pipeline/error.h>
+#include "cli/synthetic_image.h"
 
 namespace ferry::cli {
 namespace {
@@ -39,7 +39,8 @@ uint64_t count_of(std::string_view flag, std::string_view text) {
   uint64_t value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc() || end != text.data() + text.size()) {
-    throw std::invalid_argument(std::string(flag) + ": expected a non-negative integer, found '" + std::string(text) + "'");
+    throw std::invalid_argument(std::string(flag) + ": expected a non-negative integer, found '" + std::string(text) +
+                                "'");
   }
   return value;
 }
@@ -106,7 +107,8 @@ std::pair<int64_t, int64_t> image_size_of(std::string_view flag, std::string_vie
   const auto side = [&](std::string_view part) -> int64_t {
     int64_t value = 0;
     const auto [end, error] = std::from_chars(part.data(), part.data() + part.size(), value);
-    if (part.empty() || error != std::errc() || end != part.data() + part.size() || value < kMinSide || value > kMaxSide) {
+    if (part.empty() || error != std::errc() || end != part.data() + part.size() || value < kMinSide ||
+        value > kMaxSide) {
       throw std::invalid_argument(std::string(flag) + ": expected N or HxW with sides " + std::to_string(kMinSide) +
                                   ".." + std::to_string(kMaxSide) + ", found '" + std::string(text) + "'");
     }
@@ -128,11 +130,15 @@ void apply(Options& options, std::string_view flag, std::string_view value) {
     options.seed = count_of(flag, value);
   } else if (flag == "--vocab") {
     options.vocab = count_of(flag, value);
-    if (options.vocab == 0 || options.vocab > (uint64_t{1} << 31)) throw std::invalid_argument("--vocab: expected 1..2147483648");
+    if (options.vocab == 0 || options.vocab > (uint64_t{1} << 31))
+      throw std::invalid_argument("--vocab: expected 1..2147483648");
   } else if (flag == "--dtype") {
-    if (value == "uint16") options.dtype = IndexedDtype::kUInt16;
-    else if (value == "int32") options.dtype = IndexedDtype::kInt32;
-    else throw std::invalid_argument("--dtype: expected uint16 or int32, found '" + std::string(value) + "'");
+    if (value == "uint16")
+      options.dtype = IndexedDtype::kUInt16;
+    else if (value == "int32")
+      options.dtype = IndexedDtype::kInt32;
+    else
+      throw std::invalid_argument("--dtype: expected uint16 or int32, found '" + std::string(value) + "'");
   } else if (flag == "--samples") {
     options.samples = count_of(flag, value);
     if (options.samples == 0) throw std::invalid_argument("--samples: expected at least 1, found 0");
@@ -145,7 +151,8 @@ void apply(Options& options, std::string_view flag, std::string_view value) {
     if (options.classes == 0) throw std::invalid_argument("--classes: expected at least 1, found 0");
   } else if (flag == "--quality") {
     const uint64_t quality = count_of(flag, value);
-    if (quality < 1 || quality > 100) throw std::invalid_argument("--quality: expected 1..100, found " + std::string(value));
+    if (quality < 1 || quality > 100)
+      throw std::invalid_argument("--quality: expected 1..100, found " + std::string(value));
     options.quality = static_cast<int>(quality);
   }
 }
@@ -206,15 +213,14 @@ void make_in_order(uint64_t count, const Make& make, const Write& write) {
   uint64_t next = 0;
   tbb::parallel_pipeline(
       in_flight,
-      tbb::make_filter<void, uint64_t>(tbb::filter_mode::serial_in_order,
-                                       [&](tbb::flow_control& control) -> uint64_t {
-                                         if (next == count) control.stop();
-                                         return next++;
-                                       }) &
-          tbb::make_filter<uint64_t, Made>(tbb::filter_mode::parallel,
-                                           [&](uint64_t k) { return Made(k, make(k)); }) &
-          tbb::make_filter<Made, void>(tbb::filter_mode::serial_in_order,
-                                       [&](const Made& made) { write(made.first, made.second); }));
+      tbb::make_filter<void, uint64_t>(tbb::filter_mode::serial_in_order, [&](tbb::flow_control& control) -> uint64_t {
+        if (next == count) control.stop();
+        return next++;
+      }) & tbb::make_filter<uint64_t, Made>(tbb::filter_mode::parallel, [&](uint64_t k) {
+        return Made(k, make(k));
+      }) & tbb::make_filter<Made, void>(tbb::filter_mode::serial_in_order, [&](const Made& made) {
+        write(made.first, made.second);
+      }));
 }
 
 // The digits of `n` in decimal.
@@ -242,9 +248,7 @@ std::string size_text(uint64_t bytes) {
   return text;
 }
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // One sample's features for the npy kind: float32 [64], the label's centre (a fixed point in
 // [-1, 1)^64 per class and seed) plus noise of standard deviation about 0.35 per value, so the
@@ -285,7 +289,8 @@ int make_tokens(const std::string& prefix, const Options& options) {
   }
   writer.finalize();
   std::printf("wrote %s.bin and %s.idx (%llu documents, %llu tokens, %s)\n", prefix.c_str(), prefix.c_str(),
-              static_cast<unsigned long long>(writer.document_count()), static_cast<unsigned long long>(writer.token_count()),
+              static_cast<unsigned long long>(writer.document_count()),
+              static_cast<unsigned long long>(writer.token_count()),
               options.dtype == IndexedDtype::kUInt16 ? "uint16" : "int32");
   return 0;
 }
@@ -313,7 +318,7 @@ int make_shards(std::string_view kind, const std::string& out, const Options& op
       [&](uint64_t k) {
         const uint64_t label = k % options.classes;
         return jpeg ? encoder.encode(synthetic_image(options.seed, k, label, spec))
-                      : encode_npy(make_features(options.seed, k, label));
+                    : encode_npy(make_features(options.seed, k, label));
       },
       [&](uint64_t k, const at::Tensor& payload) {
         if (k == shard_begin(shard)) {
@@ -333,8 +338,8 @@ int make_shards(std::string_view kind, const std::string& out, const Options& op
         }
       });
   const std::string content = jpeg ? "jpg " + std::to_string(options.height) + "x" + std::to_string(options.width) +
-                                           " q" + std::to_string(options.quality)
-                                     : "npy float32 [" + std::to_string(kFeatures) + "]";
+                                         " q" + std::to_string(options.quality)
+                                   : "npy float32 [" + std::to_string(kFeatures) + "]";
   std::printf("wrote %llu samples to %s: %llu tar shards %s .. %s, %s (%s + cls, %llu classes, seed %llu) in %.2f s\n",
               static_cast<unsigned long long>(options.samples), out.c_str(),
               static_cast<unsigned long long>(options.shards), ("shard-" + padded(0, shard_width) + ".tar").c_str(),
@@ -386,10 +391,12 @@ int make_dataset(const std::vector<std::string_view>& args) {
   for (const Kind& candidate : kKinds) {
     if (candidate.name == args[0]) kind = &candidate;
   }
-  if (kind == nullptr) throw std::invalid_argument("unknown dataset kind '" + std::string(args[0]) + "' (known: " + known + ")");
+  if (kind == nullptr)
+    throw std::invalid_argument("unknown dataset kind '" + std::string(args[0]) + "' (known: " + known + ")");
   const bool tokens = kind->name == "tokens";
   if (args.size() < 2) {
-    throw std::invalid_argument("make-dataset " + std::string(kind->name) + " needs an " + (tokens ? "OUT path" : "OUT_DIR"));
+    throw std::invalid_argument("make-dataset " + std::string(kind->name) + " needs an " +
+                                (tokens ? "OUT path" : "OUT_DIR"));
   }
   const std::string out(args[1]);
   if (tokens && (out.empty() || out.front() == '-' || out.back() == '/')) {
@@ -409,8 +416,8 @@ int make_dataset(const std::vector<std::string_view>& args) {
       }
       for (const Kind& other : kKinds) {
         if (takes(other, flag)) {
-          throw std::invalid_argument(std::string(flag) + " is not an option of make-dataset " + std::string(kind->name) +
-                                      " (its options: " + comma_list(kind->flags) + ")");
+          throw std::invalid_argument(std::string(flag) + " is not an option of make-dataset " +
+                                      std::string(kind->name) + " (its options: " + comma_list(kind->flags) + ")");
         }
       }
       throw std::invalid_argument("unknown option '" + std::string(flag) + "'");
@@ -429,15 +436,17 @@ int make_dataset(const std::vector<std::string_view>& args) {
 
   if (tokens) {
     if (options.dtype == IndexedDtype::kUInt16 && options.vocab > 65536) {
-      throw std::invalid_argument("--vocab " + std::to_string(options.vocab) + " does not fit uint16 tokens: use --dtype int32");
+      throw std::invalid_argument("--vocab " + std::to_string(options.vocab) +
+                                  " does not fit uint16 tokens: use --dtype int32");
     }
     return make_tokens(out, options);
   }
   // The default of 4 shards becomes fewer for fewer samples; a number given must fit.
   if (!shards_given) options.shards = std::min(options.shards, options.samples);
   if (kind->name != "images" && (options.shards < 1 || options.shards > options.samples)) {
-    throw std::invalid_argument("--shards: expected 1.." + std::to_string(options.samples) + " (at least one sample per shard, " +
-                                std::to_string(options.samples) + " samples), found " + std::to_string(options.shards));
+    throw std::invalid_argument("--shards: expected 1.." + std::to_string(options.samples) +
+                                " (at least one sample per shard, " + std::to_string(options.samples) +
+                                " samples), found " + std::to_string(options.shards));
   }
   const std::string folder = prepare_folder(kind->name, out);
   try {

@@ -42,8 +42,8 @@ void ProgressLine::print(const PipelineStats& stats, bool final) {
   }
   char eta[32] = "";
   if (total_ && stats.batches > 0 && !final) {
-    const double left = seconds * static_cast<double>(*total_ - std::min(*total_, stats.batches)) /
-                        static_cast<double>(stats.batches);
+    const double left =
+        seconds * static_cast<double>(*total_ - std::min(*total_, stats.batches)) / static_cast<double>(stats.batches);
     std::snprintf(eta, sizeof eta, "  ETA %.0fs", left);
   }
   std::fprintf(out_, "%sferry: batch %s  %.0f samples/s  %.2f GB/s to %s%s%s", terminal_ ? "\r\033[K" : "", batches,

@@ -74,11 +74,13 @@ void append_body(std::string& text, const PipelineStats& stats) {
           "upstream %", "downstream %");
   if (!stats.planner.name.empty()) append_stage_row(text, stats.planner);
   for (const StageStats& stage : stats.stages) append_stage_row(text, stage);
-  text += "             (busy: working; upstream: waiting for input; downstream: blocked, i.e. pack waiting for\n"
-          "              a pinned slab, event-wait for room in the ready queue, plan for a free prefetch token)\n";
+  text +=
+      "             (busy: working; upstream: waiting for input; downstream: blocked, i.e. pack waiting for\n"
+      "              a pinned slab, event-wait for room in the ready queue, plan for a free prefetch token)\n";
 
   if (stats.batches > 0) {
-    appendf(text, "  consumer   waited %.3f ms per batch (%.1f%% of the run); found no batch ready %llu of %llu times\n",
+    appendf(text,
+            "  consumer   waited %.3f ms per batch (%.1f%% of the run); found no batch ready %llu of %llu times\n",
             stats.consumer_wait_per_batch_seconds() * 1e3, 100.0 * stats.consumer_wait_share(),
             static_cast<unsigned long long>(stats.consumer_waits), static_cast<unsigned long long>(stats.batches));
   } else {
@@ -99,8 +101,8 @@ void append_body(std::string& text, const PipelineStats& stats) {
           plural(pool.waits, "wait for a slab", "waits for a slab").c_str(), pool.wait_seconds,
           plural(pool.host_alloc_calls, "cudaHostAlloc call", "cudaHostAlloc calls").c_str(),
           plural(pool.allocations_after_start, "allocation", "allocations").c_str());
-  appendf(text, "  settings   %s, prefetch %zu\n", plural(stats.decode_threads, "decode thread", "decode threads").c_str(),
-          stats.prefetch);
+  appendf(text, "  settings   %s, prefetch %zu\n",
+          plural(stats.decode_threads, "decode thread", "decode threads").c_str(), stats.prefetch);
 
   if (stats.skipped_samples == 0) {
     text += "  skipped    none\n";
@@ -124,28 +126,45 @@ double seconds_value(double seconds) { return std::isfinite(seconds) && seconds 
 
 void write_stage_json(JsonWriter& json, const StageStats& stage) {
   json.begin_object()
-      .key("name").value(stage.name)
-      .key("threads").value(stage.threads)
-      .key("items_in").value(stage.items_in)
-      .key("in_unit").value(stage.in_unit)
-      .key("items_out").value(stage.items_out)
-      .key("out_unit").value(stage.out_unit)
-      .key("capacity_seconds").value(seconds_value(stage.capacity_seconds))
-      .key("busy_seconds").value(seconds_value(stage.busy_seconds))
-      .key("busy_share").value(stage.busy_share())
-      .key("waiting_upstream_seconds").value(seconds_value(stage.waiting_upstream_seconds))
-      .key("waiting_upstream_share").value(stage.waiting_upstream_share())
-      .key("blocked_downstream_seconds").value(seconds_value(stage.blocked_downstream_seconds))
-      .key("blocked_downstream_share").value(stage.blocked_downstream_share())
+      .key("name")
+      .value(stage.name)
+      .key("threads")
+      .value(stage.threads)
+      .key("items_in")
+      .value(stage.items_in)
+      .key("in_unit")
+      .value(stage.in_unit)
+      .key("items_out")
+      .value(stage.items_out)
+      .key("out_unit")
+      .value(stage.out_unit)
+      .key("capacity_seconds")
+      .value(seconds_value(stage.capacity_seconds))
+      .key("busy_seconds")
+      .value(seconds_value(stage.busy_seconds))
+      .key("busy_share")
+      .value(stage.busy_share())
+      .key("waiting_upstream_seconds")
+      .value(seconds_value(stage.waiting_upstream_seconds))
+      .key("waiting_upstream_share")
+      .value(stage.waiting_upstream_share())
+      .key("blocked_downstream_seconds")
+      .value(seconds_value(stage.blocked_downstream_seconds))
+      .key("blocked_downstream_share")
+      .value(stage.blocked_downstream_share())
       .end_object();
 }
 
 void write_occupancy_json(JsonWriter& json, const OccupancyStats& occupancy) {
   json.begin_object()
-      .key("mean").value(occupancy.mean)
-      .key("peak").value(occupancy.peak)
-      .key("capacity").value(occupancy.capacity)
-      .key("full_seconds").value(seconds_value(occupancy.full_seconds))
+      .key("mean")
+      .value(occupancy.mean)
+      .key("peak")
+      .value(occupancy.peak)
+      .key("capacity")
+      .value(occupancy.capacity)
+      .key("full_seconds")
+      .value(seconds_value(occupancy.full_seconds))
       .end_object();
 }
 
@@ -184,27 +203,46 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
   json.key("format_version").value(kReportFormatVersion);
   json.key("ferry_version").value(info.ferry_version);
 
-  json.key("run").begin_object()
-      .key("config").value(info.config)
-      .key("source").value(info.source)
-      .key("device").value(stats.device)
-      .key("device_requested").value(info.device.empty() ? stats.device : info.device)
-      .key("interrupted").value(info.interrupted)
-      .key("exit_status").value(info.exit_status)
-      .key("error").value(info.error)
+  json.key("run")
+      .begin_object()
+      .key("config")
+      .value(info.config)
+      .key("source")
+      .value(info.source)
+      .key("device")
+      .value(stats.device)
+      .key("device_requested")
+      .value(info.device.empty() ? stats.device : info.device)
+      .key("interrupted")
+      .value(info.interrupted)
+      .key("exit_status")
+      .value(info.exit_status)
+      .key("error")
+      .value(info.error)
       .end_object();
-  json.key("settings").begin_object()
-      .key("decode_threads").value(stats.decode_threads)
-      .key("prefetch").value(stats.prefetch)
+  json.key("settings")
+      .begin_object()
+      .key("decode_threads")
+      .value(stats.decode_threads)
+      .key("prefetch")
+      .value(stats.prefetch)
       .end_object();
-  json.key("totals").begin_object()
-      .key("wall_seconds").value(seconds)
-      .key("batches").value(stats.batches)
-      .key("samples").value(stats.samples)
-      .key("bytes").value(stats.bytes)
-      .key("samples_per_second").value(per(static_cast<double>(stats.samples), seconds))
-      .key("batches_per_second").value(per(static_cast<double>(stats.batches), seconds))
-      .key("gigabytes_per_second").value(per(static_cast<double>(stats.bytes), seconds) / 1e9)
+  json.key("totals")
+      .begin_object()
+      .key("wall_seconds")
+      .value(seconds)
+      .key("batches")
+      .value(stats.batches)
+      .key("samples")
+      .value(stats.samples)
+      .key("bytes")
+      .value(stats.bytes)
+      .key("samples_per_second")
+      .value(per(static_cast<double>(stats.samples), seconds))
+      .key("batches_per_second")
+      .value(per(static_cast<double>(stats.batches), seconds))
+      .key("gigabytes_per_second")
+      .value(per(static_cast<double>(stats.bytes), seconds) / 1e9)
       .end_object();
   json.key("bottleneck").value(bottleneck_summary(stats));
 
@@ -214,12 +252,18 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
   for (const StageStats& stage : stats.stages) write_stage_json(json, stage);
   json.end_array();
 
-  json.key("consumer").begin_object()
-      .key("batches").value(stats.batches)
-      .key("wait_seconds").value(seconds_value(stats.consumer_wait_seconds))
-      .key("wait_per_batch_seconds").value(seconds_value(stats.consumer_wait_per_batch_seconds()))
-      .key("wait_share").value(stats.consumer_wait_share())
-      .key("waits").value(stats.consumer_waits)
+  json.key("consumer")
+      .begin_object()
+      .key("batches")
+      .value(stats.batches)
+      .key("wait_seconds")
+      .value(seconds_value(stats.consumer_wait_seconds))
+      .key("wait_per_batch_seconds")
+      .value(seconds_value(stats.consumer_wait_per_batch_seconds()))
+      .key("wait_share")
+      .value(stats.consumer_wait_share())
+      .key("waits")
+      .value(stats.consumer_waits)
       .end_object();
   json.key("queues").begin_object();
   json.key("in_flight");
@@ -229,18 +273,30 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
   json.end_object();
 
   const PinnedPoolStats& pool = stats.pool;
-  json.key("pool").begin_object()
-      .key("pinned").value(pool.pinned)
-      .key("slab_bytes").value(pool.slab_bytes)
-      .key("slab_count").value(pool.slab_count)
-      .key("leases").value(pool.leases)
-      .key("peak_bytes").value(pool.peak_bytes)
-      .key("leased_bytes").value(pool.leased_bytes)
-      .key("pending_slabs").value(pool.pending)
-      .key("waits").value(pool.waits)
-      .key("wait_seconds").value(seconds_value(pool.wait_seconds))
-      .key("host_alloc_calls").value(pool.host_alloc_calls)
-      .key("allocations_after_start").value(pool.allocations_after_start)
+  json.key("pool")
+      .begin_object()
+      .key("pinned")
+      .value(pool.pinned)
+      .key("slab_bytes")
+      .value(pool.slab_bytes)
+      .key("slab_count")
+      .value(pool.slab_count)
+      .key("leases")
+      .value(pool.leases)
+      .key("peak_bytes")
+      .value(pool.peak_bytes)
+      .key("leased_bytes")
+      .value(pool.leased_bytes)
+      .key("pending_slabs")
+      .value(pool.pending)
+      .key("waits")
+      .value(pool.waits)
+      .key("wait_seconds")
+      .value(seconds_value(pool.wait_seconds))
+      .key("host_alloc_calls")
+      .value(pool.host_alloc_calls)
+      .key("allocations_after_start")
+      .value(pool.allocations_after_start)
       .end_object();
 
   json.key("skipped").begin_object();
@@ -248,10 +304,14 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
   json.key("listed").begin_array();
   for (const SkippedSample& skipped : stats.skipped) {
     json.begin_object()
-        .key("index").value(skipped.index)
-        .key("key").value(skipped.key)
-        .key("stage").value(skipped.stage)
-        .key("reason").value(skipped.reason)
+        .key("index")
+        .value(skipped.index)
+        .key("key")
+        .value(skipped.key)
+        .key("stage")
+        .value(skipped.stage)
+        .key("reason")
+        .value(skipped.reason)
         .end_object();
   }
   json.end_array();

@@ -10,13 +10,13 @@ namespace ferry::cli {
 
 /// What the command knows about a run besides the pipeline's stats.
 struct RunInfo {
-  std::string ferry_version;     // FERRY_VERSION
-  std::string config;            // the config file's path, or "built-in demo"
-  std::string source;            // the source's description (Source::describe())
-  std::string device;            // the device asked for ("auto", "cuda:1"); empty: as resolved
-  bool interrupted = false;      // stopped early (SIGINT): counts cover the part that ran
-  int exit_status = 0;           // what the command exits with
-  std::string error;             // why the run failed (ferry::Error's message); empty when it did not
+  std::string ferry_version;  // FERRY_VERSION
+  std::string config;         // the config file's path, or "built-in demo"
+  std::string source;         // the source's description (Source::describe())
+  std::string device;         // the device asked for ("auto", "cuda:1"); empty: as resolved
+  bool interrupted = false;   // stopped early (SIGINT): counts cover the part that ran
+  int exit_status = 0;        // what the command exits with
+  std::string error;          // why the run failed (ferry::Error's message); empty when it did not
 };
 
 /// The report at the end of `ferry run`, as text: totals, rates, the bottleneck in one line, a

@@ -24,9 +24,8 @@ namespace {
 // integer HSV conversion. Right shifts of negative values are arithmetic (defined since C++20).
 
 // round(256 * cos(2 pi k / 32)); sin(k) is cos(k - 8).
-constexpr int64_t kCos[32] = {256,  251,  237,  213,  181,  142,  98,   50,   0,   -50, -98,
-                              -142, -181, -213, -237, -251, -256, -251, -237, -213, -181, -142,
-                              -98,  -50,  0,    50,   98,   142,  181,  213,  237,  251};
+constexpr int64_t kCos[32] = {256,  251,  237,  213,  181,  142,  98,  50,  0, -50, -98, -142, -181, -213, -237, -251,
+                              -256, -251, -237, -213, -181, -142, -98, -50, 0, 50,  98,  142,  181,  213,  237,  251};
 int64_t cos32(uint64_t k) { return kCos[k % 32]; }
 int64_t sin32(uint64_t k) { return kCos[(k + 24) % 32]; }
 
@@ -118,9 +117,7 @@ void paint(const Object& o, Canvas& canvas) {
           inside = ((65536 - r2) * smaller) >> 17;
           break;
         }
-        case Shape::kRectangle:
-          inside = std::min(o.a - u, o.b - v);
-          break;
+        case Shape::kRectangle: inside = std::min(o.a - u, o.b - v); break;
         case Shape::kDiamond: {  // u/a + v/b <= 1
           const int64_t ua = (u * per_a) >> 16, vb = (v * per_b) >> 16;
           inside = ((65536 - ua - vb) * smaller) >> 16;
@@ -190,7 +187,8 @@ void add_texture(Canvas& canvas, int64_t cell, int32_t amplitude, uint64_t seed)
 at::Tensor synthetic_image(uint64_t seed, uint64_t sample, uint64_t label, const SyntheticImageSpec& spec) {
   const int64_t height = spec.height, width = spec.width;
   if (height < 1 || width < 1 || height > 65535 || width > 65535) {
-    throw Error("synthetic image: sides must be 1..65535, found " + std::to_string(height) + "x" + std::to_string(width));
+    throw Error("synthetic image: sides must be 1..65535, found " + std::to_string(height) + "x" +
+                std::to_string(width));
   }
   if (spec.classes == 0 || label >= spec.classes) {
     throw Error("synthetic image: label " + std::to_string(label) + " is not below the class count " +
@@ -222,7 +220,8 @@ at::Tensor synthetic_image(uint64_t seed, uint64_t sample, uint64_t label, const
       const int64_t px = 2 * x + 1 - width;
       const int64_t t = std::clamp<int64_t>(((px * gx + py * gy + span) * 256 * per_span) >> 32, 0, 256);
       const int64_t dim = 256 - ((vignette * (px * px + py * py) * per_diagonal2) >> 32);
-      for (int ch = 0; ch < 3; ++ch) pixel[ch] = static_cast<int32_t>(((from_rgb[ch] * 256 + step[ch] * t) * dim) >> 16);
+      for (int ch = 0; ch < 3; ++ch)
+        pixel[ch] = static_cast<int32_t>(((from_rgb[ch] * 256 + step[ch] * t) * dim) >> 16);
     }
   }
 

@@ -9,11 +9,11 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/GradMode.h>
 
+#include "ferry/build_config.h"
 #include "ferry/copy/copy_options.h"
 #include "ferry/copy/copy_streams.h"
 #include "ferry/copy/packed_chunks.h"
 #include "ferry/copy/tensor_copy.h"
-#include "ferry/build_config.h"
 #include "ferry/pipeline/cuda_error.h"
 #include "ferry/pipeline/cuda_event.h"
 #include "ferry/pipeline/device_guard.h"
@@ -80,10 +80,9 @@ enum class Direction { kHostToDevice, kDeviceToHost };
 void copy_async(void* target, const void* source, size_t bytes, Direction direction, CudaStreamHandle stream) {
   if (bytes == 0) return;
 #if FERRY_HAVE_CUDART
-  FERRY_CUDA_CHECK(cudaMemcpyAsync(target, source, bytes,
-                                   direction == Direction::kHostToDevice ? cudaMemcpyHostToDevice
-                                                                         : cudaMemcpyDeviceToHost,
-                                   stream));
+  FERRY_CUDA_CHECK(
+      cudaMemcpyAsync(target, source, bytes,
+                      direction == Direction::kHostToDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream));
 #else
   (void)target, (void)source, (void)direction, (void)stream;
   throw Error("cannot copy between host and device: ferry was built without the CUDA runtime");
@@ -212,8 +211,8 @@ void CopySubmission::wait_for_inputs(int device, int source) {
 at::Tensor CopySubmission::device_tensor(const at::Tensor& like, int device, CudaStreamHandle stream,
                                          at::Tensor& buffer) {
   buffer = detail::allocate_device_buffer(device, stream, like.nbytes());
-  return make_view(buffer.storage(), at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)),
-                   like.scalar_type(), 0, like.sizes());
+  return make_view(buffer.storage(), at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)), like.scalar_type(),
+                   0, like.sizes());
 }
 
 at::Tensor CopySubmission::host_tensor(const at::Tensor& like) const {
@@ -309,8 +308,8 @@ void CopySubmission::pack(const std::vector<size_t>& packed) {
     for (size_t m = 0; m < chunk.members.size(); ++m) {
       const size_t i = packed[chunk.members[m]];
       const at::Tensor& tensor = state_.inputs[i];
-      state_.results[i] = make_view(buffer.storage(), state_.target, tensor.scalar_type(), chunk.offsets[m],
-                                    tensor.sizes());
+      state_.results[i] =
+          make_view(buffer.storage(), state_.target, tensor.scalar_type(), chunk.offsets[m], tensor.sizes());
     }
     state_.plan.packed += chunk.members.size();
     ++state_.plan.packed_chunks;

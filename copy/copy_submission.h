@@ -50,8 +50,7 @@ class CopySubmission {
   void wait_for_inputs(int device, int source);
 
   // A tensor of `like`'s shape and dtype viewing a new buffer on `device`, allocated for `stream`.
-  static at::Tensor device_tensor(const at::Tensor& like, int device, CudaStreamHandle stream,
-                                  at::Tensor& buffer);
+  static at::Tensor device_tensor(const at::Tensor& like, int device, CudaStreamHandle stream, at::Tensor& buffer);
 
   // A CPU tensor of `like`'s shape and dtype: pinned with use_pinned_staging, else pageable.
   at::Tensor host_tensor(const at::Tensor& like) const;
@@ -69,12 +68,12 @@ class CopySubmission {
   void copy_to_device(size_t i);
 
   TensorCopyState& state_;
-  std::vector<int> used_;                  // devices whose copy stream has copies queued
-  std::set<std::pair<int, int>> waited_;   // (copy stream's device, source device) waits queued
-  std::optional<size_t> focus_;                         // the tensor being handled (first of a chunk)
-  const std::vector<size_t>* focus_chunk_ = nullptr;    // the chunk's input positions, when packing
+  std::vector<int> used_;                             // devices whose copy stream has copies queued
+  std::set<std::pair<int, int>> waited_;              // (copy stream's device, source device) waits queued
+  std::optional<size_t> focus_;                       // the tensor being handled (first of a chunk)
+  const std::vector<size_t>* focus_chunk_ = nullptr;  // the chunk's input positions, when packing
   size_t focus_chunk_index_ = 0;
-  std::vector<std::vector<size_t>> chunk_members_;       // per chunk: its input positions
+  std::vector<std::vector<size_t>> chunk_members_;  // per chunk: its input positions
 };
 
 /// Runs the submission of `state` and publishes its outcome. Never throws.

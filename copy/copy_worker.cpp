@@ -45,8 +45,8 @@ class Worker {
     wake_.notify_all();
     g_worker_gone.store(true, std::memory_order_release);
     for (Entry& entry : abandoned) {
-      entry.on_failure(std::make_exception_ptr(
-          Error(ErrorContext{"copy"}, "the copy was never submitted: the process is exiting")));
+      entry.on_failure(
+          std::make_exception_ptr(Error(ErrorContext{"copy"}, "the copy was never submitted: the process is exiting")));
     }
     // The job running now, if any, finishes first: its copies are queued and its handle waits.
     if (thread_.joinable()) thread_.join();

@@ -52,24 +52,19 @@ Nested Nested::opaque(std::any value) {
 
 const char* Nested::kind_name(Kind kind) noexcept {
   switch (kind) {
-    case Kind::kNone:
-      return "None";
-    case Kind::kTensor:
-      return "tensor";
-    case Kind::kList:
-      return "list";
-    case Kind::kTuple:
-      return "tuple";
-    case Kind::kDict:
-      return "dict";
-    case Kind::kOpaque:
-      return "opaque";
+    case Kind::kNone: return "None";
+    case Kind::kTensor: return "tensor";
+    case Kind::kList: return "list";
+    case Kind::kTuple: return "tuple";
+    case Kind::kDict: return "dict";
+    case Kind::kOpaque: return "opaque";
   }
   return "?";
 }
 
 void Nested::expect(Kind kind, const char* accessor) const {
-  if (kind_ != kind) throw Error(std::string("Nested::") + accessor + "() on a " + kind_name(kind_) + ", not a " + kind_name(kind));
+  if (kind_ != kind)
+    throw Error(std::string("Nested::") + accessor + "() on a " + kind_name(kind_) + ", not a " + kind_name(kind));
 }
 
 const at::Tensor& Nested::tensor() const {
@@ -138,9 +133,7 @@ Nested& Nested::set(std::string key, Nested value) {
 
 void Nested::collect(std::vector<at::Tensor>& out) const {
   switch (kind_) {
-    case Kind::kTensor:
-      out.push_back(tensor_);
-      break;
+    case Kind::kTensor: out.push_back(tensor_); break;
     case Kind::kList:
     case Kind::kTuple:
       for (const Nested& element : elements_) element.collect(out);
@@ -149,8 +142,7 @@ void Nested::collect(std::vector<at::Tensor>& out) const {
       for (const Item& item : items_) item.second.collect(out);
       break;
     case Kind::kNone:
-    case Kind::kOpaque:
-      break;
+    case Kind::kOpaque: break;
   }
 }
 
@@ -162,9 +154,7 @@ std::vector<at::Tensor> Nested::tensors() const {
 
 void Nested::collect_paths(const std::string& prefix, std::vector<std::string>& out) const {
   switch (kind_) {
-    case Kind::kTensor:
-      out.push_back(prefix);
-      break;
+    case Kind::kTensor: out.push_back(prefix); break;
     case Kind::kList:
     case Kind::kTuple:
       for (size_t i = 0; i < elements_.size(); ++i) {
@@ -175,8 +165,7 @@ void Nested::collect_paths(const std::string& prefix, std::vector<std::string>& 
       for (const Item& item : items_) item.second.collect_paths(prefix + "[" + quote_key(item.first) + "]", out);
       break;
     case Kind::kNone:
-    case Kind::kOpaque:
-      break;
+    case Kind::kOpaque: break;
   }
 }
 
@@ -205,8 +194,7 @@ Nested Nested::rebuilt(const std::vector<at::Tensor>& replacements, size_t& next
       return value;
     }
     case Kind::kNone:
-    case Kind::kOpaque:
-      break;
+    case Kind::kOpaque: break;
   }
   return *this;
 }
@@ -216,20 +204,17 @@ Nested Nested::with_tensors(const std::vector<at::Tensor>& replacements) const {
   Nested value = rebuilt(replacements, next);
   const size_t count = tensors().size();
   if (next != count || replacements.size() != count) {
-    throw Error("the structure holds " + std::to_string(count) + " tensors but " +
-                std::to_string(replacements.size()) + " replacements were given");
+    throw Error("the structure holds " + std::to_string(count) + " tensors but " + std::to_string(replacements.size()) +
+                " replacements were given");
   }
   return value;
 }
 
 std::string Nested::repr() const {
   switch (kind_) {
-    case Kind::kNone:
-      return "None";
-    case Kind::kTensor:
-      return "tensor(" + describe_tensor(tensor_) + ")";
-    case Kind::kOpaque:
-      return std::string("<opaque ") + (opaque_.has_value() ? opaque_.type().name() : "empty") + ">";
+    case Kind::kNone: return "None";
+    case Kind::kTensor: return "tensor(" + describe_tensor(tensor_) + ")";
+    case Kind::kOpaque: return std::string("<opaque ") + (opaque_.has_value() ? opaque_.type().name() : "empty") + ">";
     case Kind::kList:
     case Kind::kTuple: {
       const bool list = kind_ == Kind::kList;

@@ -53,8 +53,8 @@ void RetiredCopies::sweep() {
   }
   // Queried without the lock (no CUDA call under a lock); the finished entries are dropped here, the
   // others go back.
-  const auto finished = std::partition(candidates.begin(), candidates.end(),
-                                       [](const Entry& entry) { return !completed(entry); });
+  const auto finished =
+      std::partition(candidates.begin(), candidates.end(), [](const Entry& entry) { return !completed(entry); });
   candidates.erase(finished, candidates.end());  // frees the finished ones' memory, outside the lock
   if (candidates.empty()) return;
   std::lock_guard lock(retired.mutex);

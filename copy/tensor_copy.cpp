@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/build_config.h"
 #include "ferry/copy/copy_streams.h"
 #include "ferry/copy/copy_submission.h"
 #include "ferry/copy/copy_worker.h"
 #include "ferry/copy/retired_copies.h"
 #include "ferry/copy/tensor_copy_state.h"
-#include "ferry/build_config.h"
 #include "ferry/pipeline/cuda_device.h"
 #include "ferry/pipeline/cuda_error.h"
 #include "ferry/pipeline/cuda_event.h"
@@ -98,16 +98,17 @@ std::unique_ptr<TensorCopy> TensorCopy::start(std::vector<at::Tensor> tensors, a
   auto state = std::make_shared<TensorCopyState>(std::move(tensors), target, options);
   std::unique_ptr<TensorCopy> copy(new TensorCopy(state));
   if (!unavailable.empty()) {
-    state->finish(std::make_exception_ptr(Error(ErrorContext{"copy"}, "cannot copy to " + device.str() + ": " + unavailable)),
-                  std::nullopt);
+    state->finish(
+        std::make_exception_ptr(Error(ErrorContext{"copy"}, "cannot copy to " + device.str() + ": " + unavailable)),
+        std::nullopt);
     return copy;
   }
   try {
     record_inputs_ready(*state, failing);
   } catch (...) {
     const std::string what = failing ? tensor_text(*state, *failing) : std::string("the copy");
-    state->finish(std::make_exception_ptr(Error(ErrorContext{"copy"}, what + " to " + target.str() + ": " +
-                                                                          cause_of(std::current_exception()))),
+    state->finish(std::make_exception_ptr(Error(
+                      ErrorContext{"copy"}, what + " to " + target.str() + ": " + cause_of(std::current_exception()))),
                   failing);
     return copy;
   }
@@ -133,8 +134,9 @@ bool TensorCopy::ready() const {
       if (!done->query()) return false;
     }
   } catch (...) {
-    state.store_error(std::make_exception_ptr(Error(
-        ErrorContext{"copy"}, "the copies to " + state.target.str() + " failed: " + cause_of(std::current_exception()))));
+    state.store_error(
+        std::make_exception_ptr(Error(ErrorContext{"copy"}, "the copies to " + state.target.str() +
+                                                                " failed: " + cause_of(std::current_exception()))));
     return true;
   }
   state.completed.store(true, std::memory_order_release);
@@ -172,8 +174,9 @@ const std::vector<at::Tensor>& TensorCopy::wait() {
     try {
       for (const auto& done : state.copies_done) done->synchronize();
     } catch (...) {
-      state.store_error(std::make_exception_ptr(Error(
-          ErrorContext{"copy"}, "the copies to " + state.target.str() + " failed: " + cause_of(std::current_exception()))));
+      state.store_error(
+          std::make_exception_ptr(Error(ErrorContext{"copy"}, "the copies to " + state.target.str() +
+                                                                  " failed: " + cause_of(std::current_exception()))));
       std::rethrow_exception(state.stored_error());
     }
     state.completed.store(true, std::memory_order_release);

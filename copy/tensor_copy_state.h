@@ -34,8 +34,8 @@ struct TensorCopyState {
 
   // Written by the submission only.
   std::vector<at::Tensor> results;
-  std::vector<at::Tensor> keep_alive;      // staging buffers and temporaries that copies read
-  std::vector<at::Tensor> device_buffers;  // the target-device allocations the results view
+  std::vector<at::Tensor> keep_alive;                   // staging buffers and temporaries that copies read
+  std::vector<at::Tensor> device_buffers;               // the target-device allocations the results view
   std::vector<std::shared_ptr<CudaEvent>> copies_done;  // one per copy stream used, after its last copy
   CopyPlanStats plan;
   // A pinned input is copied from in place: it is read after submission, so wait() must see

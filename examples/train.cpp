@@ -12,7 +12,8 @@
 int main(int argc, char** argv) {
   const uint64_t epochs = argc > 1 ? std::stoull(argv[1]) : 3;
 
-  ferry::SyntheticOptions data{.seed = 1, .samples = 32768, .fields = {{.name = "features", .dtype = torch::kFloat, .shape = {64}}}};
+  ferry::SyntheticOptions data{
+      .seed = 1, .samples = 32768, .fields = {{.name = "features", .dtype = torch::kFloat, .shape = {64}}}};
   ferry::PipelineOptions options;
   options.batch_size = 256;
   options.epochs = epochs;

@@ -19,7 +19,7 @@ struct BatchInfo {
   uint64_t sequence = 0;  // position in this pipeline's run: 0, 1, 2, ... across epochs (a resumed
                           // pipeline counts from 0 again: add PipelineOptions::first_batch)
   uint64_t epoch = 0;
-  uint64_t index = 0;     // position within its epoch
+  uint64_t index = 0;                    // position within its epoch
   std::vector<uint64_t> sample_indices;  // source indices, in batch order
 };
 

@@ -29,8 +29,8 @@ namespace ferry::detail {
 // itself once max_batches batches are out (the planner may have planned more: with skip, plans and
 // batches do not match one to one); the queues have room for one item beyond the tokens.
 BatchCutter::Options BatchCutter::Options::of(const PipelineOptions& options) {
-  return Options{options.batch_size, options.drop_last, options.refills(), options.on_error, options.max_batches,
-                 options.first_batch};
+  return Options{options.batch_size, options.drop_last,   options.refills(),
+                 options.on_error,   options.max_batches, options.first_batch};
 }
 
 BatchCutter::BatchCutter(Options options) : options_(options) {
@@ -70,8 +70,7 @@ void BatchCutter::cut_plan(const BatchPlan& plan, std::vector<SamplePtr> samples
     case BatchPlan::Kind::kEpochEnd:
       if (!flush_epoch(cut)) emit(BatchWork::Kind::kToken, cut);
       return;
-    case BatchPlan::Kind::kSamples:
-      break;
+    case BatchPlan::Kind::kSamples: break;
   }
 
   // Only decode sets a sample's error: each one is a sample that could not be read or decoded.

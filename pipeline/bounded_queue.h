@@ -62,8 +62,9 @@ class BoundedQueue {
   class Producer {
    public:
     QueueStatus push(T&& item, Timeout timeout = kForever) {
-      return queue_->push_with(std::move(item), timeout,
-                               [this](std::optional<T>&& slot) { return queue_->queue_.enqueue(token_, std::move(slot)); });
+      return queue_->push_with(std::move(item), timeout, [this](std::optional<T>&& slot) {
+        return queue_->queue_.enqueue(token_, std::move(slot));
+      });
     }
     QueueStatus try_push(T&& item) { return push(std::move(item), Timeout::zero()); }
 
@@ -79,7 +80,8 @@ class BoundedQueue {
 
   /// Moves `item` in when a slot is free. On kTimeout or kClosed, `item` is left untouched.
   QueueStatus push(T&& item, Timeout timeout = kForever) {
-    return push_with(std::move(item), timeout, [this](std::optional<T>&& slot) { return queue_.enqueue(std::move(slot)); });
+    return push_with(std::move(item), timeout,
+                     [this](std::optional<T>&& slot) { return queue_.enqueue(std::move(slot)); });
   }
   QueueStatus try_push(T&& item) { return push(std::move(item), Timeout::zero()); }
 

@@ -22,7 +22,8 @@ namespace detail {
 [[noreturn]] void throw_cuda_error(int code, const char* call, const char* file, int line);
 
 inline void check_cuda(int code, const char* call, const char* file, int line) {
-  if (code != 0) [[unlikely]] throw_cuda_error(code, call, file, line);
+  if (code != 0) [[unlikely]]
+    throw_cuda_error(code, call, file, line);
 }
 }  // namespace detail
 
@@ -32,5 +33,4 @@ inline void check_cuda(int code, const char* call, const char* file, int line) {
 /// file:line and device when it is not cudaSuccess. Use it on every runtime call whose failure
 /// matters; calls whose failure is an expected outcome (cudaEventQuery's cudaErrorNotReady) are
 /// handled where they are made.
-#define FERRY_CUDA_CHECK(call) \
-  ::ferry::detail::check_cuda(static_cast<int>(call), #call, __FILE__, __LINE__)
+#define FERRY_CUDA_CHECK(call) ::ferry::detail::check_cuda(static_cast<int>(call), #call, __FILE__, __LINE__)

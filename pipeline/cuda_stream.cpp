@@ -18,8 +18,8 @@ CudaStream::CudaStream(int device, bool non_blocking, bool high_priority) : devi
     int least = 0;
     FERRY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &priority));
   }
-  FERRY_CUDA_CHECK(cudaStreamCreateWithPriority(
-      &stream_, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault, priority));
+  FERRY_CUDA_CHECK(
+      cudaStreamCreateWithPriority(&stream_, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault, priority));
 #else
   (void)non_blocking;
   (void)high_priority;

@@ -14,7 +14,7 @@ struct ErrorContext {
   std::string stage;               // "decode", "collate", "pack", "h2d", "event-wait", "source"
   std::optional<uint64_t> sample;  // the sample's index in its source
   std::optional<uint64_t> epoch;
-  std::optional<uint64_t> batch;   // batch index within its epoch
+  std::optional<uint64_t> batch;  // batch index within its epoch
 };
 
 /// The exception ferry throws for everything a user must hear about. Its message names the stage,

@@ -68,7 +68,8 @@ PinnedPool::PinnedPool(const PinnedPoolOptions& options)
   const size_t total = *pinned;
   if (options.budget_bytes != 0 && total > options.budget_bytes) {
     throw Error(where, std::to_string(slab_count_) + " slabs of " + std::to_string(slab_bytes_) + " bytes (" +
-                           std::to_string(total) + " pinned, each slab rounded up to a page) exceed the pinned budget of " +
+                           std::to_string(total) +
+                           " pinned, each slab rounded up to a page) exceed the pinned budget of " +
                            std::to_string(options.budget_bytes) + " bytes");
   }
 
@@ -221,8 +222,10 @@ std::optional<PinnedLease> PinnedPool::acquire(Timeout timeout) {
     if (now >= deadline) return std::nullopt;
     // A slab comes back either through give_back (which notifies) or when a pending copy completes
     // (which nothing notifies: poll the events again soon).
-    const auto poll = pending_.empty() ? deadline - now : std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                              std::chrono::microseconds(100));
+    const auto poll =
+        pending_.empty()
+            ? deadline - now
+            : std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::microseconds(100));
     returned_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(poll, deadline - now),
                        [&] { return !free_.empty(); });
   }

@@ -119,8 +119,7 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
       in_flight_(options.prefetch + 1),
       in_flight_lane_(in_flight_.make_producer()),
       ready_(options.prefetch + 1) {
-  if (!stages_.batches || !stages_.decode || !stages_.collate || !stages_.pack || !stages_.h2d ||
-      !stages_.event_wait) {
+  if (!stages_.batches || !stages_.decode || !stages_.collate || !stages_.pack || !stages_.h2d || !stages_.event_wait) {
     throw Error("a pipeline needs every stage: batches, decode, collate, pack, h2d and event_wait");
   }
   // Decode runs decode_threads_ tasks at once beside the serial nodes; give the pipeline's arena that
@@ -134,7 +133,8 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
   // Another tbb::global_control in the process can hold the limit lower (the smallest one wins);
   // at 1 there is no worker at all and nothing would ever run.
   if (tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism) < 2) {
-    throw Error("oneTBB is limited to one thread in this process (a tbb::global_control); the pipeline needs worker threads");
+    throw Error(
+        "oneTBB is limited to one thread in this process (a tbb::global_control); the pipeline needs worker threads");
   }
   arena_ = std::make_unique<tbb::task_arena>(static_cast<int>(slots), /*reserved_for_masters=*/0);
   // A graph belongs to the arena it is built in; its tasks, including those that the consumer's
@@ -311,10 +311,12 @@ void PipelineGraph::replace(SampleWork& sample) {
   }
   const SkippedSample& first = sample.skipped.front();
   sample.error = Error(ErrorContext{"decode", first.index, plan.epoch, plan.index},
-                       "on_error: skip found no readable sample to take the place of sample " + std::to_string(first.index) +
-                           (first.key.empty() ? "" : " (" + first.key + ")") + " among the " +
-                           std::to_string(sample.skipped.size() - 1) + " after it in the epoch's order (so that every rank "
-                           "keeps the same number of batches, a skipped sample is replaced): " + first.reason);
+                       "on_error: skip found no readable sample to take the place of sample " +
+                           std::to_string(first.index) + (first.key.empty() ? "" : " (" + first.key + ")") +
+                           " among the " + std::to_string(sample.skipped.size() - 1) +
+                           " after it in the epoch's order (so that every rank "
+                           "keeps the same number of batches, a skipped sample is replaced): " +
+                           first.reason);
   sample.unskippable = true;
   failed_.store(true, std::memory_order_release);  // the run ends with this error: plan no more
 }
@@ -384,11 +386,11 @@ void PipelineGraph::completion_loop() {
     WorkPtr work;
     if (in_flight_.pop(work) != QueueStatus::kOk) return;  // closed: shutting down
     if (work->sequence != expected++) {
-      deliver(Delivery{Delivery::Kind::kError, {},
-                       Error(ErrorContext{"event-wait", {}, {}, {}}, "internal error: item " +
-                                                                  std::to_string(work->sequence) +
-                                                                  " arrived out of order (expected " +
-                                                                  std::to_string(expected - 1) + ")")});
+      deliver(Delivery{Delivery::Kind::kError,
+                       {},
+                       Error(ErrorContext{"event-wait", {}, {}, {}},
+                             "internal error: item " + std::to_string(work->sequence) +
+                                 " arrived out of order (expected " + std::to_string(expected - 1) + ")")});
       return;
     }
     if (work->error) {
@@ -458,7 +460,8 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
     run_.consumer_waits.fetch_add(1, std::memory_order_relaxed);
   }
   const uint64_t start_ns = now_ns();
-  const QueueStatus status = ready_.pop(delivery, timeout < std::chrono::microseconds::zero() ? BoundedQueue<Delivery>::kForever : timeout);
+  const QueueStatus status =
+      ready_.pop(delivery, timeout < std::chrono::microseconds::zero() ? BoundedQueue<Delivery>::kForever : timeout);
   const uint64_t popped_ns = now_ns();
   run_.consumer_wait_ns.fetch_add(popped_ns - start_ns, std::memory_order_relaxed);
   if (status == QueueStatus::kTimeout) {
@@ -480,8 +483,8 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
       } catch (...) {
         // The batch cannot be handed over; skipping it would break the order, so the run ends here.
         std::lock_guard lock(consumer_mutex_);
-        sticky_error_ = error_from(std::current_exception(), ErrorContext{"consumer", {}, delivery.batch.epoch(),
-                                                                          delivery.batch.index()});
+        sticky_error_ = error_from(std::current_exception(),
+                                   ErrorContext{"consumer", {}, delivery.batch.epoch(), delivery.batch.index()});
         ready_.close();
         throw *sticky_error_;
       }
@@ -490,7 +493,8 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
       outcome.batch = true;
       {
         std::lock_guard lock(consumer_mutex_);
-        last_delivered_ = Delivered{delivery.batch.sequence(), delivery.batch.epoch(), delivery.batch.index(), delivery.next};
+        last_delivered_ =
+            Delivered{delivery.batch.sequence(), delivery.batch.epoch(), delivery.batch.index(), delivery.next};
       }
       run_.delivered_batches.fetch_add(1, std::memory_order_relaxed);
       run_.delivered_samples.fetch_add(delivery.batch.batch_size(), std::memory_order_relaxed);
@@ -531,7 +535,10 @@ void PipelineGraph::make_ready_for_consumer(const Batch& batch) const {
 }
 
 PipelineStats PipelineGraph::stats() const {
-  return run_.snapshot(RunCounters::Setting{run_ns(), device_, decode_threads_, prefetch_,
+  return run_.snapshot(RunCounters::Setting{run_ns(),
+                                            device_,
+                                            decode_threads_,
+                                            prefetch_,
                                             {stages_.decode->name(), stages_.collate->name(), stages_.pack->name(),
                                              stages_.h2d->name(), stages_.event_wait->name()},
                                             stages_.pool.get()});

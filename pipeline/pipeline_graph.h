@@ -83,7 +83,8 @@ class PipelineGraph {
   /// The next batch, ready on the calling thread's current CUDA stream; nullopt at the end of the
   /// run or after close(). Rethrows a stage's ferry::Error (and again on every later call). Blocks,
   /// for at most `timeout` when it is not negative: then nullopt with *timed_out set.
-  std::optional<Batch> next(std::chrono::microseconds timeout = std::chrono::microseconds(-1), bool* timed_out = nullptr);
+  std::optional<Batch> next(std::chrono::microseconds timeout = std::chrono::microseconds(-1),
+                            bool* timed_out = nullptr);
   /// Stops the pipeline: wakes blocked next() calls (which return nullopt). Thread-safe, idempotent.
   void close() noexcept;
   PipelineStats stats() const;
@@ -154,16 +155,16 @@ class PipelineGraph {
   const std::chrono::steady_clock::time_point started_;
   BatchCutter cutter_;  // touched only by the serial collate node
 
-  std::atomic<bool> stop_{false};    // close() was called
-  std::atomic<bool> failed_{false};  // a stage failed: plan no more
-  std::atomic<bool> enough_{false};  // collate has emitted max_batches batches: plan no more
+  std::atomic<bool> stop_{false};      // close() was called
+  std::atomic<bool> failed_{false};    // a stage failed: plan no more
+  std::atomic<bool> enough_{false};    // collate has emitted max_batches batches: plan no more
   std::atomic<int64_t> ended_ns_{-1};  // mark_ended(): when the run ended; -1 while it runs
-  RunCounters run_;  // what stats() reports: Note [stats] in run_counters.h
+  RunCounters run_;                    // what stats() reports: Note [stats] in run_counters.h
 
   BoundedQueue<WorkPtr> in_flight_;  // h2d -> completion thread
   // The serial h2d node runs on any worker thread: push through one lane to keep batch order.
   BoundedQueue<WorkPtr>::Producer in_flight_lane_;
-  BoundedQueue<Delivery> ready_;     // completion thread -> consumer
+  BoundedQueue<Delivery> ready_;  // completion thread -> consumer
 
   // Source node state: touched only by the input_node body, which oneTBB runs serially.
   uint64_t next_batch_sequence_ = 0;

@@ -70,9 +70,9 @@ enum class OnError {
 /// Everything a standard pipeline needs to know; a YAML config (assembly/config.h) fills the same struct.
 struct PipelineOptions {
   size_t batch_size = 32;
-  bool drop_last = false;   // drop a last, smaller batch of an epoch
+  bool drop_last = false;  // drop a last, smaller batch of an epoch
   uint64_t epochs = 1;
-  uint64_t max_batches = 0; // stop after this many batches in all (0: run every epoch)
+  uint64_t max_batches = 0;  // stop after this many batches in all (0: run every epoch)
   /// Resume: start at this batch of the run (counted over all epochs); earlier ones were delivered
   /// by a previous run (PipelineState::next_batch).
   uint64_t first_batch = 0;

@@ -33,7 +33,8 @@ std::string PipelineState::to_json() const {
     out << ",\n  \"next\": {\"epoch\": " << next->epoch << ", \"batch\": " << next->index
         << ", \"position\": " << next->position << "}";
   }
-  if (last_epoch && last_index) out << ",\n  \"last_delivered\": {\"epoch\": " << *last_epoch << ", \"batch\": " << *last_index << "}";
+  if (last_epoch && last_index)
+    out << ",\n  \"last_delivered\": {\"epoch\": " << *last_epoch << ", \"batch\": " << *last_index << "}";
   out << ",\n  \"order\": {";
   const char* separator = "\n";
   for (const auto& [key, value] : order) {

@@ -27,9 +27,7 @@ std::string percent(double fraction) {
   return text;
 }
 
-std::string threads_text(size_t threads) {
-  return std::to_string(threads) + (threads == 1 ? " thread" : " threads");
-}
+std::string threads_text(size_t threads) { return std::to_string(threads) + (threads == 1 ? " thread" : " threads"); }
 
 std::string seconds_text(double seconds) {
   char text[32];
@@ -40,7 +38,8 @@ std::string seconds_text(double seconds) {
 }  // namespace
 
 void StageStats::account_idle_time(double wall_seconds) {
-  capacity_seconds = std::isfinite(wall_seconds) && wall_seconds > 0.0 ? wall_seconds * static_cast<double>(threads) : 0.0;
+  capacity_seconds =
+      std::isfinite(wall_seconds) && wall_seconds > 0.0 ? wall_seconds * static_cast<double>(threads) : 0.0;
   waiting_upstream_seconds = std::max(0.0, capacity_seconds - busy_seconds - blocked_downstream_seconds);
 }
 
@@ -75,12 +74,14 @@ std::string bottleneck_summary(const PipelineStats& stats) {
   // stage so that a pipeline both saturated and waited on names whichever holds the run back more.
   const double consumer = stats.waited_for_consumer_share();
   if (consumer >= kSaturated && consumer >= top_share) {
-    return "the consumer is the bottleneck: the pipeline waited " + percent(consumer) + " of the time for it to take batches";
+    return "the consumer is the bottleneck: the pipeline waited " + percent(consumer) +
+           " of the time for it to take batches";
   }
 
   if (top < chain.size() && top_share >= kSaturated) {
     const StageStats& stage = *chain[top];
-    std::string line = stage.name + " is the bottleneck: " + percent(top_share) + " busy (" + threads_text(stage.threads) + ")";
+    std::string line =
+        stage.name + " is the bottleneck: " + percent(top_share) + " busy (" + threads_text(stage.threads) + ")";
     if (top + 1 < chain.size()) {
       const StageStats& next = *chain[top + 1];
       line += ", " + next.name + " waits " + percent(next.waiting_upstream_share()) + " of the time for it";

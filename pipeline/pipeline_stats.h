@@ -26,9 +26,9 @@ struct StageStats {
   size_t threads = 1;
   /// Runs of the stage's body (batches for collate; kept for callers older than items_in/out).
   uint64_t items = 0;
-  uint64_t items_in = 0;    // items the stage started work on, counted in in_unit
-  uint64_t items_out = 0;   // items it finished without error and handed on, counted in out_unit
-  std::string in_unit;      // "samples" or "batches"
+  uint64_t items_in = 0;   // items the stage started work on, counted in in_unit
+  uint64_t items_out = 0;  // items it finished without error and handed on, counted in out_unit
+  std::string in_unit;     // "samples" or "batches"
   std::string out_unit;
   double busy_seconds = 0.0;                // summed over threads: decode can exceed wall time
   double blocked_downstream_seconds = 0.0;  // summed over threads
@@ -46,9 +46,9 @@ struct StageStats {
 
 /// A time-weighted count of batches in one part of the pipeline.
 struct OccupancyStats {
-  double mean = 0.0;    // batches on average over the run (time-weighted)
-  size_t peak = 0;      // most batches at once
-  size_t capacity = 0;  // the bound the count can never exceed (prefetch)
+  double mean = 0.0;          // batches on average over the run (time-weighted)
+  size_t peak = 0;            // most batches at once
+  size_t capacity = 0;        // the bound the count can never exceed (prefetch)
   double full_seconds = 0.0;  // time the count stood at its capacity
 };
 
@@ -76,7 +76,7 @@ struct PipelineStats {
   double elapsed_seconds = 0.0;  // wall time of the run
   uint64_t batches = 0;          // handed to the consumer
   uint64_t samples = 0;
-  uint64_t bytes = 0;            // field bytes handed to the consumer
+  uint64_t bytes = 0;  // field bytes handed to the consumer
 
   /// The planner: in = samples planned, out = batches planned; blocked downstream = time all
   /// `prefetch` tokens were held by batches the consumer had not taken while the planner had more

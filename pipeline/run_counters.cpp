@@ -27,15 +27,18 @@ PipelineStats RunCounters::snapshot(const Setting& setting) const {
   if (setting.pool != nullptr) stats.pool = setting.pool->stats();
 
   const Occupancy::Snapshot planned = in_flight.snapshot(run);
-  stats.in_flight = OccupancyStats{planned.mean, planned.peak, setting.prefetch, static_cast<double>(planned.full_ns) * 1e-9};
+  stats.in_flight =
+      OccupancyStats{planned.mean, planned.peak, setting.prefetch, static_cast<double>(planned.full_ns) * 1e-9};
   const Occupancy::Snapshot handed = ready.snapshot(run);
-  stats.ready_queue = OccupancyStats{handed.mean, handed.peak, setting.prefetch, static_cast<double>(handed.full_ns) * 1e-9};
+  stats.ready_queue =
+      OccupancyStats{handed.mean, handed.peak, setting.prefetch, static_cast<double>(handed.full_ns) * 1e-9};
   stats.ready_queue_peak = handed.peak;
 
   StageStats& planner = stats.planner;
   planner.name = "plan";
   planner.threads = 1;
-  planner.items = planned_batches.load(std::memory_order_acquire);  // before the samples: see PipelineGraph::plan_next()
+  planner.items =
+      planned_batches.load(std::memory_order_acquire);  // before the samples: see PipelineGraph::plan_next()
   planner.items_out = planner.items;
   planner.items_in = planned_samples.load(std::memory_order_relaxed);
   planner.in_unit = "samples";

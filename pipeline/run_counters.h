@@ -39,9 +39,9 @@ enum StageId { kDecode, kCollate, kPack, kH2D, kEventWait, kStageCount };
 class RunCounters {
  public:
   struct StageCounter {
-    std::atomic<uint64_t> items{0};       // body runs
-    std::atomic<uint64_t> not_out{0};     // runs that failed or were cut short by shutdown (rare)
-    std::atomic<uint64_t> units_in{0};    // collate: samples in the batches it ran on
+    std::atomic<uint64_t> items{0};     // body runs
+    std::atomic<uint64_t> not_out{0};   // runs that failed or were cut short by shutdown (rare)
+    std::atomic<uint64_t> units_in{0};  // collate: samples in the batches it ran on
     std::atomic<uint64_t> busy_ns{0};
     std::atomic<uint64_t> blocked_ns{0};  // event-wait: pushing into a full ready queue
   };

@@ -52,11 +52,11 @@ class BatchStage {
 struct StageSet {
   std::unique_ptr<BatchSource> batches;
   std::unique_ptr<SampleStage> decode;
-  std::unique_ptr<BatchStage> collate;  // samples -> layout
-  std::unique_ptr<BatchStage> pack;     // layout -> packed staging slab
-  std::unique_ptr<BatchStage> h2d;      // slab -> device buffer, copies queued
+  std::unique_ptr<BatchStage> collate;     // samples -> layout
+  std::unique_ptr<BatchStage> pack;        // layout -> packed staging slab
+  std::unique_ptr<BatchStage> h2d;         // slab -> device buffer, copies queued
   std::unique_ptr<BatchStage> event_wait;  // runs on the pipeline's completion thread
-  std::shared_ptr<PinnedPool> pool;     // for stats; the pack stage owns its use
+  std::shared_ptr<PinnedPool> pool;        // for stats; the pack stage owns its use
 };
 
 }  // namespace ferry

@@ -25,7 +25,7 @@ at::Tensor make_view(const c10::Storage& storage, at::Device device, at::ScalarT
   }
   const auto key = c10::computeDispatchKey(dtype, c10::kStrided, device);
   auto tensor = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(storage), c10::DispatchKeySet(key),
-                                                          c10::scalarTypeToTypeMeta(dtype));
+                                                         c10::scalarTypeToTypeMeta(dtype));
   tensor.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
   tensor.unsafeGetTensorImpl()->set_storage_offset(static_cast<int64_t>(byte_offset / element));
   return tensor;

@@ -12,8 +12,8 @@
 #include "ferry/pipeline/batch_layout.h"
 #include "ferry/pipeline/error.h"
 #include "ferry/pipeline/pinned_lease.h"
-#include "ferry/pipeline/pipeline_stats.h"
 #include "ferry/pipeline/pipeline_state.h"
+#include "ferry/pipeline/pipeline_stats.h"
 
 namespace ferry {
 
@@ -29,7 +29,7 @@ struct BatchPlan {
   Kind kind = Kind::kSamples;
   uint64_t sequence = 0;  // 0, 1, 2, ... over the whole run
   uint64_t epoch = 0;
-  uint64_t index = 0;     // within its epoch
+  uint64_t index = 0;  // within its epoch
   /// The first sample's position in the epoch's order (sampler position); the rest follow on.
   uint64_t first_position = 0;
   /// No sample of this epoch is planned after this plan's.

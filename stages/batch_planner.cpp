@@ -52,7 +52,8 @@ uint64_t BatchPlanner::total_batches() const noexcept {
   const uint64_t first = options_.drop_last ? left / size : (left + size - 1) / size;
   const uint64_t epochs = options_.epochs - start_epoch_ - 1;
   // Saturating: epochs may be huge ("run until max_batches").
-  const uint64_t rest = per_epoch != 0 && epochs > (UINT64_MAX - first) / per_epoch ? UINT64_MAX - first : per_epoch * epochs;
+  const uint64_t rest =
+      per_epoch != 0 && epochs > (UINT64_MAX - first) / per_epoch ? UINT64_MAX - first : per_epoch * epochs;
   const uint64_t all = first + rest;
   if (options_.max_batches == 0) return all;
   return std::min(all, options_.max_batches - std::min(options_.max_batches, options_.first_batch));

@@ -56,9 +56,9 @@ class BatchPlanner : public BatchSource {
   std::shared_ptr<const Sampler> sampler_;
   Options options_;
   uint64_t epoch_ = 0;
-  uint64_t position_ = 0;        // next sampler position in epoch_
-  uint64_t index_ = 0;           // next plan's number within epoch_
-  uint64_t start_epoch_ = 0;     // where this planner started, for total_batches()
+  uint64_t position_ = 0;     // next sampler position in epoch_
+  uint64_t index_ = 0;        // next plan's number within epoch_
+  uint64_t start_epoch_ = 0;  // where this planner started, for total_batches()
   uint64_t start_position_ = 0;
   uint64_t planned_ = 0;
   std::optional<uint64_t> epoch_end_due_;  // refill: the epoch whose kEpochEnd marker comes next

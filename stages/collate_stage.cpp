@@ -133,7 +133,8 @@ void CollateStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
     field.shape.reserve(first.dim() + 1);
     field.shape.push_back(batch);
     if (spec.variable()) field.shape.push_back(longest);
-    for (size_t d = from; d < static_cast<size_t>(first.dim()); ++d) field.shape.push_back(first.size(static_cast<int64_t>(d)));
+    for (size_t d = from; d < static_cast<size_t>(first.dim()); ++d)
+      field.shape.push_back(first.size(static_cast<int64_t>(d)));
     field.slot_bytes = static_cast<size_t>((spec.variable() ? longest : 1) * product(first.sizes(), from)) * element;
     field.bytes = field.slot_bytes * static_cast<size_t>(batch);
     field.padded = spec.variable();

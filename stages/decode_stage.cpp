@@ -17,9 +17,11 @@ std::string sizes_text(at::IntArrayRef sizes) {
 
 void check_decoded(const at::Tensor& tensor, const FieldSpec& spec) {
   if (!tensor.defined()) throw Error("the decoder returned no tensor");
-  if (!tensor.device().is_cpu()) throw Error("the decoder returned a tensor on " + tensor.device().str() + ", not the CPU");
+  if (!tensor.device().is_cpu())
+    throw Error("the decoder returned a tensor on " + tensor.device().str() + ", not the CPU");
   if (tensor.scalar_type() != spec.dtype) {
-    throw Error("decoded dtype " + dtype_name(tensor.scalar_type()) + " but the source declares " + dtype_name(spec.dtype));
+    throw Error("decoded dtype " + dtype_name(tensor.scalar_type()) + " but the source declares " +
+                dtype_name(spec.dtype));
   }
   bool ok = tensor.dim() == static_cast<int64_t>(spec.shape.size());
   for (size_t d = 0; ok && d < spec.shape.size(); ++d) {
@@ -29,7 +31,8 @@ void check_decoded(const at::Tensor& tensor, const FieldSpec& spec) {
     std::ostringstream declared;
     declared << "[";
     for (size_t d = 0; d < spec.shape.size(); ++d) {
-      declared << (d ? ", " : "") << (spec.shape[d] == kVariableLength ? std::string("*") : std::to_string(spec.shape[d]));
+      declared << (d ? ", " : "")
+               << (spec.shape[d] == kVariableLength ? std::string("*") : std::to_string(spec.shape[d]));
     }
     declared << "]";
     throw Error("decoded shape " + sizes_text(tensor.sizes()) + " does not match the declared " + declared.str());
@@ -83,13 +86,14 @@ void DecodeStage::run(SampleWork& work) {
   EncodedSample encoded = source_->read(work.index());
   work.key = encoded.key;
   if (encoded.fields.size() != specs.size()) {
-    throw Error(encoded.key + ": the source gave " + std::to_string(encoded.fields.size()) + " fields, its schema has " +
-                std::to_string(specs.size()));
+    throw Error(encoded.key + ": the source gave " + std::to_string(encoded.fields.size()) +
+                " fields, its schema has " + std::to_string(specs.size()));
   }
   work.fields.resize(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     try {
-      work.fields[i] = decoders_[i]->decode_sample(encoded.fields[i], specs[i], DecodeContext{work.plan->epoch, work.index()});
+      work.fields[i] =
+          decoders_[i]->decode_sample(encoded.fields[i], specs[i], DecodeContext{work.plan->epoch, work.index()});
       check_decoded(work.fields[i], specs[i]);
     } catch (const std::exception& e) {
       throw Error(encoded.key + ": field '" + specs[i].name + "' (decoder '" + std::string(decoders_[i]->name()) +

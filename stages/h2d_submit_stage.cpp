@@ -15,10 +15,11 @@
 
 namespace ferry {
 
-H2DSubmitStage::H2DSubmitStage(at::Device device, const TransferOptions& options)
-    : device_(device), options_(options) {
+H2DSubmitStage::H2DSubmitStage(at::Device device, const TransferOptions& options) : device_(device), options_(options) {
   if (device_.is_cuda()) {
-    if (FERRY_WITH_GPU == 0) throw Error("cannot deliver to " + device_.str() + ": this is a " FERRY_BUILD_KIND " build (" FERRY_BUILD_REASON ")");
+    if (FERRY_WITH_GPU == 0)
+      throw Error("cannot deliver to " + device_.str() +
+                  ": this is a " FERRY_BUILD_KIND " build (" FERRY_BUILD_REASON ")");
     stream_ = std::make_unique<CudaStream>(device_.index(), /*non_blocking=*/true, options.high_priority_stream);
     events_ = CudaEventPool::create(device_.index());
   } else if (!device_.is_cpu()) {
@@ -56,8 +57,8 @@ at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaE
   auto* target = static_cast<std::byte*>(buffer.data_ptr());
   try {
     for (const CopyChunk& chunk : work.chunks) {
-      FERRY_CUDA_CHECK(cudaMemcpyAsync(target + chunk.offset, chunk.source, chunk.bytes, cudaMemcpyHostToDevice,
-                                       stream_->handle()));
+      FERRY_CUDA_CHECK(
+          cudaMemcpyAsync(target + chunk.offset, chunk.source, chunk.bytes, cudaMemcpyHostToDevice, stream_->handle()));
     }
   } catch (...) {
     try {
@@ -79,7 +80,8 @@ at::Tensor H2DSubmitStage::copy_to_host(BatchWork& work) const {
   auto* target = static_cast<std::byte*>(buffer.data_ptr());
   std::vector<CopyOp> copies;
   copies.reserve(work.chunks.size());
-  for (const CopyChunk& chunk : work.chunks) copies.push_back(CopyOp{target + chunk.offset, chunk.source, chunk.bytes, {}, 1});
+  for (const CopyChunk& chunk : work.chunks)
+    copies.push_back(CopyOp{target + chunk.offset, chunk.source, chunk.bytes, {}, 1});
   run_copies(copies, options_.parallel_pack_bytes);
   work.slab.release();
   work.direct_sources.clear();

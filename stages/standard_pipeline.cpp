@@ -1,9 +1,9 @@
 #include "ferry/stages/standard_pipeline.h"
 
-#include "ferry/stages/batch_planner.h"
 #include "ferry/io/decoders/decoder_registry.h"
 #include "ferry/io/samplers/sequential_sampler.h"
 #include "ferry/pipeline/cuda_device.h"
+#include "ferry/stages/batch_planner.h"
 #include "ferry/stages/collate_stage.h"
 #include "ferry/stages/decode_stage.h"
 #include "ferry/stages/event_wait_stage.h"
@@ -33,8 +33,8 @@ at::Device resolve_device(const std::string& name) {
   if (count == 0) throw Error("device '" + name + "': " + cuda_unavailable_reason());
   if (index >= count) {
     throw Error("device '" + name + "' does not exist: " + std::to_string(count) + " CUDA device" +
-                           (count == 1 ? " is" : "s are") + " visible (cuda:0" +
-                           (count > 1 ? "..cuda:" + std::to_string(count - 1) : std::string()) + ")");
+                (count == 1 ? " is" : "s are") + " visible (cuda:0" +
+                (count > 1 ? "..cuda:" + std::to_string(count - 1) : std::string()) + ")");
   }
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
 }

@@ -7,8 +7,8 @@
 #include <c10/core/Device.h>
 
 #include "ferry/io/decoders/decoder.h"
-#include "ferry/io/samplers/sampler.h"
 #include "ferry/io/formats/source.h"
+#include "ferry/io/samplers/sampler.h"
 #include "ferry/pipeline/pipeline.h"
 
 namespace ferry {

@@ -31,7 +31,8 @@ class Decoder {
   virtual at::Tensor decode(const at::Tensor& encoded, const FieldSpec& spec) const = 0;
   /// What the decode stage calls: decode() for the sample `context` names. Decoders that draw random
   /// numbers override it; the others need not.
-  virtual at::Tensor decode_sample(const at::Tensor& encoded, const FieldSpec& spec, const DecodeContext& context) const {
+  virtual at::Tensor decode_sample(const at::Tensor& encoded, const FieldSpec& spec,
+                                   const DecodeContext& context) const {
     (void)context;
     return decode(encoded, spec);
   }

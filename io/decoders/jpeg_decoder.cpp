@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/io/decoders/turbojpeg_handle.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/io/util/splitmix64.h"
-#include "ferry/io/decoders/turbojpeg_handle.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
@@ -191,7 +191,8 @@ at::Tensor JpegDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec)
   return decode_with(encoded, spec, std::nullopt);
 }
 
-at::Tensor JpegDecoder::decode_sample(const at::Tensor& encoded, const FieldSpec& spec, const DecodeContext& context) const {
+at::Tensor JpegDecoder::decode_sample(const at::Tensor& encoded, const FieldSpec& spec,
+                                      const DecodeContext& context) const {
   // Two splitmix64 rounds keep (epoch, index) and (index, epoch) apart.
   uint64_t state = context.epoch;
   const uint64_t epoch_key = splitmix64(state);
@@ -199,7 +200,8 @@ at::Tensor JpegDecoder::decode_sample(const at::Tensor& encoded, const FieldSpec
   return decode_with(encoded, spec, splitmix64(state));
 }
 
-at::Tensor JpegDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& spec, std::optional<uint64_t> crop_key) const {
+at::Tensor JpegDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& spec,
+                                    std::optional<uint64_t> crop_key) const {
   if (spec.dtype != at::kByte || spec.shape.size() != 3 || spec.shape[2] != 3 || spec.shape[0] <= 0 ||
       spec.shape[1] <= 0) {
     std::string declared;

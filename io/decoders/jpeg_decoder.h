@@ -36,8 +36,8 @@ struct JpegDecodeOptions {
 /// byte count: a corrupt sample never becomes plausible pixels.
 ///
 /// Threads: decode() is called concurrently by the decode threads and is thread-safe; each thread
-/// keeps its own TurboJPEG handle (see Note [TurboJPEG handle per thread] in turbojpeg_handle.cpp). The decoder owns only
-/// its options; the returned tensor owns its memory (it does not keep `encoded` alive).
+/// keeps its own TurboJPEG handle (see Note [TurboJPEG handle per thread] in turbojpeg_handle.cpp). The decoder owns
+/// only its options; the returned tensor owns its memory (it does not keep `encoded` alive).
 ///
 /// The built-in "jpeg" in DecoderRegistry has default options (no resize, no crop), so it only
 /// suits datasets whose images already have the field's size. For the usual case a YAML config sets
@@ -64,7 +64,8 @@ class JpegDecoder : public Decoder {
   at::Tensor decode(const at::Tensor& encoded, const FieldSpec& spec) const override;
   /// A random crop drawn from (the seed, context.epoch, context.index): another one every epoch, the
   /// same on every run (Note [JPEG random crop]). Otherwise as decode().
-  at::Tensor decode_sample(const at::Tensor& encoded, const FieldSpec& spec, const DecodeContext& context) const override;
+  at::Tensor decode_sample(const at::Tensor& encoded, const FieldSpec& spec,
+                           const DecodeContext& context) const override;
 
  private:
   /// `crop_key` seeds a random crop; unset: a digest of the bytes does.

@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "ferry/io/util/dtype_names.h"
 #include "ferry/io/decoders/turbojpeg_handle.h"
+#include "ferry/io/util/dtype_names.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {

@@ -6,10 +6,10 @@ namespace ferry {
 
 /// How JpegEncoder stores colour: chroma resolution, as JPEG's sampling factors say.
 enum class JpegSubsampling {
-  k444,  // full-resolution chroma
-  k422,  // chroma halved horizontally
-  k420,  // chroma halved both ways: what cameras, PIL and torchvision write by default
-  kGray, // luminance only: a 3-channel image is converted to gray
+  k444,   // full-resolution chroma
+  k422,   // chroma halved horizontally
+  k420,   // chroma halved both ways: what cameras, PIL and torchvision write by default
+  kGray,  // luminance only: a 3-channel image is converted to gray
 };
 
 struct JpegEncodeOptions {

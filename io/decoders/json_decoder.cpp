@@ -368,27 +368,18 @@ at::Tensor JsonDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec)
   const auto* data = static_cast<const char*>(bytes.data_ptr());
   const int64_t size = bytes.numel();
   switch (spec.dtype) {
-    case at::kByte:
-      return decode_as<uint8_t>(data, size, spec, "uint8", 0, 255);
-    case at::kChar:
-      return decode_as<int8_t>(data, size, spec, "int8", -128, 127);
-    case at::kShort:
-      return decode_as<int16_t>(data, size, spec, "int16", -32768, 32767);
+    case at::kByte: return decode_as<uint8_t>(data, size, spec, "uint8", 0, 255);
+    case at::kChar: return decode_as<int8_t>(data, size, spec, "int8", -128, 127);
+    case at::kShort: return decode_as<int16_t>(data, size, spec, "int16", -32768, 32767);
     case at::kInt:
       return decode_as<int32_t>(data, size, spec, "int32", std::numeric_limits<int32_t>::min(),
                                 std::numeric_limits<int32_t>::max());
-    case at::kLong:
-      return decode_as<int64_t>(data, size, spec, "int64");
-    case at::kBool:
-      return decode_as<uint8_t>(data, size, spec, "bool", 0, 1);
-    case at::kHalf:
-      return decode_as<c10::Half>(data, size, spec, "float16");
-    case at::kBFloat16:
-      return decode_as<c10::BFloat16>(data, size, spec, "bfloat16");
-    case at::kFloat:
-      return decode_as<float>(data, size, spec, "float32");
-    case at::kDouble:
-      return decode_as<double>(data, size, spec, "float64");
+    case at::kLong: return decode_as<int64_t>(data, size, spec, "int64");
+    case at::kBool: return decode_as<uint8_t>(data, size, spec, "bool", 0, 1);
+    case at::kHalf: return decode_as<c10::Half>(data, size, spec, "float16");
+    case at::kBFloat16: return decode_as<c10::BFloat16>(data, size, spec, "bfloat16");
+    case at::kFloat: return decode_as<float>(data, size, spec, "float32");
+    case at::kDouble: return decode_as<double>(data, size, spec, "float64");
     default:
       throw Error(
           "json: the decoder makes uint8, int8, int16, int32, int64, bool, float16, bfloat16, float32 "

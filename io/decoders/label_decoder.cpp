@@ -35,8 +35,7 @@ at::Tensor LabelDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec
     throw Error("the label decoder makes one value; declare shape [] or [1]");
   }
   if (spec.dtype != at::kLong && spec.dtype != at::kInt && spec.dtype != at::kShort && spec.dtype != at::kByte) {
-    throw Error("the label decoder makes int64, int32, int16 or uint8, not " +
-                dtype_name(spec.dtype));
+    throw Error("the label decoder makes int64, int32, int16 or uint8, not " + dtype_name(spec.dtype));
   }
   if (encoded.scalar_type() != at::kByte || encoded.dim() != 1) {
     throw Error("label text must be a 1-D uint8 tensor of ASCII bytes");

@@ -48,28 +48,17 @@ struct Range {
 std::optional<Range> range_of(at::ScalarType dtype) {
   using K = Range::Kind;
   switch (dtype) {
-    case at::kBool:
-      return Range{K::kBool, 1};
-    case at::kByte:
-      return Range{K::kUnsigned, 8};
-    case at::kChar:
-      return Range{K::kSigned, 8};
-    case at::kShort:
-      return Range{K::kSigned, 16};
-    case at::kInt:
-      return Range{K::kSigned, 32};
-    case at::kLong:
-      return Range{K::kSigned, 64};
-    case at::kHalf:
-      return Range{K::kFloat, 16, 11, 15};
-    case at::kBFloat16:
-      return Range{K::kFloat, 16, 8, 127};
-    case at::kFloat:
-      return Range{K::kFloat, 32, 24, 127};
-    case at::kDouble:
-      return Range{K::kFloat, 64, 53, 1023};
-    default:
-      return std::nullopt;
+    case at::kBool: return Range{K::kBool, 1};
+    case at::kByte: return Range{K::kUnsigned, 8};
+    case at::kChar: return Range{K::kSigned, 8};
+    case at::kShort: return Range{K::kSigned, 16};
+    case at::kInt: return Range{K::kSigned, 32};
+    case at::kLong: return Range{K::kSigned, 64};
+    case at::kHalf: return Range{K::kFloat, 16, 11, 15};
+    case at::kBFloat16: return Range{K::kFloat, 16, 8, 127};
+    case at::kFloat: return Range{K::kFloat, 32, 24, 127};
+    case at::kDouble: return Range{K::kFloat, 64, 53, 1023};
+    default: return std::nullopt;
   }
 }
 
@@ -77,16 +66,14 @@ std::optional<Range> range_of(at::ScalarType dtype) {
 bool lossless(const Range& from, const Range& to) {
   using K = Range::Kind;
   switch (from.kind) {
-    case K::kBool:
-      return true;
+    case K::kBool: return true;
     case K::kUnsigned:
       return (to.kind == K::kUnsigned && to.bits >= from.bits) || (to.kind == K::kSigned && to.bits > from.bits) ||
              (to.kind == K::kFloat && to.digits >= from.bits);
     case K::kSigned:
       // A signed b-bit integer has b - 1 magnitude bits; its most negative value is a power of two.
       return (to.kind == K::kSigned && to.bits >= from.bits) || (to.kind == K::kFloat && to.digits >= from.bits - 1);
-    case K::kFloat:
-      return to.kind == K::kFloat && to.digits >= from.digits && to.max_exp >= from.max_exp;
+    case K::kFloat: return to.kind == K::kFloat && to.digits >= from.digits && to.max_exp >= from.max_exp;
   }
   return false;
 }

@@ -48,8 +48,8 @@ at::Tensor RawDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec) 
   std::vector<int64_t> shape = spec.shape;
   if (spec.variable()) {
     if (inner == 0 ? typed.numel() != 0 : typed.numel() % inner != 0) {
-      throw Error("field '" + spec.name + "': " + std::to_string(typed.numel()) + " elements do not fill rows of shape " +
-                  shape_text(spec.shape));
+      throw Error("field '" + spec.name + "': " + std::to_string(typed.numel()) +
+                  " elements do not fill rows of shape " + shape_text(spec.shape));
     }
     shape[0] = inner == 0 ? 0 : typed.numel() / inner;
   } else if (typed.numel() != inner) {

@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <memory>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include <ATen/ops/empty.h>
@@ -86,7 +86,8 @@ bool has_extension(std::string_view name, const std::vector<std::string>& extens
 void collect_files(const std::string& folder, const std::string& relative, const std::vector<std::string>& extensions,
                    std::vector<std::pair<dev_t, ino_t>>& above, std::vector<std::string>& out) {
   struct stat info {};
-  if (::stat(folder.c_str(), &info) != 0) throw Error("image folder: cannot open the folder '" + folder + "': " + errno_text());
+  if (::stat(folder.c_str(), &info) != 0)
+    throw Error("image folder: cannot open the folder '" + folder + "': " + errno_text());
   const std::pair<dev_t, ino_t> id{info.st_dev, info.st_ino};
   if (std::find(above.begin(), above.end(), id) != above.end()) return;  // Note [POSIX directory scan]: a loop
   above.push_back(id);
@@ -155,7 +156,8 @@ ImageFolderSource::ImageFolderSource(ImageFolderOptions options) : options_(std:
     collect_files(root + "/" + entry.name, "", options_.extensions, above, files);
     if (files.empty()) {
       std::string extensions;
-      for (const std::string& extension : options_.extensions) extensions += (extensions.empty() ? "." : ", .") + extension;
+      for (const std::string& extension : options_.extensions)
+        extensions += (extensions.empty() ? "." : ", .") + extension;
       throw Error("image folder '" + root + "': the class folder '" + entry.name + "' holds no file ending in " +
                   extensions + " (every class needs at least one; remove the folder or add files)");
     }
@@ -165,7 +167,8 @@ ImageFolderSource::ImageFolderSource(ImageFolderOptions options) : options_(std:
     class_begin_.push_back(paths_.size());
   }
   if (class_names_.empty()) {
-    throw Error("image folder '" + root + "' holds no class folder (expected root/<class>/<file>, as torchvision's ImageFolder)");
+    throw Error("image folder '" + root +
+                "' holds no class folder (expected root/<class>/<file>, as torchvision's ImageFolder)");
   }
 }
 

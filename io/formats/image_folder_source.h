@@ -62,8 +62,8 @@ class ImageFolderSource : public Source {
   ImageFolderOptions options_;
   std::vector<FieldSpec> specs_;
   std::vector<std::string> class_names_;
-  std::vector<std::string> paths_;             // relative to root, in sample order
-  std::vector<uint64_t> class_begin_{0};       // class c holds samples [class_begin_[c], class_begin_[c + 1])
+  std::vector<std::string> paths_;        // relative to root, in sample order
+  std::vector<uint64_t> class_begin_{0};  // class c holds samples [class_begin_[c], class_begin_[c + 1])
 };
 
 }  // namespace ferry

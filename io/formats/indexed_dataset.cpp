@@ -34,7 +34,8 @@ detail::MappedBytes map_file(const std::string& path, const std::string& prefix,
     std::string hint;
     for (const char* suffix : {".idx", ".bin"}) {
       if (prefix.size() > 4 && prefix.compare(prefix.size() - 4, 4, suffix) == 0) {
-        hint = " (the prefix '" + prefix + "' ends with " + suffix + "; give it without: <prefix>.idx and .bin are added)";
+        hint =
+            " (the prefix '" + prefix + "' ends with " + suffix + "; give it without: <prefix>.idx and .bin are added)";
       }
     }
     throw Error("megatron dataset: cannot open " + path + ": " + errno_text(error) + hint);
@@ -50,7 +51,8 @@ detail::MappedBytes map_file(const std::string& path, const std::string& prefix,
   if (bytes == 0) return detail::MappedBytes(nullptr, detail::Unmapper{0});
   void* data = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) {
-    throw Error("megatron dataset: cannot map " + path + " (" + std::to_string(bytes) + " bytes): " + errno_text(errno));
+    throw Error("megatron dataset: cannot map " + path + " (" + std::to_string(bytes) +
+                " bytes): " + errno_text(errno));
   }
   return detail::MappedBytes(static_cast<const std::byte*>(data), detail::Unmapper{bytes});
 }
@@ -143,8 +145,9 @@ void IndexedDataset::validate() {
   if (magic_seen == 0 || std::memcmp(idx, kMagic, magic_seen) != 0) {
     std::string hint;
     if (size >= 6 && std::memcmp(idx, "TNTIDX", 6) == 0) {
-      hint = "; this is the older fairseq/Megatron 'lazy'/'cached' index, which ferry does not read (convert it "
-             "to the mmap format)";
+      hint =
+          "; this is the older fairseq/Megatron 'lazy'/'cached' index, which ferry does not read (convert it "
+          "to the mmap format)";
     }
     fail(idx_path_, 0,
          "bad magic: expected \"MMIDIDX\\x00\\x00\" (a Megatron-LM indexed dataset index), found \"" +
@@ -186,8 +189,8 @@ void IndexedDataset::validate() {
     fail(idx_path_, size,
          "index truncated or counts corrupt: the header says " + std::to_string(sequences) +
              " sequences (byte 18) and " + std::to_string(documents) + " document indices (byte 26), which need " +
-             (overflow ? std::string("more than 2^64") : std::to_string(arrays)) + " bytes, but the file ends at byte " +
-             std::to_string(size));
+             (overflow ? std::string("more than 2^64") : std::to_string(arrays)) +
+             " bytes, but the file ends at byte " + std::to_string(size));
   }
   sequence_count_ = sequences;
   document_indices_ = documents;
@@ -207,7 +210,8 @@ void IndexedDataset::validate() {
     const uint64_t pointer_at = pointers_offset() + 8 * i;
     const auto length = idx_value<int32_t>(length_at);
     const auto pointer = idx_value<int64_t>(pointer_at);
-    if (length < 0) fail(idx_path_, length_at, "sequence " + std::to_string(i) + " has negative length " + std::to_string(length));
+    if (length < 0)
+      fail(idx_path_, length_at, "sequence " + std::to_string(i) + " has negative length " + std::to_string(length));
     if (pointer < 0 || static_cast<uint64_t>(pointer) != end) {
       const std::string which = "sequence " + std::to_string(i) + "'s pointer is " + std::to_string(pointer);
       if (i > 0 && pointer < idx_value<int64_t>(pointer_at - 8)) {

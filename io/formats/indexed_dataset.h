@@ -148,13 +148,20 @@ class IndexedDataset {
 
 template <typename T>
 constexpr IndexedDtype indexed_dtype_of() noexcept {
-  if constexpr (std::is_same_v<T, uint8_t>) return IndexedDtype::kUInt8;
-  else if constexpr (std::is_same_v<T, int8_t>) return IndexedDtype::kInt8;
-  else if constexpr (std::is_same_v<T, int16_t>) return IndexedDtype::kInt16;
-  else if constexpr (std::is_same_v<T, int32_t>) return IndexedDtype::kInt32;
-  else if constexpr (std::is_same_v<T, int64_t>) return IndexedDtype::kInt64;
-  else if constexpr (std::is_same_v<T, double>) return IndexedDtype::kFloat64;
-  else if constexpr (std::is_same_v<T, float>) return IndexedDtype::kFloat32;
+  if constexpr (std::is_same_v<T, uint8_t>)
+    return IndexedDtype::kUInt8;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return IndexedDtype::kInt8;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return IndexedDtype::kInt16;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return IndexedDtype::kInt32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return IndexedDtype::kInt64;
+  else if constexpr (std::is_same_v<T, double>)
+    return IndexedDtype::kFloat64;
+  else if constexpr (std::is_same_v<T, float>)
+    return IndexedDtype::kFloat32;
   else {
     static_assert(std::is_same_v<T, uint16_t>, "not an element type of a Megatron indexed dataset");
     return IndexedDtype::kUInt16;

@@ -64,10 +64,16 @@ std::string range_text(IndexedDtype dtype) {
   int64_t high = std::numeric_limits<int64_t>::max();
   switch (dtype) {
     case IndexedDtype::kUInt8: low = 0, high = std::numeric_limits<uint8_t>::max(); break;
-    case IndexedDtype::kInt8: low = std::numeric_limits<int8_t>::min(), high = std::numeric_limits<int8_t>::max(); break;
-    case IndexedDtype::kInt16: low = std::numeric_limits<int16_t>::min(), high = std::numeric_limits<int16_t>::max(); break;
+    case IndexedDtype::kInt8:
+      low = std::numeric_limits<int8_t>::min(), high = std::numeric_limits<int8_t>::max();
+      break;
+    case IndexedDtype::kInt16:
+      low = std::numeric_limits<int16_t>::min(), high = std::numeric_limits<int16_t>::max();
+      break;
     case IndexedDtype::kUInt16: low = 0, high = std::numeric_limits<uint16_t>::max(); break;
-    case IndexedDtype::kInt32: low = std::numeric_limits<int32_t>::min(), high = std::numeric_limits<int32_t>::max(); break;
+    case IndexedDtype::kInt32:
+      low = std::numeric_limits<int32_t>::min(), high = std::numeric_limits<int32_t>::max();
+      break;
     default: break;
   }
   std::string text = "[";
@@ -123,7 +129,8 @@ void IndexedDatasetWriter::add_document(std::span<const int64_t> tokens, std::sp
   uint64_t sum = 0;
   for (const int64_t length : sequence_lengths) {
     if (length < 0 || length > std::numeric_limits<int32_t>::max()) {
-      throw Error(where() + ": sequence length " + std::to_string(length) + " is not in [0, 2^31 - 1] (stored as int32)");
+      throw Error(where() + ": sequence length " + std::to_string(length) +
+                  " is not in [0, 2^31 - 1] (stored as int32)");
     }
     sum += static_cast<uint64_t>(length);
   }

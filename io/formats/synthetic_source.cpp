@@ -11,8 +11,8 @@
 #include <c10/util/Half.h>
 
 #include "ferry/io/util/dtype_names.h"
-#include "ferry/pipeline/error.h"
 #include "ferry/io/util/splitmix64.h"
+#include "ferry/pipeline/error.h"
 
 namespace ferry {
 namespace {
@@ -105,9 +105,9 @@ SyntheticSource::SyntheticSource(SyntheticOptions options) : options_(std::move(
                          std::fabs(high) <= 0x1.0p53;
       if (!(high > low) || low < min || high > max || (is_integer(field.dtype) && !whole)) {
         std::ostringstream message;
-        message << where << ": range [" << low << ", " << high << ") is empty or not valid for " << dtype_name(field.dtype)
-                << " (bounds within [" << min << ", " << max << "]" << (is_integer(field.dtype) ? ", whole numbers" : "")
-                << ")";
+        message << where << ": range [" << low << ", " << high << ") is empty or not valid for "
+                << dtype_name(field.dtype) << " (bounds within [" << min << ", " << max << "]"
+                << (is_integer(field.dtype) ? ", whole numbers" : "") << ")";
         throw Error(message.str());
       }
     }

@@ -267,7 +267,8 @@ std::span<const TarMember> TarIndex::members(size_t sample) const {
     throw Error("tar shard '" + path_ + "': sample " + std::to_string(sample) + " is beyond its " +
                 std::to_string(sample_count()) + " samples");
   }
-  return std::span<const TarMember>(members_).subspan(member_begin_[sample], member_begin_[sample + 1] - member_begin_[sample]);
+  return std::span<const TarMember>(members_).subspan(member_begin_[sample],
+                                                      member_begin_[sample + 1] - member_begin_[sample]);
 }
 
 std::optional<uint32_t> TarIndex::extension_id(std::string_view extension) const {
@@ -305,17 +306,17 @@ uint32_t TarIndex::intern(std::string_view extension) {
 void TarIndex::scan() {
   const std::string where = "tar shard '" + path_ + "': ";
   PaxState pax;
-  std::optional<std::string> long_name;           // from a GNU 'L' member, for the next member
+  std::optional<std::string> long_name;  // from a GNU 'L' member, for the next member
   constexpr uint64_t kNone = UINT64_MAX;
-  uint64_t extended_header = kNone;              // offset of the first extended header of the next member
+  uint64_t extended_header = kNone;                // offset of the first extended header of the next member
   std::unordered_map<std::string, uint64_t> seen;  // key -> header offset of its sample's first member
   uint64_t offset = 0;
   Block block;
 
   auto extended_data = [&](uint64_t size, uint64_t data_offset, const std::string& what) {
     if (size > kMaxExtendedHeader) {
-      throw Error(where + what + " at byte " + std::to_string(data_offset - kBlock) + " claims " + std::to_string(size) +
-                  " bytes, more than the " + std::to_string(kMaxExtendedHeader) + " accepted");
+      throw Error(where + what + " at byte " + std::to_string(data_offset - kBlock) + " claims " +
+                  std::to_string(size) + " bytes, more than the " + std::to_string(kMaxExtendedHeader) + " accepted");
     }
     std::string data(size, '\0');
     if (pread_full(fd_, data.data(), size, data_offset, path_) != size) {  // within the file, as the caller checked
@@ -357,7 +358,8 @@ void TarIndex::scan() {
     if (!stored || (*stored != unsigned_sum && static_cast<int64_t>(*stored) != signed_sum)) {
       throw Error(where + "bad header checksum at byte " + std::to_string(offset) + " (name field '" +
                   printable(field_text(block, kNameOffset, kNameSize)) + "'): stored " +
-                  (stored ? std::to_string(*stored) : "'" + printable(field_text(block, kChecksumOffset, kChecksumSize)) + "'") +
+                  (stored ? std::to_string(*stored)
+                          : "'" + printable(field_text(block, kChecksumOffset, kChecksumSize)) + "'") +
                   ", computed " + std::to_string(unsigned_sum) + "; this is not a tar file or it is corrupt");
     }
 
@@ -370,10 +372,13 @@ void TarIndex::scan() {
     const bool regular = type == '0' || type == '\0' || type == '7';
     const bool extension_header = type == 'L' || type == 'K' || type == 'x' || type == 'g';
     if (regular) {
-      if (auto path = pax.get("path")) name = std::move(*path);
-      else if (long_name) name = *long_name;
+      if (auto path = pax.get("path"))
+        name = std::move(*path);
+      else if (long_name)
+        name = *long_name;
     }
-    const std::string member = where + "member '" + printable(name) + "' (header at byte " + std::to_string(offset) + ")";
+    const std::string member =
+        where + "member '" + printable(name) + "' (header at byte " + std::to_string(offset) + ")";
 
     auto size = parse_number(block, kSizeOffset, kSizeSize);
     if (!size) {
@@ -421,7 +426,7 @@ void TarIndex::scan() {
     const size_t slash = name.rfind('/');
     const size_t base = slash == std::string::npos ? 0 : slash + 1;
     const size_t dot = name.find('.', base);
-    if (dot == std::string::npos || dot == base || dot + 1 == name.size()) continue;  // no key or extension
+    if (dot == std::string::npos || dot == base || dot + 1 == name.size()) continue;             // no key or extension
     if (slash == std::string::npos && name.starts_with("__") && name.ends_with("__")) continue;  // metadata
     const std::string_view sample_key = std::string_view(name).substr(0, dot);
     const uint32_t extension = intern(lower(std::string_view(name).substr(dot + 1)));
@@ -439,8 +444,9 @@ void TarIndex::scan() {
     }
     const auto [first, inserted] = seen.emplace(sample_key, header_offset);
     if (!inserted) {
-      throw Error(member + ": sample key '" + printable(sample_key) + "' appears again after other samples; its members from byte " +
-                  std::to_string(first->second) + " and this one at byte " + std::to_string(header_offset) +
+      throw Error(member + ": sample key '" + printable(sample_key) +
+                  "' appears again after other samples; its members from byte " + std::to_string(first->second) +
+                  " and this one at byte " + std::to_string(header_offset) +
                   " are not adjacent (WebDataset needs a sample's members to be consecutive)");
     }
     members_.push_back(entry);

@@ -74,7 +74,7 @@ class TarIndex {
   std::vector<std::string> extensions_;
   std::vector<TarMember> members_;
   std::vector<size_t> member_begin_{0};  // sample s has members_[member_begin_[s], member_begin_[s + 1])
-  std::string keys_;                      // every key, back to back
+  std::string keys_;                     // every key, back to back
   std::vector<size_t> key_begin_{0};     // sample s's key is keys_[key_begin_[s], key_begin_[s + 1])
 };
 

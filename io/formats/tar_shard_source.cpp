@@ -56,11 +56,15 @@ std::vector<std::string> alternatives(std::string_view group, std::string_view p
       throw Error(where + "range {" + std::string(group) + "} needs two integers, as in {000000..000099}");
     }
     const uint64_t count = (*first <= *last ? static_cast<uint64_t>(*last) - static_cast<uint64_t>(*first)
-                                            : static_cast<uint64_t>(*first) - static_cast<uint64_t>(*last)) + 1;
+                                            : static_cast<uint64_t>(*first) - static_cast<uint64_t>(*last)) +
+                           1;
     if (count == 0 || count > kMaxExpansion) {
-      throw Error(where + "range {" + std::string(group) + "} has more than " + std::to_string(kMaxExpansion) + " values");
+      throw Error(where + "range {" + std::string(group) + "} has more than " + std::to_string(kMaxExpansion) +
+                  " values");
     }
-    auto zero_led = [](std::string_view s) { return s != "0" && s != "-0" && (s.starts_with('0') || s.starts_with("-0")); };
+    auto zero_led = [](std::string_view s) {
+      return s != "0" && s != "-0" && (s.starts_with('0') || s.starts_with("-0"));
+    };
     const size_t width = zero_led(left) || zero_led(right) ? std::max(left.size(), right.size()) : 0;
     std::vector<std::string> out;
     out.reserve(count);
@@ -148,7 +152,8 @@ TarShardSource::TarShardSource(TarShardOptions options) : options_(std::move(opt
   if (size() == 0) throw Error("tar source: its " + std::to_string(count) + " shard(s) hold no samples");
 
   if (options_.fields.empty()) {
-    const auto first = std::find_if(shards_.begin(), shards_.end(), [](const TarIndex& s) { return s.sample_count() > 0; });
+    const auto first =
+        std::find_if(shards_.begin(), shards_.end(), [](const TarIndex& s) { return s.sample_count() > 0; });
     for (const TarMember& member : first->members(0)) {
       TarField field;
       field.extension = first->extension(member);
@@ -204,7 +209,8 @@ TarShardSource::TarShardSource(TarShardOptions options) : options_(std::move(opt
 
 size_t TarShardSource::shard_of(uint64_t index) const {
   if (index >= size()) {
-    throw Error("tar source: sample " + std::to_string(index) + " is beyond its " + std::to_string(size()) + " samples");
+    throw Error("tar source: sample " + std::to_string(index) + " is beyond its " + std::to_string(size()) +
+                " samples");
   }
   // The last shard whose first sample is <= index (empty shards share their begin with the next).
   const auto it = std::upper_bound(shard_begin_.begin(), shard_begin_.end(), index);
@@ -213,14 +219,16 @@ size_t TarShardSource::shard_of(uint64_t index) const {
 
 TarShardSource::SampleRange TarShardSource::shard_samples(size_t shard) const {
   if (shard >= shards_.size()) {
-    throw Error("tar source: shard " + std::to_string(shard) + " is beyond its " + std::to_string(shards_.size()) + " shards");
+    throw Error("tar source: shard " + std::to_string(shard) + " is beyond its " + std::to_string(shards_.size()) +
+                " shards");
   }
   return SampleRange{shard_begin_[shard], shard_begin_[shard + 1]};
 }
 
 const TarIndex& TarShardSource::shard(size_t shard) const {
   if (shard >= shards_.size()) {
-    throw Error("tar source: shard " + std::to_string(shard) + " is beyond its " + std::to_string(shards_.size()) + " shards");
+    throw Error("tar source: shard " + std::to_string(shard) + " is beyond its " + std::to_string(shards_.size()) +
+                " shards");
   }
   return shards_[shard];
 }
@@ -244,12 +252,14 @@ EncodedSample TarShardSource::read(uint64_t index) const {
       std::string present;
       for (const TarMember& m : tar.members(local)) present += (present.empty() ? "" : ", ") + tar.extension(m);
       throw Error("tar shard '" + tar.path() + "': sample '" + std::string(tar.key(local)) + "' (index " +
-                  std::to_string(index) + ", header at byte " + std::to_string(tar.members(local).front().header_offset) +
-                  ") has no '." + options_.fields[f].extension +
-                  "' member for field '" + options_.fields[f].name + "'; it has: " + present);
+                  std::to_string(index) + ", header at byte " +
+                  std::to_string(tar.members(local).front().header_offset) + ") has no '." +
+                  options_.fields[f].extension + "' member for field '" + options_.fields[f].name +
+                  "'; it has: " + present);
     }
     // Two fields reading the same member share its bytes (decoders do not modify their input).
-    const auto earlier = std::find(extension_ids_[s].begin(), extension_ids_[s].begin() + static_cast<std::ptrdiff_t>(f), id);
+    const auto earlier =
+        std::find(extension_ids_[s].begin(), extension_ids_[s].begin() + static_cast<std::ptrdiff_t>(f), id);
     if (earlier != extension_ids_[s].begin() + static_cast<std::ptrdiff_t>(f)) {
       sample.fields.push_back(sample.fields[static_cast<size_t>(earlier - extension_ids_[s].begin())]);
       continue;

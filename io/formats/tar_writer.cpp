@@ -11,7 +11,7 @@ namespace ferry {
 namespace {
 
 constexpr size_t kBlock = 512;
-constexpr size_t kRecord = 10240;  // tar's default blocking factor, 20 blocks
+constexpr size_t kRecord = 10240;                        // tar's default blocking factor, 20 blocks
 constexpr uint64_t kOctalSizeLimit = uint64_t{1} << 33;  // 11 octal digits hold sizes below 8 GiB
 
 void put_octal(char* field, size_t width, uint64_t value) {

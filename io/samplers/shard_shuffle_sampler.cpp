@@ -48,7 +48,6 @@ namespace {
 // Absorbed first, so that this sampler's stream differs from ShuffledSampler's keys for the same seed.
 constexpr uint64_t kDomain = 0x7368617264736866ULL;  // "shardshf"
 
-
 constexpr uint64_t absorb(uint64_t state, uint64_t word) noexcept { return mix64(state + kGoldenGamma + mix64(word)); }
 
 // splitmix64 (Steele, Lea, Flood 2014): passes BigCrush, period 2^64, identical on every platform.
@@ -139,10 +138,10 @@ struct ShardShuffleSampler::Epoch {
   explicit Epoch(uint64_t e) : epoch(e) {}
 
   const uint64_t epoch;
-  std::mutex compute_mutex;      // held by the one caller computing the order
+  std::mutex compute_mutex;        // held by the one caller computing the order
   std::atomic<bool> ready{false};  // the order is complete; written once, under compute_mutex
-  std::vector<uint32_t> narrow;  // the order when the sampler is not wide_
-  std::vector<uint64_t> wide;    // the order when it is
+  std::vector<uint32_t> narrow;    // the order when the sampler is not wide_
+  std::vector<uint64_t> wide;      // the order when it is
 };
 
 ShardShuffleSampler::ShardShuffleSampler(std::vector<uint64_t> shard_sizes, Options options)

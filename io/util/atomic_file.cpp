@@ -37,7 +37,8 @@ void AtomicFile::write(std::string_view bytes) {
     const ssize_t n = ::write(fd_, data, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw Error("cannot write " + partial_ + " at byte offset " + std::to_string(size_) + ": " + std::strerror(errno));
+      throw Error("cannot write " + partial_ + " at byte offset " + std::to_string(size_) + ": " +
+                  std::strerror(errno));
     }
     data += n;
     left -= static_cast<size_t>(n);

@@ -28,7 +28,8 @@ bool equal_ignoring_case(std::string_view a, std::string_view b) {
 std::optional<std::pair<double, std::string_view>> number_and_unit(std::string_view text) {
   text = trim(text);
   size_t digits = 0;
-  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) ++digits;
+  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.'))
+    ++digits;
   if (digits == 0) return std::nullopt;
   double value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + digits, value);
@@ -59,10 +60,22 @@ std::optional<uint64_t> parse_byte_size(std::string_view text) {
   };
   static constexpr uint64_t kKi = 1024;
   static constexpr std::array<Unit, 16> kUnits{{
-      {"", 1},        {"b", 1},             {"byte", 1},                 {"bytes", 1},
-      {"kb", 1000},   {"mb", 1000000},      {"gb", 1000000000},          {"tb", 1000000000000},
-      {"kib", kKi},   {"mib", kKi * kKi},   {"gib", kKi * kKi * kKi},    {"tib", kKi * kKi * kKi * kKi},
-      {"k", kKi},     {"m", kKi * kKi},     {"g", kKi * kKi * kKi},      {"t", kKi * kKi * kKi * kKi},
+      {"", 1},
+      {"b", 1},
+      {"byte", 1},
+      {"bytes", 1},
+      {"kb", 1000},
+      {"mb", 1000000},
+      {"gb", 1000000000},
+      {"tb", 1000000000000},
+      {"kib", kKi},
+      {"mib", kKi * kKi},
+      {"gib", kKi * kKi * kKi},
+      {"tib", kKi * kKi * kKi * kKi},
+      {"k", kKi},
+      {"m", kKi * kKi},
+      {"g", kKi * kKi * kKi},
+      {"t", kKi * kKi * kKi * kKi},
   }};
   const auto found = std::find_if(kUnits.begin(), kUnits.end(),
                                   [&](const Unit& candidate) { return equal_ignoring_case(unit, candidate.name); });

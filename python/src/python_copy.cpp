@@ -68,7 +68,8 @@ PythonCopy::~PythonCopy() {
 void PythonCopy::flatten(py::handle value, std::vector<at::Tensor>& tensors) {
   PyObject* object = value.ptr();
   // A structure that contains itself raises RecursionError, as Python's own walks do.
-  if (Py_EnterRecursiveCall(" while walking the structure given to ferry.start_copy") != 0) throw py::error_already_set();
+  if (Py_EnterRecursiveCall(" while walking the structure given to ferry.start_copy") != 0)
+    throw py::error_already_set();
   struct Leave {
     ~Leave() { Py_LeaveRecursiveCall(); }
   } leave;
@@ -103,10 +104,8 @@ void PythonCopy::flatten(py::handle value, std::vector<at::Tensor>& tensors) {
 py::object PythonCopy::rebuild(size_t& step, size_t& tensor, const std::vector<at::Tensor>& results) const {
   const Step& here = steps_[step++];
   switch (here.kind) {
-    case Kind::kTensor:
-      return py::reinterpret_steal<py::object>(THPVariable_Wrap(results[tensor++]));
-    case Kind::kLeaf:
-      return here.object;
+    case Kind::kTensor: return py::reinterpret_steal<py::object>(THPVariable_Wrap(results[tensor++]));
+    case Kind::kLeaf: return here.object;
     case Kind::kList: {
       py::list list(here.size);
       for (Py_ssize_t i = 0; i < here.size; ++i) list[static_cast<size_t>(i)] = rebuild(step, tensor, results);
@@ -134,10 +133,8 @@ py::object PythonCopy::rebuild(size_t& step, size_t& tensor, const std::vector<a
 bool PythonCopy::find_path(size_t& step, size_t& tensor, size_t wanted, std::string& path) const {
   const Step& here = steps_[step++];
   switch (here.kind) {
-    case Kind::kTensor:
-      return tensor++ == wanted;
-    case Kind::kLeaf:
-      return false;
+    case Kind::kTensor: return tensor++ == wanted;
+    case Kind::kLeaf: return false;
     case Kind::kList:
     case Kind::kTuple:
       for (Py_ssize_t i = 0; i < here.size; ++i) {

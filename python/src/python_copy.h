@@ -42,8 +42,8 @@ class PythonCopy {
   enum class Kind { kTensor, kLeaf, kList, kTuple, kDict };
   struct Step {
     Kind kind;
-    Py_ssize_t size = 0;       // containers: number of elements (dict: of items)
-    pybind11::object object;   // leaves, dict keys
+    Py_ssize_t size = 0;      // containers: number of elements (dict: of items)
+    pybind11::object object;  // leaves, dict keys
   };
   void flatten(pybind11::handle value, std::vector<at::Tensor>& tensors);
   pybind11::object rebuild(size_t& step, size_t& tensor, const std::vector<at::Tensor>& results) const;

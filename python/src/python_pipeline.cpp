@@ -5,18 +5,19 @@
 
 #include <torch/csrc/autograd/python_variable.h>
 
-#include "cli/run_report.h"
-#include <ferry/build_config.h>
 #include <ferry/assembly/config_loader.h>
 #include <ferry/assembly/configured_pipeline.h>
 #include <ferry/assembly/pipeline_state_loader.h>
+#include <ferry/build_config.h>
 #include <ferry/stages/standard_pipeline.h>
+#include "cli/run_report.h"
 
 namespace py = pybind11;
 
 namespace ferry::python {
 
-PythonPipeline::PythonPipeline(Config config, const std::optional<std::string>& state_json) : config_(std::move(config)) {
+PythonPipeline::PythonPipeline(Config config, const std::optional<std::string>& state_json)
+    : config_(std::move(config)) {
   std::optional<PipelineState> resume;
   if (state_json) resume = parse_pipeline_state(*state_json, "<state_dict>");
   py::gil_scoped_release unlocked;  // indexing a dataset and starting threads take a while
@@ -56,9 +57,9 @@ std::shared_ptr<Pipeline> PythonPipeline::install(std::shared_ptr<Pipeline> pipe
 
 void PythonPipeline::retire(std::shared_ptr<Pipeline> pipeline) {
   if (!pipeline) return;
-  pipeline->close();  // wakes a next() blocked on another thread
+  pipeline->close();                    // wakes a next() blocked on another thread
   std::lock_guard consumer(consumer_);  // that next() has left the pipeline
-  pipeline.reset();  // the last reference, unless a next() still holds one: it drops it on return
+  pipeline.reset();                     // the last reference, unless a next() still holds one: it drops it on return
 }
 
 uint64_t PythonPipeline::length() const {
@@ -163,7 +164,7 @@ void PythonPipeline::close() {
     if (!pipeline_) return;  // another close() got here first
     last = std::move(pipeline_);
   }
-  last->close();  // wakes a next() blocked on another thread
+  last->close();                        // wakes a next() blocked on another thread
   std::lock_guard consumer(consumer_);  // that next() has left the pipeline: the state is final
   PipelineState state = last->state();
   PipelineStats stats = last->stats();
@@ -191,8 +192,8 @@ std::unique_ptr<PythonPipeline> from_path(const std::string& path, const Overrid
   return std::make_unique<PythonPipeline>(std::move(config), state);
 }
 
-std::unique_ptr<PythonPipeline> from_text(const std::string& yaml, const std::string& origin, const Overrides& overrides,
-                                          const State& state) {
+std::unique_ptr<PythonPipeline> from_text(const std::string& yaml, const std::string& origin,
+                                          const Overrides& overrides, const State& state) {
   return std::make_unique<PythonPipeline>(parse_config(yaml, origin, overrides), state);
 }
 
@@ -204,7 +205,8 @@ void bind_pipeline(py::module_& module) {
       .def_static("from_text", &from_text, py::arg("yaml"), py::arg("origin"), py::arg("overrides"), py::arg("state"))
       .def("next", &PythonPipeline::next, "The next batch as {field: tensor}; StopIteration at the end.")
       .def("__len__", &PythonPipeline::length)
-      .def("_drain_in_cpp", &PythonPipeline::drain, "Takes every remaining batch in C++; returns how many (a benchmark's baseline).")
+      .def("_drain_in_cpp", &PythonPipeline::drain,
+           "Takes every remaining batch in C++; returns how many (a benchmark's baseline).")
       .def("state_json", &PythonPipeline::state_json)
       .def("load_state_json", &PythonPipeline::load_state_json, py::arg("state"))
       .def("stats_json", &PythonPipeline::stats_json)

@@ -145,10 +145,10 @@ stats: {progress: plain, interval: 1500ms, report: out.json}
 }
 
 TEST(ConfigOverrides, SetNestedKeysSizesAndLists) {
-  const Config config = parse_config(kMinimal, "test.yaml",
-                                     {"pool.slab_size=1.5MiB", "sampler.shuffle=true", "transfer.device=cpu",
-                                      "source.fields.0.shape=[4, 4]", "source.fields[1].length=[2, 3]",
-                                      "collate.pad_values={tokens: -7}", "batch_size=3"});
+  const Config config = parse_config(
+      kMinimal, "test.yaml",
+      {"pool.slab_size=1.5MiB", "sampler.shuffle=true", "transfer.device=cpu", "source.fields.0.shape=[4, 4]",
+       "source.fields[1].length=[2, 3]", "collate.pad_values={tokens: -7}", "batch_size=3"});
   EXPECT_EQ(config.pipeline.pool.slab_bytes, size_t{3} << 19);
   EXPECT_TRUE(config.sampler.shuffle);
   EXPECT_EQ(config.pipeline.device, "cpu");
@@ -165,22 +165,28 @@ TEST(ConfigOverrides, AppendToAListAndReplaceAWholeSection) {
   const Config appended = parse_config(kMinimal, "test.yaml", {"source.fields.2={name: label, dtype: int64}"});
   ASSERT_EQ(appended.source.synthetic.fields.size(), 3u);
   EXPECT_EQ(appended.source.synthetic.fields[2].name, "label");
-  const Config replaced = parse_config(kMinimal, "test.yaml", {"source={kind: synthetic, samples: 5, fields: [{name: x, dtype: float32}]}"});
+  const Config replaced = parse_config(kMinimal, "test.yaml",
+                                       {"source={kind: synthetic, samples: 5, fields: [{name: x, dtype: float32}]}"});
   ASSERT_EQ(replaced.source.synthetic.fields.size(), 1u);
   EXPECT_EQ(replaced.source.synthetic.samples, 5u);
 }
 
 TEST(ConfigOverrides, BadOverridesAreReportedAtTheirFlag) {
   EXPECT_NE(problems_of(kMinimal, {"batch_size"}).find("--set batch_size: expected key.path=value"), std::string::npos);
-  EXPECT_NE(problems_of(kMinimal, {"source.fields.5.name=x"}).find("--set source.fields.5.name=x: source.fields: '5' is not an index"),
+  EXPECT_NE(problems_of(kMinimal, {"source.fields.5.name=x"})
+                .find("--set source.fields.5.name=x: source.fields: '5' is not an index"),
             std::string::npos);
-  EXPECT_NE(problems_of(kMinimal, {"source.kind.x=1"}).find("--set source.kind.x=1: source.kind.x: cannot set a key inside 'synthetic'"),
+  EXPECT_NE(problems_of(kMinimal, {"source.kind.x=1"})
+                .find("--set source.kind.x=1: source.kind.x: cannot set a key inside 'synthetic'"),
             std::string::npos);
-  EXPECT_NE(problems_of(kMinimal, {"prefetch=[1"}).find("--set prefetch=[1: prefetch: invalid YAML value"), std::string::npos);
-  EXPECT_NE(problems_of(kMinimal, {"batch_size.=7"}).find("--set batch_size.=7: batch_size.: expected key.path=value with non-empty key names"),
+  EXPECT_NE(problems_of(kMinimal, {"prefetch=[1"}).find("--set prefetch=[1: prefetch: invalid YAML value"),
+            std::string::npos);
+  EXPECT_NE(problems_of(kMinimal, {"batch_size.=7"})
+                .find("--set batch_size.=7: batch_size.: expected key.path=value with non-empty key names"),
             std::string::npos);
   // A field appended by --set is located there, down to the keys it lacks.
-  EXPECT_NE(problems_of(kMinimal, {"source.fields.2.name=y"}).find("--set source.fields.2.name=y: source.fields[2].dtype: missing required key"),
+  EXPECT_NE(problems_of(kMinimal, {"source.fields.2.name=y"})
+                .find("--set source.fields.2.name=y: source.fields[2].dtype: missing required key"),
             std::string::npos)
       << problems_of(kMinimal, {"source.fields.2.name=y"});
 }
@@ -201,8 +207,9 @@ TEST(Placement, ConfigOverridesTorchrunButNeedsARankForAnotherWorldSize) {
     (void)resolve_placement(whole, env);
     FAIL() << "a world size other than torchrun's needs an explicit rank";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("sampler.world_size is 1 but torchrun's WORLD_SIZE is 8: set sampler.rank as well"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("sampler.world_size is 1 but torchrun's WORLD_SIZE is 8: set sampler.rank as well"),
+        std::string::npos)
         << e.what();
   }
   whole.rank = 0;
@@ -220,7 +227,8 @@ TEST(ConfigLoader, AMissingFileSaysSo) {
     (void)load_config("/nonexistent/ferry.yaml");
     FAIL() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent/ferry.yaml: cannot open the config file: No such file"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/ferry.yaml: cannot open the config file: No such file"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -259,13 +267,15 @@ TEST(ConfigLoader, ReadsAnImageFolderWithItsImageKeys) {
   EXPECT_EQ(config.where("source.image.shape"), "images.yaml:5:18");
 
   // The extensions default to jpg and jpeg; decoder raw needs no shape and gets no decoder of its own.
-  const Config raw = parse_config("source: {kind: image_folder, root: " + root.path() + ", image: {decoder: raw}}\n", "raw.yaml");
+  const Config raw =
+      parse_config("source: {kind: image_folder, root: " + root.path() + ", image: {decoder: raw}}\n", "raw.yaml");
   EXPECT_EQ(raw.source.image_folder.extensions, (std::vector<std::string>{"jpg", "jpeg"}));
   EXPECT_EQ(raw.source.image_folder.image.decoder, "raw");
   EXPECT_TRUE(raw.source.image_folder.image.variable());
   EXPECT_TRUE(raw.source.jpeg.empty());
   // Without resize_shorter and crop a jpeg image uses the shared decoder (every image already [H, W]).
-  const Config plain = parse_config("source: {kind: image_folder, root: " + root.path() + ", image: {shape: [8, 8, 3]}}\n", "plain.yaml");
+  const Config plain = parse_config(
+      "source: {kind: image_folder, root: " + root.path() + ", image: {shape: [8, 8, 3]}}\n", "plain.yaml");
   EXPECT_TRUE(plain.source.jpeg.empty());
 }
 
@@ -347,13 +357,16 @@ TEST(ConfigLoader, ImageFolderKeysBelongToImageFolderAndItsRootMustExist) {
        "test.yaml:3:9: source.root: no such folder: /nonexistent-ferry-data/images"},
       {"source:\n  kind: image_folder\n  root: /dev/null\n  image: {shape: [8, 8, 3]}\n",
        "test.yaml:3:9: source.root: not a folder: /dev/null"},
-      {folder, "test.yaml:2:3: source.image: missing required key (how the images decode, e.g. image: {shape: [224, 224, 3]})"},
+      {folder,
+       "test.yaml:2:3: source.image: missing required key (how the images decode, e.g. image: {shape: [224, 224, 3]})"},
       {folder + "  image: {shape: [8, 8, 3]}\n  extensions: []\n",
-       "test.yaml:5:15: source.extensions: expected a non-empty list of file extensions, e.g. [jpg, jpeg], found a list"},
+       "test.yaml:5:15: source.extensions: expected a non-empty list of file extensions, e.g. [jpg, jpeg], found a "
+       "list"},
       {folder + "  image: {shape: [8, 8, 3], size: 3}\n",
        "test.yaml:4:29: source.image.size: unknown key; known in source.image: shape, decoder, resize_shorter, crop"},
       {folder + "  image: {shape: [8, 8, 3]}\n  members: [{name: x, extension: jpg}]\n",
-       "test.yaml:5:3: source.members: not a key of source kind 'image_folder' (its keys: kind, root, extensions, image)"},
+       "test.yaml:5:3: source.members: not a key of source kind 'image_folder' (its keys: kind, root, extensions, "
+       "image)"},
       {"source:\n  kind: tar\n  shards: /dev/null\n  root: " + root.path() + "\n",
        "test.yaml:4:3: source.root: not a key of source kind 'tar' (its keys: kind, shards, members)"},
   };
@@ -421,8 +434,8 @@ TEST(ConfigDocs, EveryKeyIsDocumentedWithItsTypeAndDefault) {
   for (const DocumentedKey& key : documented) documented_paths.insert(key.path);
   for (const ConfigKey& key : config_keys()) {
     SCOPED_TRACE(std::string(key.path));
-    const auto found = std::find_if(documented.begin(), documented.end(),
-                                    [&](const DocumentedKey& d) { return d.path == key.path; });
+    const auto found =
+        std::find_if(documented.begin(), documented.end(), [&](const DocumentedKey& d) { return d.path == key.path; });
     ASSERT_NE(found, documented.end()) << "docs/config.md does not document " << key.path;
     EXPECT_EQ(found->type, key.type);
     EXPECT_EQ(found->default_value, key.default_value);
@@ -475,7 +488,8 @@ TEST(ConfigDocs, EveryDocumentedKeyIsAcceptedWithItsExample) {
   const TokenDatasetFolder dataset;
   const std::string megatron = "source: {kind: megatron, prefix: data/tokens}\n";
   const std::string tar =
-      "source: {kind: tar, shards: [data/shard-000.tar], members: [{name: image, extension: jpg, decoder: jpeg, shape: [8, 8, 3]}]}\nsampler: {shuffle: true}\n";
+      "source: {kind: tar, shards: [data/shard-000.tar], members: [{name: image, extension: jpg, decoder: jpeg, shape: "
+      "[8, 8, 3]}]}\nsampler: {shuffle: true}\n";
   const std::string image_folder = "source: {kind: image_folder, root: data/images, image: {shape: [8, 8, 3]}}\n";
   for (const DocumentedKey& documented : documented_keys()) {
     SCOPED_TRACE(documented.path);
@@ -491,9 +505,10 @@ TEST(ConfigDocs, EveryDocumentedKeyIsAcceptedWithItsExample) {
       return std::string_view(key->default_value).find(kind) != std::string_view::npos ||
              std::string_view(key->description).find(kind) != std::string_view::npos;
     };
-    const std::string& base = for_kind("(megatron)") ? megatron : for_kind("(tar)") ? tar
-                              : for_kind("(image_folder)")                          ? image_folder
-                                                                                    : kMinimal;
+    const std::string& base = for_kind("(megatron)")       ? megatron
+                              : for_kind("(tar)")          ? tar
+                              : for_kind("(image_folder)") ? image_folder
+                                                           : kMinimal;
     EXPECT_EQ(problems_of(base, {set}), "") << "--set " << set;
   }
 }

@@ -26,8 +26,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/support/temp_dir.h"
 #include "tests/support/error_text.h"
+#include "tests/support/temp_dir.h"
 
 extern char** environ;
 
@@ -53,7 +53,7 @@ constexpr Clock::duration kStopDeadline = seconds(10);
 struct ExitStatus {
   bool exited = false;  // by exit(): `code` holds the status
   int code = -1;
-  int signal = 0;       // killed by this signal (0: not)
+  int signal = 0;  // killed by this signal (0: not)
   bool timed_out = false;
 
   bool is(int expected) const { return exited && code == expected; }
@@ -231,9 +231,7 @@ std::vector<std::string> ferry_args(std::vector<std::string> args) {
 
 Result ferry(const std::vector<std::string>& args) { return run_program(ferry_args(args)); }
 
-std::string both(const Result& result) {
-  return "\n--- stdout ---\n" + result.out + "\n--- stderr ---\n" + result.err;
-}
+std::string both(const Result& result) { return "\n--- stdout ---\n" + result.out + "\n--- stderr ---\n" + result.err; }
 
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> all;
@@ -258,13 +256,13 @@ struct TempDir : testing::TempDir {
 
 // The values of a report's JSON that these tests check: batches, samples, interrupted, exit_status.
 std::vector<std::string> report_values(const std::string& path) {
-  const Result result = run_program(
-      {kPython, "-c",
-       "import json, sys\n"
-       "r = json.load(open(sys.argv[1]))\n"
-       "print(r['totals']['batches'], r['totals']['samples'], str(r['run']['interrupted']).lower(), "
-       "r['run']['exit_status'])\n",
-       path});
+  const Result result =
+      run_program({kPython, "-c",
+                   "import json, sys\n"
+                   "r = json.load(open(sys.argv[1]))\n"
+                   "print(r['totals']['batches'], r['totals']['samples'], str(r['run']['interrupted']).lower(), "
+                   "r['run']['exit_status'])\n",
+                   path});
   EXPECT_TRUE(result.status.is(0)) << result.status << both(result);
   std::vector<std::string> values;
   std::istringstream in(result.out);
@@ -273,8 +271,8 @@ std::vector<std::string> report_values(const std::string& path) {
 }
 
 void expect_matches_schema(const std::string& path) {
-  const Result check = run_program({kPython, FERRY_SOURCE_DIR "/tests/cli/check_json_schema.py",
-                                    FERRY_SOURCE_DIR "/docs/report.schema.json", path});
+  const Result check = run_program(
+      {kPython, FERRY_SOURCE_DIR "/tests/cli/check_json_schema.py", FERRY_SOURCE_DIR "/docs/report.schema.json", path});
   EXPECT_TRUE(check.status.is(0)) << "check_json_schema.py: " << check.status << both(check);
 }
 
@@ -296,9 +294,17 @@ TEST(FerryRun, RunWritesAJsonReportThatMatchesItsSchema) {
 
 // Long enough (about 40 batches of 64 images of 3x256x256) that a 100 ms interval prints several lines.
 std::vector<std::string> slow_run(const std::string& progress) {
-  std::vector<std::string> args = {"run",   "--batches", "40",  "--set", "stats.interval=100ms",
-                                   "--set", "decode.threads=1",  "--set", "source.samples=100000",
-                                   "--set", "source.fields.0.shape=[3,256,256]"};
+  std::vector<std::string> args = {"run",
+                                   "--batches",
+                                   "40",
+                                   "--set",
+                                   "stats.interval=100ms",
+                                   "--set",
+                                   "decode.threads=1",
+                                   "--set",
+                                   "source.samples=100000",
+                                   "--set",
+                                   "source.fields.0.shape=[3,256,256]"};
   if (!progress.empty()) {
     args.push_back("--set");
     args.push_back("stats.progress=" + progress);
@@ -337,8 +343,15 @@ TEST(FerryRun, ProgressIsPlainLinesWhenNotOnATerminal) {
 
 // A run that would last for days; it prints a plain progress line every 100 ms.
 std::vector<std::string> endless_run() {
-  return {"run",   "--set",   "source.samples=10000000", "--set", "source.fields.0.shape=[3,256,256]",
-          "--set", "stats.interval=100ms", "--epochs", "100"};
+  return {"run",
+          "--set",
+          "source.samples=10000000",
+          "--set",
+          "source.fields.0.shape=[3,256,256]",
+          "--set",
+          "stats.interval=100ms",
+          "--epochs",
+          "100"};
 }
 
 struct Interrupted {
@@ -372,8 +385,8 @@ std::string in_ms(Clock::duration duration) {
 TEST(FerryRun, CtrlCStopsCleanlyWithAReportWithinASecond) {
   // The issue asks for a stop within a second of Ctrl-C, whenever it comes.
   constexpr Clock::duration kBound = seconds(1);
-  for (const Clock::duration after : {Clock::duration(milliseconds(0)), Clock::duration(milliseconds(300)),
-                                      Clock::duration(milliseconds(1000))}) {
+  for (const Clock::duration after :
+       {Clock::duration(milliseconds(0)), Clock::duration(milliseconds(300)), Clock::duration(milliseconds(1000))}) {
     SCOPED_TRACE("SIGINT " + in_ms(after) + " after the first progress line");
     const Interrupted run = interrupt_run(endless_run(), after);
     if (!run.progressed) break;  // already reported; the other moments would only repeat it
@@ -486,9 +499,19 @@ std::string read_file(const std::string& path) {
 
 // A shuffled two-epoch run small enough to finish in a second or two.
 std::vector<std::string> shuffled_run(const std::vector<std::string>& more) {
-  std::vector<std::string> args = {"run",   "--set", "source.samples=2000", "--set", "batch_size=50",
-                                   "--set", "sampler.shuffle=true", "--set", "sampler.seed=11",
-                                   "--epochs", "2", "--set", "stats.progress=off"};
+  std::vector<std::string> args = {"run",
+                                   "--set",
+                                   "source.samples=2000",
+                                   "--set",
+                                   "batch_size=50",
+                                   "--set",
+                                   "sampler.shuffle=true",
+                                   "--set",
+                                   "sampler.seed=11",
+                                   "--epochs",
+                                   "2",
+                                   "--set",
+                                   "stats.progress=off"};
   args.insert(args.end(), more.begin(), more.end());
   return args;
 }
@@ -503,13 +526,14 @@ TEST(FerryResume, ANewProcessContinuesBitForBitWhereTheLastStopped) {
   const Result full = ferry(resume::shuffled_run({"--digest", dir / "full.txt"}));
   ASSERT_TRUE(full.status.is(0)) << full.status << both(full);
   const std::string expected = resume::read_file(dir / "full.txt");
-  ASSERT_EQ(lines(expected).size(), 80u);  // 2 epochs of 40 batches
+  ASSERT_EQ(lines(expected).size(), 80u);   // 2 epochs of 40 batches
   for (const int stop : {1, 39, 40, 79}) {  // (--batches 0 means no limit)
     SCOPED_TRACE("stopped after " + std::to_string(stop) + " batches");
     const Result first = ferry(resume::shuffled_run({"--batches", std::to_string(stop), "--set", "decode.threads=3",
                                                      "--digest", dir / "a.txt", "--save-state", dir / "state.json"}));
     ASSERT_TRUE(first.status.is(0)) << first.status << both(first);
-    EXPECT_TRUE(contains(first.err, "state saved to " + (dir / "state.json") + " (next batch " + std::to_string(stop) + ")"))
+    EXPECT_TRUE(
+        contains(first.err, "state saved to " + (dir / "state.json") + " (next batch " + std::to_string(stop) + ")"))
         << both(first);
     const Result second = ferry(resume::shuffled_run({"--resume", dir / "state.json", "--set", "decode.threads=1",
                                                       "--set", "prefetch=6", "--digest", dir / "b.txt"}));
@@ -536,25 +560,31 @@ TEST(FerryResume, EveryDatasetKindResumesBitForBitInANewProcess) {
   std::ofstream(dir / "images/class-001/broken.jpg") << "\xff\xd8 not really a JPEG";
   std::ofstream(dir / "npy.yaml") << "source:\n"
                                      "  kind: tar\n"
-                                     "  shards: " << dir / "npy" << "/shard-{000000..000002}.tar\n"
+                                     "  shards: "
+                                  << dir / "npy"
+                                  << "/shard-{000000..000002}.tar\n"
                                      "  members:\n"
                                      "    - {name: x, extension: npy, decoder: npy, dtype: float32, shape: [64]}\n"
                                      "    - {name: label, extension: cls, decoder: label, dtype: int64, shape: []}\n"
                                      "sampler: {shuffle: true, seed: 8, shuffle_buffer: 16}\n";
   const std::string configs = std::string(FERRY_SOURCE_DIR) + "/configs/";
-  const std::vector<std::string> images = {"--set", "source.image.shape=[32,32,3]", "--set",
-                                           "source.image.resize_shorter=36", "--set", "decode.on_error=skip"};
+  const std::vector<std::string> images = {"--set", "source.image.shape=[32,32,3]",
+                                           "--set", "source.image.resize_shorter=36",
+                                           "--set", "decode.on_error=skip"};
   struct Kind {
     std::string name;
     std::vector<std::string> args;
   };
   const std::vector<Kind> kinds = {
-      {"megatron", {configs + "megatron.yaml", "--set", "source.prefix=" + dir / "tokens", "--set", "source.seq_len=48"}},
-      {"tar", {configs + "tar.yaml", "--set", "source.shards=" + dir / "shards/shard-{000000..000002}.tar", "--set",
-               "source.members.0.shape=[32,32,3]", "--set", "source.members.0.resize_shorter=36", "--set",
-               "sampler.shuffle_buffer=20"}},
+      {"megatron",
+       {configs + "megatron.yaml", "--set", "source.prefix=" + dir / "tokens", "--set", "source.seq_len=48"}},
+      {"tar",
+       {configs + "tar.yaml", "--set", "source.shards=" + dir / "shards/shard-{000000..000002}.tar", "--set",
+        "source.members.0.shape=[32,32,3]", "--set", "source.members.0.resize_shorter=36", "--set",
+        "sampler.shuffle_buffer=20"}},
       {"npy", {dir / "npy.yaml"}},
-      {"image_folder", [&] {
+      {"image_folder",
+       [&] {
          std::vector<std::string> args = {configs + "image-folder.yaml", "--set", "source.root=" + dir / "images"};
          args.insert(args.end(), images.begin(), images.end());
          return args;
@@ -565,8 +595,8 @@ TEST(FerryResume, EveryDatasetKindResumesBitForBitInANewProcess) {
     auto run = [&](std::vector<std::string> more) {
       std::vector<std::string> args = {"run"};
       args.insert(args.end(), kind.args.begin(), kind.args.end());
-      const std::vector<std::string> common = {"--set", "batch_size=8", "--set", "sampler.shuffle=true", "--epochs", "2",
-                                               "--set", "stats.progress=off"};
+      const std::vector<std::string> common = {
+          "--set", "batch_size=8", "--set", "sampler.shuffle=true", "--epochs", "2", "--set", "stats.progress=off"};
       args.insert(args.end(), common.begin(), common.end());
       args.insert(args.end(), more.begin(), more.end());
       return ferry(args);
@@ -578,8 +608,8 @@ TEST(FerryResume, EveryDatasetKindResumesBitForBitInANewProcess) {
     ASSERT_GE(batches, 10u);
     for (const size_t stop : {size_t{1}, batches / 2 - 1, batches / 2, batches - 1}) {
       SCOPED_TRACE("stopped after " + std::to_string(stop) + " of " + std::to_string(batches) + " batches");
-      const Result first = run({"--batches", std::to_string(stop), "--set", "decode.threads=3", "--digest", dir / "a.txt",
-                                "--save-state", dir / "state.json"});
+      const Result first = run({"--batches", std::to_string(stop), "--set", "decode.threads=3", "--digest",
+                                dir / "a.txt", "--save-state", dir / "state.json"});
       ASSERT_TRUE(first.status.is(0)) << first.status << both(first);
       const Result second = run({"--resume", dir / "state.json", "--set", "decode.threads=1", "--set", "prefetch=5",
                                  "--digest", dir / "b.txt"});
@@ -619,8 +649,9 @@ TEST(FerryResume, RefusesAStateSavedUnderAnotherOrderNamingTheKey) {
   ASSERT_TRUE(first.status.is(0)) << both(first);
   const Result other = ferry(resume::shuffled_run({"--resume", dir / "state.json", "--set", "sampler.seed=12"}));
   EXPECT_TRUE(other.status.is(2)) << other.status << both(other);
-  EXPECT_TRUE(contains(other.err, "--set sampler.seed=12: sampler.seed: the saved state comes from a run with '11', "
-                                  "this config has '12'"))
+  EXPECT_TRUE(contains(other.err,
+                       "--set sampler.seed=12: sampler.seed: the saved state comes from a run with '11', "
+                       "this config has '12'"))
       << both(other);
   std::ofstream(dir / "junk.json") << "{\"format\": \"something-else\"}";
   const Result junk = ferry(resume::shuffled_run({"--resume", dir / "junk.json"}));

@@ -24,8 +24,12 @@ TEST(JsonWriter, EscapesQuotesBackslashesAndEveryControlCharacter) {
 }
 
 TEST(JsonWriter, KeepsValidUtf8AndReplacesInvalidBytes) {
-  EXPECT_EQ(JsonWriter::quote("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\xa2"), "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\xa2\"");
-  EXPECT_EQ(JsonWriter::quote("a\xff" "b"), R"("a\ufffdb")") << "a byte never valid in UTF-8";
+  EXPECT_EQ(JsonWriter::quote("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\xa2"),
+            "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\xa2\"");
+  EXPECT_EQ(JsonWriter::quote("a\xff"
+                              "b"),
+            R"("a\ufffdb")")
+      << "a byte never valid in UTF-8";
   EXPECT_EQ(JsonWriter::quote("\xc3"), R"("\ufffd")") << "a truncated sequence";
   EXPECT_EQ(JsonWriter::quote("\xc0\xaf"), R"("\ufffd\ufffd")") << "an overlong slash";
   EXPECT_EQ(JsonWriter::quote("\xed\xa0\x80"), R"("\ufffd\ufffd\ufffd")") << "a UTF-16 surrogate";
@@ -37,12 +41,25 @@ TEST(JsonWriter, WritesNestedValuesInCallOrder) {
   std::ostringstream out;
   JsonWriter json(out, 0);
   json.begin_object()
-      .key("b").value(1)
-      .key("a").begin_array().value(true).value(false).null().value("x").end_array()
-      .key("empty").begin_object().end_object()
-      .key("none").begin_array().end_array()
-      .key("n").value(int64_t{-5})
-      .key("big").value(std::numeric_limits<uint64_t>::max())
+      .key("b")
+      .value(1)
+      .key("a")
+      .begin_array()
+      .value(true)
+      .value(false)
+      .null()
+      .value("x")
+      .end_array()
+      .key("empty")
+      .begin_object()
+      .end_object()
+      .key("none")
+      .begin_array()
+      .end_array()
+      .key("n")
+      .value(int64_t{-5})
+      .key("big")
+      .value(std::numeric_limits<uint64_t>::max())
       .end_object();
   EXPECT_TRUE(json.done());
   EXPECT_EQ(out.str(), R"({"b":1,"a":[true,false,null,"x"],"empty":{},"none":[],"n":-5,"big":18446744073709551615})");
@@ -51,7 +68,16 @@ TEST(JsonWriter, WritesNestedValuesInCallOrder) {
 TEST(JsonWriter, IndentsEachLevel) {
   std::ostringstream out;
   JsonWriter json(out, 2);
-  json.begin_object().key("a").begin_array().value(1).value(2).end_array().key("b").begin_object().end_object().end_object();
+  json.begin_object()
+      .key("a")
+      .begin_array()
+      .value(1)
+      .value(2)
+      .end_array()
+      .key("b")
+      .begin_object()
+      .end_object()
+      .end_object();
   EXPECT_EQ(out.str(), "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": {}\n}");
 }
 

@@ -27,8 +27,8 @@
 #include <ferry/io/decoders/label_decoder.h>
 #include <ferry/io/decoders/npy_decoder.h>
 #include <ferry/io/formats/tar_shard_source.h>
-#include "tests/support/temp_dir.h"
 #include "tests/support/error_text.h"
+#include "tests/support/temp_dir.h"
 
 extern char** environ;
 
@@ -51,7 +51,8 @@ std::string read_file(const std::string& path) {
 }
 
 std::string both(const Result& result) {
-  return "\n--- exit " + std::to_string(result.code) + "\n--- stdout ---\n" + result.out + "\n--- stderr ---\n" + result.err;
+  return "\n--- exit " + std::to_string(result.code) + "\n--- stdout ---\n" + result.out + "\n--- stderr ---\n" +
+         result.err;
 }
 
 // Runs `ferry make-dataset ARGS...` to its end (killed after two minutes), stdout and stderr into
@@ -139,8 +140,8 @@ TarShardSource expect_shards(const std::string& folder, uint64_t samples, size_t
   for (size_t s = 0; s < shards; ++s) expected_names.push_back("shard-" + key_of(s) + ".tar");
   EXPECT_EQ(list(folder), expected_names);
   for (const std::string& path : shard_paths(folder, shards)) EXPECT_EQ(read_file(path).size() % 10240, 0u) << path;
-  TarShardSource source({shard_paths(folder, shards),
-                         {payload, TarField{"label", "cls", at::kLong, {}, std::nullopt, "label"}}});
+  TarShardSource source(
+      {shard_paths(folder, shards), {payload, TarField{"label", "cls", at::kLong, {}, std::nullopt, "label"}}});
   EXPECT_EQ(source.size(), samples);
   EXPECT_EQ(source.shard_count(), shards);
   uint64_t begin = 0;
@@ -164,8 +165,8 @@ TarShardSource expect_shards(const std::string& folder, uint64_t samples, size_t
 TEST(MakeDataset, TarShardsHoldJpegsOfTheAskedSizeAndLabelsKModClasses) {
   const TempDir dir("ferry_make_dataset");
   const std::string out = dir / "shards";
-  const Result result =
-      make_dataset({"tar", out, "--samples", "23", "--shards", "4", "--image-size", "48x64", "--classes", "5", "--seed", "3"});
+  const Result result = make_dataset(
+      {"tar", out, "--samples", "23", "--shards", "4", "--image-size", "48x64", "--classes", "5", "--seed", "3"});
   ASSERT_EQ(result.code, 0) << both(result);
   EXPECT_TRUE(contains(result.out, "wrote 23 samples to " + out)) << both(result);
   EXPECT_TRUE(contains(result.out, "4 tar shards")) << both(result);
@@ -174,11 +175,13 @@ TEST(MakeDataset, TarShardsHoldJpegsOfTheAskedSizeAndLabelsKModClasses) {
   const JpegDecoder decoder;
   std::set<std::string> distinct;
   for (uint64_t k = 0; k < source.size(); ++k) {
-    const at::Tensor image = decoder.decode(source.read(k).fields.at(0), FieldSpec{"image", at::kByte, {48, 64, 3}, std::nullopt, "jpeg"});
+    const at::Tensor image =
+        decoder.decode(source.read(k).fields.at(0), FieldSpec{"image", at::kByte, {48, 64, 3}, std::nullopt, "jpeg"});
     ASSERT_EQ(image.sizes(), (std::vector<int64_t>{48, 64, 3}));
     // Not flat: a picture, with edges and texture.
     EXPECT_GT(image.to(at::kFloat).std().item<float>(), 10.0f) << "sample " << k;
-    distinct.insert(std::string(reinterpret_cast<const char*>(image.data_ptr<uint8_t>()), static_cast<size_t>(image.numel())));
+    distinct.insert(
+        std::string(reinterpret_cast<const char*>(image.data_ptr<uint8_t>()), static_cast<size_t>(image.numel())));
   }
   EXPECT_EQ(distinct.size(), 23u);
 }
@@ -195,7 +198,8 @@ TEST(MakeDataset, DefaultImagesAre256SquareAndCompressLikePhotos) {
     // Realistic JPEG sizes for 256x256 at quality 90: neither flat (a few KB) nor noise (~150 KB).
     EXPECT_GT(jpeg.numel(), 8000) << "sample " << k;
     EXPECT_LT(jpeg.numel(), 45000) << "sample " << k;
-    EXPECT_EQ(JpegDecoder().decode(jpeg, FieldSpec{"image", at::kByte, {256, 256, 3}, std::nullopt, "jpeg"}).size(0), 256);
+    EXPECT_EQ(JpegDecoder().decode(jpeg, FieldSpec{"image", at::kByte, {256, 256, 3}, std::nullopt, "jpeg"}).size(0),
+              256);
   }
   // Quality 30 makes smaller files of the same pictures.
   const std::string low = dir / "low";
@@ -215,7 +219,8 @@ TEST(MakeDataset, NpyShardsHoldFloat32VectorsThatSeparateTheClasses) {
   const NpyDecoder decoder;
   std::vector<at::Tensor> rows;
   for (uint64_t k = 0; k < source.size(); ++k) {
-    const at::Tensor x = decoder.decode(source.read(k).fields.at(0), FieldSpec{"x", at::kFloat, {64}, std::nullopt, "npy"});
+    const at::Tensor x =
+        decoder.decode(source.read(k).fields.at(0), FieldSpec{"x", at::kFloat, {64}, std::nullopt, "npy"});
     ASSERT_TRUE(x.isfinite().all().item<bool>());
     rows.push_back(x);
   }
@@ -278,11 +283,16 @@ TEST(MakeDataset, TarAndImagesGiveSampleKTheSameLabelAndPixels) {
   image_args.insert(image_args.end(), common.begin(), common.end());
   ASSERT_EQ(make_dataset(tar_args).code, 0);
   ASSERT_EQ(make_dataset(image_args).code, 0);
-  const TarShardSource source({shard_paths(dir / "tar", 2), {TarField{"image", "jpg"}, TarField{"label", "cls", at::kLong, {}, std::nullopt, "label"}}});
+  const TarShardSource source(
+      {shard_paths(dir / "tar", 2),
+       {TarField{"image", "jpg"}, TarField{"label", "cls", at::kLong, {}, std::nullopt, "label"}}});
   for (uint64_t k = 0; k < 9; ++k) {
     const at::Tensor in_tar = source.read(k).fields.at(0);
-    const std::string in_folder = read_file(dir / ("images/class-00" + std::to_string(k % 3) + "/" + key_of(k) + ".jpg"));
-    EXPECT_EQ(std::string(reinterpret_cast<const char*>(in_tar.data_ptr<uint8_t>()), static_cast<size_t>(in_tar.numel())), in_folder)
+    const std::string in_folder =
+        read_file(dir / ("images/class-00" + std::to_string(k % 3) + "/" + key_of(k) + ".jpg"));
+    EXPECT_EQ(
+        std::string(reinterpret_cast<const char*>(in_tar.data_ptr<uint8_t>()), static_cast<size_t>(in_tar.numel())),
+        in_folder)
         << "sample " << k;
   }
 }
@@ -296,7 +306,8 @@ std::vector<std::pair<std::string, std::string>> contents(const std::string& fol
     struct stat info {};
     ::stat((folder + "/" + name).c_str(), &info);
     if (S_ISDIR(info.st_mode)) {
-      for (const std::string& inner : list(folder + "/" + name)) files.emplace_back(name + "/" + inner, read_file(folder + "/" + name + "/" + inner));
+      for (const std::string& inner : list(folder + "/" + name))
+        files.emplace_back(name + "/" + inner, read_file(folder + "/" + name + "/" + inner));
     } else {
       files.emplace_back(name, read_file(folder + "/" + name));
     }
@@ -379,7 +390,8 @@ TEST(MakeDataset, BadUsageExitsTwoNamingTheProblemAndWritesNothing) {
     SCOPED_TRACE(command);
     const Result result = make_dataset(c.args);
     EXPECT_EQ(result.code, 2) << both(result);
-    for (const std::string& part : c.named) EXPECT_TRUE(contains(result.err, part)) << "stderr does not name '" << part << "'" << both(result);
+    for (const std::string& part : c.named)
+      EXPECT_TRUE(contains(result.err, part)) << "stderr does not name '" << part << "'" << both(result);
     EXPECT_TRUE(result.out.empty()) << "a usage error printed on stdout" << both(result);
     EXPECT_FALSE(exists(fresh)) << "a usage error created OUT_DIR";
   }

@@ -11,9 +11,9 @@
 
 #include <gtest/gtest.h>
 
-#include "cli/run_report.h"
 #include <ferry/io/formats/synthetic_source.h>
 #include <ferry/stages/standard_pipeline.h>
+#include "cli/run_report.h"
 
 namespace ferry::cli {
 namespace {
@@ -73,7 +73,8 @@ class JsonReader {
     throw std::runtime_error("JSON: " + what + " at offset " + std::to_string(at_));
   }
   void space() {
-    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\n' || text_[at_] == '\t' || text_[at_] == '\r')) ++at_;
+    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\n' || text_[at_] == '\t' || text_[at_] == '\r'))
+      ++at_;
   }
   bool take(char c) {
     space();
@@ -155,7 +156,9 @@ class JsonReader {
       if (at_ >= text_.size()) fail("unterminated escape");
       const char e = text_[at_++];
       switch (e) {
-        case '"': case '\\': case '/': out.push_back(e); break;
+        case '"':
+        case '\\':
+        case '/': out.push_back(e); break;
         case 'n': out.push_back('\n'); break;
         case 't': out.push_back('\t'); break;
         case 'r': out.push_back('\r'); break;
@@ -322,9 +325,9 @@ TEST(RunReport, JsonHoldsTheStatsInTheDocumentedOrder) {
   const PipelineStats& stats = run.stats;
   const Json json = JsonReader::parse(json_of(run.info, stats));
 
-  EXPECT_EQ(json.keys(), (std::vector<std::string>{"format", "format_version", "ferry_version", "run", "settings",
-                                                   "totals", "bottleneck", "planner", "stages", "consumer", "queues",
-                                                   "pool", "skipped"}));
+  EXPECT_EQ(json.keys(),
+            (std::vector<std::string>{"format", "format_version", "ferry_version", "run", "settings", "totals",
+                                      "bottleneck", "planner", "stages", "consumer", "queues", "pool", "skipped"}));
   EXPECT_EQ(json["format"].text, "ferry-run-report");
   EXPECT_EQ(json["format_version"].u64(), static_cast<uint64_t>(kReportFormatVersion));
   EXPECT_EQ(json["ferry_version"].text, "0.1.0-test");

@@ -9,9 +9,9 @@
 
 #include <ferry/copy/async_copy_handle.h>
 #include <ferry/copy/nested.h>
-#include "tests/support/random_nested.h"
 #include <ferry/pipeline/cuda_device.h>
 #include "tests/support/error_text.h"
+#include "tests/support/random_nested.h"
 
 namespace ferry {
 namespace {
@@ -25,11 +25,8 @@ template <typename SameTensor>
 void expect_same_structure(const Nested& a, const Nested& b, SameTensor same_tensor, const std::string& at = "data") {
   ASSERT_EQ(a.kind(), b.kind()) << at << ": " << a.repr() << " vs " << b.repr();
   switch (a.kind()) {
-    case Nested::Kind::kNone:
-      break;
-    case Nested::Kind::kTensor:
-      same_tensor(a.tensor(), b.tensor(), at);
-      break;
+    case Nested::Kind::kNone: break;
+    case Nested::Kind::kTensor: same_tensor(a.tensor(), b.tensor(), at); break;
     case Nested::Kind::kOpaque:
       ASSERT_EQ(a.opaque_value().type(), b.opaque_value().type()) << at;
       if (a.opaque_value().type() == typeid(int)) {
@@ -47,7 +44,8 @@ void expect_same_structure(const Nested& a, const Nested& b, SameTensor same_ten
       ASSERT_EQ(a.size(), b.size()) << at;
       for (size_t i = 0; i < a.size(); ++i) {
         ASSERT_EQ(a.items()[i].first, b.items()[i].first) << at << ": dict order";
-        expect_same_structure(a.items()[i].second, b.items()[i].second, same_tensor, at + "['" + a.items()[i].first + "']");
+        expect_same_structure(a.items()[i].second, b.items()[i].second, same_tensor,
+                              at + "['" + a.items()[i].first + "']");
       }
       break;
   }
@@ -74,9 +72,8 @@ TEST(Nested, BuildsAndReadsEveryKind) {
   EXPECT_TRUE(value[3]["a"].tensor().is_same(t));
   EXPECT_EQ(value[3]["b"].size(), 0u);
   EXPECT_EQ(value[3].find("zzz"), nullptr);
-  EXPECT_EQ(value.repr(),
-            "[tensor(Float [2, 3] on cpu), None, (<opaque " + std::string(typeid(std::string).name()) +
-                ">, tensor(Float [2, 3] on cpu)), {'a': tensor(Float [2, 3] on cpu), 'b': []}]");
+  EXPECT_EQ(value.repr(), "[tensor(Float [2, 3] on cpu), None, (<opaque " + std::string(typeid(std::string).name()) +
+                              ">, tensor(Float [2, 3] on cpu)), {'a': tensor(Float [2, 3] on cpu), 'b': []}]");
   EXPECT_EQ(Nested::tuple({Nested()}).repr(), "(None,)");
 }
 
@@ -139,15 +136,16 @@ TEST(Nested, WithTensorsRebuildsTheSameStructure) {
 // A random structure of depth <= 3 whose leaves are CPU tensors of random dtypes and shapes, None
 // and opaque ints; `opaque` numbers the opaque leaves.
 Nested random_structure(std::mt19937& rng, int depth, int& opaque) {
-  const testing::NestedLeaves leaves{
-      [&rng] {
-        static const at::ScalarType kTypes[] = {at::kByte, at::kShort, at::kInt, at::kLong, at::kFloat, at::kDouble, at::kBool};
-        const at::ScalarType dtype = kTypes[rng() % std::size(kTypes)];
-        std::vector<int64_t> shape(rng() % 3);
-        for (int64_t& size : shape) size = static_cast<int64_t>(rng() % 4);
-        return at::randint(0, 2, shape, at::TensorOptions().dtype(dtype));
-      },
-      [&opaque] { return Nested::opaque(opaque++); }};
+  const testing::NestedLeaves leaves{[&rng] {
+                                       static const at::ScalarType kTypes[] = {at::kByte, at::kShort, at::kInt,
+                                                                               at::kLong, at::kFloat, at::kDouble,
+                                                                               at::kBool};
+                                       const at::ScalarType dtype = kTypes[rng() % std::size(kTypes)];
+                                       std::vector<int64_t> shape(rng() % 3);
+                                       for (int64_t& size : shape) size = static_cast<int64_t>(rng() % 4);
+                                       return at::randint(0, 2, shape, at::TensorOptions().dtype(dtype));
+                                     },
+                                     [&opaque] { return Nested::opaque(opaque++); }};
   return testing::random_nested(rng, leaves, depth);
 }
 
@@ -183,8 +181,9 @@ TEST(StartCopy, AFailingTensorIsNamedByItsPlaceInTheStructure) {
   const Nested data = Nested::dict({{"a", at::ones({1})}, {"b", Nested::list({at::ones({2}), bad})}});
   AsyncCopyHandle handle = start_copy(data, at::kCPU);
   const std::string message = error_of([&] { handle.get(); });
-  EXPECT_TRUE(contains(message, "ferry: copy failed: data['b'][1]: tensor 2 of 3 (Float [2, 2] on meta) to cpu: "
-                                "tensors on meta cannot be copied"))
+  EXPECT_TRUE(contains(message,
+                       "ferry: copy failed: data['b'][1]: tensor 2 of 3 (Float [2, 2] on meta) to cpu: "
+                       "tensors on meta cannot be copied"))
       << message;
   EXPECT_EQ(error_of([&] { handle.get(); }), message) << "every call rethrows";
   EXPECT_TRUE(handle.ready());
@@ -240,7 +239,8 @@ TEST_P(StartCopyThreads, ConcurrentCallsEachGetTheirOwnResult) {
         options.use_background_thread = round % 3 != 0;
         AsyncCopyHandle handle = start_copy(data, at::kCPU, options);
         if (fail) {
-          if (!contains(error_of([&] { handle.get(); }), "on meta cannot be copied")) ++failures[static_cast<size_t>(w)];
+          if (!contains(error_of([&] { handle.get(); }), "on meta cannot be copied"))
+            ++failures[static_cast<size_t>(w)];
           continue;
         }
         const Nested result = handle.get();

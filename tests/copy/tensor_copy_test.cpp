@@ -26,8 +26,9 @@ TEST(CopyOptions, InvalidValuesAreNamedWithTheirValue) {
   for (size_t alignment : {size_t{0}, size_t{3}, size_t{12}, size_t{48}}) {
     CopyOptions options;
     options.min_packed_alignment_bytes = alignment;
-    EXPECT_TRUE(contains(error_of([&] { validate(options); }),
-                         "min_packed_alignment_bytes must be a power of two of at least 1, got " + std::to_string(alignment)));
+    EXPECT_TRUE(
+        contains(error_of([&] { validate(options); }),
+                 "min_packed_alignment_bytes must be a power of two of at least 1, got " + std::to_string(alignment)));
   }
   CopyOptions options;
   options.max_packed_chunk_bytes = 0;
@@ -102,7 +103,9 @@ TEST(PackedChunks, RandomItemsKeepOrderAlignmentAndLimit) {
 TEST(PackedChunks, AnItemLargerThanAChunkIsRefused) {
   CopyOptions options;
   options.max_packed_chunk_bytes = 8;
-  EXPECT_TRUE(contains(error_of([&] { detail::plan_packed_chunks({{9, 1}}, options); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         detail::plan_packed_chunks({{9, 1}}, options);
+                       }),
                        "cannot pack 9 bytes into chunks of at most 8"));
 }
 
@@ -133,8 +136,9 @@ TEST(CopyWorker, RunsJobsInTheOrderPostedAndHandsEveryExceptionToItsJob) {
 }
 
 std::vector<at::Tensor> some_cpu_tensors() {
-  return {at::randn({3, 4}), at::randint(0, 100, {1000}, at::kLong), at::ones({0, 5}, at::kHalf), at::scalar_tensor(true),
-          at::randn({6, 8}).t(), at::randn({20, 20}).slice(0, 0, 20, 3)};
+  return {at::randn({3, 4}),           at::randint(0, 100, {1000}, at::kLong),
+          at::ones({0, 5}, at::kHalf), at::scalar_tensor(true),
+          at::randn({6, 8}).t(),       at::randn({20, 20}).slice(0, 0, 20, 3)};
 }
 
 TEST(TensorCopy, CpuToCpuReusesEveryTensorAsIs) {
@@ -182,14 +186,16 @@ TEST(TensorCopy, AnUnsupportedInputIsReportedByItsPositionOnEveryWait) {
     options.use_background_thread = background;
     std::unique_ptr<TensorCopy> copy = TensorCopy::start(inputs, at::kCPU, options);
     const std::string message = error_of([&] { copy->wait(); });
-    EXPECT_EQ(message, "ferry: copy failed: tensor 2 of 8 (Int [4] on meta) to cpu: tensors on meta cannot be copied; "
-                       "only cpu and cuda tensors can");
+    EXPECT_EQ(message,
+              "ferry: copy failed: tensor 2 of 8 (Int [4] on meta) to cpu: tensors on meta cannot be copied; "
+              "only cpu and cuda tensors can");
     EXPECT_EQ(error_of([&] { copy->wait(); }), message);
     EXPECT_EQ(copy->failed_tensor(), std::optional<size_t>(2));
     EXPECT_TRUE(copy->ready());
   }
   std::unique_ptr<TensorCopy> undefined = TensorCopy::start({at::ones({1}), at::Tensor()}, at::kCPU, CopyOptions{});
-  EXPECT_TRUE(contains(error_of([&] { undefined->wait(); }), "tensor 1 of 2 (undefined) to cpu: the tensor is undefined"));
+  EXPECT_TRUE(
+      contains(error_of([&] { undefined->wait(); }), "tensor 1 of 2 (undefined) to cpu: the tensor is undefined"));
 }
 
 TEST(TensorCopy, ACudaTargetWithoutAGpuFailsInWaitNotInStart) {

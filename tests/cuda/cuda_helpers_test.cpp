@@ -16,9 +16,9 @@
 namespace ferry {
 namespace {
 
-#define FERRY_REQUIRE_DEVICE()                                                  \
-  do {                                                                          \
-    if (cuda_device_count() == 0) GTEST_SKIP() << cuda_unavailable_reason();    \
+#define FERRY_REQUIRE_DEVICE()                                               \
+  do {                                                                       \
+    if (cuda_device_count() == 0) GTEST_SKIP() << cuda_unavailable_reason(); \
   } while (0)
 
 TEST(CudaHelpers, WithoutADeviceCreatingAStreamFailsWithTheCall) {
@@ -58,8 +58,8 @@ TEST(CudaHelpers, EventCompletesAfterTheWorkBeforeItsRecord) {
   std::vector<float> host(1 << 20, 1.5f);
   void* device = nullptr;
   FERRY_CUDA_CHECK(cudaMalloc(&device, host.size() * sizeof(float)));
-  FERRY_CUDA_CHECK(cudaMemcpyAsync(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice,
-                                   stream.handle()));
+  FERRY_CUDA_CHECK(
+      cudaMemcpyAsync(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, stream.handle()));
   event.record(stream.handle());
   event.synchronize();
   EXPECT_TRUE(event.query());

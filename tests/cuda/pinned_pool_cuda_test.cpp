@@ -78,8 +78,7 @@ TEST_F(PinnedPoolCuda, ReusesSlabOnlyAfterItsCopyEventCompletes) {
     ASSERT_TRUE(lease);
     std::memset(lease->data(), 0x5a, lease->size());
     hold_stream(stream.handle(), &gate);
-    FERRY_CUDA_CHECK(
-        cudaMemcpyAsync(device, lease->data(), lease->size(), cudaMemcpyHostToDevice, stream.handle()));
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(device, lease->data(), lease->size(), cudaMemcpyHostToDevice, stream.handle()));
     auto event = events->acquire();
     event->record(stream.handle());
     lease->attach_event(event);

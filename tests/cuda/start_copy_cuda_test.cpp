@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
+#include <ferry/build_config.h>
 #include <ferry/copy/async_copy_handle.h>
 #include <ferry/copy/copy_streams.h>
 #include <ferry/copy/retired_copies.h>
 #include <ferry/copy/tensor_copy.h>
-#include <ferry/build_config.h>
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/pipeline/error.h>
 #include "tests/support/random_nested.h"
@@ -48,12 +48,14 @@ at::Tensor moved(const at::Tensor& tensor, at::Device device) { return tensor.to
   }
   // A fresh contiguous copy: contiguous() keeps odd strides of size-1 dimensions (which .to()
   // preserves from a sliced input), and view(kByte) refuses a last stride other than 1.
-  auto bytes = [](const at::Tensor& t) { return t.cpu().clone(at::MemoryFormat::Contiguous).reshape({-1}).view(at::kByte); };
+  auto bytes = [](const at::Tensor& t) {
+    return t.cpu().clone(at::MemoryFormat::Contiguous).reshape({-1}).view(at::kByte);
+  };
   if (!at::equal(bytes(expected), bytes(actual))) return ::testing::AssertionFailure() << "different bytes";
   return ::testing::AssertionSuccess();
 }
 
-const at::ScalarType kTypes[] = {at::kByte, at::kShort, at::kInt, at::kLong, at::kHalf,
+const at::ScalarType kTypes[] = {at::kByte,     at::kShort, at::kInt,    at::kLong, at::kHalf,
                                  at::kBFloat16, at::kFloat, at::kDouble, at::kBool};
 
 // Random values of `dtype` on the CPU (not only zeros: wrong bytes must show).
@@ -103,8 +105,7 @@ at::Tensor random_tensor(std::mt19937& rng, const Draw& draw) {
         break;
       }
       [[fallthrough]];
-    default:
-      tensor = random_values(rng, shape, dtype);
+    default: tensor = random_values(rng, shape, dtype);
   }
   const at::Device device = draw.devices[rng() % draw.devices.size()];
   if (device.is_cuda()) return moved(tensor, device);
@@ -333,8 +334,8 @@ TEST_F(StartCopyCuda, AHandleDroppedAfterGetKeepsItsStagingUntilTheCopyRan) {
       c10::cuda::CUDAStreamGuard on_copy_stream(c10::cuda::getStreamFromExternal(detail::CopyStreams::stream(0), 0));
       at::cuda::sleep(20'000'000);
     }
-    const at::Tensor input = at::full({1 << 20}, static_cast<float>(i));  // 4 MiB: staged, not packed
-    const at::Tensor small = at::full({64}, static_cast<float>(i));       // packed
+    const at::Tensor input = at::full({1 << 20}, static_cast<float>(i));   // 4 MiB: staged, not packed
+    const at::Tensor small = at::full({64}, static_cast<float>(i));        // packed
     Nested got = start_copy(Nested::list({input, small}), cuda(0)).get();  // the handle is dropped here
     results.push_back(got[0].tensor());
     results.push_back(got[1].tensor());

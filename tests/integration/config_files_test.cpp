@@ -89,8 +89,10 @@ BadConfig read_header(const std::string& path, bool gpu) {
   for (std::string line; std::getline(file, line) && line.rfind("#", 0) == 0;) {
     if (line.rfind("# set: ", 0) == 0) config.overrides.push_back(line.substr(7));
     if (line.rfind("# expect: ", 0) == 0) cpu_expected.push_back(parse_expected(line.substr(10)));
-    if (line == "# expect-gpu: valid") gpu_valid = true;
-    else if (line.rfind("# expect-gpu: ", 0) == 0) gpu_expected.push_back(parse_expected(line.substr(14)));
+    if (line == "# expect-gpu: valid")
+      gpu_valid = true;
+    else if (line.rfind("# expect-gpu: ", 0) == 0)
+      gpu_expected.push_back(parse_expected(line.substr(14)));
   }
   const bool use_gpu = gpu && (gpu_valid || !gpu_expected.empty());
   config.valid = use_gpu && gpu_valid;
@@ -166,8 +168,8 @@ TEST(BadConfigs, ValidateExitsWithStatusTwoAndPrintsEachProblem) {
     }
     EXPECT_EQ(status, 2) << output;
     for (const Expected& expected : bad.expected) {
-      const std::string line = full_location(path, expected) + ": " + (expected.key.empty() ? "" : expected.key + ": ") +
-                               expected.message;
+      const std::string line =
+          full_location(path, expected) + ": " + (expected.key.empty() ? "" : expected.key + ": ") + expected.message;
       EXPECT_NE(output.find(line), std::string::npos) << "expected to find\n  " << line << "\nin\n" << output;
     }
   }

@@ -27,16 +27,16 @@
 
 #include <gtest/gtest.h>
 
-#include <ferry/stages/batch_planner.h>
 #include <ferry/assembly/config.h>
 #include <ferry/assembly/config_error.h>
 #include <ferry/assembly/config_loader.h>
 #include <ferry/assembly/configured_pipeline.h>
-#include <ferry/io/samplers/sequential_sampler.h>
-#include <ferry/io/formats/tar_writer.h>
 #include <ferry/assembly/torchrun_env.h>
+#include <ferry/io/formats/tar_writer.h>
+#include <ferry/io/samplers/sequential_sampler.h>
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/pipeline/pipeline.h>
+#include <ferry/stages/batch_planner.h>
 #include <ferry/stages/standard_pipeline.h>
 #include "tests/support/random_options.h"
 #include "tests/support/reference_batch.h"
@@ -71,7 +71,8 @@ class ScopedTorchrunEnv {
     }
   }
   // Raw strings, for malformed launches.
-  ScopedTorchrunEnv(const char* rank, const char* world_size, const char* local_rank) : ScopedTorchrunEnv(std::nullopt) {
+  ScopedTorchrunEnv(const char* rank, const char* world_size, const char* local_rank)
+      : ScopedTorchrunEnv(std::nullopt) {
     ::setenv("RANK", rank, 1);
     ::setenv("WORLD_SIZE", world_size, 1);
     ::setenv("LOCAL_RANK", local_rank, 1);
@@ -137,7 +138,8 @@ std::string number(double value) {
 // The `source:` section that describes `options`.
 std::string source_yaml(const SyntheticOptions& options) {
   std::ostringstream yaml;
-  yaml << "source:\n  kind: synthetic\n  samples: " << options.samples << "\n  seed: " << options.seed << "\n  fields:\n";
+  yaml << "source:\n  kind: synthetic\n  samples: " << options.samples << "\n  seed: " << options.seed
+       << "\n  fields:\n";
   for (const SyntheticField& field : options.fields) {
     yaml << "    - {name: " << field.name << ", dtype: " << yaml_dtype(field.dtype) << ", shape: [";
     for (size_t d = 0; d < field.shape.size(); ++d) yaml << (d == 0 ? "" : ", ") << field.shape[d];
@@ -173,14 +175,16 @@ struct Delivery {
     std::vector<std::vector<uint64_t>> samples(epochs);
     for (const BatchInfo& batch : batches) {
       if (batch.epoch < epochs) {
-        samples[batch.epoch].insert(samples[batch.epoch].end(), batch.sample_indices.begin(), batch.sample_indices.end());
+        samples[batch.epoch].insert(samples[batch.epoch].end(), batch.sample_indices.begin(),
+                                    batch.sample_indices.end());
       }
     }
     return samples;
   }
   std::vector<uint64_t> all_samples() const {
     std::vector<uint64_t> samples;
-    for (const BatchInfo& batch : batches) samples.insert(samples.end(), batch.sample_indices.begin(), batch.sample_indices.end());
+    for (const BatchInfo& batch : batches)
+      samples.insert(samples.end(), batch.sample_indices.begin(), batch.sample_indices.end());
     return samples;
   }
 };
@@ -300,7 +304,9 @@ TEST(ConfigPipeline, FromYamlDeliversEveryByteOfTheSource) {
   const uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_TEST_SEED)");
   std::mt19937_64 rng(seed);
-  auto uniform = [&rng](uint64_t low, uint64_t high) { return std::uniform_int_distribution<uint64_t>(low, high)(rng); };
+  auto uniform = [&rng](uint64_t low, uint64_t high) {
+    return std::uniform_int_distribution<uint64_t>(low, high)(rng);
+  };
   const at::ScalarType dtypes[] = {at::kByte, at::kInt, at::kLong, at::kHalf, at::kBFloat16, at::kFloat};
   for (int round = 0; round < 8; ++round) {
     const uint64_t batch_size = round == 0 ? 1 : uniform(2, 12);
@@ -321,7 +327,8 @@ TEST(ConfigPipeline, FromYamlDeliversEveryByteOfTheSource) {
     std::ostringstream yaml;
     yaml << source_yaml(data) << "batch_size: " << batch_size << "\nprefetch: " << uniform(1, 4)
          << "\nsampler:\n  epochs: " << epochs << "\n  drop_last: " << (drop_last ? "true" : "false")
-         << "\ncollate:\n  pad_value: " << number(collate.pad_value) << "\n  lengths_suffix: " << collate.lengths_suffix;
+         << "\ncollate:\n  pad_value: " << number(collate.pad_value)
+         << "\n  lengths_suffix: " << collate.lengths_suffix;
     for (const SyntheticField& field : data.fields) {
       // Not on `tail`, which keeps the global pad value.
       if (field.variable && field.name != "tail" && uniform(0, 1) == 0) {
@@ -382,7 +389,8 @@ TEST(ConfigPipeline, ShuffleVisitsEverySampleOncePerEpochInAnOrderFixedBySeedAnd
   for (uint64_t e = 0; e < kEpochs; ++e) {
     EXPECT_EQ(sorted(epochs[e]), iota(kSamples)) << "epoch " << e << " is not a permutation of the samples";
     EXPECT_NE(epochs[e], iota(kSamples)) << "epoch " << e << " is not shuffled";
-    for (uint64_t other = 0; other < e; ++other) EXPECT_NE(epochs[e], epochs[other]) << "epochs " << other << " and " << e;
+    for (uint64_t other = 0; other < e; ++other)
+      EXPECT_NE(epochs[e], epochs[other]) << "epochs " << other << " and " << e;
   }
 
   // The order is the seed's and the epoch's alone: not the decode concurrency's, not prefetch's, not
@@ -542,8 +550,9 @@ TEST(ConfigPipeline, TorchrunEnvironmentPicksRankAndWorldSize) {
   {
     const std::vector<uint64_t> expected = explicit_run(1, 2);
     const ScopedTorchrunEnv torchrun(TorchrunEnv{3, 4, 3});
-    EXPECT_EQ(drain(Pipeline::from_yaml(file.path(), {"sampler.rank=1", "sampler.world_size=2"}), truth, 2).all_samples(),
-              expected);
+    EXPECT_EQ(
+        drain(Pipeline::from_yaml(file.path(), {"sampler.rank=1", "sampler.world_size=2"}), truth, 2).all_samples(),
+        expected);
   }
 
   // "cuda" means this rank's GPU under torchrun; anything else stays (a pure function: no GPU needed).

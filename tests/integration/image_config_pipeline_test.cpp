@@ -80,7 +80,8 @@ std::vector<Written> write_image_folder(const std::string& root, std::mt19937_64
     for (int f = 0; f < files; ++f) {
       // The last file of a class in a sub-folder: "more/" sorts after the digits, so keys are
       // written in sample order.
-      const std::string file = f == files - 1 && f > 0 ? "more/" + std::to_string(f) + ".jpg" : std::to_string(f) + ".jpg";
+      const std::string file =
+          f == files - 1 && f > 0 ? "more/" + std::to_string(f) + ".jpg" : std::to_string(f) + ".jpg";
       Written image{std::string(name) + "/" + file, encoder.encode(random_image(rng, 40, 72)), c};
       write_file(root + "/" + image.key, text_of(image.jpeg));
       written.push_back(std::move(image));
@@ -90,8 +91,8 @@ std::vector<Written> write_image_folder(const std::string& root, std::mt19937_64
 }
 
 struct Delivered {
-  std::map<uint64_t, at::Tensor> images;  // by sample index (the last epoch's, over several)
-  std::map<uint64_t, uint64_t> epochs;    // the epoch each of `images` comes from
+  std::map<uint64_t, at::Tensor> images;                         // by sample index (the last epoch's, over several)
+  std::map<uint64_t, uint64_t> epochs;                           // the epoch each of `images` comes from
   std::map<std::pair<uint64_t, uint64_t>, at::Tensor> by_epoch;  // (epoch, sample index)
   std::map<uint64_t, int64_t> labels;
   size_t samples = 0;
@@ -116,7 +117,8 @@ Delivered run(Pipeline pipeline) {
 
 // Each delivered image equals JpegDecoder(options) of the file written (for its epoch and sample:
 // random crops draw from both), each label the one written.
-void expect_as_written(const Delivered& delivered, const std::vector<Written>& written, const JpegDecodeOptions& options) {
+void expect_as_written(const Delivered& delivered, const std::vector<Written>& written,
+                       const JpegDecodeOptions& options) {
   ASSERT_EQ(delivered.samples, written.size()) << "every sample exactly once";
   ASSERT_EQ(delivered.images.size(), written.size());
   const JpegDecoder decoder(options);
@@ -124,7 +126,8 @@ void expect_as_written(const Delivered& delivered, const std::vector<Written>& w
   for (const auto& [index, image] : delivered.images) {
     ASSERT_LT(index, written.size());
     SCOPED_TRACE(written[index].key);
-    const at::Tensor expected = decoder.decode_sample(written[index].jpeg, spec, DecodeContext{delivered.epochs.at(index), index});
+    const at::Tensor expected =
+        decoder.decode_sample(written[index].jpeg, spec, DecodeContext{delivered.epochs.at(index), index});
     EXPECT_TRUE(at::equal(image, expected)) << "sample " << index;
     EXPECT_EQ(delivered.labels.at(index), written[index].label) << "sample " << index;
   }
@@ -132,8 +135,10 @@ void expect_as_written(const Delivered& delivered, const std::vector<Written>& w
 
 std::string image_folder_yaml(const std::string& root, const std::string& crop, uint64_t seed) {
   return "source:\n  kind: image_folder\n  root: " + root +
-         "\n  image: {shape: [32, 32, 3], resize_shorter: 40, crop: " + crop + "}\nbatch_size: 5\n"
-         "sampler: {shuffle: true, seed: " + std::to_string(seed) + "}\ntransfer: {device: cpu}\ndecode: {threads: 3}\n";
+         "\n  image: {shape: [32, 32, 3], resize_shorter: 40, crop: " + crop +
+         "}\nbatch_size: 5\n"
+         "sampler: {shuffle: true, seed: " +
+         std::to_string(seed) + "}\ntransfer: {device: cpu}\ndecode: {threads: 3}\n";
 }
 
 TEST(ImageConfigPipeline, AnImageFolderDeliversEachImageAsTheJpegDecoderMakesIt) {
@@ -153,7 +158,8 @@ TEST(ImageConfigPipeline, RandomCropsRepeatForASeedAndChangeWithIt) {
   std::mt19937_64 rng(22);
   const std::vector<Written> written = write_image_folder(dir / "images", rng, 5);
   write_file(dir / "random.yaml", image_folder_yaml(dir / "images", "random", 7));
-  const JpegDecodeOptions seven{.resize_shorter = 40, .crop_height = 32, .crop_width = 32, .crop = Crop::kRandom, .seed = 7};
+  const JpegDecodeOptions seven{
+      .resize_shorter = 40, .crop_height = 32, .crop_width = 32, .crop = Crop::kRandom, .seed = 7};
   const Delivered first = run(Pipeline::from_yaml(dir / "random.yaml"));
   expect_as_written(first, written, seven);
   const Delivered second = run(Pipeline::from_yaml(dir / "random.yaml"));
@@ -177,7 +183,8 @@ TEST(ImageConfigPipeline, RandomCropsChangeEveryEpoch) {
   const std::vector<Written> written = write_image_folder(dir / "images", rng, 5);
   write_file(dir / "random.yaml", image_folder_yaml(dir / "images", "random", 7));
   const Delivered run_out = run(Pipeline::from_yaml(dir / "random.yaml", {"sampler.epochs=2"}));
-  const JpegDecoder decoder({.resize_shorter = 40, .crop_height = 32, .crop_width = 32, .crop = Crop::kRandom, .seed = 7});
+  const JpegDecoder decoder(
+      {.resize_shorter = 40, .crop_height = 32, .crop_width = 32, .crop = Crop::kRandom, .seed = 7});
   const FieldSpec spec{"image", at::kByte, {32, 32, 3}, std::nullopt, "jpeg"};
   ASSERT_EQ(run_out.by_epoch.size(), 2 * written.size());
   size_t differing = 0;
@@ -201,7 +208,8 @@ TEST(ImageConfigPipeline, TwoPipelinesWithDifferentOptionsDoNotClash) {
   write_file(dir / "a.yaml", image_folder_yaml(dir / "images", "random", 1));
   write_file(dir / "b.yaml", image_folder_yaml(dir / "images", "center", 1));
   Pipeline a = Pipeline::from_yaml(dir / "a.yaml");
-  Pipeline b = Pipeline::from_yaml(dir / "b.yaml", {"source.image.shape=[24, 28, 3]", "source.image.resize_shorter=30"});
+  Pipeline b =
+      Pipeline::from_yaml(dir / "b.yaml", {"source.image.shape=[24, 28, 3]", "source.image.resize_shorter=30"});
   Delivered from_a, from_b;
   for (bool more_a = true, more_b = true; more_a || more_b;) {
     for (auto [pipeline, out, more] : {std::tuple{&a, &from_a, &more_a}, std::tuple{&b, &from_b, &more_b}}) {
@@ -245,11 +253,13 @@ TEST(ImageConfigPipeline, TarShardsOfJpegsDeliverEachImageAsTheJpegDecoderMakesI
     std::snprintf(name, sizeof name, "shard-%06d.tar", s);
     TarWriter::write_file(dir / name, tar.finish());
   }
-  write_file(dir / "tar.yaml", "source:\n  kind: tar\n  shards: " + (dir / "shard-{000000..000002}.tar") +
-                                   "\n  members:\n"
-                                   "    - {name: image, extension: jpg, decoder: jpeg, shape: [30, 34, 3], resize_shorter: 36, crop: random}\n"
-                                   "    - {name: label, extension: cls, decoder: label, dtype: int64, shape: []}\n"
-                                   "batch_size: 4\nsampler: {seed: 11}\ntransfer: {device: cpu}\ndecode: {threads: 2}\n");
+  write_file(
+      dir / "tar.yaml",
+      "source:\n  kind: tar\n  shards: " + (dir / "shard-{000000..000002}.tar") +
+          "\n  members:\n"
+          "    - {name: image, extension: jpg, decoder: jpeg, shape: [30, 34, 3], resize_shorter: 36, crop: random}\n"
+          "    - {name: label, extension: cls, decoder: label, dtype: int64, shape: []}\n"
+          "batch_size: 4\nsampler: {seed: 11}\ntransfer: {device: cpu}\ndecode: {threads: 2}\n");
   const Delivered delivered = run(Pipeline::from_yaml(dir / "tar.yaml"));
   expect_as_written(delivered, written,
                     {.resize_shorter = 36, .crop_height = 30, .crop_width = 34, .crop = Crop::kRandom, .seed = 11});

@@ -44,8 +44,8 @@ struct Outcome {
 };
 
 // Takes up to `limit` batches (0: all), checking each one's bytes and its epoch/index numbering.
-Outcome run_batches(const std::shared_ptr<const SyntheticSource>& truth, std::set<uint64_t> failing, PipelineOptions options,
-                    uint64_t limit = 0, std::shared_ptr<const Sampler> sampler = nullptr) {
+Outcome run_batches(const std::shared_ptr<const SyntheticSource>& truth, std::set<uint64_t> failing,
+                    PipelineOptions options, uint64_t limit = 0, std::shared_ptr<const Sampler> sampler = nullptr) {
   auto source = std::make_shared<const InstrumentedSource>(truth, std::move(failing), 100us);
   options.device = "cpu";
   options.on_error = OnError::kSkip;
@@ -72,7 +72,8 @@ Outcome run_batches(const std::shared_ptr<const SyntheticSource>& truth, std::se
   return run;
 }
 
-Outcome run_to_end(const std::shared_ptr<const SyntheticSource>& truth, std::set<uint64_t> failing, PipelineOptions options) {
+Outcome run_to_end(const std::shared_ptr<const SyntheticSource>& truth, std::set<uint64_t> failing,
+                   PipelineOptions options) {
   return run_batches(truth, std::move(failing), std::move(options));
 }
 
@@ -96,7 +97,8 @@ Batches expected_batches(uint64_t samples, const std::set<uint64_t>& failing, ui
     for (size_t first = 0; first < kept.size(); first += batch_size) {
       const size_t count = std::min(batch_size, kept.size() - first);
       if (count < batch_size && drop_last) break;
-      batches.emplace_back(kept.begin() + static_cast<ptrdiff_t>(first), kept.begin() + static_cast<ptrdiff_t>(first + count));
+      batches.emplace_back(kept.begin() + static_cast<ptrdiff_t>(first),
+                           kept.begin() + static_cast<ptrdiff_t>(first + count));
     }
   }
   return batches;
@@ -110,7 +112,8 @@ TEST(OnErrorSkip, DeliversEveryOtherSampleInOrderByteForByte) {
     for (int round = 0; round < 3; ++round) {
       std::set<uint64_t> failing{0, kSamples - 1};  // the very first and last samples too
       const size_t extra = std::uniform_int_distribution<size_t>(0, 30)(random);
-      for (size_t i = 0; i < extra; ++i) failing.insert(std::uniform_int_distribution<uint64_t>(0, kSamples - 1)(random));
+      for (size_t i = 0; i < extra; ++i)
+        failing.insert(std::uniform_int_distribution<uint64_t>(0, kSamples - 1)(random));
       SCOPED_TRACE("threads " + std::to_string(threads) + ", " + std::to_string(failing.size()) + " failing");
       PipelineOptions options;
       options.batch_size = 8;
@@ -127,7 +130,8 @@ TEST(OnErrorSkip, DeliversEveryOtherSampleInOrderByteForByte) {
         listed.push_back(skipped.index);
         EXPECT_EQ(skipped.key, "");  // the read failed before the source named the sample
         EXPECT_EQ(skipped.stage, "decode");
-        EXPECT_NE(skipped.reason.find("planted failure reading sample " + std::to_string(skipped.index)), std::string::npos)
+        EXPECT_NE(skipped.reason.find("planted failure reading sample " + std::to_string(skipped.index)),
+                  std::string::npos)
             << skipped.reason;
       }
       std::vector<uint64_t> expected_listed(failing.begin(), failing.end());
@@ -170,7 +174,8 @@ TEST(OnErrorSkip, BatchesAreFilledFromTheNextSamples) {
       const bool drop_last = random() % 2 == 0;
       std::set<uint64_t> failing;
       const size_t count = std::uniform_int_distribution<size_t>(1, 40)(random);
-      for (size_t i = 0; i < count; ++i) failing.insert(std::uniform_int_distribution<uint64_t>(0, kSamples - 1)(random));
+      for (size_t i = 0; i < count; ++i)
+        failing.insert(std::uniform_int_distribution<uint64_t>(0, kSamples - 1)(random));
       SCOPED_TRACE("batch " + std::to_string(batch_size) + ", prefetch " + std::to_string(prefetch) + ", drop_last " +
                    std::to_string(drop_last) + ", " + std::to_string(failing.size()) + " failing");
       PipelineOptions options;
@@ -278,7 +283,8 @@ TEST(OnErrorSkip, ReplacesSkippedSamplesSoEveryRankKeepsItsBatches) {
         SCOPED_TRACE("rank " + std::to_string(rank) + " of " + std::to_string(world) + (shuffle ? ", shuffled" : ""));
         std::shared_ptr<const Sampler> order = std::make_shared<const SequentialSampler>(kSamples);
         if (shuffle) order = std::make_shared<const ShuffledSampler>(kSamples, 5);
-        const auto sampler = std::make_shared<const ShardedSampler>(order, rank, world, ShardedSampler::Remainder::kPad);
+        const auto sampler =
+            std::make_shared<const ShardedSampler>(order, rank, world, ShardedSampler::Remainder::kPad);
         PipelineOptions options;
         options.batch_size = 4;
         options.epochs = 2;
@@ -324,7 +330,8 @@ TEST(OnErrorSkip, ReplacingGivesUpOnARunOfBrokenSamples) {
   Pipeline pipeline = make_pipeline(source, options);
   const testing::RunToError run = testing::run_to_error(pipeline, *truth);
   ASSERT_TRUE(run.error) << "the run ended without an error";
-  EXPECT_NE(std::string(run.error->what()).find("found no readable sample to take the place of sample 100 among the 100 after it"),
+  EXPECT_NE(std::string(run.error->what())
+                .find("found no readable sample to take the place of sample 100 among the 100 after it"),
             std::string::npos)
       << run.error->what();
   EXPECT_EQ(run.batches, 10u);  // every batch before the broken run
@@ -350,7 +357,8 @@ class PickyDecoder : public Decoder {
  public:
   std::string_view name() const override { return "picky-test"; }
   at::Tensor decode(const at::Tensor& encoded, const FieldSpec& spec) const override {
-    if (encoded.numel() > 0 && encoded.data_ptr<uint8_t>()[0] % 5 == 0) throw Error("the first byte is a multiple of 5");
+    if (encoded.numel() > 0 && encoded.data_ptr<uint8_t>()[0] % 5 == 0)
+      throw Error("the first byte is a multiple of 5");
     return raw_.decode(encoded, spec);
   }
 
@@ -387,7 +395,8 @@ TEST(OnErrorSkip, SkipsDecoderFailuresNamingTheSampleKey) {
   ASSERT_EQ(stats.skipped.size(), failing.size());
   for (const SkippedSample& skipped : stats.skipped) {
     EXPECT_EQ(skipped.key, "sample-" + std::to_string(skipped.index));
-    EXPECT_NE(skipped.reason.find("field 'image' (decoder 'picky-test'): the first byte is a multiple of 5"), std::string::npos)
+    EXPECT_NE(skipped.reason.find("field 'image' (decoder 'picky-test'): the first byte is a multiple of 5"),
+              std::string::npos)
         << skipped.reason;
   }
 }

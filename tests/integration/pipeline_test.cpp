@@ -121,7 +121,8 @@ TEST(Pipeline, DecodeFailureArrivesAfterEarlierBatchesNamingItsSample) {
     EXPECT_EQ(e.sample_index(), failing);
     EXPECT_EQ(e.batch_index(), failing / 4);
     EXPECT_EQ(e.epoch(), 0u);
-    EXPECT_NE(std::string(e.what()).find("planted failure reading sample " + std::to_string(failing)), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("planted failure reading sample " + std::to_string(failing)),
+              std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("decode failed on sample " + std::to_string(failing)), std::string::npos)
         << e.what();
@@ -294,7 +295,8 @@ TEST(Pipeline, RejectsBadOptionsBeforeStarting) {
   // A variable field with no maximum: the slab size cannot be derived.
   class NoMaximum : public Source {
    public:
-    explicit NoMaximum(std::shared_ptr<const SyntheticSource> inner) : inner_(std::move(inner)), specs_(inner_->fields()) {
+    explicit NoMaximum(std::shared_ptr<const SyntheticSource> inner)
+        : inner_(std::move(inner)), specs_(inner_->fields()) {
       specs_[2].max_length.reset();
     }
     const std::vector<FieldSpec>& fields() const override { return specs_; }
@@ -310,8 +312,7 @@ TEST(Pipeline, RejectsBadOptionsBeforeStarting) {
     make_pipeline(std::make_shared<NoMaximum>(truth), PipelineOptions{});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("pool.slab_bytes must be set: field 'tokens'"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("pool.slab_bytes must be set: field 'tokens'"), std::string::npos) << e.what();
   }
 }
 

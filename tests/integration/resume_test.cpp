@@ -154,17 +154,22 @@ TEST(Resume, MalformedStatesAreRefusedWithTheirPlace) {
   };
   EXPECT_NE(problem("{").find("s.json:"), std::string::npos);
   EXPECT_NE(problem("[1, 2]").find("not a saved pipeline state"), std::string::npos);
-  EXPECT_NE(problem(R"({"format": "ferry-state", "version": 2, "next_batch": 1, "order": {}})").find("version: expected 1"),
-            std::string::npos);
-  EXPECT_NE(problem(R"({"format": "ferry-state", "version": 1, "next_batch": -1, "order": {}})").find("next_batch: expected a whole number"),
+  EXPECT_NE(
+      problem(R"({"format": "ferry-state", "version": 2, "next_batch": 1, "order": {}})").find("version: expected 1"),
+      std::string::npos);
+  EXPECT_NE(problem(R"({"format": "ferry-state", "version": 1, "next_batch": -1, "order": {}})")
+                .find("next_batch: expected a whole number"),
             std::string::npos);
   EXPECT_NE(problem(R"({"format": "ferry-state", "version": 1, "next_batch": 3})").find("order: expected a mapping"),
             std::string::npos);
   EXPECT_EQ(problem(R"({"format": "ferry-state", "version": 1, "next_batch": 3, "order": {"a": "b"}})"), "");
-  EXPECT_NE(problem(R"({"format": "ferry-state", "version": 1, "next_batch": 3, "next": {"epoch": 1, "batch": -2, "position": 5}, "order": {}})")
-                .find("next: expected {\"epoch\": N, \"batch\": N, \"position\": N}"),
-            std::string::npos);
-  EXPECT_NE(problem(R"({"format": "ferry-state", "version": 1, "next_batch": 3, "next": 7, "order": {}})").find("next: expected"),
+  EXPECT_NE(
+      problem(
+          R"({"format": "ferry-state", "version": 1, "next_batch": 3, "next": {"epoch": 1, "batch": -2, "position": 5}, "order": {}})")
+          .find("next: expected {\"epoch\": N, \"batch\": N, \"position\": N}"),
+      std::string::npos);
+  EXPECT_NE(problem(R"({"format": "ferry-state", "version": 1, "next_batch": 3, "next": 7, "order": {}})")
+                .find("next: expected"),
             std::string::npos);
 }
 
@@ -182,7 +187,8 @@ TEST(Resume, TheCursorRoundTripsThroughJson) {
   EXPECT_EQ(*back.next, (BatchCursor{2, 3, 17}));
   EXPECT_EQ(back.last_epoch, std::optional<uint64_t>(2));
   EXPECT_EQ(back.order, state.order);
-  EXPECT_FALSE(parse_pipeline_state(R"({"format": "ferry-state", "version": 1, "next_batch": 3, "order": {}})", "s.json").next);
+  EXPECT_FALSE(
+      parse_pipeline_state(R"({"format": "ferry-state", "version": 1, "next_batch": 3, "order": {}})", "s.json").next);
 }
 
 }  // namespace

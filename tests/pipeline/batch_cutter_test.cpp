@@ -53,8 +53,8 @@ BatchCutter::Cut feed(BatchCutter& cutter, const std::shared_ptr<const BatchPlan
     sample->plan = plan;
     sample->position = static_cast<uint32_t>(position);
     if (plan->kind == BatchPlan::Kind::kSamples && failed.count(plan->sample_indices[position]) != 0) {
-      sample->error = Error(ErrorContext{"decode", plan->sample_indices[position], plan->epoch, plan->index},
-                            "cannot decode");
+      sample->error =
+          Error(ErrorContext{"decode", plan->sample_indices[position], plan->epoch, plan->index}, "cannot decode");
     }
     BatchCutter::Cut cut = cutter.add(std::move(sample));
     if (position + 1 < plan->slots()) {

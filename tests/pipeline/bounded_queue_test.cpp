@@ -1,7 +1,7 @@
 #include <ferry/pipeline/bounded_queue.h>
 
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <string>
 #include <thread>

@@ -26,7 +26,8 @@ TEST(Error, NamesStageSampleAndBatchBeforeTheCause) {
 
 TEST(Error, OmitsWhatIsNotKnown) {
   EXPECT_STREQ(Error("plain").what(), "ferry: plain");
-  EXPECT_STREQ(Error(ErrorContext{"pack", {}, 2, 7}, "too big").what(), "ferry: pack failed in epoch 2, batch 7: too big");
+  EXPECT_STREQ(Error(ErrorContext{"pack", {}, 2, 7}, "too big").what(),
+               "ferry: pack failed in epoch 2, batch 7: too big");
 }
 
 TEST(Error, PlacedFillsOnlyMissingParts) {

@@ -81,9 +81,10 @@ TEST(StageStats, IdleTimeIsWhatBusyAndBlockedLeaveOfWallTimesThreads) {
 
 TEST(BottleneckSummary, NamesTheBusiestStageAndHowLongItsSuccessorWaitsForIt) {
   PipelineStats stats = idle_run(10.0, 4);
-  set_times(stats, "decode", 38.8);   // 97% of 4 threads x 10 s
-  set_times(stats, "collate", 4.0);   // waits the other 60%
-  EXPECT_EQ(bottleneck_summary(stats), "decode is the bottleneck: 97% busy (4 threads), collate waits 60% of the time for it");
+  set_times(stats, "decode", 38.8);  // 97% of 4 threads x 10 s
+  set_times(stats, "collate", 4.0);  // waits the other 60%
+  EXPECT_EQ(bottleneck_summary(stats),
+            "decode is the bottleneck: 97% busy (4 threads), collate waits 60% of the time for it");
 }
 
 TEST(BottleneckSummary, ComparesStagesByShareOfTheirOwnCapacityNotBySeconds) {
@@ -106,7 +107,8 @@ TEST(BottleneckSummary, ASlowPlannerIsWaitedForByDecode) {
   PipelineStats stats = idle_run(10.0, 2);
   set_times(stats, "plan", 8.0);
   set_times(stats, "decode", 2.0);  // 10% of 2 x 10 s: waits 90%
-  EXPECT_EQ(bottleneck_summary(stats), "plan is the bottleneck: 80% busy (1 thread), decode waits 90% of the time for it");
+  EXPECT_EQ(bottleneck_summary(stats),
+            "plan is the bottleneck: 80% busy (1 thread), decode waits 90% of the time for it");
 }
 
 TEST(BottleneckSummary, NamesTheConsumerWhenReadyBatchesHoldEveryToken) {
@@ -126,14 +128,16 @@ TEST(BottleneckSummary, TokensAllInUseByASlowStageDoNotBlameTheConsumer) {
   stats.in_flight = OccupancyStats{2.9, 3, 3, 9.5};
   stats.ready_queue = OccupancyStats{0.01, 3, 3, 0.0};
   stats.consumer_wait_seconds = 9.6;
-  EXPECT_EQ(bottleneck_summary(stats), "decode is the bottleneck: 86% busy (1 thread), collate waits 99% of the time for it");
+  EXPECT_EQ(bottleneck_summary(stats),
+            "decode is the bottleneck: 86% busy (1 thread), collate waits 99% of the time for it");
 }
 
 TEST(BottleneckSummary, AStageBusierThanTheConsumerIsSlowWinsOverIt) {
   PipelineStats stats = idle_run(10.0);
   stats.ready_queue.full_seconds = 6.0;
   set_times(stats, "collate", 9.0);
-  EXPECT_EQ(bottleneck_summary(stats), "collate is the bottleneck: 90% busy (1 thread), pack waits 99% of the time for it");
+  EXPECT_EQ(bottleneck_summary(stats),
+            "collate is the bottleneck: 90% busy (1 thread), pack waits 99% of the time for it");
   stats.ready_queue.full_seconds = 9.5;
   EXPECT_EQ(bottleneck_summary(stats),
             "the consumer is the bottleneck: the pipeline waited 95% of the time for it to take batches");
@@ -155,7 +159,8 @@ TEST(BottleneckSummary, SaysWhenARunIsTooShortOrHasNotRun) {
   PipelineStats stats = idle_run(0.02);
   set_times(stats, "decode", 0.012);
   EXPECT_EQ(bottleneck_summary(stats),
-            "no stage is the bottleneck: the busiest, decode, was 15% busy (4 threads); a run of 0.02 s is too short to tell");
+            "no stage is the bottleneck: the busiest, decode, was 15% busy (4 threads); a run of 0.02 s is too short "
+            "to tell");
 
   PipelineStats fresh;  // a snapshot before anything ran
   EXPECT_EQ(bottleneck_summary(fresh), "no bottleneck to name: the pipeline has not run");

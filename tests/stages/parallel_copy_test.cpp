@@ -59,8 +59,8 @@ TEST(ParallelCopy, FillRepeatsThePatternElementByElement) {
   fill.element = 4;
   fill.pattern = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}};
   run_copies({fill}, SIZE_MAX);
-  const std::byte expected[] = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4},
-                                std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}, std::byte{0}, std::byte{0}};
+  const std::byte expected[] = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}, std::byte{1},
+                                std::byte{2}, std::byte{3}, std::byte{4}, std::byte{0}, std::byte{0}};
   EXPECT_EQ(std::memcmp(out.data(), expected, 10), 0);
 }
 

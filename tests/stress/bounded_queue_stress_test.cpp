@@ -67,8 +67,9 @@ INSTANTIATE_TEST_SUITE_P(ThreadCounts, BoundedQueueStress,
                          ::testing::Values(Shape{1, 1, 1}, Shape{2, 2, 4}, Shape{4, 4, 3}, Shape{8, 8, 1},
                                            Shape{8, 8, 8}, Shape{8, 8, 64}, Shape{8, 1, 16}, Shape{1, 8, 16}),
                          [](const auto& param_info) {
-                           return std::to_string(param_info.param.producers) + "x" + std::to_string(param_info.param.consumers) +
-                                  "_cap" + std::to_string(param_info.param.capacity);
+                           return std::to_string(param_info.param.producers) + "x" +
+                                  std::to_string(param_info.param.consumers) + "_cap" +
+                                  std::to_string(param_info.param.capacity);
                          });
 
 }  // namespace

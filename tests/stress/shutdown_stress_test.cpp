@@ -47,16 +47,16 @@ TEST(Shutdown, AtRandomMomentsReturnsWithinASecondAndReturnsEverySlab) {
     const auto start = Clock::now();
     pipeline.reset();
     const auto took = Clock::now() - start;
-    EXPECT_LT(took, 1s) << "destruction took "
-                        << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+    EXPECT_LT(took, 1s) << "destruction took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                        << " ms";
     EXPECT_EQ(pool.use_count(), 1) << "a lease outlived its pipeline";
     EXPECT_EQ(pool->stats().leased_bytes, 0u);
   }
 }
 
 TEST(Shutdown, WhileAConsumerIsBlockedInNext) {
-  auto truth = std::make_shared<const SyntheticSource>(SyntheticOptions{
-      1, 64, {SyntheticField{"x", at::kFloat, {16}, false, 0, 0, std::nullopt}}});
+  auto truth = std::make_shared<const SyntheticSource>(
+      SyntheticOptions{1, 64, {SyntheticField{"x", at::kFloat, {16}, false, 0, 0, std::nullopt}}});
   auto slow = std::make_shared<const testing::InstrumentedSource>(truth, std::nullopt, 500ms);
   PipelineOptions options;
   options.batch_size = 8;

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include <ferry/stages/batch_planner.h>
 #include <ferry/io/samplers/sequential_sampler.h>
+#include <ferry/stages/batch_planner.h>
 #include <ferry/stages/standard_pipeline.h>
 #include "tests/support/reference_batch.h"
 

@@ -11,12 +11,9 @@ Nested random_nested(std::mt19937& rng, const NestedLeaves& leaves, int depth) {
   const int pick = static_cast<int>(rng() % (depth >= 3 ? 4 : 7));
   switch (pick) {
     case 0:
-    case 1:
-      return leaves.tensor();
-    case 2:
-      return Nested();
-    case 3:
-      return leaves.opaque();
+    case 1: return leaves.tensor();
+    case 2: return Nested();
+    case 3: return leaves.opaque();
     case 4:
     case 5: {
       std::vector<Nested> elements(rng() % 5);

@@ -16,7 +16,8 @@ SyntheticOptions random_synthetic_options(std::mt19937_64& rng, uint64_t samples
     const int64_t rank = uniform(0, 3);
     field.variable = uniform(0, 9) < 4;
     // Empty dims only in fixed fields: a variable field's rows must hold at least one element.
-    for (int64_t d = 0; d < rank; ++d) field.shape.push_back(!field.variable && uniform(0, 12) == 0 ? 0 : uniform(1, 6));
+    for (int64_t d = 0; d < rank; ++d)
+      field.shape.push_back(!field.variable && uniform(0, 12) == 0 ? 0 : uniform(1, 6));
     if (field.variable) {
       field.min_length = uniform(0, 3);
       field.max_length = field.min_length + uniform(0, 20);

@@ -21,8 +21,8 @@
 #include <ferry/io/decoders/decoder_registry.h>
 #include <ferry/io/decoders/jpeg_encoder.h>
 #include <ferry/pipeline/error.h>
-#include "tests/support/temp_dir.h"
 #include "tests/support/error_text.h"
+#include "tests/support/temp_dir.h"
 
 namespace ferry {
 namespace {
@@ -115,7 +115,8 @@ TEST(JpegDecoder, DecodesRgbImagesCloseToTheOriginal) {
     ASSERT_EQ(decoded.sizes(), original.sizes());
     EXPECT_EQ(decoded.scalar_type(), at::kByte);
     EXPECT_TRUE(decoded.is_contiguous());
-    EXPECT_LT(mean_abs_diff(decoded, original), 4.0) << height << "x" << width << " subsampling " << subsampling_name(subsampling);
+    EXPECT_LT(mean_abs_diff(decoded, original), 4.0)
+        << height << "x" << width << " subsampling " << subsampling_name(subsampling);
   }
 }
 

@@ -37,10 +37,11 @@ at::Tensor smooth_image(int64_t height, int64_t width, int64_t channels, uint64_
   for (int64_t y = 0; y < height; ++y) {
     for (int64_t x = 0; x < width; ++x) {
       for (int64_t c = 0; c < channels; ++c) {
-        const double value = 128 +
-                             80 * std::sin(static_cast<double>(x) / (11.0 + 4.0 * static_cast<double>(c)) + p[static_cast<size_t>(c)]) *
-                                 std::cos(static_cast<double>(y) / (15.0 + 3.0 * static_cast<double>(c)) - p[static_cast<size_t>(c)]) +
-                             jitter(rng);
+        const double value =
+            128 +
+            80 * std::sin(static_cast<double>(x) / (11.0 + 4.0 * static_cast<double>(c)) + p[static_cast<size_t>(c)]) *
+                std::cos(static_cast<double>(y) / (15.0 + 3.0 * static_cast<double>(c)) - p[static_cast<size_t>(c)]) +
+            jitter(rng);
         pixels[y][x][c] = static_cast<uint8_t>(std::clamp(std::lround(value), 0L, 255L));
       }
     }

@@ -22,8 +22,8 @@
 
 #include <ferry/io/decoders/decoder_registry.h>
 #include <ferry/pipeline/error.h>
-#include "tests/support/temp_dir.h"
 #include "tests/support/error_text.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/tensor_bytes.h"
 
 namespace ferry {
@@ -38,7 +38,9 @@ FieldSpec spec_of(at::ScalarType dtype, std::vector<int64_t> shape, std::optiona
   return FieldSpec{"x", dtype, std::move(shape), max_length, "json"};
 }
 
-at::Tensor decode(const std::string& json, const FieldSpec& spec) { return JsonDecoder().decode(tensor_of_text(json), spec); }
+at::Tensor decode(const std::string& json, const FieldSpec& spec) {
+  return JsonDecoder().decode(tensor_of_text(json), spec);
+}
 
 // The json text fails with a message holding `what` and "at byte <offset>".
 void expect_error(const std::string& json, const FieldSpec& spec, const std::string& what, int64_t offset) {
@@ -414,8 +416,7 @@ Sample random_sample(at::ScalarType dtype, const std::vector<int64_t>& shape, st
         texts[slot] = print_float(d, rng);
         break;
       }
-      default:
-        ADD_FAILURE() << "no generator for " << dtype;
+      default: ADD_FAILURE() << "no generator for " << dtype;
     }
   }
   const auto space = [&] {
@@ -519,9 +520,7 @@ TEST(JsonDecoder, SurvivesTruncatedScalarsAndRandomDamage) {
         case 0:
           if (!json.empty()) json[where] = c;
           break;
-        case 1:
-          json.insert(json.begin() + static_cast<std::ptrdiff_t>(where), c);
-          break;
+        case 1: json.insert(json.begin() + static_cast<std::ptrdiff_t>(where), c); break;
         default:
           if (!json.empty()) json.erase(where, 1);
       }

@@ -19,8 +19,8 @@
 
 #include <ferry/io/decoders/decoder_registry.h>
 #include <ferry/pipeline/error.h>
-#include "tests/support/temp_dir.h"
 #include "tests/support/error_text.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/tensor_bytes.h"
 
 namespace ferry {
@@ -165,7 +165,8 @@ TEST(NpyDecoder, TransposesFortranOrderIntoCOrder) {
 TEST(NpyDecoder, ConvertsOnlyWithoutLossUnlessToldOtherwise) {
   const NpyDecoder decoder;
   const auto file = [](const std::string& descr, const at::Tensor& values) {
-    return tensor_of_text(npy_file(dict_of(descr, false, "(" + std::to_string(values.numel()) + ",)"), text_of(values)));
+    return tensor_of_text(
+        npy_file(dict_of(descr, false, "(" + std::to_string(values.numel()) + ",)"), text_of(values)));
   };
   const at::Tensor u1 = at::tensor({0, 1, 128, 255}, at::kByte);
   EXPECT_TRUE(decoder.decode(file("|u1", u1), spec_of(at::kFloat, {4})).equal(u1.to(at::kFloat)));
@@ -202,7 +203,8 @@ TEST(NpyDecoder, ConvertsOnlyWithoutLossUnlessToldOtherwise) {
 TEST(NpyDecoder, ChecksTheShapeAgainstTheField) {
   const NpyDecoder decoder;
   const auto rows = [](int64_t n) {
-    return tensor_of_text(npy_file(dict_of("<f4", false, "(" + std::to_string(n) + ", 4)"), text_of(at::randn({n, 4}))));
+    return tensor_of_text(
+        npy_file(dict_of("<f4", false, "(" + std::to_string(n) + ", 4)"), text_of(at::randn({n, 4}))));
   };
   EXPECT_EQ(decoder.decode(rows(7), spec_of(at::kFloat, {kVariableLength, 4}, 10)).sizes(),
             (std::vector<int64_t>{7, 4}));
@@ -215,8 +217,9 @@ TEST(NpyDecoder, ChecksTheShapeAgainstTheField) {
   EXPECT_TRUE(contains(message, "shape (3, 4) does not match the field's (3, 5)")) << message;
   error_of([&] { decoder.decode(rows(3), spec_of(at::kFloat, {12})); });
   error_of([&] { decoder.decode(rows(3), spec_of(at::kFloat, {kVariableLength, 4, 1})); });
-  const at::Tensor scalar = NpyDecoder().decode(
-      tensor_of_text(npy_file(dict_of("<i8", false, "()"), text_of(at::tensor({int64_t{42}})))), spec_of(at::kLong, {}));
+  const at::Tensor scalar =
+      NpyDecoder().decode(tensor_of_text(npy_file(dict_of("<i8", false, "()"), text_of(at::tensor({int64_t{42}})))),
+                          spec_of(at::kLong, {}));
   EXPECT_EQ(scalar.dim(), 0);
   EXPECT_EQ(scalar.item<int64_t>(), 42);
 }
@@ -320,9 +323,10 @@ TEST(NpyDecoder, IsBuiltInAndConfiguredOnesRegisterUnderTheirOwnNames) {
   EXPECT_EQ(registry.find("npy")->name(), "npy");
   registry.add(std::make_shared<NpyDecoder>(NpyDecodeOptions{.cast = Cast::kAny}, "npy_cast"));
   const at::Tensor f8 = at::tensor({1.25, -2.0}, at::kDouble);
-  EXPECT_TRUE(registry.find("npy_cast")
-                  ->decode(tensor_of_text(npy_file(dict_of("<f8", false, "(2,)"), text_of(f8))), spec_of(at::kFloat, {2}))
-                  .equal(f8.to(at::kFloat)));
+  EXPECT_TRUE(
+      registry.find("npy_cast")
+          ->decode(tensor_of_text(npy_file(dict_of("<f8", false, "(2,)"), text_of(f8))), spec_of(at::kFloat, {2}))
+          .equal(f8.to(at::kFloat)));
   EXPECT_THROW(NpyDecoder({}, ""), Error);
 }
 

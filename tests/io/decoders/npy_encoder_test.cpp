@@ -15,8 +15,8 @@
 
 #include <ferry/io/decoders/npy_decoder.h>
 #include <ferry/pipeline/error.h>
-#include "tests/support/temp_dir.h"
 #include "tests/support/error_text.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/tensor_bytes.h"
 
 namespace ferry {
@@ -33,8 +33,8 @@ struct Case {
   std::string descr;  // as numpy's dtype.str spells it
 };
 
-const at::ScalarType kDtypes[] = {at::kBool, at::kByte,  at::kChar,  at::kShort, at::kInt,
-                                  at::kLong, at::kHalf,  at::kFloat, at::kDouble};
+const at::ScalarType kDtypes[] = {at::kBool, at::kByte, at::kChar,  at::kShort, at::kInt,
+                                  at::kLong, at::kHalf, at::kFloat, at::kDouble};
 
 std::string descr_of(at::ScalarType dtype, bool store_unsigned) {
   switch (dtype) {
@@ -88,7 +88,9 @@ Case random_case(std::mt19937_64& rng) {
 }
 
 // The decoder reads u2 and u4 back into int32 and int64: the original dtype.
-FieldSpec spec_of(const at::Tensor& array) { return FieldSpec{"x", array.scalar_type(), array.sizes().vec(), std::nullopt, "npy"}; }
+FieldSpec spec_of(const at::Tensor& array) {
+  return FieldSpec{"x", array.scalar_type(), array.sizes().vec(), std::nullopt, "npy"};
+}
 
 TEST(NpyEncoder, RoundTripsThroughTheDecoderForEveryDtypeShapeAndOrder) {
   at::manual_seed(5);
@@ -97,8 +99,8 @@ TEST(NpyEncoder, RoundTripsThroughTheDecoderForEveryDtypeShapeAndOrder) {
   int zero_d = 0, empty = 0, fortran = 0, unsigned_ = 0, strided = 0;
   for (int round = 0; round < 600; ++round) {
     const Case c = random_case(rng);
-    SCOPED_TRACE("round " + std::to_string(round) + ": " + c.descr + " shape " + ::testing::PrintToString(c.array.sizes().vec()) +
-                 (c.options.fortran_order ? " fortran" : ""));
+    SCOPED_TRACE("round " + std::to_string(round) + ": " + c.descr + " shape " +
+                 ::testing::PrintToString(c.array.sizes().vec()) + (c.options.fortran_order ? " fortran" : ""));
     const at::Tensor bytes = encode_npy(c.array, c.options);
     const at::Tensor decoded = decoder.decode(bytes, spec_of(c.array));
     ASSERT_EQ(decoded.sizes(), c.array.sizes());
@@ -129,12 +131,15 @@ TEST(NpyEncoder, WritesTheHeaderNumpySaveWrites) {
   // numpy.save(f, np.zeros(64, np.float32)): 118 bytes of header after the 10-byte preamble.
   const at::Tensor features = encode_npy(at::arange(64, at::kFloat));
   const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (64,), }";
-  EXPECT_EQ(header_of(features), magic + std::string("\x76\x00", 2) + dict + std::string(117 - dict.size(), ' ') + "\n");
+  EXPECT_EQ(header_of(features),
+            magic + std::string("\x76\x00", 2) + dict + std::string(117 - dict.size(), ' ') + "\n");
   EXPECT_EQ(features.numel(), 128 + 64 * 4);
   EXPECT_EQ(text_of(features.slice(0, 128)), text_of(at::arange(64, at::kFloat)));
 
-  EXPECT_TRUE(contains(header_of(encode_npy(at::scalar_tensor(7, at::kLong))), "{'descr': '<i8', 'fortran_order': False, 'shape': (), }"));
-  EXPECT_TRUE(contains(header_of(encode_npy(at::zeros({3, 4}, at::kByte))), "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 4), }"));
+  EXPECT_TRUE(contains(header_of(encode_npy(at::scalar_tensor(7, at::kLong))),
+                       "{'descr': '<i8', 'fortran_order': False, 'shape': (), }"));
+  EXPECT_TRUE(contains(header_of(encode_npy(at::zeros({3, 4}, at::kByte))),
+                       "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 4), }"));
   EXPECT_TRUE(contains(header_of(encode_npy(at::zeros({0, 2}, at::kHalf), {.fortran_order = true})),
                        "{'descr': '<f2', 'fortran_order': True, 'shape': (0, 2), }"));
   EXPECT_TRUE(contains(header_of(encode_npy(at::zeros({2}, at::kInt), {.store_unsigned = true})), "'descr': '<u2'"));
@@ -148,9 +153,10 @@ TEST(NpyEncoder, RefusesWhatTheDecoderCannotRead) {
   EXPECT_TRUE(contains(error_of([] { encode_npy(at::zeros({2}, at::kBFloat16)); }), "bfloat16"));
   EXPECT_TRUE(contains(error_of([] { encode_npy(at::zeros({2}, at::kComplexFloat)); }), "ComplexFloat"));
   EXPECT_TRUE(contains(error_of([] { encode_npy(at::full({2}, -1, at::kInt), {.store_unsigned = true}); }), "'<u2'"));
-  EXPECT_TRUE(contains(error_of([] { encode_npy(at::full({2}, 65536, at::kInt), {.store_unsigned = true}); }), "65536"));
-  EXPECT_TRUE(contains(error_of([] { encode_npy(at::full({2}, int64_t{1} << 32, at::kLong), {.store_unsigned = true}); }),
-                       "'<u4'"));
+  EXPECT_TRUE(
+      contains(error_of([] { encode_npy(at::full({2}, 65536, at::kInt), {.store_unsigned = true}); }), "65536"));
+  EXPECT_TRUE(contains(
+      error_of([] { encode_npy(at::full({2}, int64_t{1} << 32, at::kLong), {.store_unsigned = true}); }), "'<u4'"));
   // The whole unsigned range is fine.
   const at::Tensor edges = at::tensor({int64_t{0}, int64_t{65535}}).to(at::kInt);
   EXPECT_TRUE(NpyDecoder().decode(encode_npy(edges, {.store_unsigned = true}), spec_of(edges)).equal(edges));
@@ -189,10 +195,12 @@ TEST(NpyEncoder, NumpyLoadsWhatItWrites) {
     std::string name = "a";  // (not "a" + std::to_string(i): g++ 12 warns about it, -Wrestrict, wrongly)
     name += std::to_string(i) + ".npy";
     const at::Tensor bytes = encode_npy(c.array, c.options);
-    std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), bytes.numel());
+    std::ofstream(dir / name, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), bytes.numel());
     const bool floating = at::isFloatingType(c.array.scalar_type());
     const std::string values = text_of(c.array.to(floating ? at::kDouble : at::kLong));
-    std::ofstream(dir / (name + ".raw"), std::ios::binary).write(values.data(), static_cast<std::streamsize>(values.size()));
+    std::ofstream(dir / (name + ".raw"), std::ios::binary)
+        .write(values.data(), static_cast<std::streamsize>(values.size()));
     manifest << name << ' ' << c.descr << ' ' << (floating ? "<f8" : "<i8") << ' ' << c.array.dim();
     for (const int64_t d : c.array.sizes()) manifest << ' ' << d;
     manifest << '\n';

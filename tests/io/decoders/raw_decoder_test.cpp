@@ -9,9 +9,7 @@
 namespace ferry {
 namespace {
 
-at::Tensor bytes_of(const at::Tensor& tensor) {
-  return tensor.contiguous().view(at::kByte).reshape({-1}).clone();
-}
+at::Tensor bytes_of(const at::Tensor& tensor) { return tensor.contiguous().view(at::kByte).reshape({-1}).clone(); }
 
 TEST(RawDecoder, ReinterpretsBytesAsTheDeclaredDtypeAndShape) {
   const at::Tensor original = at::randn({4, 3});
@@ -45,10 +43,13 @@ TEST(RawDecoder, ExplainsBytesThatDoNotFit) {
     EXPECT_NE(std::string(e.what()).find("13 bytes are not a whole number of float32 elements"), std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(RawDecoder().decode(at::zeros({16}, at::kByte), FieldSpec{"x", at::kFloat, {3}, std::nullopt, "raw"}), Error);
-  EXPECT_THROW(RawDecoder().decode(at::zeros({12}, at::kByte), FieldSpec{"x", at::kFloat, {kVariableLength, 2}, std::nullopt, "raw"}),
+  EXPECT_THROW(RawDecoder().decode(at::zeros({16}, at::kByte), FieldSpec{"x", at::kFloat, {3}, std::nullopt, "raw"}),
                Error);
-  EXPECT_THROW(RawDecoder().decode(at::zeros({3}, at::kInt), FieldSpec{"x", at::kFloat, {3}, std::nullopt, "raw"}), Error);
+  EXPECT_THROW(RawDecoder().decode(at::zeros({12}, at::kByte),
+                                   FieldSpec{"x", at::kFloat, {kVariableLength, 2}, std::nullopt, "raw"}),
+               Error);
+  EXPECT_THROW(RawDecoder().decode(at::zeros({3}, at::kInt), FieldSpec{"x", at::kFloat, {3}, std::nullopt, "raw"}),
+               Error);
 }
 
 TEST(DecoderRegistry, FindsBuiltInsAndNamesTheKnownOnesWhenAsked) {

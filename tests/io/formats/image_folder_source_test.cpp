@@ -22,8 +22,8 @@
 #include <ferry/io/decoders/jpeg_decoder.h>
 #include <ferry/io/decoders/jpeg_encoder.h>
 #include <ferry/pipeline/error.h>
-#include "tests/support/temp_dir.h"
 #include "tests/support/error_text.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/tensor_bytes.h"
 
 namespace ferry {
@@ -86,14 +86,16 @@ TEST(ImageFolderSource, NumbersClassesInNameOrderAndSamplesClassByClass) {
     EXPECT_EQ(sample.fields[0].dim(), 1);
     EXPECT_EQ(text_of(sample.fields[0]), bytes);
     const std::string class_name = path.substr(0, path.find('/'));
-    const auto expected_label = std::find(sorted_classes.begin(), sorted_classes.end(), class_name) - sorted_classes.begin();
+    const auto expected_label =
+        std::find(sorted_classes.begin(), sorted_classes.end(), class_name) - sorted_classes.begin();
     EXPECT_EQ(sample.fields[1].scalar_type(), at::kLong);
     EXPECT_EQ(sample.fields[1].dim(), 0);
     EXPECT_EQ(sample.fields[1].item<int64_t>(), expected_label);
     EXPECT_EQ(source.label(index), expected_label);
     ++index;
   }
-  EXPECT_EQ(source.describe(), "image_folder(" + dir.path() + ", 5 classes, " + std::to_string(written.size()) + " samples)");
+  EXPECT_EQ(source.describe(),
+            "image_folder(" + dir.path() + ", 5 classes, " + std::to_string(written.size()) + " samples)");
 }
 
 TEST(ImageFolderSource, DeclaresTheImageSpecAndAnInt64LabelTheRawDecoderPassesOn) {
@@ -127,13 +129,13 @@ TEST(ImageFolderSource, DeclaresTheImageSpecAndAnInt64LabelTheRawDecoderPassesOn
 
 TEST(ImageFolderSource, FindsFilesInNestedFoldersSortedByPathWithinTheClass) {
   const TempDir dir("ferry_image_folder");
-  const std::vector<std::string> files{"dog/z.jpg", "dog/a/b/c.jpg", "dog/a/a.jpg", "dog/a-b.jpg", "dog/b/0.jpg",
-                                       "cat/deep/er/x.jpeg", "cat/m.jpg"};
+  const std::vector<std::string> files{"dog/z.jpg",   "dog/a/b/c.jpg",      "dog/a/a.jpg", "dog/a-b.jpg",
+                                       "dog/b/0.jpg", "cat/deep/er/x.jpeg", "cat/m.jpg"};
   for (const std::string& file : files) write_file(dir.path(), file, file);
   const ImageFolderSource source(options_for(dir.path()));
   // Byte order of the paths relative to the class folder: '-' (0x2d) < '/' (0x2f) < letters.
-  const std::vector<std::string> expected{"cat/deep/er/x.jpeg", "cat/m.jpg", "dog/a-b.jpg", "dog/a/a.jpg",
-                                          "dog/a/b/c.jpg", "dog/b/0.jpg", "dog/z.jpg"};
+  const std::vector<std::string> expected{"cat/deep/er/x.jpeg", "cat/m.jpg",   "dog/a-b.jpg", "dog/a/a.jpg",
+                                          "dog/a/b/c.jpg",      "dog/b/0.jpg", "dog/z.jpg"};
   ASSERT_EQ(source.size(), expected.size());
   for (uint64_t i = 0; i < source.size(); ++i) {
     const EncodedSample sample = source.read(i);
@@ -145,8 +147,8 @@ TEST(ImageFolderSource, FindsFilesInNestedFoldersSortedByPathWithinTheClass) {
 
 TEST(ImageFolderSource, CountsOnlyTheExtensionsAskedForWhateverTheirCase) {
   const TempDir dir("ferry_image_folder");
-  for (const char* file : {"c/a.JPG", "c/b.Jpeg", "c/c.jpg", "c/d.png", "c/e.txt", "c/jpg", "c/f.jpg.txt", "c/g.PNG",
-                           "c/h.xjpg"}) {
+  for (const char* file :
+       {"c/a.JPG", "c/b.Jpeg", "c/c.jpg", "c/d.png", "c/e.txt", "c/jpg", "c/f.jpg.txt", "c/g.PNG", "c/h.xjpg"}) {
     write_file(dir.path(), file, file);
   }
   const ImageFolderSource jpegs(options_for(dir.path()));
@@ -201,8 +203,9 @@ TEST(ImageFolderSource, RefusesAMissingRootAFileAndAFolderWithoutClasses) {
   EXPECT_EQ(error_of([&] { ImageFolderSource source(options_for(dir / "file.jpg")); }),
             "ferry: image folder '" + (dir / "file.jpg") + "' is not a folder");
   // Files at the top belong to no class.
-  EXPECT_NE(error_of([&] { ImageFolderSource source(options_for(dir.path())); })
-                .find("image folder '" + dir.path() + "' holds no class folder"),
+  EXPECT_NE(error_of([&] {
+              ImageFolderSource source(options_for(dir.path()));
+            }).find("image folder '" + dir.path() + "' holds no class folder"),
             std::string::npos);
   EXPECT_EQ(error_of([&] { ImageFolderSource source(options_for("")); }), "ferry: image folder: no root folder given");
 }
@@ -268,7 +271,8 @@ TEST(ImageFolderSource, ReadsFromSeveralThreadsAtOnceGiveEveryFilesBytes) {
         std::shuffle(order.begin(), order.end(), std::mt19937_64(static_cast<uint64_t>(t)));
         for (const uint64_t i : order) {
           const EncodedSample sample = source.read(i);
-          if (text_of(sample.fields[0]) != contents[i] || sample.fields[1].item<int64_t>() != static_cast<int64_t>(i / 50)) {
+          if (text_of(sample.fields[0]) != contents[i] ||
+              sample.fields[1].item<int64_t>() != static_cast<int64_t>(i / 50)) {
             ++mismatches[static_cast<size_t>(t)];
           }
         }

@@ -107,7 +107,7 @@ void write_dataset(const std::string& prefix, IndexedDtype dtype, const std::vec
   for (const Document& document : documents) {
     if (document.size() == 1 && !document[0].empty()) {
       writer.add_document(document[0]);  // the common case: one sequence
-    } else {  // no sequence, several, or one of length 0
+    } else {                             // no sequence, several, or one of length 0
       std::vector<int64_t> tokens;
       std::vector<int64_t> lengths;
       for (const auto& sequence : document) {
@@ -166,7 +166,7 @@ void expect_holds(const IndexedDataset& dataset, IndexedDtype dtype, const std::
 }
 
 std::vector<IndexedDtype> integer_dtypes() {
-  return {IndexedDtype::kUInt8, IndexedDtype::kInt8,  IndexedDtype::kInt16,
+  return {IndexedDtype::kUInt8,  IndexedDtype::kInt8,  IndexedDtype::kInt16,
           IndexedDtype::kUInt16, IndexedDtype::kInt32, IndexedDtype::kInt64};
 }
 
@@ -373,18 +373,18 @@ std::string spec_json(IndexedDtype dtype, const std::vector<Document>& documents
 }
 
 // Skips (visibly) without /usr/bin/python3 or numpy; else writes `documents` at `prefix` with it.
-#define FERRY_WRITE_WITH_NUMPY(dir, prefix, dtype, documents, modes)                                        \
-  do {                                                                                                     \
-    if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " not found: the numpy writer needs it";  \
-    if (run_program({kPython, "-c", "import numpy"}, (dir) / "numpy.log") != 0) {                         \
-      GTEST_SKIP() << "numpy is not importable by " << kPython << ": " << slurp((dir) / "numpy.log");     \
-    }                                                                                                      \
-    spit((dir) / "spec.json", spec_json((dtype), (documents), (modes)));                                   \
+#define FERRY_WRITE_WITH_NUMPY(dir, prefix, dtype, documents, modes)                                                   \
+  do {                                                                                                                 \
+    if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " not found: the numpy writer needs it";              \
+    if (run_program({kPython, "-c", "import numpy"}, (dir) / "numpy.log") != 0) {                                      \
+      GTEST_SKIP() << "numpy is not importable by " << kPython << ": " << slurp((dir) / "numpy.log");                  \
+    }                                                                                                                  \
+    spit((dir) / "spec.json", spec_json((dtype), (documents), (modes)));                                               \
     ASSERT_EQ(run_program({kPython, FERRY_SOURCE_DIR "/tests/io/formats/write_megatron_index.py", (dir) / "spec.json", \
-                           (prefix)},                                                                      \
-                          (dir) / "python.log"),                                                           \
-              0)                                                                                           \
-        << slurp((dir) / "python.log");                                                                    \
+                           (prefix)},                                                                                  \
+                          (dir) / "python.log"),                                                                       \
+              0)                                                                                                       \
+        << slurp((dir) / "python.log");                                                                                \
   } while (false)
 
 TEST(IndexedDataset, ReadsWhatNumpyWritesAsMegatronDoesAndTheWriterMatchesItByteForByte) {
@@ -441,7 +441,9 @@ struct Broken {
     std::memcpy(bytes.data() + offset, &value, sizeof(T));
     spit(path, bytes);
   }
-  void resize(const std::string& path, size_t bytes) { ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(bytes)), 0); }
+  void resize(const std::string& path, size_t bytes) {
+    ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(bytes)), 0);
+  }
   void append(const std::string& path, size_t bytes) {
     std::string all = slurp(path);
     all.append(bytes, '\x5a');

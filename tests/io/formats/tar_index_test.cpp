@@ -43,7 +43,8 @@ std::string index_error(const std::string& path) {
 }
 
 void expect_contains(const std::string& text, std::initializer_list<std::string> parts) {
-  for (const std::string& part : parts) EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
+  for (const std::string& part : parts)
+    EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
 }
 
 // Recomputes a header's checksum after a test changed it.
@@ -81,9 +82,7 @@ std::vector<Expected> random_samples(std::mt19937_64& rng, size_t count, bool al
       case 0: sample.key = number; break;
       case 1: sample.key = "dir/sub/" + std::string(number); break;
       case 2: sample.key = std::string(90, 'p') + "/" + std::string(60, 'q') + "/" + number; break;  // ustar prefix
-      default:
-        sample.key = allow_unsplittable ? std::string(130, 'r') + number : "dir/" + std::string(number);
-        break;
+      default: sample.key = allow_unsplittable ? std::string(130, 'r') + number : "dir/" + std::string(number); break;
     }
     std::vector<std::string> extensions = kExtensions;
     std::shuffle(extensions.begin(), extensions.end(), rng);
@@ -145,7 +144,7 @@ TEST(TarIndex, ReadsNamesLongerThanAnyHeaderFieldThroughGnuAndPax) {
     ASSERT_EQ(index.sample_count(), 2u);
     EXPECT_EQ(index.key(0), key);
     EXPECT_EQ(read_member(index, index.members(0)[1]), "3\n");
-    EXPECT_EQ(index.key(1), "short");  // the long name applied to its own member only
+    EXPECT_EQ(index.key(1), "short");                  // the long name applied to its own member only
     EXPECT_EQ(index.members(0)[0].header_offset, 0u);  // a member's offset is its first (extended) header's
   }
 }
@@ -192,7 +191,7 @@ TEST(TarIndex, AppliesPaxLocalAndGlobalRecordsAndBase256Sizes) {
   writer.add("renamed/000001.cls", "7");
   writer.set_base256_sizes(false);
   writer.add_pax_global({{"path", "everyone.txt"}});  // odd, but pax says it names every later member
-  writer.add_pax_local({{"path", ""}});                // ... unless a local record removes it
+  writer.add_pax_local({{"path", ""}});               // ... unless a local record removes it
   writer.add("own/000002.txt", "own");
   const std::string path = dir / "pax.tar";
   TarWriter::write_file(path, writer.finish());
@@ -249,8 +248,8 @@ TEST(TarIndex, RejectsAMemberCutMidDataNamingFileMemberAndOffset) {
   const TarWriter::Entry& cut = shard.writer.entries()[4];
   const std::string path = dir / "cut.tar";
   TarWriter::write_file(path, shard.bytes.substr(0, cut.data_offset + cut.size / 2));
-  expect_contains(index_error(path), {path, "member '" + cut.name + "'", "header at byte " + std::to_string(cut.header_offset),
-                                      "truncated"});
+  expect_contains(index_error(path), {path, "member '" + cut.name + "'",
+                                      "header at byte " + std::to_string(cut.header_offset), "truncated"});
 }
 
 TEST(TarIndex, RejectsAHeaderCutByTheEndOfTheFile) {
@@ -279,8 +278,8 @@ TEST(TarIndex, RejectsNonAdjacentMembersOfOneSampleNamingBothOffsets) {
   writer.add("a.cls", "3");
   const std::string path = dir / "adjacent.tar";
   TarWriter::write_file(path, writer.finish());
-  expect_contains(index_error(path), {path, "'a'", "byte 0", "byte " + std::to_string(writer.entries()[2].header_offset),
-                                      "consecutive"});
+  expect_contains(index_error(path),
+                  {path, "'a'", "byte 0", "byte " + std::to_string(writer.entries()[2].header_offset), "consecutive"});
 }
 
 TEST(TarIndex, RejectsAnExtensionRepeatedInOneSample) {
@@ -367,7 +366,8 @@ Shard long_name_shard(TarLongNames dialect) {
 
 TEST(TarIndex, SurvivesRandomDamageWithAnErrorOrAnInBoundsIndex) {
   const TempDir dir("ferry_tar_index");
-  const std::vector<Shard> shards = {valid_shard(), long_name_shard(TarLongNames::kPax), long_name_shard(TarLongNames::kGnu)};
+  const std::vector<Shard> shards = {valid_shard(), long_name_shard(TarLongNames::kPax),
+                                     long_name_shard(TarLongNames::kGnu)};
   std::mt19937_64 rng(17);
   const std::string path = dir / "damaged.tar";
   int errors = 0;
@@ -382,7 +382,7 @@ TEST(TarIndex, SurvivesRandomDamageWithAnErrorOrAnInBoundsIndex) {
         bytes[header + rng() % 512] = static_cast<char>(rng());
         fix_checksum(bytes, header);
         break;
-      default: {  // a plausible but wrong size
+      default: {        // a plausible but wrong size
         char size[24];  // 11 digits and a NUL fit the field: the value is below 8^11
         std::snprintf(size, sizeof size, "%011llo", static_cast<unsigned long long>(rng() % (bytes.size() * 2)));
         std::memcpy(bytes.data() + header + TarWriter::kSizeField, size, 12);

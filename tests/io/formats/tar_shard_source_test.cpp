@@ -24,16 +24,16 @@
 #include <ferry/pipeline/error.h>
 #include <ferry/pipeline/work_items.h>
 #include <ferry/stages/decode_stage.h>
-#include "tests/support/temp_dir.h"
 #include "tests/support/error_text.h"
+#include "tests/support/temp_dir.h"
 
 extern char** environ;
 
 namespace ferry {
 namespace {
 
-using testing::TempDir;
 using testing::error_of;
+using testing::TempDir;
 
 constexpr const char* kPython = "/usr/bin/python3";
 
@@ -51,7 +51,8 @@ std::string bytes_of(const at::Tensor& tensor) {
 }
 
 void expect_contains(const std::string& text, std::initializer_list<std::string> parts) {
-  for (const std::string& part : parts) EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
+  for (const std::string& part : parts)
+    EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
 }
 
 // What a sample should hold: its key in the shard and its members' bytes by extension.
@@ -71,7 +72,9 @@ Dataset write_dataset(const TempDir& dir, std::mt19937_64& rng, const std::vecto
   static const std::vector<size_t> kSizes = {0, 1, 511, 512, 513, 1024};
   Dataset dataset;
   for (size_t s = 0; s < samples_per_shard.size(); ++s) {
-    const TarLongNames dialect = s % 3 == 0 ? TarLongNames::kGnu : s % 3 == 1 ? TarLongNames::kPax : TarLongNames::kUstarPrefix;
+    const TarLongNames dialect = s % 3 == 0   ? TarLongNames::kGnu
+                                 : s % 3 == 1 ? TarLongNames::kPax
+                                              : TarLongNames::kUstarPrefix;
     TarWriter writer(dialect);
     char name[32];
     std::snprintf(name, sizeof name, "shard-%06zu.tar", s);
@@ -96,8 +99,7 @@ Dataset write_dataset(const TempDir& dir, std::mt19937_64& rng, const std::vecto
 }
 
 std::vector<TarField> image_label_json_fields() {
-  return {TarField{"image", "jpg"},
-          TarField{"label", "cls", at::kLong, {}, std::nullopt, "label"},
+  return {TarField{"image", "jpg"}, TarField{"label", "cls", at::kLong, {}, std::nullopt, "label"},
           TarField{"meta", ".JSON", at::kByte, {kVariableLength}, 4096, "raw", /*optional=*/true}};
 }
 
@@ -160,7 +162,8 @@ TEST(TarShardSource, DefaultFieldsComeFromTheFirstSampleByExtension) {
   EXPECT_EQ(source.fields()[2].decoder, "raw");
   EXPECT_EQ(source.describe(), "tar(3 shards, 9 samples, fields=jpg,cls,json)");
   // Defaults are required: sample 1 has no json.
-  expect_contains(error_of([&] { source.read(1); }), {dataset.paths[1], "'000001'", "'.json'", "field 'json'", "jpg, cls"});
+  expect_contains(error_of([&] { source.read(1); }),
+                  {dataset.paths[1], "'000001'", "'.json'", "field 'json'", "jpg, cls"});
   EXPECT_EQ(bytes_of(source.read(2).fields[2]), dataset.samples[2].members.at("json"));
 }
 
@@ -176,13 +179,13 @@ TEST(TarShardSource, AMissingRequiredMemberFailsThatSampleOnlyAndAnOptionalOneIs
   TarWriter::write_file(path, writer.finish());
   TarShardSource source(TarShardOptions{{path}, {TarField{"image", "jpg"}, TarField{"label", "cls"}}});
   EXPECT_EQ(bytes_of(source.read(0).fields[1]), "1");
-  expect_contains(error_of([&] { source.read(1); }),
-                  {"tar shard '" + path + "'", "sample '000001'", "index 1", "header at byte 2048", "no '.cls' member",
-                   "field 'label'"});
+  expect_contains(error_of([&] { source.read(1); }), {"tar shard '" + path + "'", "sample '000001'", "index 1",
+                                                      "header at byte 2048", "no '.cls' member", "field 'label'"});
   EXPECT_EQ(bytes_of(source.read(2).fields[1]), "3");
 
-  TarShardSource lenient(TarShardOptions{{path}, {TarField{"image", "jpg"}, TarField{"label", "cls", at::kByte, {kVariableLength},
-                                                                                    std::nullopt, "raw", true}}});
+  TarShardSource lenient(TarShardOptions{
+      {path},
+      {TarField{"image", "jpg"}, TarField{"label", "cls", at::kByte, {kVariableLength}, std::nullopt, "raw", true}}});
   EXPECT_EQ(lenient.read(1).fields[1].numel(), 0);
   EXPECT_EQ(lenient.read(1).key, path + ":000001");
 }
@@ -273,15 +276,16 @@ TEST(TarShardSource, RejectsUnusableShardsAndFields) {
   expect_contains(make({dataset.paths[0], dir / "bad.tar", dir / "nope.tar"}, {}), {dir / "bad.tar", "byte 0"});
   TarWriter::write_file(dir / "empty.tar", TarWriter().finish());
   expect_contains(make({dir / "empty.tar"}, {}), {"no samples"});
-  expect_contains(make(dataset.paths, {TarField{"image", "png"}}), {"field 'image'", "'.png'", "no shard", "cls, jpg, json"});
+  expect_contains(make(dataset.paths, {TarField{"image", "png"}}),
+                  {"field 'image'", "'.png'", "no shard", "cls, jpg, json"});
   expect_contains(make(dataset.paths, {TarField{"a", "jpg"}, TarField{"a", "cls"}}), {"field 'a' appears twice"});
   expect_contains(make(dataset.paths, {TarField{"", "jpg"}}), {"a field has no name"});
   expect_contains(make(dataset.paths, {TarField{"a", ""}}), {"field 'a' has no extension"});
   expect_contains(make(dataset.paths, {TarField{"a", "jpg", at::kByte, {3, -1}}}), {"field 'a'", "first dim"});
   expect_contains(make(dataset.paths, {TarField{"a", "jpg", at::kByte, {3}, 5}}), {"field 'a'", "max_length"});
   // An optional field no shard has is allowed: every sample gets empty bytes.
-  const TarShardSource source(TarShardOptions{dataset.paths, {TarField{"a", "jpg"}, TarField{"b", "png", at::kByte,
-                                                                                                {kVariableLength}, {}, "raw", true}}});
+  const TarShardSource source(TarShardOptions{
+      dataset.paths, {TarField{"a", "jpg"}, TarField{"b", "png", at::kByte, {kVariableLength}, {}, "raw", true}}});
   EXPECT_EQ(source.read(4).fields[1].numel(), 0);
 }
 
@@ -370,15 +374,19 @@ TEST(TarShardSource, ReadsShardsWrittenByPythonsTarfileIdentically) {
     total += expected.size();
   }
   // The same through the source, with optional fields for the extensions only some samples have.
-  const TarShardSource source(TarShardOptions{
-      shards, {TarField{"image", "jpg"}, TarField{"label", "cls", at::kLong, {}, std::nullopt, "label"},
-               TarField{"mask", "seg.png", at::kByte, {kVariableLength}, std::nullopt, "raw", true},
-               TarField{"meta", "json", at::kByte, {kVariableLength}, std::nullopt, "raw", true}}});
+  const TarShardSource source(
+      TarShardOptions{shards,
+                      {TarField{"image", "jpg"}, TarField{"label", "cls", at::kLong, {}, std::nullopt, "label"},
+                       TarField{"mask", "seg.png", at::kByte, {kVariableLength}, std::nullopt, "raw", true},
+                       TarField{"meta", "json", at::kByte, {kVariableLength}, std::nullopt, "raw", true}}});
   ASSERT_EQ(source.size(), total);
   const LabelDecoder labels;
   for (uint64_t i = 0; i < source.size(); ++i) {
     const size_t shard = source.shard_of(i);
-    const std::vector<ManifestSample> expected = read_manifest(dir / (std::string(shard == 0 ? "ustar" : shard == 1 ? "pax" : "gnu") + ".manifest"));
+    const std::vector<ManifestSample> expected = read_manifest(dir / (std::string(shard == 0   ? "ustar"
+                                                                                  : shard == 1 ? "pax"
+                                                                                               : "gnu") +
+                                                                      ".manifest"));
     const ManifestSample& want = expected[i - source.shard_samples(shard).begin];
     const EncodedSample sample = source.read(i);
     EXPECT_EQ(sample.key, shards[shard] + ":" + want.key);
@@ -401,8 +409,12 @@ at::Tensor text(const std::string& value) {
 TEST(LabelDecoder, ParsesAsciiIntegersWithSpaceAndSign) {
   const LabelDecoder decoder;
   const FieldSpec spec{"cls", at::kLong, {}, std::nullopt, "label"};
-  const std::vector<std::pair<std::string, int64_t>> cases = {
-      {"17\n", 17}, {"0", 0}, {" -3 \r\n", -3}, {"+5", 5}, {"\t9223372036854775807", INT64_MAX}, {"-9223372036854775808", INT64_MIN}};
+  const std::vector<std::pair<std::string, int64_t>> cases = {{"17\n", 17},
+                                                              {"0", 0},
+                                                              {" -3 \r\n", -3},
+                                                              {"+5", 5},
+                                                              {"\t9223372036854775807", INT64_MAX},
+                                                              {"-9223372036854775808", INT64_MIN}};
   for (const auto& [input, value] : cases) {
     const at::Tensor label = decoder.decode(text(input), spec);
     EXPECT_EQ(label.scalar_type(), at::kLong);
@@ -412,7 +424,8 @@ TEST(LabelDecoder, ParsesAsciiIntegersWithSpaceAndSign) {
   const at::Tensor narrow = decoder.decode(text("200"), FieldSpec{"cls", at::kByte, {1}, std::nullopt, "label"});
   EXPECT_EQ(narrow.sizes(), (std::vector<int64_t>{1}));
   EXPECT_EQ(narrow.item<uint8_t>(), 200);
-  EXPECT_EQ(decoder.decode(text("-70000"), FieldSpec{"cls", at::kInt, {}, std::nullopt, "label"}).item<int32_t>(), -70000);
+  EXPECT_EQ(decoder.decode(text("-70000"), FieldSpec{"cls", at::kInt, {}, std::nullopt, "label"}).item<int32_t>(),
+            -70000);
   EXPECT_EQ(DecoderRegistry().find("label")->name(), "label");
 }
 
@@ -423,11 +436,17 @@ TEST(LabelDecoder, RejectsTextThatIsNotAnIntegerOfTheDeclaredType) {
     expect_contains(error_of([&] { decoder.decode(text(bad), spec); }), {"label '"});
   }
   expect_contains(error_of([&] { decoder.decode(text("x\n"), spec); }), {"'x\\x0a' is not a decimal integer"});
-  expect_contains(error_of([&] { decoder.decode(text("256"), FieldSpec{"c", at::kByte, {}, std::nullopt, "label"}); }),
+  expect_contains(error_of([&] {
+                    decoder.decode(text("256"), FieldSpec{"c", at::kByte, {}, std::nullopt, "label"});
+                  }),
                   {"'256' does not fit uint8"});
-  expect_contains(error_of([&] { decoder.decode(text("1"), FieldSpec{"c", at::kLong, {2}, std::nullopt, "label"}); }),
+  expect_contains(error_of([&] {
+                    decoder.decode(text("1"), FieldSpec{"c", at::kLong, {2}, std::nullopt, "label"});
+                  }),
                   {"shape [] or [1]"});
-  expect_contains(error_of([&] { decoder.decode(text("1"), FieldSpec{"c", at::kFloat, {}, std::nullopt, "label"}); }),
+  expect_contains(error_of([&] {
+                    decoder.decode(text("1"), FieldSpec{"c", at::kFloat, {}, std::nullopt, "label"});
+                  }),
                   {"not float32"});
   expect_contains(error_of([&] { decoder.decode(at::ones({1}, at::kLong), spec); }), {"1-D uint8"});
 }

@@ -11,8 +11,8 @@
 
 #include <gtest/gtest.h>
 
-#include <ferry/io/util/atomic_file.h>
 #include <ferry/io/formats/tar_index.h>
+#include <ferry/io/util/atomic_file.h>
 #include <ferry/pipeline/error.h>
 #include "tests/support/temp_dir.h"
 

@@ -20,8 +20,8 @@
 
 #include <gtest/gtest.h>
 
-#include <ferry/io/formats/indexed_dataset_writer.h>
 #include <ferry/io/decoders/raw_decoder.h>
+#include <ferry/io/formats/indexed_dataset_writer.h>
 #include <ferry/pipeline/error.h>
 #include "tests/support/temp_dir.h"
 
@@ -34,7 +34,8 @@ struct TempDir : testing::TempDir {
 };
 
 // Writes `documents` (one sequence each) and returns their concatenation.
-std::vector<int64_t> write(const std::string& prefix, IndexedDtype dtype, const std::vector<std::vector<int64_t>>& documents) {
+std::vector<int64_t> write(const std::string& prefix, IndexedDtype dtype,
+                           const std::vector<std::vector<int64_t>>& documents) {
   IndexedDatasetWriter writer(prefix, dtype);
   std::vector<int64_t> stream;
   for (const auto& document : documents) {
@@ -89,11 +90,13 @@ std::vector<int64_t> decoded_tokens(const TokenWindowSource& source, const Encod
 }
 
 std::vector<int64_t> slice(const std::vector<int64_t>& stream, uint64_t first, uint64_t count) {
-  return {stream.begin() + static_cast<std::ptrdiff_t>(first), stream.begin() + static_cast<std::ptrdiff_t>(first + count)};
+  return {stream.begin() + static_cast<std::ptrdiff_t>(first),
+          stream.begin() + static_cast<std::ptrdiff_t>(first + count)};
 }
 
 TEST(TokenWindowSource, WindowsMatchTheConcatenatedStreamForRandomSeqLen) {
-  for (const IndexedDtype dtype : {IndexedDtype::kUInt16, IndexedDtype::kInt32, IndexedDtype::kInt64, IndexedDtype::kUInt8}) {
+  for (const IndexedDtype dtype :
+       {IndexedDtype::kUInt16, IndexedDtype::kInt32, IndexedDtype::kInt64, IndexedDtype::kUInt8}) {
     std::mt19937_64 rng(100 + static_cast<uint64_t>(dtype));
     const int64_t high = dtype == IndexedDtype::kUInt8 ? 255 : dtype == IndexedDtype::kUInt16 ? 65535 : 1'000'000'007;
     const auto documents = random_documents(rng, 150, high, 200);
@@ -118,7 +121,8 @@ TEST(TokenWindowSource, WindowsMatchTheConcatenatedStreamForRandomSeqLen) {
       }
       // The last whole window is there; the next, partial one is not.
       const uint64_t last = source.size() - 1;
-      EXPECT_EQ(decoded_tokens(source, source.read(last)), slice(stream, last * static_cast<uint64_t>(seq_len), window));
+      EXPECT_EQ(decoded_tokens(source, source.read(last)),
+                slice(stream, last * static_cast<uint64_t>(seq_len), window));
       EXPECT_GT(source.size() * static_cast<uint64_t>(seq_len) + window, stream.size());
       EXPECT_THROW(source.read(source.size()), Error);
     }

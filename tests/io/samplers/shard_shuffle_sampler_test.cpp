@@ -71,8 +71,8 @@ TEST(ShardShuffleSampler, EveryEpochIsAPermutationOfAllSamples) {
   for (int i = 0; i < 25; ++i) size_sets.push_back(random_shard_sizes(rng, 40, 300));
   for (const auto& sizes : size_sets) {
     const uint64_t n = total(sizes);
-    for (const size_t buffer : {size_t{1}, size_t{2}, size_t{7}, size_t{1000}, static_cast<size_t>(n),
-                                static_cast<size_t>(n + 5)}) {
+    for (const size_t buffer :
+         {size_t{1}, size_t{2}, size_t{7}, size_t{1000}, static_cast<size_t>(n), static_cast<size_t>(n + 5)}) {
       for (const bool shuffle_shards : {true, false}) {
         const Options options{rng(), buffer, shuffle_shards};
         SCOPED_TRACE("sizes " + sizes_text(sizes) + ", buffer " + std::to_string(buffer) + ", seed " +
@@ -367,13 +367,13 @@ TEST(ShardShuffleSampler, PinsTheOrderSoEveryMachineAgrees) {
   // Buffer 1: whole shards in the epoch's shard order.
   EXPECT_EQ(epoch_order(ShardShuffleSampler(sizes, Options{42, 1, true}), 3),
             (std::vector<uint64_t>{16, 17, 18, 19, 26, 27, 20, 21, 22, 23, 24, 25, 5, 6,
-                                   7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4}));
+                                   7,  8,  9,  10, 11, 12, 13, 14, 15, 0,  1,  2,  3, 4}));
   EXPECT_EQ(epoch_order(ShardShuffleSampler(sizes, Options{42, 4, true}), 3),
             (std::vector<uint64_t>{18, 26, 27, 19, 21, 16, 22, 24, 17, 23, 25, 7, 5, 6,
-                                   9, 10, 12, 8, 20, 13, 15, 11, 0, 2, 3, 4, 1, 14}));
+                                   9,  10, 12, 8,  20, 13, 15, 11, 0,  2,  3,  4, 1, 14}));
   EXPECT_EQ(epoch_order(ShardShuffleSampler(sizes, Options{7, 100, false}), 0),
-            (std::vector<uint64_t>{5, 17, 11, 14, 21, 3, 2, 24, 25, 27, 19, 1, 10, 12,
-                                   26, 7, 0, 18, 16, 9, 22, 8, 4, 20, 15, 23, 6, 13}));
+            (std::vector<uint64_t>{5,  17, 11, 14, 21, 3, 2,  24, 25, 27, 19, 1,  10, 12,
+                                   26, 7,  0,  18, 16, 9, 22, 8,  4,  20, 15, 23, 6,  13}));
   // 200 shards of 0 to 100 samples, a 1000-sample buffer.
   std::vector<uint64_t> many(200);
   for (uint64_t s = 0; s < many.size(); ++s) many[s] = s * 37 % 101;
@@ -410,7 +410,11 @@ TEST(ShardShuffleSampler, ComputingAnEpochOfTenMillionSamplesTakes) {
 
 TEST(ShardShuffleSampler, RejectsBadArgumentsNamingThem) {
   EXPECT_TRUE(testing::error_names([] { ShardShuffleSampler({}, Options{1, 10, true}); }, "no shards"));
-  EXPECT_TRUE(testing::error_names([] { ShardShuffleSampler({0, 0, 0}, Options{1, 10, true}); }, "all 3 shards are empty"));
+  EXPECT_TRUE(testing::error_names(
+      [] {
+        ShardShuffleSampler({0, 0, 0}, Options{1, 10, true});
+      },
+      "all 3 shards are empty"));
   EXPECT_TRUE(testing::error_names([] { ShardShuffleSampler({5}, Options{1, 0, true}); }, "buffer_size"));
   EXPECT_TRUE(testing::error_names([] { ShardShuffleSampler({~uint64_t{0}, 1}, Options{1, 1, true}); }, "2^64"));
   const ShardShuffleSampler sampler({3, 4}, Options{1, 2, true});

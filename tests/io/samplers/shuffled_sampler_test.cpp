@@ -23,8 +23,9 @@ using testing::is_permutation_of_range;
 
 // Small and boundary sizes (around powers of two, where the Feistel domain changes), then random ones.
 std::vector<uint64_t> sizes_to_test(std::mt19937_64& rng) {
-  std::vector<uint64_t> sizes = {0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128,
-                                 129, 255, 256, 257, 1000, 1023, 1024, 1025, 4095, 4096, 4097, 65535, 65536, 65537};
+  std::vector<uint64_t> sizes = {0,   1,   2,    3,    4,    5,    7,    8,    9,    10,    15,    16,
+                                 17,  31,  32,   33,   63,   64,   65,   100,  127,  128,   129,   255,
+                                 256, 257, 1000, 1023, 1024, 1025, 4095, 4096, 4097, 65535, 65536, 65537};
   std::uniform_int_distribution<uint64_t> any(0, 100000);
   for (int i = 0; i < 50; ++i) sizes.push_back(any(rng));
   return sizes;
@@ -144,8 +145,7 @@ TEST(ShuffledSampler, IndexIsTheSameInAnyOrderAndFromSeveralThreads) {
 }
 
 TEST(ShuffledSampler, HugeSizesGiveInRangeDistinctIndices) {
-  for (const uint64_t n : {uint64_t{1} << 40, (uint64_t{1} << 40) + 12345, (uint64_t{1} << 63) + 1,
-                           ~uint64_t{0}}) {
+  for (const uint64_t n : {uint64_t{1} << 40, (uint64_t{1} << 40) + 12345, (uint64_t{1} << 63) + 1, ~uint64_t{0}}) {
     SCOPED_TRACE("n=" + std::to_string(n));
     const ShuffledSampler sampler(n, 5);
     std::unordered_set<uint64_t> seen;
