@@ -54,7 +54,7 @@ struct TransferOptions {
   /// Batches of at least this many bytes are packed (and, for CPU targets, copied) by several threads.
   size_t parallel_pack_bytes = size_t{1} << 20;
   /// A decoded tensor of at least this many bytes that is already in pinned memory is copied to the
-  /// device straight from there, skipping the slab (0: never).
+  /// device straight from there, skipping the slab (0: never). Note [direct copies] in stages/pack_stage.cpp.
   size_t direct_copy_bytes = size_t{1} << 20;
   /// The copy stream's priority: high lets ferry's copies start ahead of other streams' queued work.
   bool high_priority_stream = false;

@@ -7,6 +7,23 @@
 
 namespace ferry {
 
+// Note [direct copies]
+// ~~~~~~~~~~~~~~~~~~~~
+// Staging costs three bytes of host memory traffic per byte delivered: the CPU reads the decoded
+// tensor, writes the slab, and the copy engine reads the slab. For large batches that, not the link,
+// is the limit (docs/performance-notes.md). A decoded tensor that is already in pinned memory needs
+// none of it: the copy engine can read it in place. So a contiguous pinned tensor of at least
+// TransferOptions::direct_copy_bytes (1 MiB; 0: never) gets no CopyOp; its byte range becomes a
+// CopyChunk whose source is the tensor itself, and the slab's chunks are cut around it, so the
+// device buffer's layout is the same either way. A padded slot is always staged (the padding has to
+// be written somewhere). Smaller tensors are staged anyway: one cudaMemcpyAsync each would cost
+// more than the memcpy saves.
+//
+// The tensor must outlive the copy that reads it, whatever ends the batch (delivery, an error,
+// shutdown): pack keeps it in BatchWork::direct_sources, and H2DSubmitStage hands those to the slab's
+// lease together with the copy's event (PinnedLease::attach_event), so they are released with the
+// slab, after the event has completed (Note [pinned slab reuse]).
+
 PackStage::PackStage(std::shared_ptr<PinnedPool> pool, const TransferOptions& options)
     : pool_(std::move(pool)), options_(options) {
   if (!pool_) throw Error("pack stage: no pinned pool");
@@ -33,10 +50,7 @@ void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
     keep.push_back(tensor.contiguous());
     return static_cast<const std::byte*>(keep.back().data_ptr());
   };
-  // Note [direct copies]: a large tensor already in pinned memory needs no staging — the copy
-  // engine reads it in place, which saves the CPU copy and two of the three bytes of host memory
-  // traffic per byte delivered. H2D hands the tensor to the slab's lease, so it lives until its
-  // copy's event has completed.
+  // Large pinned tensors are copied from where they are (Note [direct copies]).
   work.direct_sources.clear();
   std::vector<CopyChunk> direct;  // in offset order
   auto copy_in_place = [&](const at::Tensor& tensor, size_t offset) {

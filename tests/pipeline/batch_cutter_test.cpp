@@ -283,7 +283,9 @@ TEST(BatchCutter, UnderSkipRefillsBatchesAndGivesEveryPlanOneItemOverRandomRuns)
     EXPECT_EQ(batches, expected.batches);
     EXPECT_EQ(batch_epochs, expected.epochs);
     // Note [tokens]: until the end, every plan that holds a token gives back one batch or one token.
-    if (!capped) EXPECT_EQ(batches.size() + tokens, token_plans);
+    if (!capped) {
+      EXPECT_EQ(batches.size() + tokens, token_plans);
+    }
     // Every failed sample is reported once, in order (after the end, plans in flight are dropped unread).
     if (capped) {
       EXPECT_TRUE(std::equal(skipped.begin(), skipped.end(), all_failed.begin()));
