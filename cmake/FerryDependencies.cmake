@@ -15,6 +15,18 @@ find_package(yaml-cpp REQUIRED)
 if(FERRY_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()
+if(NOT PROJECT_IS_TOP_LEVEL)
+  # Under add_subdirectory(ferry), the parent links ferry::ferry, whose usage names these imported
+  # targets (torch, TBB::tbb, ... and what they name in turn): make them visible beyond this folder,
+  # so that the parent need not find ferry's dependencies itself.
+  get_directory_property(ferry_found_targets IMPORTED_TARGETS)
+  foreach(target IN LISTS ferry_found_targets)
+    get_target_property(global ${target} IMPORTED_GLOBAL)
+    if(NOT global)
+      set_target_properties(${target} PROPERTIES IMPORTED_GLOBAL TRUE)
+    endif()
+  endforeach()
+endif()
 
 # moodycamel::ConcurrentQueue is header-only. Debian installs it as concurrentqueue/*.h, upstream's
 # CMake install as concurrentqueue/moodycamel/*.h; ferry includes <blockingconcurrentqueue.h>.

@@ -1,0 +1,58 @@
+"""The build behind `pip install .` (pyproject.toml): CMake builds the extension ferry._C for the
+interpreter that runs pip, against the torch it imports; setuptools packs it with python/ferry/.
+
+Only the extension and the libraries it links are built (no tests, examples, benchmarks or command).
+"""
+
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = pathlib.Path(__file__).resolve().parent
+
+
+def project_version() -> str:
+    """The version in CMakeLists.txt's project(), the one place it is set."""
+    match = re.search(r"project\(ferry VERSION ([0-9.]+)", (ROOT / "CMakeLists.txt").read_text())
+    if not match:
+        raise RuntimeError("ferry: no version in CMakeLists.txt's project()")
+    return match.group(1)
+
+
+class CMakeExtension(Extension):
+    def __init__(self) -> None:
+        super().__init__("ferry._C", sources=[])
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext: Extension) -> None:
+        build_dir = pathlib.Path(os.environ.get("FERRY_BUILD_DIR") or ROOT / "build" / f"pip-{sys.implementation.cache_tag}")
+        configure = [
+            "cmake", "-S", str(ROOT), "-B", str(build_dir),
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DFERRY_BUILD_PYTHON=ON",  # fail, saying why, rather than build nothing
+            f"-DPython_EXECUTABLE={sys.executable}",
+            "-DFERRY_BUILD_TESTS=OFF", "-DFERRY_BUILD_EXAMPLES=OFF", "-DFERRY_BUILD_BENCH=OFF",
+        ]
+        if shutil.which("ninja") and not (build_dir / "CMakeCache.txt").exists():
+            configure += ["-G", "Ninja"]
+        configure += shlex.split(os.environ.get("FERRY_CMAKE_ARGS", ""))
+        jobs = str(os.cpu_count() or 1)
+        subprocess.run(configure, check=True)
+        subprocess.run(["cmake", "--build", str(build_dir), "--target", "ferry_python_ext", "--parallel", jobs], check=True)
+        built = sorted((build_dir / "python" / "ferry").glob("_C*.so"))
+        if not built:
+            raise RuntimeError(f"ferry: the build made no ferry/_C*.so under {build_dir / 'python'}")
+        target = pathlib.Path(self.get_ext_fullpath(ext.name))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(built[0], target)
+
+
+setup(version=project_version(), ext_modules=[CMakeExtension()], cmdclass={"build_ext": CMakeBuild})

@@ -1,0 +1,99 @@
+# Builds and runs examples/consumer (a training loop over batches from a YAML config) against ferry as
+# a user gets it, and checks what the user gets. Run with cmake -P, one MODE:
+#   install   `cmake --install BUILD --prefix WORK/prefix`; the consumer finds it through
+#             find_package(ferry) with only that prefix on CMAKE_PREFIX_PATH, compiled as C++17 (ferry::ferry
+#             must raise it to C++20 itself)
+#   deb       `cpack -G DEB` in BUILD, the package unpacked into WORK/root; the consumer finds WORK/root/usr
+#   subdirectory  tests/package/parent, which add_subdirectory()s the source tree SOURCE
+# Other variables: SOURCE (ferry's checkout), BUILD (its build folder), WORK (scratch, emptied first),
+# GENERATOR and CXX (as ferry's build), DEPENDS (deb: text the package's Depends must hold, ;-separated).
+cmake_minimum_required(VERSION 3.22)
+
+function(run)
+  cmake_parse_arguments(RUN "" "WORKING_DIRECTORY;OUTPUT" "COMMAND" ${ARGN})
+  list(JOIN RUN_COMMAND " " shown)
+  message(STATUS "$ ${shown}")
+  if(NOT RUN_WORKING_DIRECTORY)
+    set(RUN_WORKING_DIRECTORY "${WORK}")
+  endif()
+  execute_process(COMMAND ${RUN_COMMAND} WORKING_DIRECTORY "${RUN_WORKING_DIRECTORY}"
+                  RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "failed (${status}): ${shown}\n${out}")
+  endif()
+  if(RUN_OUTPUT)
+    set(${RUN_OUTPUT} "${out}" PARENT_SCOPE)
+  endif()
+endfunction()
+
+function(expect_files prefix)
+  foreach(path IN LISTS ARGN)
+    if(NOT EXISTS "${prefix}/${path}")
+      message(FATAL_ERROR "not installed: ${prefix}/${path}")
+    endif()
+  endforeach()
+endfunction()
+
+# What a user meets in an installed tree: the package, the public headers, the command, the configs;
+# and no internal header.
+function(check_tree prefix)
+  file(GLOB libdir RELATIVE "${prefix}" "${prefix}/lib*/cmake/ferry/ferryConfig.cmake")
+  if(NOT libdir)
+    message(FATAL_ERROR "no lib*/cmake/ferry/ferryConfig.cmake under ${prefix}")
+  endif()
+  expect_files("${prefix}" include/ferry/ferry.h include/ferry/build_config.h include/ferry/pipeline/pipeline.h
+               include/ferry/assembly/config_loader.h include/ferry/copy/async_copy_handle.h bin/ferry
+               share/ferry/configs/demo.yaml)
+  foreach(internal IN ITEMS pipeline/pipeline_graph.h pipeline/bounded_queue.h stages/parallel_copy.h
+                            copy/copy_worker.h io/formats/indexed_dataset_format.h)
+    if(EXISTS "${prefix}/include/ferry/${internal}")
+      message(FATAL_ERROR "an internal header was installed: include/ferry/${internal}")
+    endif()
+  endforeach()
+  file(GLOB_RECURSE files RELATIVE "${prefix}" "${prefix}/*")
+  list(LENGTH files count)
+  message(STATUS "installed tree: ${count} files under ${prefix}")
+  run(COMMAND "${prefix}/bin/ferry" validate "${prefix}/share/ferry/configs/synthetic.yaml" OUTPUT validated)
+  message(STATUS "${validated}")
+endfunction()
+
+function(build_and_run source prefix)
+  set(args -S "${source}" -B "${WORK}/consumer" -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=Release
+           "-DCMAKE_CXX_COMPILER=${CXX}" ${ARGN})
+  if(prefix)
+    list(APPEND args "-DCMAKE_PREFIX_PATH=${prefix}")
+  endif()
+  run(COMMAND "${CMAKE_COMMAND}" ${args} OUTPUT configured)
+  run(COMMAND "${CMAKE_COMMAND}" --build "${WORK}/consumer" --target train_from_yaml)
+  run(COMMAND "${WORK}/consumer/train_from_yaml" "${SOURCE}/examples/consumer/train.yaml" OUTPUT trained)
+  message(STATUS "${trained}")
+endfunction()
+
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+if(MODE STREQUAL "install")
+  run(COMMAND "${CMAKE_COMMAND}" --install "${BUILD}" --prefix "${WORK}/prefix")
+  check_tree("${WORK}/prefix")
+  build_and_run("${SOURCE}/examples/consumer" "${WORK}/prefix" -DCMAKE_CXX_STANDARD=17)
+elseif(MODE STREQUAL "deb")
+  run(COMMAND cpack --config "${BUILD}/CPackConfig.cmake" -G DEB -B "${WORK}/package")
+  file(GLOB deb "${WORK}/package/*.deb")
+  if(NOT deb)
+    message(FATAL_ERROR "cpack made no .deb in ${WORK}/package")
+  endif()
+  run(COMMAND dpkg-deb --field "${deb}" Package Version Architecture Depends OUTPUT fields)
+  message(STATUS "${deb}:\n${fields}")
+  foreach(expected IN LISTS DEPENDS)
+    string(FIND "${fields}" "${expected}" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "the package's Depends lacks '${expected}'")
+    endif()
+  endforeach()
+  run(COMMAND dpkg-deb -x "${deb}" "${WORK}/root")
+  check_tree("${WORK}/root/usr")
+  build_and_run("${SOURCE}/examples/consumer" "${WORK}/root/usr")
+elseif(MODE STREQUAL "subdirectory")
+  build_and_run("${SOURCE}/tests/package/parent" "" "-DFERRY_SOURCE_DIR=${SOURCE}")
+else()
+  message(FATAL_ERROR "MODE must be install, deb or subdirectory, not '${MODE}'")
+endif()
