@@ -3,6 +3,7 @@
 //   ferry validate CONFIG [--set k=v]...
 //   ferry info [--bandwidth]
 //   ferry make-dataset tokens|tar|npy|images OUT [options]   (cli/make_dataset.h)
+//   ferry --version, ferry --help, ferry COMMAND --help
 // Exit status: 0 done, 1 the run failed, 2 bad usage or an invalid config, 130 interrupted (Ctrl-C).
 #include <atomic>
 #include <cerrno>
@@ -42,36 +43,61 @@ constexpr int kFailed = 1;
 constexpr int kUsageError = 2;
 constexpr int kInterrupted = 130;  // 128 + SIGINT, as shells report it
 
-constexpr const char* kUsage =
+// Each command's usage: `ferry COMMAND --help` prints it; `ferry --help` prints them all.
+constexpr const char* kRunUsage =
     "usage: ferry run [CONFIG] [--set key=value]... [--batches N] [--epochs N] [--report PATH]\n"
     "                 [--save-state PATH] [--resume PATH] [--digest PATH]\n"
-    "       ferry validate CONFIG [--set key=value]...\n"
-    "       ferry info [--bandwidth]\n"
-    "       ferry make-dataset tokens OUT [--documents N] [--seed S] [--vocab V] [--dtype uint16|int32]\n"
+    "\n"
+    "Runs the pipeline CONFIG describes (default: the built-in configs/demo.yaml, synthetic data made on\n"
+    "the fly), with progress on stderr and a report on stdout. Relative paths in CONFIG are relative to\n"
+    "the current folder.\n"
+    "  --set key.path=value  override any key (docs/config.md), e.g. --set transfer.device=cpu\n"
+    "  --batches N           stop after N batches (--set max_batches=N)\n"
+    "  --epochs N            passes over the data (--set sampler.epochs=N)\n"
+    "  --report PATH         also write the report as JSON, docs/report.md (--set stats.report=PATH)\n"
+    "  --save-state PATH     at the end (also after Ctrl-C or a failure) save where the run stands\n"
+    "  --resume PATH         start where a saved run stopped: the batches it had not delivered\n"
+    "  --digest PATH         write a line per batch with a hash of its contents (for checking)\n";
+constexpr const char* kValidateUsage =
+    "usage: ferry validate CONFIG [--set key=value]...\n"
+    "\n"
+    "Checks CONFIG and the overrides without running it: every problem, with file:line:column, the key,\n"
+    "what was expected and what was found. Exits 0 when it would run, 2 otherwise.\n";
+constexpr const char* kInfoUsage =
+    "usage: ferry info [--bandwidth]\n"
+    "\n"
+    "What this build supports: the versions of ferry, libtorch, oneTBB and CUDA, and the visible devices.\n"
+    "  --bandwidth           also measure each device's host-to-device link\n";
+constexpr const char* kMakeDatasetUsage =
+    "usage: ferry make-dataset tokens OUT [--documents N] [--seed S] [--vocab V] [--dtype uint16|int32]\n"
     "       ferry make-dataset tar OUT_DIR [--samples N] [--shards S] [--image-size N|HxW] [--classes C] [--seed S] "
     "[--quality Q]\n"
     "       ferry make-dataset npy OUT_DIR [--samples N] [--shards S] [--classes C] [--seed S]\n"
-    "       ferry make-dataset images OUT_DIR [--samples N] [--image-size N|HxW] [--classes C] [--seed S] [--quality "
-    "Q]\n"
+    "       ferry make-dataset images OUT_DIR [--samples N] [--image-size N|HxW] [--classes C] [--seed S] "
+    "[--quality Q]\n"
     "\n"
-    "  run       run the pipeline CONFIG describes (default: the built-in configs/demo.yaml, synthetic\n"
-    "            data made on the fly), with progress on stderr and a report on stdout\n"
-    "            --set key.path=value  override any key (docs/config.md), e.g. --set transfer.device=cpu\n"
-    "            --batches N           stop after N batches (--set max_batches=N)\n"
-    "            --epochs N            passes over the data (--set sampler.epochs=N)\n"
-    "            --report PATH         also write the report as JSON, docs/report.md (--set stats.report=PATH)\n"
-    "            --save-state PATH     at the end (also after Ctrl-C or a failure) save where the run stands\n"
-    "            --resume PATH         start where a saved run stopped: the batches it had not delivered\n"
-    "            --digest PATH         write a line per batch with a hash of its contents (for checking)\n"
-    "  validate  check CONFIG (and the overrides) without running it\n"
-    "  info      what this build supports: versions, devices; --bandwidth measures the host-to-device link\n"
-    "  make-dataset  write a small generated dataset: tokens = a Megatron-LM indexed dataset OUT.bin/.idx;\n"
-    "            tar = WebDataset shards OUT_DIR/shard-000000.tar... of <key>.jpg + <key>.cls; npy = the same\n"
-    "            with <key>.npy (float32 [64]); images = an ImageFolder OUT_DIR/class-000/000000.jpg...\n"
-    "            (defaults: 1000 samples, 4 shards, 256x256, 10 classes, seed 0, quality 90; sample k has\n"
-    "            label k % classes; OUT_DIR must be new or empty)\n"
-    "\n"
-    "exit status: 0 done, 1 the run failed, 2 bad usage or invalid config, 130 interrupted\n";
+    "Writes a small generated dataset to try ferry on: tokens = a Megatron-LM indexed dataset OUT.bin/.idx;\n"
+    "tar = WebDataset shards OUT_DIR/shard-000000.tar... of <key>.jpg + <key>.cls; npy = the same with\n"
+    "<key>.npy (float32 [64]); images = an ImageFolder OUT_DIR/class-000/000000.jpg... Defaults: 1000\n"
+    "samples, 4 shards, 256x256, 10 classes, seed 0, quality 90; sample k has label k % classes. OUT_DIR\n"
+    "must be new or empty, and OUT must not hold a dataset yet.\n";
+
+struct Command {
+  std::string_view name;
+  const char* usage;
+};
+constexpr Command kCommands[] = {
+    {"run", kRunUsage}, {"validate", kValidateUsage}, {"info", kInfoUsage}, {"make-dataset", kMakeDatasetUsage}};
+
+constexpr const char* kExitStatus = "exit status: 0 done, 1 the run failed, 2 bad usage or invalid config, 130 interrupted\n";
+
+// `ferry --help`: every command's usage.
+void print_usage(FILE* out) {
+  std::fputs("ferry: staged data loading into GPU-resident batches\n\n", out);
+  for (const Command& command : kCommands) std::fprintf(out, "%s\n", command.usage);
+  std::fputs("ferry --version prints the version and the build; ferry COMMAND --help one command's usage.\n", out);
+  std::fputs(kExitStatus, out);
+}
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -315,25 +341,46 @@ int info(const std::vector<std::string_view>& args) {
 
 int main(int argc, char** argv) {
   const std::vector<std::string_view> args(argv + 1, argv + argc);
+  const Command* command = nullptr;
   try {
-    if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-      std::fputs(kUsage, args.empty() ? stderr : stdout);
-      return args.empty() ? kUsageError : 0;
+    if (args.empty()) {
+      print_usage(stderr);
+      return kUsageError;
+    }
+    if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+      print_usage(stdout);
+      return 0;
+    }
+    if (args[0] == "--version" || args[0] == "version") {
+      std::printf("ferry %s (%s build; libtorch %s)\n", FERRY_VERSION, FERRY_BUILD_KIND, FERRY_TORCH_VERSION);
+      return 0;
+    }
+    for (const Command& known : kCommands) {
+      if (known.name == args[0]) command = &known;
+    }
+    if (command == nullptr) {
+      throw UsageError("unknown command '" + std::string(args[0]) + "' (commands: run, validate, info, make-dataset)");
     }
     const std::vector<std::string_view> rest(args.begin() + 1, args.end());
-    if (args[0] == "run") return run(rest);
-    if (args[0] == "validate") return validate(rest);
-    if (args[0] == "info") return info(rest);
-    if (args[0] == "make-dataset") {
-      try {
-        return ferry::cli::make_dataset(rest);
-      } catch (const std::invalid_argument& e) {
-        throw UsageError(e.what());
+    for (const std::string_view arg : rest) {
+      if (arg == "--help" || arg == "-h") {
+        std::fputs(command->usage, stdout);
+        return 0;
       }
     }
-    throw UsageError("unknown command '" + std::string(args[0]) + "'");
+    if (command->name == "run") return run(rest);
+    if (command->name == "validate") return validate(rest);
+    if (command->name == "info") return info(rest);
+    try {
+      return ferry::cli::make_dataset(rest);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "ferry: %s\n%s", e.what(), kUsage);
+    // The one line that matters, and where the rest is.
+    std::fprintf(stderr, "ferry: %s\n", e.what());
+    std::fprintf(stderr, "run 'ferry %s--help' for %s\n", command ? (std::string(command->name) + " ").c_str() : "",
+                 command ? "its usage" : "the commands and their usage");
     return kUsageError;
   } catch (const ferry::ConfigError& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -435,6 +435,14 @@ int make_dataset(const std::vector<std::string_view>& args) {
   }
 
   if (tokens) {
+    // Like the folder kinds, never over a dataset that is there already.
+    for (const char* suffix : {".bin", ".idx"}) {
+      struct stat info {};
+      if (::lstat((out + suffix).c_str(), &info) == 0) {
+        throw std::invalid_argument("OUT '" + out + "' holds a dataset already (" + out + suffix +
+                                    " exists): remove " + out + ".bin and " + out + ".idx, or choose another OUT");
+      }
+    }
     if (options.dtype == IndexedDtype::kUInt16 && options.vocab > 65536) {
       throw std::invalid_argument("--vocab " + std::to_string(options.vocab) +
                                   " does not fit uint16 tokens: use --dtype int32");

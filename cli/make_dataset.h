@@ -26,7 +26,8 @@ namespace ferry::cli {
 /// that has a sample. The content of sample k depends only on (seed, k) (see synthetic_image.h):
 /// the same arguments give the same bytes, whatever the thread count.
 ///
-/// OUT_DIR must be a new or empty folder (created with its parents). Every file is written as
+/// OUT_DIR must be a new or empty folder (created with its parents); OUT (tokens) must not hold a
+/// dataset yet (neither OUT.bin nor OUT.idx exists). Every file is written as
 /// `<name>.partial` and renamed into place when whole. Samples are made on all cores (oneTBB) and
 /// written in order. Prints one summary line on stdout. Returns the exit status; throws ferry::Error
 /// for I/O failures (naming the path) and std::invalid_argument for bad usage, before writing anything.

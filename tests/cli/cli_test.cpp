@@ -26,6 +26,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ferry/build_config.h>
+
 #include "tests/support/error_text.h"
 #include "tests/support/temp_dir.h"
 
@@ -446,6 +448,7 @@ TEST(FerryUsage, UsageErrorsExitTwo) {
   struct Case {
     std::vector<std::string> args;
     std::vector<std::string> named;  // what stderr must mention
+    bool usage = true;               // a usage error (not a config's): points to --help
   };
   const std::vector<Case> cases = {
       {{}, {"usage: ferry run"}},
@@ -455,7 +458,7 @@ TEST(FerryUsage, UsageErrorsExitTwo) {
       {{"run", "--batches"}, {"--batches needs a value"}},
       {{"frobnicate"}, {"unknown command 'frobnicate'"}},
       {{"validate"}, {"validate needs a CONFIG"}},
-      {{"run", "/nonexistent.yaml"}, {"/nonexistent.yaml", "cannot open"}},
+      {{"run", "/nonexistent.yaml"}, {"/nonexistent.yaml", "cannot open"}, /*usage=*/false},
   };
   for (const Case& c : cases) {
     std::string command = "ferry";
@@ -467,6 +470,45 @@ TEST(FerryUsage, UsageErrorsExitTwo) {
       EXPECT_TRUE(contains(result.err, part)) << "stderr does not name '" << part << "'" << both(result);
     }
     EXPECT_TRUE(result.out.empty()) << "a usage error printed on stdout" << both(result);
+    if (!c.args.empty() && c.usage) {
+      // The one line that matters and where to read on, not the whole usage.
+      EXPECT_LE(lines(result.err).size(), 2u) << both(result);
+      const std::string help = c.args[0] == "frobnicate" ? "'ferry --help'" : "'ferry " + c.args[0] + " --help'";
+      EXPECT_TRUE(contains(result.err, help)) << "no pointer to " << help << both(result);
+    }
+  }
+}
+
+TEST(FerryUsage, EachCommandsHelpPrintsItsUsageAndExitsZero) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--help"}, "usage: ferry run"},
+      {{"-h"}, "usage: ferry validate"},
+      {{"run", "--help"}, "usage: ferry run [CONFIG]"},
+      {{"run", "configs/demo.yaml", "--batches", "3", "-h"}, "usage: ferry run [CONFIG]"},
+      {{"validate", "--help"}, "usage: ferry validate CONFIG"},
+      {{"info", "--help"}, "usage: ferry info [--bandwidth]"},
+      {{"make-dataset", "--help"}, "usage: ferry make-dataset tokens OUT"},
+      {{"make-dataset", "tar", "--help"}, "usage: ferry make-dataset tokens OUT"},
+  };
+  for (const auto& [args, usage] : cases) {
+    const Result result = ferry(args);
+    SCOPED_TRACE(args.front() + (args.size() > 1 ? " " + args[1] : ""));
+    EXPECT_TRUE(result.status.is(0)) << result.status << both(result);
+    EXPECT_TRUE(contains(result.out, usage)) << both(result);
+    EXPECT_TRUE(result.err.empty()) << both(result);
+  }
+  // One command's help is that command's alone.
+  const Result run = ferry({"run", "--help"});
+  EXPECT_FALSE(contains(run.out, "usage: ferry validate")) << both(run);
+  EXPECT_TRUE(contains(run.out, "--save-state PATH")) << both(run);
+}
+
+TEST(FerryUsage, VersionNamesTheVersionAndTheBuild) {
+  for (const char* flag : {"--version", "version"}) {
+    const Result result = ferry({flag});
+    EXPECT_TRUE(result.status.is(0)) << result.status << both(result);
+    EXPECT_TRUE(contains(result.out, std::string("ferry ") + FERRY_VERSION + " (")) << both(result);
+    EXPECT_TRUE(contains(result.out, std::string("libtorch ") + FERRY_TORCH_VERSION)) << both(result);
   }
 }
 

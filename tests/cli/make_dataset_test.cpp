@@ -399,6 +399,26 @@ TEST(MakeDataset, BadUsageExitsTwoNamingTheProblemAndWritesNothing) {
   EXPECT_EQ(read_file(full + "/keep.txt"), "mine");
 }
 
+TEST(MakeDataset, TokensRefusesADatasetThatIsThereAlready) {
+  const TempDir dir("ferry_make_dataset");
+  const std::string prefix = dir / "tokens";
+  const Result first = make_dataset({"tokens", prefix, "--documents", "5"});
+  ASSERT_EQ(first.code, 0) << both(first);
+  const std::string bin = read_file(prefix + ".bin");
+  const std::string idx = read_file(prefix + ".idx");
+  const Result again = make_dataset({"tokens", prefix, "--documents", "9", "--seed", "7"});
+  EXPECT_EQ(again.code, 2) << both(again);
+  EXPECT_TRUE(contains(again.err, prefix + ".bin exists")) << both(again);
+  EXPECT_TRUE(contains(again.err, "choose another OUT")) << both(again);
+  EXPECT_EQ(read_file(prefix + ".bin"), bin) << "the dataset was overwritten";
+  EXPECT_EQ(read_file(prefix + ".idx"), idx) << "the dataset was overwritten";
+  // Half a dataset is refused too.
+  ::unlink((prefix + ".bin").c_str());
+  const Result half = make_dataset({"tokens", prefix});
+  EXPECT_EQ(half.code, 2) << both(half);
+  EXPECT_TRUE(contains(half.err, prefix + ".idx exists")) << both(half);
+}
+
 TEST(MakeDataset, AnEmptyExistingFolderIsFine) {
   const TempDir dir("ferry_make_dataset");
   ASSERT_EQ(::mkdir((dir / "empty").c_str(), 0755), 0);
