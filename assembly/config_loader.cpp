@@ -19,6 +19,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "ferry/assembly/config_schema.h"
+#include "ferry/assembly/dataset_paths.h"
 #include "ferry/io/decoders/decoder_registry.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/io/util/units.h"
@@ -487,10 +488,20 @@ class ConfigLoader {
       problem("source.prefix", node, "missing required key (the dataset's path without .bin/.idx)");
     } else if (auto text = scalar(*prefix, "source.prefix", "a path prefix"); text && !text->empty()) {
       // Found now, with the key's place, rather than when the dataset is opened.
-      for (const char* suffix : {".idx", ".bin"}) {
-        struct stat info {};
-        if (::stat((*text + suffix).c_str(), &info) != 0) {
-          problem("source.prefix", *prefix, "no such file: " + *text + suffix);
+      if (const auto why = detail::unsupported_path(*text)) {
+        problem("source.prefix", *prefix, *why);
+      } else {
+        std::vector<std::string> missing;
+        for (const char* suffix : {".idx", ".bin"}) {
+          struct stat info {};
+          if (::stat((*text + suffix).c_str(), &info) != 0) missing.push_back(*text + suffix);
+        }
+        if (missing.size() == 2) {
+          problem("source.prefix", *prefix,
+                  detail::missing_text(*text, "dataset") + " (neither its .idx nor its .bin exists)" +
+                      detail::make_dataset_hint("tokens", *text));
+        } else if (missing.size() == 1) {
+          problem("source.prefix", *prefix, detail::missing_text(missing.front()) + ", beside the other half");
         }
       }
       megatron.prefix = *text;
@@ -522,13 +533,32 @@ class ConfigLoader {
         const std::string key = shards->IsScalar() ? "source.shards" : "source.shards[" + std::to_string(i) + "]";
         const auto pattern = scalar(item, key, "a path");
         if (!pattern) continue;
+        if (const auto why = detail::unsupported_path(*pattern)) {
+          problem(key, item, *why);
+          continue;
+        }
         try {
-          for (const std::string& shard : TarShardSource::expand_braces(*pattern)) {
+          std::vector<std::string> missing;
+          const std::vector<std::string> expanded = TarShardSource::expand_braces(*pattern);
+          for (const std::string& shard : expanded) {
             struct stat info {};
             if (::stat(shard.c_str(), &info) != 0) {
-              problem(key, item, "no such file: " + shard);
+              missing.push_back(shard);
             } else {
               tar.shards.push_back(shard);
+            }
+          }
+          const size_t slash = pattern->rfind('/');
+          const std::string folder = slash == std::string::npos ? "." : pattern->substr(0, slash);
+          if (expanded.size() > 1 && missing.size() == expanded.size()) {  // one problem, not thousands
+            problem(key, item,
+                    detail::missing_text(*pattern) + " (none of its " + std::to_string(expanded.size()) +
+                        " shards exists)" + detail::make_dataset_hint("tar", folder));
+          } else {
+            for (const std::string& shard : missing) {
+              problem(key, item,
+                      detail::missing_text(shard) +
+                          (missing.size() == expanded.size() ? detail::make_dataset_hint("tar", folder) : ""));
             }
           }
         } catch (const Error& e) {
@@ -676,6 +706,17 @@ class ConfigLoader {
       }
       return;
     }
+    // After the resize every image's shorter side is resize_shorter, so only a crop no larger than
+    // that fits every image (a portrait and a landscape one alike); a larger one fails on some sample.
+    const int64_t needed = std::max(shape[0], shape[1]);
+    if (resize_read && options.resize_shorter < needed) {
+      problem(key + ".resize_shorter", *resize,
+              "resize_shorter " + std::to_string(options.resize_shorter) + " is smaller than the crop [" +
+                  std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "] (" + key +
+                  ".shape): each image's shorter side becomes " + std::to_string(options.resize_shorter) +
+                  " pixels, so the crop does not fit; use resize_shorter >= " + std::to_string(needed));
+      return;
+    }
     // Neither key: the shared "jpeg", and every image must already be [H, W].
     if ((resize || crop) && resize_read == bool(resize) && crop_read == bool(crop))
       config_.source.jpeg[field] = options;
@@ -689,10 +730,12 @@ class ConfigLoader {
     } else if (auto text = scalar(*root, "source.root", "a folder path"); text && !text->empty()) {
       // Found now, with the key's place, rather than when the folder is scanned.
       struct stat info {};
-      if (::stat(text->c_str(), &info) != 0) {
-        problem("source.root", *root, "no such folder: " + *text);
+      if (const auto why = detail::unsupported_path(*text)) {
+        problem("source.root", *root, *why);
+      } else if (::stat(text->c_str(), &info) != 0) {
+        problem("source.root", *root, detail::missing_text(*text, "folder") + detail::make_dataset_hint("images", *text));
       } else if (!S_ISDIR(info.st_mode)) {
-        problem("source.root", *root, "not a folder: " + *text);
+        problem("source.root", *root, "not a folder: " + detail::absolute_path(*text));
       }
       folder.root = *text;
     } else if (text) {

@@ -100,8 +100,21 @@ std::shared_ptr<const Source> check_config(const Config& config) {
                                   " is smaller than the largest batch, " + format_byte_size(*largest) + " (" + batch +
                                   "); use at least that, or auto");
       } else if (!slab) {
-        add("pool.slab_size",
-            "must be set: a variable-length field has no maximum length, so the largest batch is unknown");
+        std::string field;
+        for (const FieldSpec& spec : source->fields()) {
+          if (field.empty() && spec.variable() && !spec.max_length) field = spec.name;
+        }
+        const std::string unknown = "field '" + field +
+                                    "' is variable-length with no max_length, so the largest batch (and the pinned "
+                                    "slab it needs) is unknown: ";
+        if (config.source.kind == "tar") {
+          add("source.members",
+              unknown + "in source.members, give it a decoder and a fixed shape, e.g. {name: image, extension: " +
+                  field + ", decoder: jpeg, shape: [224, 224, 3], resize_shorter: 256}, or a max_length "
+                  "(its longest first dimension); or set pool.slab_size");
+        } else {
+          add("pool.slab_size", unknown + "set pool.slab_size to the largest batch's bytes, or give the field a maximum");
+        }
       } else if (auto problem = budget_problem(pool, options.prefetch, *slab, pool.slab_bytes != 0 ? "" : batch)) {
         add("pool.budget", *problem);
       }

@@ -76,6 +76,27 @@ std::string printable(std::string_view text) { return ferry::printable(text, 200
 
 std::string errno_text(int error) { return std::system_category().message(error); }
 
+// The compression a file starting with `block` is in, by its magic number: a .tar.gz shard fails the
+// tar checksum, and "bad header checksum" would not say why.
+std::optional<std::string_view> compression_of(const Block& block) {
+  const auto starts = [&block](std::string_view magic) {
+    return std::memcmp(block.data(), magic.data(), magic.size()) == 0;
+  };
+  using namespace std::string_view_literals;
+  if (starts("\x1f\x8b"sv)) return "gzip";
+  if (starts("BZh"sv)) return "bzip2";
+  if (starts("\xfd" "7zXZ\0"sv)) return "xz";
+  if (starts("\x28\xb5\x2f\xfd"sv)) return "zstd";
+  return std::nullopt;
+}
+
+std::string decompressor_of(std::string_view format) {
+  if (format == "gzip") return "gunzip -k SHARD.tar.gz";
+  if (format == "bzip2") return "bunzip2 -k SHARD.tar.bz2";
+  if (format == "xz") return "unxz -k SHARD.tar.xz";
+  return "unzstd SHARD.tar.zst";
+}
+
 // A NUL-terminated string in a fixed-width field (no terminator when it fills the field).
 std::string_view field_text(const Block& block, size_t offset, size_t width) {
   const auto* begin = reinterpret_cast<const char*>(block.data() + offset);
@@ -356,6 +377,13 @@ void TarIndex::scan() {
       signed_sum += static_cast<signed char>(c);
     }
     if (!stored || (*stored != unsigned_sum && static_cast<int64_t>(*stored) != signed_sum)) {
+      if (offset == 0) {
+        if (const std::optional<std::string_view> format = compression_of(block)) {
+          throw Error(where + "the file is " + std::string(*format) +
+                      "-compressed, not a tar archive: ferry reads uncompressed tar shards (their members are read in "
+                      "place); decompress it first, e.g. with `" + decompressor_of(*format) + "`");
+        }
+      }
       throw Error(where + "bad header checksum at byte " + std::to_string(offset) + " (name field '" +
                   printable(field_text(block, kNameOffset, kNameSize)) + "'): stored " +
                   (stored ? std::to_string(*stored)

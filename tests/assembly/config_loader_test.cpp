@@ -347,6 +347,32 @@ TEST(ConfigLoader, ResizeAndCropAreRefusedWhereTheJpegDecoderCannotApplyThem) {
   }
 }
 
+TEST(ConfigLoader, AMissingDatasetIsNamedByItsAbsolutePathWithTheCommandThatMakesOne) {
+  char cwd[4096];
+  ASSERT_NE(::getcwd(cwd, sizeof cwd), nullptr);
+  const std::string here(cwd);
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"source: {kind: megatron, prefix: ./no-data/tokens}\n",
+       "test.yaml:1:34: source.prefix: no such dataset: " + here +
+           "/no-data/tokens (./no-data/tokens from the current folder; relative paths are not the config's) "
+           "(neither its .idx nor its .bin exists); `ferry make-dataset tokens ./no-data/tokens` writes a small one "
+           "there to try ferry on"},
+      {"source:\n  kind: tar\n  shards: \"no-data/shard-{000000..000003}.tar\"\n",
+       "test.yaml:3:11: source.shards: no such file: " + here +
+           "/no-data/shard-{000000..000003}.tar (no-data/shard-{000000..000003}.tar from the current folder; "
+           "relative paths are not the config's) (none of its 4 shards exists); `ferry make-dataset tar no-data` "
+           "writes a small one there to try ferry on"},
+      {"source: {kind: image_folder, root: no-data/images, image: {shape: [8, 8, 3]}}\n",
+       "test.yaml:1:36: source.root: no such folder: " + here +
+           "/no-data/images (no-data/images from the current folder; relative paths are not the config's); `ferry "
+           "make-dataset images no-data/images` writes a small one there to try ferry on"},
+  };
+  for (const auto& [yaml, expected] : cases) {
+    SCOPED_TRACE(yaml);
+    EXPECT_EQ(problem_lines(yaml), std::vector<std::string>{expected});
+  }
+}
+
 TEST(ConfigLoader, ImageFolderKeysBelongToImageFolderAndItsRootMustExist) {
   const ImageRoot root;
   const std::string folder = "source:\n  kind: image_folder\n  root: " + root.path() + "\n";
@@ -354,7 +380,8 @@ TEST(ConfigLoader, ImageFolderKeysBelongToImageFolderAndItsRootMustExist) {
       {"source:\n  kind: image_folder\n  image: {shape: [8, 8, 3]}\n",
        "test.yaml:2:3: source.root: missing required key (the folder holding one sub-folder per class)"},
       {"source:\n  kind: image_folder\n  root: /nonexistent-ferry-data/images\n  image: {shape: [8, 8, 3]}\n",
-       "test.yaml:3:9: source.root: no such folder: /nonexistent-ferry-data/images"},
+       "test.yaml:3:9: source.root: no such folder: /nonexistent-ferry-data/images; `ferry make-dataset images "
+       "/nonexistent-ferry-data/images` writes a small one there to try ferry on"},
       {"source:\n  kind: image_folder\n  root: /dev/null\n  image: {shape: [8, 8, 3]}\n",
        "test.yaml:3:9: source.root: not a folder: /dev/null"},
       {folder,

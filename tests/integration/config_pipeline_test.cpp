@@ -621,5 +621,29 @@ TEST(ConfigPipeline, TarShardsFromYamlDeliverTheirMembers) {
   EXPECT_EQ(next, written.size());
 }
 
+// Without a shape or a max_length, a tar member's largest batch is unknown: the config names the
+// field and says what to give it, where the members are set.
+TEST(ConfigPipeline, ATarFieldWithNoMaximumIsNamedWithWhatToGiveIt) {
+  TarWriter tar;
+  tar.add("000000.cls", "1\n");
+  tar.add("000000.jpg", "not really a jpeg");
+  const TempYaml shard("");
+  TarWriter::write_file(shard.path(), tar.finish());
+  const TempYaml file("source:\n  kind: tar\n  shards: " + shard.path() + "\n");
+  try {
+    (void)check_config(load_config(file.path()));
+    FAIL() << "a variable-length field with no maximum was accepted";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 1u) << e.what();
+    const ConfigProblem& problem = e.problems()[0];
+    EXPECT_EQ(problem.key, "source.members");
+    EXPECT_EQ(problem.location, file.path() + ":2:3");
+    for (const char* part : {"field 'jpg' is variable-length with no max_length", "extension: jpg, decoder: jpeg",
+                             "or a max_length", "or set pool.slab_size"}) {
+      EXPECT_NE(problem.message.find(part), std::string::npos) << "no '" << part << "' in: " << problem.message;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ferry

@@ -1,6 +1,7 @@
 #include <ferry/io/formats/tar_index.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <map>
@@ -303,6 +304,29 @@ TEST(TarIndex, RejectsGarbageEmptyMissingAndNonRegularFiles) {
   expect_contains(index_error(dir / "empty.tar"), {dir / "empty.tar", "empty"});
   expect_contains(index_error(dir / "missing.tar"), {dir / "missing.tar", "cannot open"});
   expect_contains(index_error(dir.path()), {dir.path(), "not a regular file"});
+}
+
+TEST(TarIndex, NamesACompressedShardsCompressionInsteadOfABadChecksum) {
+  const TempDir dir("ferry_tar_index");
+  const std::string tar = dir / "shard.tar";
+  TarWriter::write_file(tar, valid_shard().bytes);
+  // A real .tar.gz, as `tar -czf` or `gzip` makes it.
+  ASSERT_EQ(std::system(("gzip -k '" + tar + "'").c_str()), 0) << "gzip failed";
+  expect_contains(index_error(tar + ".gz"), {tar + ".gz", "gzip-compressed, not a tar archive", "gunzip"});
+  // The other compressions a shard comes in, by their magic numbers.
+  std::mt19937_64 rng(8);
+  const std::vector<std::pair<std::string, std::string>> magics = {
+      {"bzip2", "BZh9"}, {"xz", std::string("\xfd" "7zXZ\0", 6)}, {"zstd", "\x28\xb5\x2f\xfd"}};
+  for (const auto& [format, magic] : magics) {
+    const std::string path = dir / ("shard." + format);
+    TarWriter::write_file(path, magic + random_bytes(rng, 2000));
+    expect_contains(index_error(path), {path, format + "-compressed", "decompress it first"});
+  }
+  // A tar file whose first name happens to start like a magic number is still a tar file.
+  TarWriter named;
+  named.add("BZh.cls", "1");
+  TarWriter::write_file(dir / "named.tar", named.finish());
+  EXPECT_NO_THROW(TarIndex(dir / "named.tar"));
 }
 
 TEST(TarIndex, RejectsANonOctalSizeField) {

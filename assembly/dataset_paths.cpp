@@ -1,0 +1,58 @@
+#include "ferry/assembly/dataset_paths.h"
+
+#include <cctype>
+#include <climits>
+#include <cstdlib>
+
+#include <unistd.h>
+
+namespace ferry::detail {
+
+std::optional<std::string> unsupported_path(std::string_view path) {
+  // A URL: a scheme of letters, digits, '+', '-' or '.', then "://".
+  const size_t scheme_end = path.find("://");
+  if (scheme_end != std::string_view::npos && scheme_end > 0 && std::isalpha(static_cast<unsigned char>(path[0]))) {
+    bool scheme = true;
+    for (const char c : path.substr(0, scheme_end)) {
+      scheme = scheme && (std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.');
+    }
+    if (scheme) {
+      std::string why(1, '\'');  // built by appending: g++ 12 warns (-Wrestrict) on "'" + std::string
+      why.append(path.substr(0, scheme_end));
+      why.append("://' is not supported yet: ferry reads local files (or mounted ones); download the data first");
+      return why;
+    }
+  }
+  if (path.rfind("pipe:", 0) == 0) {
+    return "'pipe:' sources (a command's output) are not supported yet: ferry reads local files; write the "
+           "shards to disk first";
+  }
+  if (path.find_first_of("*?[") != std::string_view::npos) {
+    return "globs ('*', '?', '[...]') are not supported yet: list the files, or give a numbered range such as "
+           "shard-{000000..000099}.tar";
+  }
+  return std::nullopt;
+}
+
+std::string absolute_path(const std::string& path) {
+  if (path.empty() || path.front() == '/') return path;
+  char cwd[PATH_MAX];
+  if (::getcwd(cwd, sizeof cwd) == nullptr) return path;
+  std::string folder(cwd);
+  std::string_view rest(path);
+  while (rest.rfind("./", 0) == 0) rest.remove_prefix(2);
+  return folder + (folder.back() == '/' ? "" : "/") + std::string(rest);
+}
+
+std::string missing_text(const std::string& path, std::string_view what) {
+  const std::string absolute = absolute_path(path);
+  std::string text = "no such " + std::string(what) + ": " + absolute;
+  if (absolute != path) text += " (" + path + " from the current folder; relative paths are not the config's)";
+  return text;
+}
+
+std::string make_dataset_hint(std::string_view kind, const std::string& where) {
+  return "; `ferry make-dataset " + std::string(kind) + " " + where + "` writes a small one there to try ferry on";
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,26 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+// What the config loader says about a dataset's path (source.prefix, source.shards, source.root) that
+// cannot be read: where it was looked for, and what to do. Internal: not installed.
+
+namespace ferry::detail {
+
+/// Why `path` is not yet a path ferry can read: a URL (http://, s3://, ...), a WebDataset `pipe:`
+/// source, or a glob ('*', '?', '['); nullopt for a plain local path.
+std::optional<std::string> unsupported_path(std::string_view path);
+
+/// `path` as it is looked for: relative paths are relative to the current folder (not the config's).
+std::string absolute_path(const std::string& path);
+
+/// "no such file: /abs/data/x.idx" and, for a relative path, "(data/x.idx from the current folder)".
+std::string missing_text(const std::string& path, std::string_view what = "file");
+
+/// The command that writes a small dataset of `kind` (tokens, tar, images) at `where`, as advice
+/// after a missing dataset: "; `ferry make-dataset tokens data/tokens` writes a small one there".
+std::string make_dataset_hint(std::string_view kind, const std::string& where);
+
+}  // namespace ferry::detail
