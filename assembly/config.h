@@ -85,6 +85,9 @@ struct Config {
   /// Where each key was set: key path ("pool.slab_size", "source.fields[1].dtype") to
   /// "file:line:column" or "--set key=value". Keys left at their defaults are absent.
   std::map<std::string, std::string, std::less<>> locations;
+  /// The value of each scalar key that was set, as written (in the file or by --set), by the same key
+  /// paths: the config as it ran, for reports.
+  std::map<std::string, std::string, std::less<>> values;
 
   /// The location of `key` or of its nearest enclosing key that has one, else origin.
   std::string where(std::string_view key) const;

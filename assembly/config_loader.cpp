@@ -144,7 +144,10 @@ class ConfigLoader {
   void expected(const std::string& key, const Node& node, const std::string& what) {
     problem(key, node, "expected " + what + ", found " + found_text(node));
   }
-  void note(const std::string& key, const Node& node) { config_.locations[key] = location(key, node); }
+  void note(const std::string& key, const Node& node) {
+    config_.locations[key] = location(key, node);
+    if (node.IsScalar()) config_.values[key] = node.Scalar();
+  }
   // A problem found after reading, about keys read before: located where `key` was set.
   void problem_at(const std::string& key, std::string message) {
     problems_.push_back({config_.where(key), key, std::move(message)});
@@ -733,7 +736,8 @@ class ConfigLoader {
       if (const auto why = detail::unsupported_path(*text)) {
         problem("source.root", *root, *why);
       } else if (::stat(text->c_str(), &info) != 0) {
-        problem("source.root", *root, detail::missing_text(*text, "folder") + detail::make_dataset_hint("images", *text));
+        problem("source.root", *root,
+                detail::missing_text(*text, "folder") + detail::make_dataset_hint("images", *text));
       } else if (!S_ISDIR(info.st_mode)) {
         problem("source.root", *root, "not a folder: " + detail::absolute_path(*text));
       }

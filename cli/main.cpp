@@ -89,7 +89,8 @@ struct Command {
 constexpr Command kCommands[] = {
     {"run", kRunUsage}, {"validate", kValidateUsage}, {"info", kInfoUsage}, {"make-dataset", kMakeDatasetUsage}};
 
-constexpr const char* kExitStatus = "exit status: 0 done, 1 the run failed, 2 bad usage or invalid config, 130 interrupted\n";
+constexpr const char* kExitStatus =
+    "exit status: 0 done, 1 the run failed, 2 bad usage or invalid config, 130 interrupted\n";
 
 // `ferry --help`: every command's usage.
 void print_usage(FILE* out) {
@@ -256,6 +257,8 @@ int run(const std::vector<std::string_view>& args) {
   info.device = config.pipeline.device;
   info.interrupted = interrupted;
   info.exit_status = status;
+  info.host = ferry::cli::this_host();
+  info.config_keys = config.values;
   if (failure) info.error = *failure;
   ferry::cli::print_report(stdout, "ferry run: " + config.origin, info, stats);
   std::fflush(stdout);

@@ -1,12 +1,35 @@
 #include "cli/run_report.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdarg>
+#include <cstdlib>
+#include <thread>
+
+#include <ferry/build_config.h>
+#include <ferry/pipeline/cuda_device.h>
 
 #include "cli/json_writer.h"
 
 namespace ferry::cli {
+
+HostInfo this_host() {
+  HostInfo host;
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) == 0) host.name = name;
+  host.cpus = std::thread::hardware_concurrency();
+  host.build = build_description();
+  host.libtorch = FERRY_TORCH_VERSION;
+  host.cuda_runtime = cuda_runtime_version();
+  host.cuda_driver = cuda_driver_version();
+  for (const CudaDeviceInfo& device : cuda_devices()) {
+    host.devices.push_back(HostInfo::Device{device.index, device.name, device.total_bytes});
+  }
+  return host;
+}
+
 namespace {
 
 // printf onto the end of `text`.
@@ -168,6 +191,17 @@ void write_occupancy_json(JsonWriter& json, const OccupancyStats& occupancy) {
       .end_object();
 }
 
+// "cpu", or the name of the CUDA device `device` ("cuda:1") names, as `host` lists it.
+std::string device_name(const HostInfo& host, const std::string& device) {
+  if (device.rfind("cuda:", 0) == 0) {
+    const int index = std::atoi(device.c_str() + 5);
+    for (const HostInfo::Device& candidate : host.devices) {
+      if (candidate.index == index) return candidate.name;
+    }
+  }
+  return device;
+}
+
 }  // namespace
 
 std::string report_text(const std::string& title, const PipelineStats& stats) {
@@ -213,6 +247,8 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
       .value(stats.device)
       .key("device_requested")
       .value(info.device.empty() ? stats.device : info.device)
+      .key("device_name")
+      .value(device_name(info.host, stats.device))
       .key("interrupted")
       .value(info.interrupted)
       .key("exit_status")
@@ -220,6 +256,36 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
       .key("error")
       .value(info.error)
       .end_object();
+  json.key("host")
+      .begin_object()
+      .key("name")
+      .value(info.host.name)
+      .key("cpus")
+      .value(info.host.cpus)
+      .key("build")
+      .value(info.host.build)
+      .key("libtorch")
+      .value(info.host.libtorch)
+      .key("cuda_runtime")
+      .value(info.host.cuda_runtime)
+      .key("cuda_driver")
+      .value(info.host.cuda_driver)
+      .key("devices")
+      .begin_array();
+  for (const HostInfo::Device& device : info.host.devices) {
+    json.begin_object()
+        .key("index")
+        .value(device.index)
+        .key("name")
+        .value(device.name)
+        .key("memory_bytes")
+        .value(device.memory_bytes)
+        .end_object();
+  }
+  json.end_array().end_object();
+  json.key("config").begin_object();
+  for (const auto& [key, value] : info.config_keys) json.key(key).value(value);
+  json.end_object();
   json.key("settings")
       .begin_object()
       .key("decode_threads")

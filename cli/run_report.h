@@ -1,12 +1,35 @@
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
+#include <map>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <ferry/pipeline/pipeline_stats.h>
 
 namespace ferry::cli {
+
+/// The machine a run ran on (this_host()).
+struct HostInfo {
+  struct Device {
+    int index = 0;
+    std::string name;
+    uint64_t memory_bytes = 0;
+  };
+  std::string name;      // the host name
+  unsigned cpus = 0;     // hardware threads
+  std::string build;     // ferry's build: GPU or CPU, and why
+  std::string libtorch;  // its version
+  std::string cuda_runtime;
+  std::string cuda_driver;
+  std::vector<Device> devices;  // the visible CUDA devices
+};
+
+/// This machine: host name, cores, versions, devices. Calls the CUDA runtime once (cheap after the
+/// first call); never throws.
+HostInfo this_host();
 
 /// What the command knows about a run besides the pipeline's stats.
 struct RunInfo {
@@ -17,6 +40,10 @@ struct RunInfo {
   bool interrupted = false;   // stopped early (SIGINT): counts cover the part that ran
   int exit_status = 0;        // what the command exits with
   std::string error;          // why the run failed (ferry::Error's message); empty when it did not
+  HostInfo host;
+  /// The config as it ran: every key it set, by key path ("source.fields[0].dtype"), as written in
+  /// the file or by --set (Config::values).
+  std::map<std::string, std::string, std::less<>> config_keys;
 };
 
 /// The report at the end of `ferry run`, as text: totals, rates, the bottleneck in one line, a
@@ -33,7 +60,7 @@ void print_report(std::FILE* out, const std::string& title, const RunInfo& info,
 /// The report as one JSON document, as docs/report.md describes and docs/report.schema.json
 /// checks: keys always in the same order, every number finite. Bump kReportFormatVersion when a
 /// field changes meaning or goes away (adding a field is a change too: the schema is closed).
-inline constexpr int kReportFormatVersion = 1;
+inline constexpr int kReportFormatVersion = 2;
 void write_report_json(std::ostream& out, const RunInfo& info, const PipelineStats& stats);
 
 }  // namespace ferry::cli

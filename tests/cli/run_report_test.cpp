@@ -11,7 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include <ferry/build_config.h>
 #include <ferry/io/formats/synthetic_source.h>
+#include <ferry/pipeline/cuda_device.h>
 #include <ferry/stages/standard_pipeline.h>
 #include "cli/run_report.h"
 
@@ -325,9 +327,9 @@ TEST(RunReport, JsonHoldsTheStatsInTheDocumentedOrder) {
   const PipelineStats& stats = run.stats;
   const Json json = JsonReader::parse(json_of(run.info, stats));
 
-  EXPECT_EQ(json.keys(),
-            (std::vector<std::string>{"format", "format_version", "ferry_version", "run", "settings", "totals",
-                                      "bottleneck", "planner", "stages", "consumer", "queues", "pool", "skipped"}));
+  EXPECT_EQ(json.keys(), (std::vector<std::string>{"format", "format_version", "ferry_version", "run", "host", "config",
+                                                   "settings", "totals", "bottleneck", "planner", "stages", "consumer",
+                                                   "queues", "pool", "skipped"}));
   EXPECT_EQ(json["format"].text, "ferry-run-report");
   EXPECT_EQ(json["format_version"].u64(), static_cast<uint64_t>(kReportFormatVersion));
   EXPECT_EQ(json["ferry_version"].text, "0.1.0-test");
@@ -424,6 +426,33 @@ TEST(RunReport, JsonOfAnEmptySnapshotHasNoNaN) {
   EXPECT_EQ(json["consumer"]["wait_per_batch_seconds"].number(), 0.0);
 }
 
+TEST(RunReport, JsonNamesTheHostTheDeviceAndTheConfigAsItRan) {
+  RunInfo info;
+  info.host = this_host();
+  info.host.devices.push_back(HostInfo::Device{1, "Test GPU \"X\"", 80ull << 30});
+  info.config_keys = {{"batch_size", "64"}, {"source.fields[0].dtype", "float32"}, {"transfer.device", "cuda:1"}};
+  PipelineStats stats = full_stats();
+  stats.device = "cuda:1";
+  const Json json = JsonReader::parse(json_of(info, stats));
+  EXPECT_EQ(json["run"]["device_name"].text, "Test GPU \"X\"");
+  EXPECT_EQ(json["host"]["name"].text, info.host.name);
+  EXPECT_FALSE(info.host.name.empty());
+  EXPECT_EQ(json["host"]["cpus"].u64(), info.host.cpus);
+  EXPECT_EQ(json["host"]["libtorch"].text, FERRY_TORCH_VERSION);
+  EXPECT_EQ(json["host"]["build"].text, build_description());
+  const Json& devices = json["host"]["devices"];
+  ASSERT_EQ(devices.items.size(), info.host.devices.size());
+  EXPECT_EQ(devices[devices.items.size() - 1]["memory_bytes"].u64(), 80ull << 30);
+  EXPECT_EQ(json["config"].keys(),
+            (std::vector<std::string>{"batch_size", "source.fields[0].dtype", "transfer.device"}));
+  EXPECT_EQ(json["config"]["source.fields[0].dtype"].text, "float32");
+  stats.device = "cpu";
+  EXPECT_EQ(JsonReader::parse(json_of(info, stats))["run"]["device_name"].text, "cpu");
+  if (have_python()) {
+    EXPECT_EQ(check_schema(json_of(info, stats), "report_host.json"), 0);
+  }
+}
+
 TEST(RunReport, JsonMatchesTheDocumentedSchema) {
   if (!have_python()) GTEST_SKIP() << kPython << " not found: the schema check needs a Python interpreter";
   const SmallRun run = run_small_pipeline();
@@ -446,8 +475,8 @@ TEST(RunReport, TheSchemaCheckRejectsBrokenReports) {
     EXPECT_NE(at, std::string::npos) << from;
     return at == std::string::npos ? text : text.replace(at, from.size(), to);
   };
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 1,", ""), "missing.json"), 1);
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 1,", "\"format_version\": 1, \"extra\": 2,"), "extra.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 2,", ""), "missing.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 2,", "\"format_version\": 2, \"extra\": 2,"), "extra.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": \"40\""), "type.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": -40"), "negative.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"wall_seconds\": 2", "\"wall_seconds\": NaN"), "nan.json"), 1);
