@@ -109,11 +109,13 @@ std::shared_ptr<const Source> check_config(const Config& config) {
                                     "slab it needs) is unknown: ";
         if (config.source.kind == "tar") {
           add("source.members",
-              unknown + "in source.members, give it a decoder and a fixed shape, e.g. {name: image, extension: " +
-                  field + ", decoder: jpeg, shape: [224, 224, 3], resize_shorter: 256}, or a max_length "
+              unknown +
+                  "in source.members, give it a decoder and a fixed shape, e.g. {name: image, extension: " + field +
+                  ", decoder: jpeg, shape: [224, 224, 3], resize_shorter: 256}, or a max_length "
                   "(its longest first dimension); or set pool.slab_size");
         } else {
-          add("pool.slab_size", unknown + "set pool.slab_size to the largest batch's bytes, or give the field a maximum");
+          add("pool.slab_size",
+              unknown + "set pool.slab_size to the largest batch's bytes, or give the field a maximum");
         }
       } else if (auto problem = budget_problem(pool, options.prefetch, *slab, pool.slab_bytes != 0 ? "" : batch)) {
         add("pool.budget", *problem);
@@ -164,9 +166,12 @@ Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> sourc
 }
 
 uint64_t planned_batches(const Config& config, const PipelineOptions& options, const Source& source) {
+  return planner_of(config, options, source).total_batches();
+}
+
+BatchPlanner planner_of(const Config& config, const PipelineOptions& options, const Source& source) {
   const Placement placement = resolve_placement(config.sampler, torchrun_env());
-  return BatchPlanner(make_sampler(config.sampler, placement, source), BatchPlanner::Options::of(options))
-      .total_batches();
+  return BatchPlanner(make_sampler(config.sampler, placement, source), BatchPlanner::Options::of(options));
 }
 
 }  // namespace ferry

@@ -9,6 +9,7 @@
 #include "ferry/pipeline/pipeline.h"
 #include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/pipeline_state.h"
+#include "ferry/stages/batch_planner.h"
 
 namespace ferry {
 
@@ -35,5 +36,9 @@ Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> sourc
 /// progress totals and len(). Under `on_error: skip` at most this many (skipped samples can shorten
 /// epochs). Builds the sampler; starts no thread.
 uint64_t planned_batches(const Config& config, const PipelineOptions& options, const Source& source);
+
+/// The planner such a pipeline runs, to ask it what it plans (total_batches(), batches_in_epoch()):
+/// a twin, not the pipeline's own. Builds the sampler; starts no thread.
+BatchPlanner planner_of(const Config& config, const PipelineOptions& options, const Source& source);
 
 }  // namespace ferry

@@ -10,9 +10,11 @@ of handing a batch over. Both rates come from the pipeline's own clock (wall tim
 the last batch taken), as ferry.Pipeline.stats() and `ferry run --report` give it:
   C++      the C++ iterator (`for (const Batch& b : pipeline)`) over a fresh ferry.Pipeline, run by
            its _drain_in_cpp() with the GIL released: no Python object per batch;
-  Python   `for batch in ferry.Pipeline(CONFIG): pass`: the binding's next(), a dict of torch tensors
-           per batch.
-Rounds alternate the two; the table shows the median of each and Python / C++ (goal: within 5%).
+  Python   `for batch in pipeline.batches(): pass`: the binding's next(), a ferry.Batch (a dict of
+           torch tensors) per batch, every batch of the run;
+  epochs   `for epoch in range(pipeline.epochs): for batch in pipeline: pass`: the training-loop
+           idiom, one loop per epoch (a generator frame more per batch).
+Rounds alternate the three; the table shows the median of each and Python / C++ (goal: within 5%).
 Writes OUT/python_iteration.json.
 """
 import argparse
@@ -44,8 +46,19 @@ def cpp_rate(config, overrides):
 
 def python_rate(config, overrides):
     with ferry.Pipeline(config, overrides=overrides) as pipeline:
-        for _ in pipeline:
+        for _ in pipeline.batches():
             pass
+        return pipeline.stats()["totals"]
+
+
+def python_epochs_rate(config, overrides):
+    """The training-loop idiom: one `for batch in pipeline` loop per epoch."""
+    with ferry.Pipeline(config, overrides=overrides) as pipeline:
+        for _ in range(pipeline.epochs):
+            if len(pipeline) == 0:  # max_batches ended the run
+                break
+            for _ in pipeline:
+                pass
         return pipeline.stats()["totals"]
 
 
@@ -62,24 +75,30 @@ def main():
     for name, config, overrides in CASES:
         config = os.path.join(REPO, config)
         overrides = list(overrides) + (["max_batches=50"] if args.quick else [])
-        cpp, python = [], []
+        cpp, python, epochs = [], [], []
         for _ in range(args.rounds):
             cpp.append(cpp_rate(config, overrides))
             python.append(python_rate(config, overrides))
+            epochs.append(python_epochs_rate(config, overrides))
         c = statistics.median(t["batches_per_second"] for t in cpp)
         p = statistics.median(t["batches_per_second"] for t in python)
+        e = statistics.median(t["batches_per_second"] for t in epochs)
+        assert cpp[0]["batches"] == python[0]["batches"] == epochs[0]["batches"], (cpp[0], python[0], epochs[0])
         rows.append({"case": name, "batches": cpp[0]["batches"], "cpp_batches_per_second": c,
                      "python_batches_per_second": p, "python_over_cpp": p / c,
+                     "python_epochs_batches_per_second": e, "python_epochs_over_cpp": e / c,
                      "cpp_gigabytes_per_second": statistics.median(t["gigabytes_per_second"] for t in cpp),
                      "python_gigabytes_per_second": statistics.median(t["gigabytes_per_second"] for t in python)})
 
     device = ferry.Pipeline(os.path.join(REPO, CASES[0][1]), overrides={"max_batches": 1}).device
     print(f"ferry {ferry.__version__} ({ferry.build_kind}), torch {torch.__version__}, device {device}, "
           f"{os.cpu_count()} cores, median of {args.rounds} rounds")
-    print(f"{'case':48} {'batches':>8} {'C++ batches/s':>14} {'Python batches/s':>17} {'Python/C++':>11}")
+    print(f"{'case':48} {'batches':>8} {'C++ batches/s':>14} {'Python batches/s':>17} {'Python/C++':>11} "
+          f"{'epochs batches/s':>17} {'epochs/C++':>11}")
     for row in rows:
         print(f"{row['case']:48} {row['batches']:8d} {row['cpp_batches_per_second']:14.1f} "
-              f"{row['python_batches_per_second']:17.1f} {row['python_over_cpp']:11.3f}")
+              f"{row['python_batches_per_second']:17.1f} {row['python_over_cpp']:11.3f} "
+              f"{row['python_epochs_batches_per_second']:17.1f} {row['python_epochs_over_cpp']:11.3f}")
     with open(os.path.join(args.out, "python_iteration.json"), "w") as f:
         json.dump({"machine": platform.node(), "device": str(device), "torch": torch.__version__,
                    "cores": os.cpu_count(), "rounds": args.rounds, "rows": rows}, f, indent=2)

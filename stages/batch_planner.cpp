@@ -43,20 +43,40 @@ uint64_t BatchPlanner::batches_per_epoch() const noexcept {
   return options_.drop_last ? samples / size : (samples + size - 1) / size;
 }
 
-uint64_t BatchPlanner::total_batches() const noexcept {
-  if (start_epoch_ >= options_.epochs) return 0;
-  const uint64_t per_epoch = batches_per_epoch();
+uint64_t BatchPlanner::first_epoch_batches() const noexcept {
   const uint64_t size = options_.batch_size;
   const uint64_t left = epoch_limit() - std::min(epoch_limit(), start_position_);
-  // The rest of the first epoch (which may start mid-batch after skips), then whole epochs.
-  const uint64_t first = options_.drop_last ? left / size : (left + size - 1) / size;
-  const uint64_t epochs = options_.epochs - start_epoch_ - 1;
+  // The rest of the first epoch, which may start mid-batch after skips.
+  return options_.drop_last ? left / size : (left + size - 1) / size;
+}
+
+uint64_t BatchPlanner::batches_before(uint64_t epoch) const noexcept {
+  if (epoch <= start_epoch_) return 0;
+  const uint64_t first = first_epoch_batches();
+  const uint64_t per_epoch = batches_per_epoch();
+  const uint64_t epochs = epoch - start_epoch_ - 1;
   // Saturating: epochs may be huge ("run until max_batches").
   const uint64_t rest =
       per_epoch != 0 && epochs > (UINT64_MAX - first) / per_epoch ? UINT64_MAX - first : per_epoch * epochs;
-  const uint64_t all = first + rest;
-  if (options_.max_batches == 0) return all;
-  return std::min(all, options_.max_batches - std::min(options_.max_batches, options_.first_batch));
+  return first + rest;
+}
+
+uint64_t BatchPlanner::batches_left() const noexcept {
+  if (options_.max_batches == 0) return UINT64_MAX;
+  return options_.max_batches - std::min(options_.max_batches, options_.first_batch);
+}
+
+uint64_t BatchPlanner::total_batches() const noexcept {
+  if (start_epoch_ >= options_.epochs) return 0;
+  return std::min(batches_before(options_.epochs), batches_left());
+}
+
+uint64_t BatchPlanner::batches_in_epoch(uint64_t epoch) const noexcept {
+  if (epoch < start_epoch_ || epoch >= options_.epochs) return 0;
+  const uint64_t planned = epoch == start_epoch_ ? first_epoch_batches() : batches_per_epoch();
+  const uint64_t budget = batches_left();
+  const uint64_t before = batches_before(epoch);
+  return std::min(planned, budget - std::min(budget, before));
 }
 
 std::optional<uint64_t> BatchPlanner::sample_at(uint64_t epoch, uint64_t position) const {

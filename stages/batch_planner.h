@@ -45,6 +45,11 @@ class BatchPlanner : public BatchSource {
 
   /// Batches in a whole epoch.
   uint64_t batches_per_epoch() const noexcept;
+  /// The epoch this planner starts in (a resumed run's).
+  uint64_t first_epoch() const noexcept { return start_epoch_; }
+  /// Batches this planner plans in `epoch`: its part after where the planner starts, and none past
+  /// max_batches (with refill: at most this many are delivered). 0 outside the run's epochs.
+  uint64_t batches_in_epoch(uint64_t epoch) const noexcept;
   /// Batches this planner will plan, from where it starts on (with refill: at most this many are
   /// delivered; fewer when skipped samples shorten epochs).
   uint64_t total_batches() const noexcept;
@@ -52,6 +57,12 @@ class BatchPlanner : public BatchSource {
  private:
   /// Positions [0, limit) of an epoch are planned: all of them, or the whole batches under drop_last.
   uint64_t epoch_limit() const noexcept;
+  /// Batches planned in the first epoch (from where the planner starts in it).
+  uint64_t first_epoch_batches() const noexcept;
+  /// Batches planned before `epoch` (saturating), max_batches aside.
+  uint64_t batches_before(uint64_t epoch) const noexcept;
+  /// Batches max_batches leaves this run (UINT64_MAX: no cap).
+  uint64_t batches_left() const noexcept;
 
   std::shared_ptr<const Sampler> sampler_;
   Options options_;

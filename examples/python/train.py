@@ -23,16 +23,18 @@ config = {
 with ferry.Pipeline(config) as batches:
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 2)).to(batches.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for step, batch in enumerate(batches):
-        x = batch["features"]  # [256, 64] float32, already on batches.device
-        y = (x[:, :32].sum(1) > x[:, 32:].sum(1)).long()
-        logits = model(x)
-        loss = torch.nn.functional.cross_entropy(logits, y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if step % 64 == 0:
-            accuracy = (logits.argmax(1) == y).float().mean().item()
-            print(f"step {step:4d}/{len(batches)}  loss {loss.item():.4f}  accuracy {accuracy:.3f}")
+    for epoch in range(epochs):
+        for batch in batches:  # one epoch, in its own order: ferry.Batch, a dict of tensors
+            x = batch["features"]  # [256, 64] float32, already on batches.device
+            y = (x[:, :32].sum(1) > x[:, 32:].sum(1)).long()
+            logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if batch.index % 64 == 0:
+                accuracy = (logits.argmax(1) == y).float().mean().item()
+                print(f"epoch {batch.epoch} batch {batch.index:3d}/{len(batches)}  loss {loss.item():.4f}  "
+                      f"accuracy {accuracy:.3f}")
     accuracy = (logits.argmax(1) == y).float().mean().item()
     print(f"final accuracy {accuracy:.3f} on {batches.device}; {batches.stats()['bottleneck']}")

@@ -85,7 +85,9 @@ std::optional<std::string_view> compression_of(const Block& block) {
   using namespace std::string_view_literals;
   if (starts("\x1f\x8b"sv)) return "gzip";
   if (starts("BZh"sv)) return "bzip2";
-  if (starts("\xfd" "7zXZ\0"sv)) return "xz";
+  if (starts("\xfd"
+             "7zXZ\0"sv))
+    return "xz";
   if (starts("\x28\xb5\x2f\xfd"sv)) return "zstd";
   return std::nullopt;
 }
@@ -381,7 +383,8 @@ void TarIndex::scan() {
         if (const std::optional<std::string_view> format = compression_of(block)) {
           throw Error(where + "the file is " + std::string(*format) +
                       "-compressed, not a tar archive: ferry reads uncompressed tar shards (their members are read in "
-                      "place); decompress it first, e.g. with `" + decompressor_of(*format) + "`");
+                      "place); decompress it first, e.g. with `" +
+                      decompressor_of(*format) + "`");
         }
       }
       throw Error(where + "bad header checksum at byte " + std::to_string(offset) + " (name field '" +

@@ -2,8 +2,9 @@
 
     import ferry
     with ferry.Pipeline("configs/demo.yaml") as pipeline:
-        for batch in pipeline:               # dict[str, torch.Tensor], already on the device
-            ...
+        for epoch in range(pipeline.epochs):
+            for batch in pipeline:           # one epoch: ferry.Batch, a dict of tensors on the device
+                ...
 
     handle = ferry.start_copy({"x": [t1, t2], "y": array}, "cuda:0")
     result = handle.get()                    # the same structure, its tensors on cuda:0
@@ -13,10 +14,12 @@ Both run on ferry's C++ core (ferry._C): the pipeline's threads and copies never
 
 from ferry._C import ConfigError, Error, __version__, build_kind, build_reason
 from ferry.async_copy import AsyncCopyHandle, start_copy
+from ferry.batch import Batch
 from ferry.pipeline import Pipeline
 
 __all__ = [
     "AsyncCopyHandle",
+    "Batch",
     "ConfigError",
     "Error",
     "Pipeline",

@@ -10,6 +10,9 @@ from typing import Any, Union
 import torch
 
 from ferry import _C
+from ferry.batch import Batch
+
+_C._set_batch_type(Batch)
 
 Config = Union[str, "os.PathLike[str]", Mapping[str, Any]]
 Overrides = Union[Mapping[str, Any], Sequence[str], None]
@@ -17,11 +20,22 @@ State = Union[Mapping[str, Any], str, None]
 
 
 class Pipeline:
-    """A running ferry pipeline: iterate it for batches, each a ``dict[str, torch.Tensor]``.
+    """A running ferry pipeline: each ``for batch in pipeline`` loop is one epoch, as with torch's
+    DataLoader, and each batch a :class:`ferry.Batch`: a ``dict[str, torch.Tensor]`` that also says
+    its ``epoch``, ``index`` and ``sample_indices``.
+
+        for epoch in range(epochs):           # at most the config's sampler.epochs
+            for batch in pipeline:            # this epoch's batches, in its own order
+                ...
+
+    ``len(pipeline)`` is one epoch's batches (the epoch the current or next loop delivers). A loop
+    that stops early leaves the rest of its epoch: the next loop starts the next epoch. A loop past
+    the config's epochs (or past ``max_batches``) raises ``ferry.Error`` saying so.
+    :meth:`batches` iterates every batch left in the run instead, across epochs.
 
     The tensors are the C++ pipeline's own (no copy), on the configured device, and ready to use on
     the current CUDA stream. The pipeline starts working as soon as it is built and keeps
-    ``prefetch`` batches in flight; its threads never hold the GIL.
+    ``prefetch`` batches in flight, across epoch boundaries too; its threads never hold the GIL.
 
     Args:
         config: a YAML file's path, or a dict with the same schema (docs/config.md).
@@ -51,16 +65,64 @@ class Pipeline:
             self._impl = _C.Pipeline.from_path(os.fspath(config), settings, saved)
         else:
             raise TypeError(f"ferry.Pipeline: config must be a path or a dict, not {type(config).__name__}")
+        self._restart_epochs()
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        return self
+    def _restart_epochs(self) -> None:
+        self._next_epoch = self._impl.first_epoch  # the epoch the next loop delivers
+        self._current: int | None = None  # the epoch a loop is delivering, until it ends
 
-    def __next__(self) -> dict[str, torch.Tensor]:
-        return self._impl.next()
+    def __iter__(self) -> Iterator[Batch]:
+        """One epoch's batches: the epoch after the last loop's (the run's first at first)."""
+        epoch = self._next_epoch
+        if epoch >= self._impl.epochs:
+            raise _error(f"ferry.Pipeline: all {self._impl.epochs} epoch{'s' if self._impl.epochs != 1 else ''} of "
+                         f"{self._impl.origin} were delivered (sampler.epochs: {self._impl.epochs}); loop over at "
+                         "most that many epochs, or raise sampler.epochs")
+        if self._impl.epoch_length(epoch) == 0:  # within the epochs, only max_batches leaves one empty
+            raise _error(f"ferry.Pipeline: the run of {self._impl.origin} is over before epoch {epoch}: its "
+                         "max_batches were delivered")
+        self._next_epoch = epoch + 1
+        self._current = epoch
+        return self._epoch(epoch)
+
+    def _epoch(self, epoch: int) -> Iterator[Batch]:
+        next_of = self._impl.next
+        batch = next_of(epoch)
+        while batch is not None:
+            yield batch
+            batch = next_of(epoch)
+        if self._current == epoch:
+            self._current = None
+
+    def batches(self) -> Iterator[Batch]:
+        """Every batch left in the run, across epochs (for a loop that counts steps, not epochs)."""
+        self._current = None
+        self._next_epoch = self._impl.epochs  # the epochs are spoken for
+        next_of = self._impl.next
+        batch = next_of()
+        while batch is not None:
+            yield batch
+            batch = next_of()
 
     def __len__(self) -> int:
-        """Batches this pipeline delivers in all (a resumed one: those left); under
+        """Batches in one epoch: the one the current loop delivers, else the next loop's (a resumed
+        run's first epoch: those left; the last one: cut at max_batches). Under
         ``decode.on_error: skip``, at most this many."""
+        return self._impl.epoch_length(self._current if self._current is not None else self._next_epoch)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the current loop delivers, else the one the next loop will."""
+        return self._current if self._current is not None else self._next_epoch
+
+    @property
+    def epochs(self) -> int:
+        """The config's sampler.epochs."""
+        return self._impl.epochs
+
+    @property
+    def total_batches(self) -> int:
+        """Batches this pipeline delivers in all epochs (a resumed one: those left)."""
         return len(self._impl)
 
     @property
@@ -78,9 +140,11 @@ class Pipeline:
         return json.loads(self._impl.state_json())
 
     def load_state_dict(self, state: Mapping[str, Any] | str) -> None:
-        """Restarts this pipeline at ``state`` (a ``state_dict()``). Raises ferry.ConfigError when
-        the state comes from a run with another sample order, naming each setting that differs."""
+        """Restarts this pipeline at ``state`` (a ``state_dict()``): the next loop delivers the rest
+        of the state's epoch. Raises ferry.ConfigError when the state comes from a run with another
+        sample order, naming each setting that differs."""
         self._impl.load_state_json(_state_text(state))
+        self._restart_epochs()
 
     def stats(self) -> dict[str, Any]:
         """The run so far as the report ``ferry run --report`` writes (docs/report.md): batches,
@@ -99,7 +163,7 @@ class Pipeline:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{len(self)} batches to {self._impl.device}"
+        state = "closed" if self.closed else f"epoch {self.epoch} of {self.epochs}, {len(self)} batches to {self._impl.device}"
         return f"ferry.Pipeline({self._impl.origin!r}, {state})"
 
 
@@ -127,3 +191,11 @@ def _state_text(state: State) -> str | None:
     if isinstance(state, Mapping):
         return json.dumps(dict(state))
     raise TypeError(f"ferry.Pipeline: state must be a state_dict() or its JSON text, not {type(state).__name__}")
+
+
+def _error(message: str) -> _C.Error:
+    error = _C.Error(message)
+    error.stage = error.sample = error.epoch = error.batch = None
+    error.cause = message
+    error.problems = []
+    return error

@@ -15,6 +15,41 @@
 namespace py = pybind11;
 
 namespace ferry::python {
+namespace {
+
+// ferry.Batch (python/ferry/batch.py), which the package registers at import (_set_batch_type).
+// Never destroyed: static destructors may run after the interpreter is gone.
+py::object* g_batch_type = nullptr;
+
+// A ferry.Batch of `batch`'s own tensors: a dict subclass, filled through the C API, with the
+// batch's place as attributes and its sample indices as raw uint64 bytes (turned into a list only
+// when asked for). Call with the GIL held.
+py::object to_python(const Batch& batch) {
+  static PyObject* const epoch_name = PyUnicode_InternFromString("epoch");
+  static PyObject* const index_name = PyUnicode_InternFromString("index");
+  static PyObject* const sequence_name = PyUnicode_InternFromString("sequence");
+  static PyObject* const indices_name = PyUnicode_InternFromString("_sample_indices");
+  if (g_batch_type == nullptr) throw std::logic_error("ferry._C: the package did not register ferry.Batch");
+  py::object out = (*g_batch_type)();
+  const std::vector<std::string>& names = batch.names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    // torch's own wrapper: the Python tensor shares the C++ tensor's storage (no copy, no DLPack).
+    const py::object tensor = py::reinterpret_steal<py::object>(THPVariable_Wrap(batch.tensors()[i]));
+    if (PyDict_SetItem(out.ptr(), py::str(names[i]).ptr(), tensor.ptr()) != 0) throw py::error_already_set();
+  }
+  const std::vector<uint64_t>& indices = batch.sample_indices();
+  const std::pair<PyObject*, py::object> attributes[] = {
+      {epoch_name, py::int_(batch.epoch())},
+      {index_name, py::int_(batch.index())},
+      {sequence_name, py::int_(batch.sequence())},
+      {indices_name, py::bytes(reinterpret_cast<const char*>(indices.data()), indices.size() * sizeof(uint64_t))}};
+  for (const auto& [name, value] : attributes) {
+    if (PyObject_SetAttr(out.ptr(), name, value.ptr()) != 0) throw py::error_already_set();
+  }
+  return out;
+}
+
+}  // namespace
 
 PythonPipeline::PythonPipeline(Config config, const std::optional<std::string>& state_json)
     : config_(std::move(config)) {
@@ -45,9 +80,12 @@ std::shared_ptr<Pipeline> PythonPipeline::build(const std::optional<PipelineStat
 }
 
 std::shared_ptr<Pipeline> PythonPipeline::install(std::shared_ptr<Pipeline> pipeline) {
-  const uint64_t planned = planned_batches(config_, pipeline->options(), *source_);
+  BatchPlanner planner = planner_of(config_, pipeline->options(), *source_);
+  const uint64_t planned = planner.total_batches();
   std::lock_guard lock(handle_);
   planned_ = planned;
+  planner_.emplace(std::move(planner));
+  pending_epoch_.reset();
   device_ = pipeline->options().device;
   final_state_.reset();
   final_stats_.reset();
@@ -59,12 +97,25 @@ void PythonPipeline::retire(std::shared_ptr<Pipeline> pipeline) {
   if (!pipeline) return;
   pipeline->close();                    // wakes a next() blocked on another thread
   std::lock_guard consumer(consumer_);  // that next() has left the pipeline
+  pending_.reset();                     // a batch of the pipeline retired, not of the new one
   pipeline.reset();                     // the last reference, unless a next() still holds one: it drops it on return
 }
 
 uint64_t PythonPipeline::length() const {
   std::lock_guard lock(handle_);
   return planned_;
+}
+
+uint64_t PythonPipeline::first_epoch() const {
+  std::lock_guard lock(handle_);
+  return planner_ ? planner_->first_epoch() : 0;
+}
+
+uint64_t PythonPipeline::epochs() const { return config_.pipeline.epochs; }
+
+uint64_t PythonPipeline::epoch_length(uint64_t epoch) const {
+  std::lock_guard lock(handle_);
+  return planner_ ? planner_->batches_in_epoch(epoch) : 0;
 }
 
 std::string PythonPipeline::device() const {
@@ -77,43 +128,62 @@ std::shared_ptr<Pipeline> PythonPipeline::running() const {
   return pipeline_;
 }
 
-py::dict PythonPipeline::next() {
+std::optional<Batch> PythonPipeline::take(std::unique_lock<std::mutex>& consumer) {
+  for (;;) {
+    const std::shared_ptr<Pipeline> pipeline = running();
+    if (!pipeline) return std::nullopt;
+    Pipeline::Next got = pipeline->next_for(kSignalPollInterval);
+    if (!got.timed_out) return std::move(got.batch);
+    // Between two slices: let Python run its signal handlers (Ctrl-C raises KeyboardInterrupt).
+    consumer.unlock();
+    {
+      py::gil_scoped_acquire locked;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    }
+    consumer.lock();
+  }
+}
+
+py::object PythonPipeline::next(std::optional<uint64_t> epoch) {
   std::optional<Batch> batch;
   {
     py::gil_scoped_release unlocked;
     std::unique_lock consumer(consumer_);
     for (;;) {
-      const std::shared_ptr<Pipeline> pipeline = running();
-      if (!pipeline) break;
-      Pipeline::Next got = pipeline->next_for(kSignalPollInterval);
-      if (!got.timed_out) {
-        batch = std::move(got.batch);
+      if (pending_) {
+        batch = std::move(pending_);
+        pending_.reset();
+        set_pending_epoch(std::nullopt);
+      } else {
+        batch = take(consumer);
+      }
+      if (!batch || !epoch || batch->epoch() == *epoch) break;
+      if (batch->epoch() > *epoch) {  // the epoch is over: this batch starts a later loop
+        set_pending_epoch(batch->epoch());
+        pending_ = std::move(batch);
+        batch.reset();
         break;
       }
-      // Between two slices: let Python run its signal handlers (Ctrl-C raises KeyboardInterrupt).
-      consumer.unlock();
-      {
-        py::gil_scoped_acquire locked;
-        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-      }
-      consumer.lock();
+      // A batch of an earlier epoch, which a loop that stopped early left behind: a new loop is a new
+      // epoch, as with torch's DataLoader, so it is dropped.
     }
   }
-  if (!batch) throw py::stop_iteration();
-  py::dict fields;
-  const std::vector<std::string>& names = batch->names();
-  for (size_t i = 0; i < names.size(); ++i) {
-    // torch's own wrapper: the Python tensor shares the C++ tensor's storage (no copy, no DLPack).
-    fields[py::str(names[i])] = py::reinterpret_steal<py::object>(THPVariable_Wrap(batch->tensors()[i]));
-  }
-  return fields;
+  if (!batch) return py::none();
+  return to_python(*batch);
+}
+
+void PythonPipeline::set_pending_epoch(std::optional<uint64_t> epoch) {
+  std::lock_guard lock(handle_);
+  pending_epoch_ = epoch;
 }
 
 uint64_t PythonPipeline::drain() {
   py::gil_scoped_release unlocked;
   std::lock_guard consumer(consumer_);
   const std::shared_ptr<Pipeline> pipeline = running();
-  uint64_t batches = 0;
+  uint64_t batches = pending_ ? 1 : 0;
+  pending_.reset();
+  set_pending_epoch(std::nullopt);
   if (pipeline) {
     for (const Batch& batch : *pipeline) {
       (void)batch;
@@ -124,7 +194,20 @@ uint64_t PythonPipeline::drain() {
 }
 
 std::string PythonPipeline::state_json() const {
-  if (const std::shared_ptr<Pipeline> pipeline = running()) return pipeline->state().to_json();
+  if (const std::shared_ptr<Pipeline> pipeline = running()) {
+    PipelineState state = pipeline->state();
+    std::lock_guard lock(handle_);
+    if (pending_epoch_) {
+      // The batch held back for the next loop was taken from the pipeline but not handed to Python:
+      // the state starts at it. It is the first of its epoch (a loop ends where an epoch does), and
+      // the batch before it ended an epoch, so it starts at the epoch's first position.
+      state.next_batch -= 1;
+      state.next = BatchCursor{*pending_epoch_, 0, 0};
+      state.last_epoch.reset();
+      state.last_index.reset();
+    }
+    return state.to_json();
+  }
   std::lock_guard lock(handle_);
   return final_state_ ? final_state_->to_json() : PipelineState{}.to_json();
 }
@@ -150,6 +233,8 @@ std::string PythonPipeline::stats_json() const {
   info.config = config_.origin;
   info.device = config_.pipeline.device;  // as asked for ("auto", "cuda"); the report adds the resolved one
   info.source = source_ ? source_->describe() : "";
+  info.host = cli::this_host();
+  info.config_keys = config_.values;
   std::ostringstream out;
   cli::write_report_json(out, info, stats);
   return out.str();
@@ -200,11 +285,18 @@ std::unique_ptr<PythonPipeline> from_text(const std::string& yaml, const std::st
 }  // namespace
 
 void bind_pipeline(py::module_& module) {
+  module.def(
+      "_set_batch_type", [](py::object type) { g_batch_type = new py::object(std::move(type)); },
+      "Registers ferry.Batch, the type next() returns (done by the package at import).");
   py::class_<PythonPipeline>(module, "Pipeline", "A running ferry pipeline (use ferry.Pipeline).")
       .def_static("from_path", &from_path, py::arg("path"), py::arg("overrides"), py::arg("state"))
       .def_static("from_text", &from_text, py::arg("yaml"), py::arg("origin"), py::arg("overrides"), py::arg("state"))
-      .def("next", &PythonPipeline::next, "The next batch as {field: tensor}; StopIteration at the end.")
+      .def("next", &PythonPipeline::next, py::arg("epoch") = py::none(),
+           "The next batch (of `epoch` only, when given) as a ferry.Batch; None at the end.")
       .def("__len__", &PythonPipeline::length)
+      .def_property_readonly("first_epoch", &PythonPipeline::first_epoch)
+      .def_property_readonly("epochs", &PythonPipeline::epochs)
+      .def("epoch_length", &PythonPipeline::epoch_length, py::arg("epoch"))
       .def("_drain_in_cpp", &PythonPipeline::drain,
            "Takes every remaining batch in C++; returns how many (a benchmark's baseline).")
       .def("state_json", &PythonPipeline::state_json)

@@ -12,6 +12,7 @@
 #include <ferry/assembly/config.h>
 #include <ferry/io/formats/source.h>
 #include <ferry/pipeline/pipeline.h>
+#include <ferry/stages/batch_planner.h>
 
 namespace ferry::python {
 
@@ -34,11 +35,19 @@ class PythonPipeline {
   PythonPipeline(const PythonPipeline&) = delete;
   PythonPipeline& operator=(const PythonPipeline&) = delete;
 
-  /// The next batch as {field name: tensor}, or raises StopIteration at the end of the run (and
-  /// after close()). A stage's failure raises ferry.Error. Call with the GIL held.
-  pybind11::dict next();
-  /// Batches this pipeline delivers from its start (a resumed one: those left). An upper bound under
-  /// on_error: skip.
+  /// The next batch as a ferry.Batch (a dict {field name: tensor} with epoch, index, sequence and the
+  /// sample indices), or None at the end of the run (and after close()). With `epoch`, only batches of
+  /// that epoch: None once the next batch belongs to a later epoch (which is held back for the next
+  /// call), and batches of earlier epochs (left by a loop that stopped early) are dropped. A stage's
+  /// failure raises ferry.Error. Call with the GIL held.
+  pybind11::object next(std::optional<uint64_t> epoch);
+  /// The epoch the run starts in (a resumed run's), and the configured number of epochs.
+  uint64_t first_epoch() const;
+  uint64_t epochs() const;
+  /// Batches `epoch` delivers in this run (a resumed run's first epoch: those left; 0 past
+  /// max_batches). An upper bound under on_error: skip.
+  uint64_t epoch_length(uint64_t epoch) const;
+  /// Batches this run delivers in all, from its start (a resumed one: those left).
   uint64_t length() const;
   /// Takes every remaining batch in C++ (Pipeline::next(), no Python object per batch) and returns
   /// how many: the C++ iterator as a baseline for benchmarks of Python iteration. GIL released.
@@ -60,6 +69,12 @@ class PythonPipeline {
   const std::string& origin() const noexcept { return config_.origin; }
 
  private:
+  /// The next batch of the running pipeline, or nullopt at its end: waits in slices of
+  /// kSignalPollInterval, taking the GIL between them to check for signals. `consumer` is held, the
+  /// GIL not.
+  std::optional<Batch> take(std::unique_lock<std::mutex>& consumer);
+  /// Records, for state_json(), the epoch of the batch held back in pending_ (nullopt: none).
+  void set_pending_epoch(std::optional<uint64_t> epoch);
   /// A new pipeline of config_ (at `resume`); becomes the running one through install(). GIL
   /// released by the caller.
   std::shared_ptr<Pipeline> build(const std::optional<PipelineState>& resume) const;
@@ -77,10 +92,15 @@ class PythonPipeline {
   // One next() at a time holds `consumer_`. close() wakes it through Pipeline::close() (thread-safe),
   // then takes `consumer_` to destroy the pipeline once no next() is inside it.
   std::mutex consumer_;
+  // A batch taken from the pipeline for next(epoch) that belongs to a later epoch: the first of the
+  // next loop. Guarded by consumer_; it counts as not delivered in state_json().
+  std::optional<Batch> pending_;
   mutable std::mutex handle_;  // guards the members below; never held while waiting
   std::shared_ptr<Pipeline> pipeline_;
-  std::string device_;    // the running (or last) pipeline's resolved device
-  uint64_t planned_ = 0;  // its planned batches
+  std::string device_;                     // the running (or last) pipeline's resolved device
+  std::optional<uint64_t> pending_epoch_;  // pending_'s epoch, readable without consumer_
+  uint64_t planned_ = 0;                   // its planned batches
+  std::optional<BatchPlanner> planner_;    // its planner's twin, for epoch lengths (never run)
   // What state_json() and stats_json() report after close().
   std::optional<PipelineState> final_state_;
   std::optional<PipelineStats> final_stats_;

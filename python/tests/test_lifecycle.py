@@ -36,13 +36,13 @@ def test_creating_and_closing_1000_pipelines_leaks_nothing():
         # Every way a pipeline ends: closed mid-run, run out, left by `with`, dropped unclosed.
         pipeline = ferry.Pipeline(tiny_config(i))
         if i % 4 == 0:
-            next(pipeline)
+            next(iter(pipeline))
             pipeline.close()
         elif i % 4 == 1:
-            assert len(list(pipeline)) == 4
+            assert len(list(pipeline.batches())) == 4
         elif i % 4 == 2:
             with pipeline:
-                next(pipeline)
+                next(iter(pipeline))
         del pipeline
 
     for i in range(100):  # warm-up: allocator pools, oneTBB's workers, torch's caches
@@ -73,7 +73,7 @@ CHILD = textwrap.dedent("""
     pipeline = ferry.Pipeline(config)
     print("waiting", flush=True)
     try:
-        next(pipeline)
+        next(iter(pipeline))
         print("batch", flush=True)
     except KeyboardInterrupt:
         print("interrupted", flush=True)

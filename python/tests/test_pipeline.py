@@ -122,46 +122,111 @@ def test_a_dict_config_equals_the_same_yaml_file(tmp_path):
     import json
     path.write_text(json.dumps(config))
     with ferry.Pipeline(config) as a, ferry.Pipeline(path) as b:
-        assert [bytes_digest(x) for x in a] == [bytes_digest(y) for y in b]
+        assert [bytes_digest(x) for x in a.batches()] == [bytes_digest(y) for y in b.batches()]
 
 
 def test_fields_are_views_of_one_buffer_on_the_device():
     with ferry.Pipeline(small_config()) as pipeline:
-        batch = next(pipeline)
+        batch = next(iter(pipeline))
         assert list(batch) == ["x", "tokens", "tokens_lengths"]
         assert all(t.device == pipeline.device for t in batch.values())
         # No copy per field: all of them view the C++ batch's single allocation.
         assert len({t.storage().data_ptr() for t in batch.values()}) == 1
 
 
-def test_len_counts_every_batch_and_iteration_ends():
-    with ferry.Pipeline(small_config(samples=100, batch_size=32)) as pipeline:
-        assert len(pipeline) == 8  # 4 per epoch (the last of 4 samples), 2 epochs
-        assert len(list(pipeline)) == 8
-        with pytest.raises(StopIteration):
-            next(pipeline)
-    with ferry.Pipeline(small_config(samples=100, batch_size=32), overrides={"max_batches": 3}) as pipeline:
-        assert len(pipeline) == 3 == len(list(pipeline))
+def test_each_loop_is_one_epoch_in_its_own_order_and_len_is_one_epoch():
+    samples, batch_size = 100, 32  # 4 batches an epoch, the last of 4 samples; 2 epochs
+    with ferry.Pipeline(small_config(samples=samples, batch_size=batch_size)) as pipeline:
+        assert pipeline.epochs == 2 and pipeline.total_batches == 8
+        orders = []
+        for epoch in range(pipeline.epochs):
+            assert pipeline.epoch == epoch and len(pipeline) == 4
+            batches = list(pipeline)
+            assert [b.epoch for b in batches] == [epoch] * 4
+            assert [b.index for b in batches] == [0, 1, 2, 3]
+            assert [b.sequence for b in batches] == list(range(4 * epoch, 4 * epoch + 4))
+            assert [len(b.sample_indices) for b in batches] == [32, 32, 32, 4]
+            assert all(b["x"].shape[0] == len(b.sample_indices) for b in batches)
+            assert isinstance(batches[0], dict) and isinstance(batches[0], ferry.Batch)
+            orders.append([i for b in batches for i in b.sample_indices])
+        # Each epoch is every sample once, in an order of its own (shuffle: true).
+        assert sorted(orders[0]) == sorted(orders[1]) == list(range(samples))
+        assert orders[0] != orders[1]
+        # A loop past the configured epochs says so, rather than yielding nothing.
+        with pytest.raises(ferry.Error, match="all 2 epochs .* were delivered"):
+            for _ in pipeline:
+                pass
+    # The batches of each epoch are those of the C++ run, in order.
+    with ferry.Pipeline(small_config(samples=samples, batch_size=batch_size)) as flat:
+        everything = [bytes_digest(b) for b in flat.batches()]
+    with ferry.Pipeline(small_config(samples=samples, batch_size=batch_size)) as looped:
+        assert [bytes_digest(b) for _ in range(2) for b in looped] == everything
+
+
+def test_a_loop_that_stops_early_leaves_the_rest_of_its_epoch():
+    with ferry.Pipeline(small_config(samples=100, batch_size=32, sampler={"epochs": 3})) as pipeline:
+        first = take(pipeline, 1)
+        assert [(b.epoch, b.index) for b in first] == [(0, 0)]
+        assert pipeline.epoch == 0 and len(pipeline) == 4  # the loop was left, not ended
+        assert [(b.epoch, b.index) for b in pipeline] == [(1, 0), (1, 1), (1, 2), (1, 3)]
+        assert [(b.epoch, b.index) for b in take(pipeline, 2)] == [(2, 0), (2, 1)]
+        # Epoch 0's three batches left behind were dropped by the next loop: they count as delivered.
+        assert pipeline.state_dict()["next_batch"] == 4 + 4 + 2
+
+
+def test_max_batches_ends_the_run_mid_epoch_and_len_says_so():
+    with ferry.Pipeline(small_config(samples=100, batch_size=32), overrides={"max_batches": 6}) as pipeline:
+        assert pipeline.total_batches == 6
+        assert len(pipeline) == 4 and len(list(pipeline)) == 4
+        assert len(pipeline) == 2 and len(list(pipeline)) == 2
+    with ferry.Pipeline(small_config(samples=100, batch_size=32, sampler={"epochs": 5}),
+                        overrides={"max_batches": 3}) as short:
+        assert len(list(short)) == 3
+        with pytest.raises(ferry.Error, match="max_batches"):
+            list(short)
 
 
 @pytest.mark.parametrize("stop", [0, 1, 5, 15])
 def test_state_dict_resumes_exactly(stop):
     config = small_config(samples=260, batch_size=32)
     with ferry.Pipeline(config) as full:
-        everything = [bytes_digest(b) for b in full]
+        everything = [bytes_digest(b) for b in full.batches()]
     with ferry.Pipeline(config, overrides={"decode.threads": 1, "prefetch": 2}) as first:
-        head = [bytes_digest(b) for b in take(first, stop)] if stop else []
+        head = [bytes_digest(b) for b in take_across_epochs(first, stop)]
         state = first.state_dict()
     assert state["next_batch"] == stop
     with ferry.Pipeline(config, state=state) as resumed:
-        assert len(resumed) == len(everything) - stop
-        tail = [bytes_digest(b) for b in resumed]
+        assert resumed.total_batches == len(everything) - stop
+        tail = [bytes_digest(b) for b in resumed.batches()]
     assert head + tail == everything
     # load_state_dict restarts a running pipeline at the state.
     with ferry.Pipeline(config) as again:
         take(again, 3)
         again.load_state_dict(state)
-        assert [bytes_digest(b) for b in again] == everything[stop:]
+        assert [bytes_digest(b) for b in again.batches()] == everything[stop:]
+
+
+def take_across_epochs(pipeline, count):
+    """The first `count` batches, one loop per epoch, as a training script takes them."""
+    batches = []
+    while len(batches) < count:
+        batches += take(pipeline, count - len(batches))
+    return batches
+
+
+def test_a_state_saved_between_epochs_resumes_at_the_next_epoch():
+    # 9 batches an epoch, 2 epochs: the state after the first loop is epoch 1's start, although the
+    # pipeline has already taken epoch 1's first batch (held back for the next loop).
+    config = small_config(samples=260, batch_size=32)
+    with ferry.Pipeline(config) as full:
+        everything = [bytes_digest(b) for b in full.batches()]
+    with ferry.Pipeline(config) as first:
+        head = [bytes_digest(b) for b in first]
+        state = first.state_dict()
+    assert len(head) == 9 and state["next_batch"] == 9 and state["next"]["epoch"] == 1
+    with ferry.Pipeline(config, state=state) as resumed:
+        assert resumed.epoch == 1 and len(resumed) == 9
+        assert head + [bytes_digest(b) for b in resumed] == everything
 
 
 def test_a_state_from_another_order_is_refused():
@@ -175,18 +240,18 @@ def test_a_state_from_another_order_is_refused():
         ferry.Pipeline(small_config(), state={"format": "ferry-state", "version": 1})
     # load_state_dict checks before it stops anything: the running pipeline goes on where it was.
     with ferry.Pipeline(small_config(), overrides={"sampler.seed": 12}) as other:
-        first = bytes_digest(next(other))
+        first = bytes_digest(next(iter(other)))
         with pytest.raises(ferry.ConfigError, match="sampler.seed"):
             other.load_state_dict(state)
         assert other.state_dict()["next_batch"] == 1 and not other.closed
-        rest = [bytes_digest(b) for b in other]
+        rest = [bytes_digest(b) for b in other.batches()]
     with ferry.Pipeline(small_config(), overrides={"sampler.seed": 12}) as same:
-        assert [bytes_digest(b) for b in same] == [first] + rest
+        assert [bytes_digest(b) for b in same.batches()] == [first] + rest
 
 
 def test_stats_report_the_run():
     with ferry.Pipeline(small_config()) as pipeline:
-        batches = list(pipeline)
+        batches = list(pipeline.batches())
         stats = pipeline.stats()
     assert stats["totals"]["batches"] == len(batches)
     assert stats["run"]["device_requested"] == "auto" and stats["run"]["device"] == str(pipeline.device)
@@ -219,10 +284,11 @@ def test_a_stage_error_names_the_stage_and_the_sample(tmp_path):
         {"name": "label", "extension": "cls", "decoder": "label", "dtype": "int64", "shape": []}]},
         "batch_size": 1, "decode": {"threads": 1}}
     with ferry.Pipeline(config) as pipeline:
-        assert next(pipeline)["label"].item() == 1
-        assert next(pipeline)["label"].item() == 2
+        batches = iter(pipeline)
+        assert next(batches)["label"].item() == 1
+        assert next(batches)["label"].item() == 2
         with pytest.raises(ferry.Error) as raised:
-            next(pipeline)
+            next(batches)
     error = raised.value
     assert error.stage == "decode" and error.sample == 2 and error.batch == 2
     assert "0002" in str(error) and "three" in str(error)
@@ -239,7 +305,7 @@ def test_close_wakes_a_blocked_iteration_in_another_thread():
     config["decode"]["threads"] = 1
     pipeline = ferry.Pipeline(config, overrides={"prefetch": 1})
     outcome = []
-    consumer = threading.Thread(target=lambda: outcome.append(list(pipeline)))
+    consumer = threading.Thread(target=lambda: outcome.append(list(pipeline.batches())))
     consumer.start()
     pipeline.close()
     consumer.join(timeout=60)

@@ -1,5 +1,7 @@
 #include <ferry/stages/batch_planner.h>
 
+#include <random>
+
 #include <gtest/gtest.h>
 
 #include <ferry/io/samplers/sequential_sampler.h>
@@ -97,6 +99,34 @@ TEST(BatchPlanner, StartsAtACursor) {
   EXPECT_EQ(rest[0].epoch, 1u);
   EXPECT_EQ(rest[0].index, 1u);
   EXPECT_EQ(rest[0].first_position, 4u);
+}
+
+// Each epoch's count is what the planner plans in it: checked against the plans over random runs.
+TEST(BatchPlanner, BatchesInEachEpochAreThosePlannedInIt) {
+  std::mt19937_64 random(11);
+  for (int run = 0; run < 400; ++run) {
+    const uint64_t samples = random() % 23;
+    const size_t batch_size = 1 + random() % 6;
+    const bool drop_last = random() % 2 == 0;
+    const uint64_t epochs = 1 + random() % 4;
+    const uint64_t max_batches = random() % 3 == 0 ? random() % 12 : 0;
+    const uint64_t first_batch = random() % 3 == 0 ? random() % 6 : 0;
+    SCOPED_TRACE("samples " + std::to_string(samples) + ", batch " + std::to_string(batch_size) +
+                 (drop_last ? " drop_last" : "") + ", epochs " + std::to_string(epochs) + ", max_batches " +
+                 std::to_string(max_batches) + ", first_batch " + std::to_string(first_batch));
+    const BatchPlanner::Options options{batch_size, drop_last, epochs, max_batches, first_batch};
+    BatchPlanner planner(std::make_shared<SequentialSampler>(samples), options);
+    std::vector<uint64_t> planned(epochs + 1, 0);
+    for (const BatchPlan& plan : all(planner)) ++planned.at(plan.epoch);
+    uint64_t sum = 0;
+    for (uint64_t epoch = 0; epoch <= epochs; ++epoch) {
+      EXPECT_EQ(planner.batches_in_epoch(epoch), planned[epoch]) << "epoch " << epoch;
+      sum += planner.batches_in_epoch(epoch);
+    }
+    EXPECT_EQ(sum, planner.total_batches());
+    const uint64_t per_epoch = planner.batches_per_epoch();
+    EXPECT_EQ(planner.first_epoch(), per_epoch == 0 ? 0 : first_batch / per_epoch);
+  }
 }
 
 }  // namespace

@@ -315,8 +315,11 @@ TEST(TarIndex, NamesACompressedShardsCompressionInsteadOfABadChecksum) {
   expect_contains(index_error(tar + ".gz"), {tar + ".gz", "gzip-compressed, not a tar archive", "gunzip"});
   // The other compressions a shard comes in, by their magic numbers.
   std::mt19937_64 rng(8);
-  const std::vector<std::pair<std::string, std::string>> magics = {
-      {"bzip2", "BZh9"}, {"xz", std::string("\xfd" "7zXZ\0", 6)}, {"zstd", "\x28\xb5\x2f\xfd"}};
+  const std::vector<std::pair<std::string, std::string>> magics = {{"bzip2", "BZh9"},
+                                                                   {"xz", std::string("\xfd"
+                                                                                      "7zXZ\0",
+                                                                                      6)},
+                                                                   {"zstd", "\x28\xb5\x2f\xfd"}};
   for (const auto& [format, magic] : magics) {
     const std::string path = dir / ("shard." + format);
     TarWriter::write_file(path, magic + random_bytes(rng, 2000));
