@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "ferry/io/decoders/image_decoder.h"
+#include "ferry/io/decoders/png_decoder.h"
 #include "ferry/io/samplers/sequential_sampler.h"
 #include "ferry/io/samplers/shard_shuffle_sampler.h"
 #include "ferry/io/samplers/sharded_sampler.h"
@@ -144,7 +146,7 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
     order["sampler.shuffle_buffer"] = std::to_string(config.sampler.shuffle_buffer);
   }
   // Keys that change nothing in this run are left out, so changing them does not block a resume.
-  // The seed also draws random crops (Note [JPEG random crop]): other crops are other bytes.
+  // The seed also draws random crops (Note [random crop]): other crops are other bytes.
   const bool random_crop = std::any_of(source.jpeg.begin(), source.jpeg.end(), [](const auto& field) {
     return field.second.crop == JpegDecodeOptions::Crop::kRandom;
   });
@@ -181,7 +183,13 @@ FieldDecoders make_field_decoders(const Config& config, const Source& source) {
     jpeg.crop_width = spec->shape[1];
     jpeg.crop = options.crop;
     jpeg.seed = config.sampler.seed;
-    decoders.emplace(name, std::make_shared<JpegDecoder>(jpeg));
+    if (options.decoder == "png") {
+      decoders.emplace(name, std::make_shared<PngDecoder>(jpeg));
+    } else if (options.decoder == "image") {
+      decoders.emplace(name, std::make_shared<ImageDecoder>(jpeg));
+    } else {
+      decoders.emplace(name, std::make_shared<JpegDecoder>(jpeg));
+    }
   }
   return decoders;
 }

@@ -20,10 +20,11 @@
 
 namespace ferry {
 
-/// How a field decoded by "jpeg" is made the same size in every sample (YAML: `resize_shorter`,
-/// `crop`): resized so that its shorter side is resize_shorter (0: not resized), then cropped to the
-/// field's [H, W]. A random crop is seeded from sampler.seed (Note [JPEG random crop]).
+/// How a field decoded by an image decoder (jpeg, png, image) is made the same size in every sample (YAML:
+/// `resize_shorter`, `crop`): resized so that its shorter side is resize_shorter (0: not resized), then cropped to the
+/// field's [H, W]. A random crop is seeded from sampler.seed (Note [random crop]).
 struct JpegFieldOptions {
+  std::string decoder = "jpeg";  // which image decoder: jpeg, png or image (either, by the bytes)
   int64_t resize_shorter = 0;
   JpegDecodeOptions::Crop crop = JpegDecodeOptions::Crop::kCenter;
 };
@@ -35,7 +36,7 @@ struct SourceConfig {
   TokenWindowOptions megatron;      // kind: megatron
   TarShardOptions tar;              // kind: tar (shards already expanded from their {a..b} patterns)
   ImageFolderOptions image_folder;  // kind: image_folder
-  /// Fields (by name) that get a JpegDecoder of their own, with these options: see make_field_decoders().
+  /// Fields (by name) that get an image decoder of their own, with these options: see make_field_decoders().
   std::map<std::string, JpegFieldOptions, std::less<>> jpeg;
 };
 

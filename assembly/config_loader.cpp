@@ -618,10 +618,12 @@ class ConfigLoader {
         if (auto flag = boolean(*value, key + ".optional")) field.optional = *flag;
       }
       if (decoder_read && shape_read) {
-        if (field.decoder == "jpeg" && field.dtype != at::kByte) {
+        if (is_image_decoder(field.decoder) && field.dtype != at::kByte) {
           problem(key + ".dtype", member["dtype"],
-                  "the jpeg decoder makes uint8 images, found " + dtype_name(field.dtype));
+                  "the " + field.decoder + " decoder makes uint8 images, found " + dtype_name(field.dtype));
         }
+        check_image_format(key + ".decoder", child(member, "decoder").value_or(member), field.decoder,
+                           {field.extension});
         read_jpeg_keys(member, key, field.name, field.decoder, shape ? std::optional<Node>(*shape) : std::nullopt,
                        field.shape);
       }
@@ -663,8 +665,33 @@ class ConfigLoader {
     return text;
   }
 
-  // The checks of a field decoded by "jpeg" (a tar member, image_folder's image) and its keys
-  // resize_shorter and crop, which give it a JpegDecoder of its own (config_.source.jpeg). `node`
+  // The decoders that make images, resize and crop: jpeg, png, and image (either, by the bytes).
+  static bool is_image_decoder(std::string_view decoder) {
+    return decoder == "jpeg" || decoder == "png" || decoder == "image";
+  }
+
+  // A decoder of one image format over files of another (png files through jpeg, say) fails on every
+  // sample: said now, at `key`, with the decoder that reads them.
+  void check_image_format(const std::string& key, const Node& node, const std::string& decoder,
+                          const std::vector<std::string>& extensions) {
+    const auto lower = [](std::string text) {
+      for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return text;
+    };
+    for (const std::string& extension : extensions) {
+      const std::string ext = lower(extension);
+      const bool png = ext == "png", jpeg = ext == "jpg" || ext == "jpeg";
+      if ((decoder == "jpeg" && png) || (decoder == "png" && jpeg)) {
+        problem(key, node,
+                "the " + decoder + " decoder cannot read ." + extension + " files; use decoder: " +
+                    (png ? "png" : "jpeg") + ", or decoder: image, which reads JPEG and PNG files alike");
+        return;
+      }
+    }
+  }
+
+  // The checks of a field decoded by an image decoder (a tar member, image_folder's image) and its
+  // keys resize_shorter and crop, which give it a decoder of its own (config_.source.jpeg). `node`
   // is the field's mapping at `key`; `shape_node` where its shape was given, if it was.
   void read_jpeg_keys(const Node& node, const std::string& key, const std::string& field, const std::string& decoder,
                       const std::optional<Node>& shape_node, const std::vector<int64_t>& shape) {
@@ -684,14 +711,17 @@ class ConfigLoader {
         crop_read = true;
       }
     }
-    if (decoder != "jpeg") {
-      // Only the jpeg decoder resizes and crops: another would ignore them silently.
+    options.decoder = decoder;
+    if (!is_image_decoder(decoder)) {
+      // Only the image decoders resize and crop: another would ignore them silently.
       for (const auto& [name, value, read] :
            {std::tuple{"resize_shorter", resize, resize_read}, std::tuple{"crop", crop, crop_read}}) {
         if (value && read) {
           problem(key + "." + name, *value,
-                  std::string(name) + " is applied by the jpeg decoder only; this field's decoder is '" + decoder +
-                      "' (set decoder: jpeg, or remove " + name + ")");
+                  std::string(name) +
+                      " is applied by the image decoders only (jpeg, png, image); this field's "
+                      "decoder is '" +
+                      decoder + "' (set decoder: jpeg, or remove " + name + ")");
         }
       }
       return;
@@ -702,10 +732,11 @@ class ConfigLoader {
         found += (found.empty() ? "" : ", ") + (size == kVariableLength ? "*" : std::to_string(size));
       if (shape_node) {
         problem(key + ".shape", *shape_node,
-                "the jpeg decoder makes [H, W, 3] images (H, W >= 1), found [" + found + "]");
+                "the " + decoder + " decoder makes [H, W, 3] images (H, W >= 1), found [" + found + "]");
       } else {
-        problem(key + ".shape", node,
-                "missing required key: the jpeg decoder makes images of a fixed [H, W, 3], e.g. [224, 224, 3]");
+        problem(
+            key + ".shape", node,
+            "missing required key: the " + decoder + " decoder makes images of a fixed [H, W, 3], e.g. [224, 224, 3]");
       }
       return;
     }
@@ -720,7 +751,7 @@ class ConfigLoader {
                   " pixels, so the crop does not fit; use resize_shorter >= " + std::to_string(needed));
       return;
     }
-    // Neither key: the shared "jpeg", and every image must already be [H, W].
+    // Neither key: the shared decoder of that name, and every image must already be [H, W].
     if ((resize || crop) && resize_read == bool(resize) && crop_read == bool(crop))
       config_.source.jpeg[field] = options;
   }
@@ -784,6 +815,8 @@ class ConfigLoader {
     if (decoder_read && shape_read) {
       read_jpeg_keys(*image, "source.image", folder.image.name, folder.image.decoder,
                      shape ? std::optional<Node>(*shape) : std::nullopt, folder.image.shape);
+      check_image_format("source.image.decoder", child(*image, "decoder").value_or(*image), folder.image.decoder,
+                         folder.extensions);
     }
   }
 
@@ -1148,10 +1181,10 @@ class ConfigLoader {
       }
     }
     for (const auto& [field, decoder] : options.decoders) {
-      if (config_.source.jpeg.count(field) != 0 && decoder != "jpeg") {
+      if (config_.source.jpeg.count(field) != 0 && !is_image_decoder(decoder)) {
         problem_at("decode.decoders." + field,
                    "field '" + field +
-                       "' sets resize_shorter or crop, which only the jpeg decoder applies; "
+                       "' sets resize_shorter or crop, which only the image decoders (jpeg, png, image) apply; "
                        "this names '" +
                        decoder + "'");
       }

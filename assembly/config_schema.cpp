@@ -44,18 +44,20 @@ const std::vector<ConfigKey>& config_keys() {
       {"source.members[].max_length", "integer >= 1", "none",
        "Longest first dimension of a variable-length field: lets `pool.slab_size` be auto (tar).", "4096"},
       {"source.members[].decoder", "decoder name", "raw",
-       "How the member's bytes become the field: raw, jpeg, npy, label, json, or one your program registers (tar).",
+       "How the member's bytes become the field: raw, jpeg, png, image (JPEG or PNG, told apart by their bytes), npy, "
+       "label, json, or one your program registers (tar).",
        "raw"},
       {"source.members[].optional", "boolean", "false",
        "A sample without this member gets an empty tensor instead of failing (tar).", "true"},
       {"source.members[].resize_shorter", "integer 1..65535", "none",
        "Resize each image so that its shorter side has this many pixels, keeping the aspect ratio, before the crop; "
-       "decoder `jpeg` only (tar).",
+       "decoders `jpeg`, `png` and `image` only (tar).",
        "256"},
       {"source.members[].crop", "one of: center, random", "center",
        "Where the crop of the field's [H, W] is taken from the (resized) image; random: drawn from `sampler.seed`, the "
        "epoch and the sample, so an image gets another crop every epoch and a run (or a resume) repeats exactly. "
-       "Decoder `jpeg` only; without resize_shorter and crop every image must already be [H, W] (tar).",
+       "Decoders `jpeg`, `png` and `image` only; without resize_shorter and crop every image must already be [H, W] "
+       "(tar).",
        "random"},
       {"source.root", "path", "required (image_folder)",
        "The folder of images, one sub-folder per class: `root/<class>/<file>`. Class folders sorted by name are labels "
@@ -64,24 +66,28 @@ const std::vector<ConfigKey>& config_keys() {
        "root (image_folder).",
        "data/images"},
       {"source.extensions", "list of strings", "[jpg, jpeg]",
-       "The files that count, by extension, compared case-insensitively (image_folder).", "[jpg, jpeg, png]"},
+       "The files that count, by extension, compared case-insensitively (image_folder). PNG files need decoder `png` "
+       "or `image`.",
+       "[jpg, jpeg, JPG]"},
       {"source.image", "mapping", "required (image_folder)",
        "How each file's bytes become the `image` field (image_folder).",
        "{shape: [224, 224, 3], resize_shorter: 256, crop: center}"},
-      {"source.image.shape", "list of integers >= 0", "required with jpeg; raw: bytes of any length",
-       "The decoded image's shape: [H, W, 3] for `jpeg`, uint8 RGB (image_folder).", "[224, 224, 3]"},
+      {"source.image.shape", "list of integers >= 0", "required with jpeg, png, image; raw: bytes of any length",
+       "The decoded image's shape: [H, W, 3] for `jpeg`, `png` and `image`, uint8 RGB (image_folder).",
+       "[224, 224, 3]"},
       {"source.image.decoder", "decoder name", "jpeg",
-       "How a file's bytes become the image: jpeg, raw (the file's bytes as stored), or one your program registers "
-       "(image_folder).",
+       "How a file's bytes become the image: jpeg, png, image (JPEG or PNG, told apart by their bytes: for folders "
+       "that mix them), raw (the file's bytes as stored), or one your program registers (image_folder).",
        "raw"},
       {"source.image.resize_shorter", "integer 1..65535", "none",
        "Resize each image so that its shorter side has this many pixels, keeping the aspect ratio, before the crop; "
-       "decoder `jpeg` only (image_folder).",
+       "decoders `jpeg`, `png` and `image` only (image_folder).",
        "256"},
       {"source.image.crop", "one of: center, random", "center",
        "Where the crop of the image's [H, W] is taken from the (resized) image; random: drawn from `sampler.seed`, the "
        "epoch and the sample, so an image gets another crop every epoch and a run (or a resume) repeats exactly. "
-       "Decoder `jpeg` only; without resize_shorter and crop every image must already be [H, W] (image_folder).",
+       "Decoders `jpeg`, `png` and `image` only; without resize_shorter and crop every image must already be [H, W] "
+       "(image_folder).",
        "random"},
       {"source.samples", "integer >= 1", "1024", "Samples in the dataset (synthetic).", "10000"},
       {"source.seed", "integer", "0",
@@ -158,7 +164,8 @@ const std::vector<ConfigKey>& config_keys() {
        "Bytes per slab; a batch must fit in one. auto: the largest batch the source can make.", "64MiB"},
       {"pool.slab_count", "auto or integer >= prefetch", "auto (prefetch)",
        "Number of slabs; each batch in flight holds one.", "6"},
-      {"pool.budget", "unlimited or size", "unlimited", "Cap on pinned bytes; must hold at least prefetch slabs.",
+      {"pool.budget", "unlimited or size", "unlimited",
+       "Cap on pinned bytes; must hold the slabs (`slab_count`, else `prefetch`), each rounded up to a 4 KiB page.",
        "2GiB"},
       // transfer
       {"transfer", "mapping", "", "Copying batches to the device.", "{device: cuda}"},

@@ -47,7 +47,7 @@ string(REGEX MATCH "^[0-9]+\\.[0-9]+" ferry_torch_minor "${Torch_VERSION}")
 string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\1" ferry_torch_major "${ferry_torch_minor}")
 string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\2" ferry_torch_next "${ferry_torch_minor}")
 math(EXPR ferry_torch_next "${ferry_torch_next} + 1")
-set(ferry_depends "libtbb-dev (>= 2021), libyaml-cpp-dev (>= 0.7), libturbojpeg0-dev")
+set(ferry_depends "libtbb-dev (>= 2021), libyaml-cpp-dev (>= 0.7), libturbojpeg0-dev, libpng-dev")
 if(TORCH_INSTALL_PREFIX MATCHES "^/usr(/lib)?/?$" OR TORCH_INSTALL_PREFIX MATCHES "^/usr/lib/")
   # Debian's libtorch: ferry's code is compiled against its headers, so the same minor version.
   string(PREPEND ferry_depends
@@ -59,7 +59,7 @@ else()
 endif()
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "${ferry_depends}")
 # What tests/package/consumer.cmake checks the package's Depends for.
-set(FERRY_DEB_DEPENDS "libtbb-dev;libyaml-cpp-dev;libturbojpeg0-dev")
+set(FERRY_DEB_DEPENDS "libtbb-dev;libyaml-cpp-dev;libturbojpeg0-dev;libpng-dev")
 if(NOT ferry_torch_note)
   list(APPEND FERRY_DEB_DEPENDS "libtorch-dev (>= ${ferry_torch_minor})")
 endif()

@@ -2,10 +2,12 @@
 
 #include <mutex>
 
+#include "ferry/io/decoders/image_decoder.h"
 #include "ferry/io/decoders/jpeg_decoder.h"
 #include "ferry/io/decoders/json_decoder.h"
 #include "ferry/io/decoders/label_decoder.h"
 #include "ferry/io/decoders/npy_decoder.h"
+#include "ferry/io/decoders/png_decoder.h"
 #include "ferry/io/decoders/raw_decoder.h"
 #include "ferry/pipeline/error.h"
 
@@ -14,6 +16,8 @@ namespace ferry {
 DecoderRegistry::DecoderRegistry() {
   decoders_.push_back(std::make_shared<RawDecoder>());
   decoders_.push_back(std::make_shared<JpegDecoder>());
+  decoders_.push_back(std::make_shared<PngDecoder>());
+  decoders_.push_back(std::make_shared<ImageDecoder>());
   decoders_.push_back(std::make_shared<NpyDecoder>());
   decoders_.push_back(std::make_shared<LabelDecoder>());
   decoders_.push_back(std::make_shared<JsonDecoder>());

@@ -5,23 +5,12 @@
 #include <string>
 
 #include "ferry/io/decoders/decoder.h"
+#include "ferry/io/decoders/image_decode_options.h"
 
 namespace ferry {
 
-/// How JpegDecoder makes every image of a field the same size, so that a batch can be stacked.
-/// Resize first (when resize_shorter > 0), then crop (when crop_height and crop_width are > 0).
-struct JpegDecodeOptions {
-  /// The shorter side after resizing, in pixels; the longer side keeps the aspect ratio
-  /// (floor(resize_shorter * longer / shorter), as torchvision's Resize(int) does). 0: no resize.
-  int64_t resize_shorter = 0;
-  /// The crop, in pixels, taken from the (resized) image. Both 0: no crop; both > 0 otherwise.
-  int64_t crop_height = 0;
-  int64_t crop_width = 0;
-  /// kCenter: the middle (offsets rounded down). kRandom: see Note [JPEG random crop].
-  enum class Crop { kCenter, kRandom } crop = Crop::kCenter;
-  /// Seeds kRandom crops; ignored by kCenter.
-  uint64_t seed = 0;
-};
+/// The options of image decoders, JpegDecoder's name for them (image_decode_options.h).
+using JpegDecodeOptions = ImageDecodeOptions;
 
 /// "jpeg": one JPEG file's bytes (a 1-D uint8 tensor) in, an HWC uint8 RGB tensor of the field's
 /// fixed shape [H, W, 3] out, via libjpeg-turbo's TurboJPEG API. Grayscale JPEGs come out as three
@@ -63,13 +52,13 @@ class JpegDecoder : public Decoder {
   /// A random crop drawn from (the seed, the encoded bytes): the same in every epoch.
   at::Tensor decode(const at::Tensor& encoded, const FieldSpec& spec) const override;
   /// A random crop drawn from (the seed, context.epoch, context.index): another one every epoch, the
-  /// same on every run (Note [JPEG random crop]). Otherwise as decode().
+  /// same on every run (Note [random crop]). Otherwise as decode().
   at::Tensor decode_sample(const at::Tensor& encoded, const FieldSpec& spec,
                            const DecodeContext& context) const override;
 
  private:
-  /// `crop_key` seeds a random crop; unset: a digest of the bytes does.
-  at::Tensor decode_with(const at::Tensor& encoded, const FieldSpec& spec, std::optional<uint64_t> crop_key) const;
+  /// `context` seeds a random crop; null: a digest of the bytes does.
+  at::Tensor decode_with(const at::Tensor& encoded, const FieldSpec& spec, const DecodeContext* context) const;
 
   JpegDecodeOptions options_;
   std::string name_;

@@ -250,21 +250,23 @@ class ImageRoot {
 
 TEST(ConfigLoader, ReadsAnImageFolderWithItsImageKeys) {
   const ImageRoot root;
-  const Config config = parse_config("source:\n  kind: image_folder\n  root: " + root.path() +
-                                         "\n  extensions: [JPG, .png]\n"
-                                         "  image: {shape: [224, 224, 3], resize_shorter: 256, crop: random}\n",
-                                     "images.yaml");
+  const Config config =
+      parse_config("source:\n  kind: image_folder\n  root: " + root.path() +
+                       "\n  extensions: [JPG, .png]\n"
+                       "  image: {decoder: image, shape: [224, 224, 3], resize_shorter: 256, crop: random}\n",
+                   "images.yaml");
   EXPECT_EQ(config.source.kind, "image_folder");
   const ImageFolderOptions& folder = config.source.image_folder;
   EXPECT_EQ(folder.root, root.path());
   EXPECT_EQ(folder.extensions, (std::vector<std::string>{"JPG", "png"}));
   EXPECT_EQ(folder.image.name, "image");
-  EXPECT_EQ(folder.image.decoder, "jpeg");
+  EXPECT_EQ(folder.image.decoder, "image");
   EXPECT_EQ(folder.image.shape, (std::vector<int64_t>{224, 224, 3}));
   ASSERT_EQ(config.source.jpeg.count("image"), 1u);
+  EXPECT_EQ(config.source.jpeg.at("image").decoder, "image");
   EXPECT_EQ(config.source.jpeg.at("image").resize_shorter, 256);
   EXPECT_EQ(config.source.jpeg.at("image").crop, JpegDecodeOptions::Crop::kRandom);
-  EXPECT_EQ(config.where("source.image.shape"), "images.yaml:5:18");
+  EXPECT_EQ(config.where("source.image.shape"), "images.yaml:5:34");
 
   // The extensions default to jpg and jpeg; decoder raw needs no shape and gets no decoder of its own.
   const Config raw =
@@ -286,7 +288,7 @@ source:
   shards: /dev/null
   members:
     - {name: image, extension: jpg, decoder: jpeg, shape: [32, 48, 3], crop: center}
-    - {name: big, extension: png, decoder: jpeg, shape: [64, 64, 3], resize_shorter: 80}
+    - {name: big, extension: png, decoder: png, shape: [64, 64, 3], resize_shorter: 80}
     - {name: label, extension: cls, decoder: label, dtype: int64, shape: []}
 )",
                                      "tar.yaml");
@@ -295,6 +297,7 @@ source:
   EXPECT_EQ(config.source.jpeg.at("image").crop, JpegDecodeOptions::Crop::kCenter);
   EXPECT_EQ(config.source.jpeg.at("big").resize_shorter, 80);
   EXPECT_EQ(config.source.jpeg.at("big").crop, JpegDecodeOptions::Crop::kCenter);
+  EXPECT_EQ(config.source.jpeg.at("big").decoder, "png");
 }
 
 // The problems a config has, one line each ("test.yaml:5:7: key: message"), without the header.
@@ -313,7 +316,7 @@ TEST(ConfigLoader, ResizeAndCropAreRefusedWhereTheJpegDecoderCannotApplyThem) {
   const ImageRoot root;
   const std::string folder = "source:\n  kind: image_folder\n  root: " + root.path() + "\n";
   const std::string tar = "source:\n  kind: tar\n  shards: /dev/null\n  members:\n";
-  const std::string only_jpeg = " is applied by the jpeg decoder only; this field's decoder is ";
+  const std::string only_jpeg = " is applied by the image decoders only (jpeg, png, image); this field's decoder is ";
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
       {tar + "    - {name: image, extension: jpg, shape: [8, 8, 3], crop: random}\n",
        {"test.yaml:5:61: source.members[0].crop: crop" + only_jpeg + "'raw' (set decoder: jpeg, or remove crop)"}},
@@ -338,8 +341,16 @@ TEST(ConfigLoader, ResizeAndCropAreRefusedWhereTheJpegDecoderCannotApplyThem) {
        {"test.yaml:4:10: source.image.shape: missing required key: the jpeg decoder makes images of a fixed [H, W, 3], "
         "e.g. [224, 224, 3]"}},
       {folder + "  image: {shape: [8, 8, 3], crop: center}\ndecode: {decoders: {image: raw}}\n",
-       {"test.yaml:5:28: decode.decoders.image: field 'image' sets resize_shorter or crop, which only the jpeg decoder "
-        "applies; this names 'raw'"}},
+       {"test.yaml:5:28: decode.decoders.image: field 'image' sets resize_shorter or crop, which only the image "
+        "decoders (jpeg, png, image) apply; this names 'raw'"}},
+      // A decoder of one format over files of the other fails on every sample: refused at once.
+      {folder + "  extensions: [jpg, PNG]\n  image: {shape: [8, 8, 3]}\n",
+       {"test.yaml:5:10: source.image.decoder: the jpeg decoder cannot read .PNG files; use decoder: png, or "
+        "decoder: image, which reads JPEG and PNG files alike"}},
+      {"source:\n  kind: tar\n  shards: /dev/null\n  members:\n"
+       "    - {name: image, extension: jpeg, decoder: png, shape: [8, 8, 3]}\n",
+       {"test.yaml:5:47: source.members[0].decoder: the png decoder cannot read .jpeg files; use decoder: jpeg, or "
+        "decoder: image, which reads JPEG and PNG files alike"}},
   };
   for (const auto& [yaml, expected] : cases) {
     SCOPED_TRACE(yaml);

@@ -22,11 +22,13 @@
 
 #include <ferry/assembly/config.h>
 #include <ferry/assembly/config_loader.h>
+#include <ferry/io/decoders/image_decoder.h>
 #include <ferry/io/decoders/jpeg_decoder.h>
 #include <ferry/io/decoders/jpeg_encoder.h>
 #include <ferry/io/formats/tar_writer.h>
 #include <ferry/pipeline/pipeline.h>
 #include <ferry/stages/standard_pipeline.h>
+#include "tests/support/image_checks.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tensor_bytes.h"
 
@@ -37,7 +39,7 @@ using testing::TempDir;
 using testing::text_of;
 using Crop = JpegDecodeOptions::Crop;
 
-// One image as written: its key in the source, its JPEG bytes and its label.
+// One image as written: its key in the source, its file's bytes (JPEG, or PNG) and its label.
 struct Written {
   std::string key;
   at::Tensor jpeg;
@@ -115,13 +117,14 @@ Delivered run(Pipeline pipeline) {
   return out;
 }
 
-// Each delivered image equals JpegDecoder(options) of the file written (for its epoch and sample:
-// random crops draw from both), each label the one written.
+// Each delivered image equals `decoder` (JpegDecoder(options) unless given) of the file written (for
+// its epoch and sample: random crops draw from both), each label the one written.
 void expect_as_written(const Delivered& delivered, const std::vector<Written>& written,
-                       const JpegDecodeOptions& options) {
+                       const JpegDecodeOptions& options, const Decoder* given = nullptr) {
   ASSERT_EQ(delivered.samples, written.size()) << "every sample exactly once";
   ASSERT_EQ(delivered.images.size(), written.size());
-  const JpegDecoder decoder(options);
+  const JpegDecoder jpeg(options);
+  const Decoder& decoder = given != nullptr ? *given : jpeg;
   const FieldSpec spec{"image", at::kByte, {options.crop_height, options.crop_width, 3}, std::nullopt, "jpeg"};
   for (const auto& [index, image] : delivered.images) {
     ASSERT_LT(index, written.size());
@@ -151,6 +154,34 @@ TEST(ImageConfigPipeline, AnImageFolderDeliversEachImageAsTheJpegDecoderMakesIt)
   // A center crop draws nothing: another seed (another order) delivers the same pixels.
   const Delivered again = run(Pipeline::from_yaml(dir / "center.yaml", {"sampler.seed=4"}));
   for (const auto& [index, image] : delivered.images) EXPECT_TRUE(at::equal(image, again.images.at(index))) << index;
+}
+
+// A folder of JPEGs and PNGs read through decoder `image`: each file decoded by its format's decoder.
+TEST(ImageConfigPipeline, AFolderMixingJpegsAndPngsDecodesEachByItsFormat) {
+  const TempDir dir("ferry_image_pipeline");
+  std::mt19937_64 rng(31);
+  std::vector<Written> written = write_image_folder(dir / "images", rng, 3);
+  size_t pngs = 0;
+  for (size_t i = 0; i < written.size(); i += 2) {  // every other file becomes a PNG of the same picture
+    Written& image = written[i];
+    ::unlink((dir / "images" + "/" + image.key).c_str());
+    image.key = image.key.substr(0, image.key.size() - 3) + "png";
+    image.jpeg = testing::encode_png(random_image(rng, 40, 72));
+    write_file(dir / "images" + "/" + image.key, text_of(image.jpeg));
+    ++pngs;
+  }
+  ASSERT_GT(pngs, 0u);
+  write_file(dir / "mixed.yaml", "source:\n  kind: image_folder\n  root: " + dir / "images" +
+                                     "\n  extensions: [jpg, png]\n  image: {decoder: image, shape: [32, 32, 3], "
+                                     "resize_shorter: 40, crop: random}\nbatch_size: 4\nsampler: {seed: 5}\n"
+                                     "transfer: {device: cpu}\ndecode: {threads: 3}\n");
+  const Delivered delivered = run(Pipeline::from_yaml(dir / "mixed.yaml"));
+  const JpegDecodeOptions options{
+      .resize_shorter = 40, .crop_height = 32, .crop_width = 32, .crop = Crop::kRandom, .seed = 5};
+  const ImageDecoder decoder(options);
+  expect_as_written(delivered, written, options, &decoder);
+  // Through decoder jpeg the same folder is refused before anything runs.
+  EXPECT_THROW(Pipeline::from_yaml(dir / "mixed.yaml", {"source.image.decoder=jpeg"}), ConfigError);
 }
 
 TEST(ImageConfigPipeline, RandomCropsRepeatForASeedAndChangeWithIt) {

@@ -22,6 +22,7 @@
 #include <ferry/io/decoders/jpeg_encoder.h>
 #include <ferry/pipeline/error.h>
 #include "tests/support/error_text.h"
+#include "tests/support/image_checks.h"
 #include "tests/support/temp_dir.h"
 
 namespace ferry {
@@ -29,34 +30,15 @@ namespace {
 
 using testing::contains;
 using testing::error_of;
+using testing::max_abs_diff;
+using testing::mean_abs_diff;
+using testing::reference_resize;
+using testing::test_image;
 
 using Crop = JpegDecodeOptions::Crop;
 
 FieldSpec image_spec(int64_t height, int64_t width) {
   return FieldSpec{"image", at::kByte, {height, width, 3}, std::nullopt, "jpeg"};
-}
-
-// Smooth gradients plus a little noise: what photographs look like to a JPEG encoder, so quality 95
-// keeps the error small, while the noise makes every image (and every crop of it) different.
-at::Tensor test_image(int64_t height, int64_t width, int channels, uint64_t seed, int noise = 6) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> phase(0, 6.28);
-  std::uniform_int_distribution<int> jitter(-noise, noise);
-  const double p[4] = {phase(rng), phase(rng), phase(rng), phase(rng)};
-  at::Tensor image = at::empty({height, width, channels}, at::kByte);
-  uint8_t* out = image.data_ptr<uint8_t>();
-  for (int64_t y = 0; y < height; ++y) {
-    for (int64_t x = 0; x < width; ++x) {
-      for (int c = 0; c < channels; ++c) {
-        const double v = 128 +
-                         90 * std::sin(static_cast<double>(x) / (13.0 + 5 * c) + p[c]) *
-                             std::cos(static_cast<double>(y) / (17.0 + 3 * c) - p[c]) +
-                         jitter(rng);
-        *out++ = static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
-      }
-    }
-  }
-  return image;
 }
 
 // An HWC image with 3 (RGB), 1 (gray) or 4 (CMYK) channels as JPEG bytes, at the test's defaults.
@@ -66,43 +48,6 @@ at::Tensor encode(const at::Tensor& image, int quality = 95, JpegSubsampling sub
 
 const char* subsampling_name(JpegSubsampling subsampling) {
   return subsampling == JpegSubsampling::k444 ? "4:4:4" : subsampling == JpegSubsampling::k420 ? "4:2:0" : "other";
-}
-
-double mean_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().mean().item<double>();
-}
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
-// The reference resize, written the obvious way: each output pixel from its four neighbours at
-// pixel centres (align_corners=False), in double precision, the whole image.
-at::Tensor reference_resize(const at::Tensor& image, int64_t out_h, int64_t out_w) {
-  const int64_t in_h = image.size(0), in_w = image.size(1);
-  const auto src = image.accessor<uint8_t, 3>();
-  at::Tensor out = at::empty({out_h, out_w, 3}, at::kByte);
-  auto dst = out.accessor<uint8_t, 3>();
-  const auto coordinate = [](int64_t i, int64_t in, int64_t resized) {
-    const double at =
-        std::max((static_cast<double>(i) + 0.5) * static_cast<double>(in) / static_cast<double>(resized) - 0.5, 0.0);
-    const int64_t lo = std::min(static_cast<int64_t>(at), in - 1);
-    return std::make_pair(lo, std::min(at - static_cast<double>(lo), 1.0));
-  };
-  for (int64_t y = 0; y < out_h; ++y) {
-    const auto [y0, fy] = coordinate(y, in_h, out_h);
-    const int64_t y1 = std::min(y0 + 1, in_h - 1);
-    for (int64_t x = 0; x < out_w; ++x) {
-      const auto [x0, fx] = coordinate(x, in_w, out_w);
-      const int64_t x1 = std::min(x0 + 1, in_w - 1);
-      for (int64_t c = 0; c < 3; ++c) {
-        const double v = (1 - fy) * ((1 - fx) * src[y0][x0][c] + fx * src[y0][x1][c]) +
-                         fy * ((1 - fx) * src[y1][x0][c] + fx * src[y1][x1][c]);
-        dst[y][x][c] = static_cast<uint8_t>(std::lround(v));
-      }
-    }
-  }
-  return out;
 }
 
 TEST(JpegDecoder, DecodesRgbImagesCloseToTheOriginal) {

@@ -13,12 +13,14 @@
 #include <ferry/io/decoders/jpeg_decoder.h>
 #include <ferry/pipeline/error.h>
 #include "tests/support/error_text.h"
+#include "tests/support/image_checks.h"
 
 namespace ferry {
 namespace {
 
 using testing::contains;
 using testing::error_of;
+using testing::mean_abs_diff;
 
 FieldSpec image_spec(int64_t height, int64_t width) {
   return FieldSpec{"image", at::kByte, {height, width, 3}, std::nullopt, "jpeg"};
@@ -47,10 +49,6 @@ at::Tensor smooth_image(int64_t height, int64_t width, int64_t channels, uint64_
     }
   }
   return image;
-}
-
-double mean_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().mean().item<double>();
 }
 
 TEST(JpegEncoder, RoundTripsThroughTheDecoderWithinASmallError) {

@@ -1,0 +1,56 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <ATen/core/Tensor.h>
+
+#include "ferry/io/decoders/decoder.h"
+#include "ferry/io/decoders/image_decode_options.h"
+
+// What the image decoders (jpeg, png) share: which window of the resized image a sample keeps, and
+// the resize that makes it. Internal: not installed.
+
+namespace ferry::detail {
+
+/// Where a decoded image's output comes from: the image resized to resized_h x resized_w (its own
+/// size when not resizing), of which the window at (top, left) of out_h x out_w is kept.
+struct ImageWindow {
+  int64_t resized_h = 0, resized_w = 0;
+  int64_t top = 0, left = 0;
+  int64_t out_h = 0, out_w = 0;
+};
+
+/// Throws ferry::Error for a decoder named `name` (of `kind`: "jpeg", "png") with an empty name,
+/// negative sizes, or a crop with one side 0 and the other not.
+void check_image_options(const ImageDecodeOptions& options, std::string_view kind, const std::string& name);
+
+/// Throws ferry::Error unless `spec` is a uint8 [H, W, 3] field (H, W >= 1), as `decoder` makes.
+void check_image_field(const FieldSpec& spec, std::string_view decoder);
+
+/// The window of an image of height x width (`format`: "JPEG", "PNG", for messages) that `options`
+/// keep: resized so that its shorter side is resize_shorter, then cropped (a random crop drawn from
+/// options.seed and `crop_key`: Note [random crop]). Throws ferry::Error, naming both sizes and the
+/// options to set, when the image is smaller than the crop or the window is not the field's [H, W].
+ImageWindow plan_image_window(std::string_view format, int64_t height, int64_t width, const ImageDecodeOptions& options,
+                              uint64_t crop_key, const FieldSpec& spec);
+
+/// The key that draws a sample's random crop in a pipeline: another one every epoch, the same on
+/// every run (Note [random crop]).
+uint64_t crop_key_of(const DecodeContext& context);
+/// The key for a bare decode() of `size` bytes at `data`: a digest of every byte (Note [random crop]).
+uint64_t crop_key_of(const uint8_t* data, int64_t size);
+
+/// `image` (uint8 [h, w, 3], contiguous) shrunk by averaging each `factor` x `factor` block:
+/// [h / factor, w / factor, 3], the rest rows and columns dropped. An area average, for shrinking
+/// by more than the bilinear step can without aliasing. Allocates the result.
+at::Tensor shrink_by_blocks(const at::Tensor& image, int64_t factor);
+
+/// The window `g` of `image` (uint8 [h, w, 3], contiguous), which is the image resized to
+/// g.resized_h x g.resized_w: sliced when h x w is that size, else resized bilinearly (at most a 2x
+/// shrink keeps it free of aliasing). Returns a contiguous uint8 [out_h, out_w, 3] tensor.
+at::Tensor cut_window(const at::Tensor& image, const ImageWindow& g);
+
+}  // namespace ferry::detail

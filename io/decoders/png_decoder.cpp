@@ -1,0 +1,156 @@
+#include "ferry/io/decoders/png_decoder.h"
+
+#include <ATen/ATen.h>
+#include <png.h>
+
+#include <algorithm>
+#include <csetjmp>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "ferry/io/decoders/image_window.h"
+#include "ferry/io/util/dtype_names.h"
+#include "ferry/pipeline/error.h"
+
+namespace ferry {
+namespace {
+
+constexpr size_t kSignatureBytes = 8;
+// A width or height past this is a broken or hostile header, not a photo (libpng's own default cap
+// is 1,000,000): refused before any memory is allocated for it.
+constexpr png_uint_32 kMaxSide = 1 << 16;
+
+// libpng reports errors by longjmp; everything between setjmp and the jump is plain data (no
+// destructors to skip). The message is kept for the ferry::Error thrown after the jump.
+struct Reader {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  size_t offset = 0;
+  char message[256] = {};
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+
+  ~Reader() { png_destroy_read_struct(&png, info != nullptr ? &info : nullptr, nullptr); }
+};
+
+void on_error(png_structp png, png_const_charp message) {
+  auto* reader = static_cast<Reader*>(png_get_error_ptr(png));
+  std::snprintf(reader->message, sizeof reader->message, "%s", message);
+  png_longjmp(png, 1);
+}
+
+// Warnings (an odd ICC profile, an unknown chunk) leave the pixels as they are: PIL reads such files.
+void on_warning(png_structp, png_const_charp) {}
+
+void on_read(png_structp png, png_bytep out, png_size_t count) {
+  auto* reader = static_cast<Reader*>(png_get_io_ptr(png));
+  if (count > reader->size - reader->offset) png_error(png, "the file ends early (truncated)");
+  std::memcpy(out, reader->data + reader->offset, count);
+  reader->offset += count;
+}
+
+struct Header {
+  png_uint_32 width = 0, height = 0;
+};
+
+// Reads the header and sets the transforms to 8-bit RGB. false: libpng failed (reader.message says why).
+bool read_header(Reader& reader, Header& header) {
+  if (setjmp(png_jmpbuf(reader.png))) return false;
+  png_set_read_fn(reader.png, &reader, on_read);
+  png_set_user_limits(reader.png, kMaxSide, kMaxSide);
+  png_read_info(reader.png, reader.info);
+  int bit_depth = 0, color_type = 0;
+  png_get_IHDR(reader.png, reader.info, &header.width, &header.height, &bit_depth, &color_type, nullptr, nullptr,
+               nullptr);
+  png_set_expand(reader.png);  // palette to RGB, gray below 8 bits to 8, tRNS to an alpha channel
+  if (bit_depth == 16) png_set_strip_16(reader.png);
+  if ((color_type & PNG_COLOR_MASK_COLOR) == 0) png_set_gray_to_rgb(reader.png);
+  png_set_strip_alpha(reader.png);
+  (void)png_set_interlace_handling(reader.png);
+  png_read_update_info(reader.png, reader.info);
+  if (png_get_rowbytes(reader.png, reader.info) != static_cast<size_t>(header.width) * 3) {
+    png_error(reader.png, "unexpected row layout after conversion to 8-bit RGB");
+  }
+  return true;
+}
+
+// Reads every row into `rows`, then the chunks after the image (a file cut there is refused too).
+bool read_rows(Reader& reader, png_bytep* rows) {
+  if (setjmp(png_jmpbuf(reader.png))) return false;
+  png_read_image(reader.png, rows);
+  png_read_end(reader.png, nullptr);
+  return true;
+}
+
+}  // namespace
+
+PngDecoder::PngDecoder(ImageDecodeOptions options, std::string name) : options_(options), name_(std::move(name)) {
+  detail::check_image_options(options_, "png", name_);
+}
+
+bool PngDecoder::is_png(const at::Tensor& encoded) {
+  if (encoded.scalar_type() != at::kByte || encoded.numel() < static_cast<int64_t>(kSignatureBytes)) return false;
+  const at::Tensor head = encoded.slice(0, 0, kSignatureBytes).contiguous();
+  return png_sig_cmp(head.data_ptr<uint8_t>(), 0, kSignatureBytes) == 0;
+}
+
+at::Tensor PngDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec) const {
+  return decode_with(encoded, spec, nullptr);
+}
+
+at::Tensor PngDecoder::decode_sample(const at::Tensor& encoded, const FieldSpec& spec,
+                                     const DecodeContext& context) const {
+  return decode_with(encoded, spec, &context);
+}
+
+at::Tensor PngDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& spec,
+                                   const DecodeContext* context) const {
+  detail::check_image_field(spec, "png");
+  if (encoded.scalar_type() != at::kByte) {
+    throw Error("png data must be uint8 bytes, found " + dtype_name(encoded.scalar_type()));
+  }
+  const at::Tensor bytes = encoded.is_contiguous() ? encoded : encoded.contiguous();
+  const int64_t size = bytes.numel();
+  if (size == 0) throw Error("empty PNG (0 bytes)");
+  const uint8_t* data = bytes.data_ptr<uint8_t>();
+  if (size < static_cast<int64_t>(kSignatureBytes) || png_sig_cmp(data, 0, kSignatureBytes) != 0) {
+    throw Error("not a PNG (" + std::to_string(size) + " bytes): the file does not start with PNG's signature");
+  }
+
+  Reader reader;
+  reader.data = data;
+  reader.size = static_cast<size_t>(size);
+  reader.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &reader, on_error, on_warning);
+  if (reader.png == nullptr) throw Error("png: cannot create libpng's reader (out of memory)");
+  reader.info = png_create_info_struct(reader.png);
+  if (reader.info == nullptr) throw Error("png: cannot create libpng's info (out of memory)");
+  const auto failed = [&](const char* doing) {
+    return Error("corrupt PNG (" + std::to_string(size) + " bytes) while " + doing + ": " + reader.message);
+  };
+
+  Header header;
+  if (!read_header(reader, header)) throw failed("reading the header");
+  const auto height = static_cast<int64_t>(header.height), width = static_cast<int64_t>(header.width);
+  const uint64_t crop_key = context != nullptr ? detail::crop_key_of(*context) : detail::crop_key_of(data, size);
+  const detail::ImageWindow window = detail::plan_image_window("PNG", height, width, options_, crop_key, spec);
+
+  at::Tensor image = at::empty({height, width, 3}, at::kByte);
+  std::vector<png_bytep> rows(static_cast<size_t>(height));
+  for (int64_t y = 0; y < height; ++y) rows[static_cast<size_t>(y)] = image.data_ptr<uint8_t>() + y * width * 3;
+  if (!read_rows(reader, rows.data())) throw failed("decoding");
+
+  // Shrinking by more than 2x: average blocks first (as the JPEG decoder's DCT scaling does), so that
+  // the bilinear step shrinks by at most 2x and does not alias.
+  if (options_.resize_shorter > 0) {
+    for (const int64_t factor : {8, 4, 2}) {
+      if (height / factor >= window.resized_h && width / factor >= window.resized_w) {
+        image = detail::shrink_by_blocks(image, factor);
+        break;
+      }
+    }
+  }
+  return detail::cut_window(image, window);
+}
+
+}  // namespace ferry

@@ -1,0 +1,23 @@
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+namespace ferry::testing {
+
+/// An HWC uint8 image with `channels` channels: smooth gradients plus a little noise, what photographs
+/// look like to an encoder, while the noise makes every image (and every crop of it) different.
+at::Tensor test_image(int64_t height, int64_t width, int channels, uint64_t seed, int noise = 6);
+
+/// The reference resize, written the obvious way: each output pixel of a uint8 HWC RGB image from its
+/// four neighbours at pixel centres (align_corners=False), in double precision, the whole image.
+at::Tensor reference_resize(const at::Tensor& image, int64_t out_h, int64_t out_w);
+
+double mean_abs_diff(const at::Tensor& a, const at::Tensor& b);
+
+/// A uint8 HWC RGB image as PNG bytes (libpng's simplified writer), as a 1-D uint8 tensor.
+at::Tensor encode_png(const at::Tensor& rgb);
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b);
+
+}  // namespace ferry::testing
