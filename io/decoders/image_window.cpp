@@ -125,75 +125,6 @@ at::Tensor resize_window(const at::Tensor& image, const ImageWindow& g) {
   return out;
 }
 
-}  // namespace
-
-void check_image_options(const ImageDecodeOptions& options, std::string_view kind, const std::string& name) {
-  if (name.empty()) throw Error(std::string(kind) + " decoder: the name must not be empty");
-  const std::string self = std::string(kind) + " decoder '" + name + "': ";
-  if (options.resize_shorter < 0) throw Error(self + "resize_shorter must be >= 0 (0: no resize)");
-  if (options.crop_height < 0 || options.crop_width < 0) throw Error(self + "crop sizes must be >= 0 (0: no crop)");
-  if ((options.crop_height == 0) != (options.crop_width == 0)) {
-    throw Error(self + "set both crop_height and crop_width, or neither (got " + std::to_string(options.crop_height) +
-                " and " + std::to_string(options.crop_width) + ")");
-  }
-}
-
-void check_image_field(const FieldSpec& spec, std::string_view decoder) {
-  if (spec.dtype != at::kByte || spec.shape.size() != 3 || spec.shape[2] != 3 || spec.shape[0] <= 0 ||
-      spec.shape[1] <= 0) {
-    std::string declared;
-    for (const int64_t d : spec.shape)
-      declared += (declared.empty() ? "" : ", ") + (d == kVariableLength ? "*" : std::to_string(d));
-    throw Error("the " + std::string(decoder) + " decoder makes uint8 [H, W, 3] images; the field declares " +
-                dtype_name(spec.dtype) + " [" + declared +
-                "] (a fixed H and W are needed so that a batch stacks; set resize/crop options to get them)");
-  }
-}
-
-ImageWindow plan_image_window(std::string_view format, int64_t height, int64_t width, const ImageDecodeOptions& options,
-                              uint64_t crop_key, const FieldSpec& spec) {
-  const std::string image = std::string(format) + " of " + size_text(height, width);
-  ImageWindow g{height, width, 0, 0, height, width};
-  if (options.resize_shorter > 0) {
-    const int64_t r = options.resize_shorter;
-    if (height <= width) {
-      g.resized_h = r;
-      g.resized_w = std::max<int64_t>(1, r * width / height);
-    } else {
-      g.resized_w = r;
-      g.resized_h = std::max<int64_t>(1, r * height / width);
-    }
-  }
-  g.out_h = g.resized_h;
-  g.out_w = g.resized_w;
-  if (options.crop_height > 0) {
-    if (g.resized_h < options.crop_height || g.resized_w < options.crop_width) {
-      throw Error(image +
-                  (options.resize_shorter > 0 ? ", resized to " + size_text(g.resized_h, g.resized_w) + "," : "") +
-                  " is smaller than the crop " + size_text(options.crop_height, options.crop_width) +
-                  "; set resize_shorter to at least the larger crop side");
-    }
-    g.out_h = options.crop_height;
-    g.out_w = options.crop_width;
-    const int64_t spare_h = g.resized_h - g.out_h, spare_w = g.resized_w - g.out_w;
-    if (options.crop == ImageDecodeOptions::Crop::kCenter) {
-      g.top = spare_h / 2;
-      g.left = spare_w / 2;
-    } else {  // Note [random crop]
-      uint64_t state = options.seed ^ crop_key;
-      g.top = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(spare_h + 1));
-      g.left = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(spare_w + 1));
-    }
-  }
-  if (g.out_h != spec.shape[0] || g.out_w != spec.shape[1]) {
-    throw Error(image + " decodes to [" + std::to_string(g.out_h) + ", " + std::to_string(g.out_w) +
-                ", 3] but the field declares [" + std::to_string(spec.shape[0]) + ", " + std::to_string(spec.shape[1]) +
-                ", 3]; set the field's resize_shorter and crop (in YAML), or give it a decoder with resize_shorter "
-                "and crop_height/crop_width, so that every image comes out at the declared size");
-  }
-  return g;
-}
-
 // Note [random crop]
 // A random crop must not depend on which decode thread takes a sample or when, or a run could not
 // be repeated or resumed. In a pipeline (decode_sample) the crop is drawn from the options' seed,
@@ -225,6 +156,77 @@ uint64_t crop_key_of(const uint8_t* data, int64_t size) {
   for (int shift = 0; i < size; ++i, shift += 8) tail |= static_cast<uint64_t>(data[i]) << shift;
   h = (h ^ tail) * 0xC4CEB9FE1A85EC53ULL;
   return splitmix64(h);
+}
+
+}  // namespace
+
+void check_image_options(const ImageDecodeOptions& options, std::string_view kind, const std::string& name) {
+  if (name.empty()) throw Error(std::string(kind) + " decoder: the name must not be empty");
+  const std::string self = std::string(kind) + " decoder '" + name + "': ";
+  if (options.resize_shorter < 0) throw Error(self + "resize_shorter must be >= 0 (0: no resize)");
+  if (options.crop_height < 0 || options.crop_width < 0) throw Error(self + "crop sizes must be >= 0 (0: no crop)");
+  if ((options.crop_height == 0) != (options.crop_width == 0)) {
+    throw Error(self + "set both crop_height and crop_width, or neither (got " + std::to_string(options.crop_height) +
+                " and " + std::to_string(options.crop_width) + ")");
+  }
+}
+
+void check_image_field(const FieldSpec& spec, std::string_view decoder) {
+  if (spec.dtype != at::kByte || spec.shape.size() != 3 || spec.shape[2] != 3 || spec.shape[0] <= 0 ||
+      spec.shape[1] <= 0) {
+    std::string declared;
+    for (const int64_t d : spec.shape)
+      declared += (declared.empty() ? "" : ", ") + (d == kVariableLength ? "*" : std::to_string(d));
+    throw Error("the " + std::string(decoder) + " decoder makes uint8 [H, W, 3] images; the field declares " +
+                dtype_name(spec.dtype) + " [" + declared +
+                "] (a fixed H and W are needed so that a batch stacks; set resize/crop options to get them)");
+  }
+}
+
+ImageWindow plan_image_window(std::string_view format, int64_t height, int64_t width, const ImageDecodeOptions& options,
+                              const CropSource& crop, const FieldSpec& spec) {
+  const std::string image = std::string(format) + " of " + size_text(height, width);
+  ImageWindow g{height, width, 0, 0, height, width};
+  if (options.resize_shorter > 0) {
+    const int64_t r = options.resize_shorter;
+    if (height <= width) {
+      g.resized_h = r;
+      g.resized_w = std::max<int64_t>(1, r * width / height);
+    } else {
+      g.resized_w = r;
+      g.resized_h = std::max<int64_t>(1, r * height / width);
+    }
+  }
+  g.out_h = g.resized_h;
+  g.out_w = g.resized_w;
+  if (options.crop_height > 0) {
+    if (g.resized_h < options.crop_height || g.resized_w < options.crop_width) {
+      throw Error(image +
+                  (options.resize_shorter > 0 ? ", resized to " + size_text(g.resized_h, g.resized_w) + "," : "") +
+                  " is smaller than the crop " + size_text(options.crop_height, options.crop_width) +
+                  "; set resize_shorter to at least the larger crop side");
+    }
+    g.out_h = options.crop_height;
+    g.out_w = options.crop_width;
+    const int64_t spare_h = g.resized_h - g.out_h, spare_w = g.resized_w - g.out_w;
+    if (options.crop == ImageDecodeOptions::Crop::kCenter) {
+      g.top = spare_h / 2;
+      g.left = spare_w / 2;
+    } else {  // Note [random crop]; the key is made only here, so that a center crop never digests the bytes.
+      const uint64_t crop_key =
+          crop.context != nullptr ? crop_key_of(*crop.context) : crop_key_of(crop.data, crop.size);
+      uint64_t state = options.seed ^ crop_key;
+      g.top = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(spare_h + 1));
+      g.left = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(spare_w + 1));
+    }
+  }
+  if (g.out_h != spec.shape[0] || g.out_w != spec.shape[1]) {
+    throw Error(image + " decodes to [" + std::to_string(g.out_h) + ", " + std::to_string(g.out_w) +
+                ", 3] but the field declares [" + std::to_string(spec.shape[0]) + ", " + std::to_string(spec.shape[1]) +
+                ", 3]; set the field's resize_shorter and crop (in YAML), or give it a decoder with resize_shorter "
+                "and crop_height/crop_width, so that every image comes out at the declared size");
+  }
+  return g;
 }
 
 at::Tensor shrink_by_blocks(const at::Tensor& image, int64_t factor) {

@@ -30,18 +30,20 @@ void check_image_options(const ImageDecodeOptions& options, std::string_view kin
 /// Throws ferry::Error unless `spec` is a uint8 [H, W, 3] field (H, W >= 1), as `decoder` makes.
 void check_image_field(const FieldSpec& spec, std::string_view decoder);
 
+/// What a random crop is drawn from (Note [random crop]): the sample in a pipeline (`context`), else
+/// the `size` encoded bytes at `data`.
+struct CropSource {
+  const DecodeContext* context = nullptr;
+  const uint8_t* data = nullptr;
+  int64_t size = 0;
+};
+
 /// The window of an image of height x width (`format`: "JPEG", "PNG", for messages) that `options`
 /// keep: resized so that its shorter side is resize_shorter, then cropped (a random crop drawn from
-/// options.seed and `crop_key`: Note [random crop]). Throws ferry::Error, naming both sizes and the
-/// options to set, when the image is smaller than the crop or the window is not the field's [H, W].
+/// options.seed and `crop`). Throws ferry::Error, naming both sizes and the options to set, when the
+/// image is smaller than the crop or the window is not the field's [H, W].
 ImageWindow plan_image_window(std::string_view format, int64_t height, int64_t width, const ImageDecodeOptions& options,
-                              uint64_t crop_key, const FieldSpec& spec);
-
-/// The key that draws a sample's random crop in a pipeline: another one every epoch, the same on
-/// every run (Note [random crop]).
-uint64_t crop_key_of(const DecodeContext& context);
-/// The key for a bare decode() of `size` bytes at `data`: a digest of every byte (Note [random crop]).
-uint64_t crop_key_of(const uint8_t* data, int64_t size);
+                              const CropSource& crop, const FieldSpec& spec);
 
 /// `image` (uint8 [h, w, 3], contiguous) shrunk by averaging each `factor` x `factor` block:
 /// [h / factor, w / factor, 3], the rest rows and columns dropped. An area average, for shrinking

@@ -70,8 +70,8 @@ at::Tensor JpegDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& 
 
   // Where the output comes from, decided from the header alone, so that a wrong size fails before
   // any pixel is decoded.
-  const uint64_t crop_key = context != nullptr ? detail::crop_key_of(*context) : detail::crop_key_of(data, size);
-  const detail::ImageWindow g = detail::plan_image_window("JPEG", height, width, options_, crop_key, spec);
+  const detail::ImageWindow g =
+      detail::plan_image_window("JPEG", height, width, options_, detail::CropSource{context, data, size}, spec);
 
   // Shrink in the DCT domain first when the image is at least twice the resized size: 1/2, 1/4
   // and 1/8 are libjpeg-turbo's fast scaled IDCTs, and an 8x8 block scaled down is an area average,

@@ -132,8 +132,8 @@ at::Tensor PngDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& s
   Header header;
   if (!read_header(reader, header)) throw failed("reading the header");
   const auto height = static_cast<int64_t>(header.height), width = static_cast<int64_t>(header.width);
-  const uint64_t crop_key = context != nullptr ? detail::crop_key_of(*context) : detail::crop_key_of(data, size);
-  const detail::ImageWindow window = detail::plan_image_window("PNG", height, width, options_, crop_key, spec);
+  const detail::ImageWindow window =
+      detail::plan_image_window("PNG", height, width, options_, detail::CropSource{context, data, size}, spec);
 
   at::Tensor image = at::empty({height, width, 3}, at::kByte);
   std::vector<png_bytep> rows(static_cast<size_t>(height));

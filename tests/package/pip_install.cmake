@@ -16,6 +16,12 @@ endfunction()
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}/elsewhere")
 run("${PYTHON}" -m venv --system-site-packages "${WORK}/venv")
+# --system-site-packages shows the base interpreter's packages; where PYTHON is itself a venv's (the
+# GPU machine's), torch lives in that venv: a .pth file shows its folder too.
+execute_process(COMMAND "${PYTHON}" -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))"
+                OUTPUT_VARIABLE torch_site OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
+file(GLOB venv_site "${WORK}/venv/lib/python*/site-packages")
+file(WRITE "${venv_site}/ferry-test-torch.pth" "${torch_site}\n")
 set(ENV{FERRY_BUILD_DIR} "${WORK}/build")
 set(ENV{PIP_NO_CACHE_DIR} 1)
 set(ENV{PYTHONPATH} "")
