@@ -326,13 +326,15 @@ TEST_F(StartCopyCuda, AHandleDroppedRightAfterStartLeavesNothingBroken) {
 
 // Note [retiring a copy]: a handle destroyed right after get() does not wait on the host; its pinned
 // staging must still not be reused before its copy has read it. The copy stream is held back by a
-// sleep kernel, so every copy is still pending when the next one packs into (freed) staging.
+// sleep kernel, so every copy is still pending when the next one packs into (freed) staging. Each
+// sleep is ~50 ms (10^8 cycles at ~2 GHz): with 2 * 10^7 (~10 ms) the host side of an iteration, under
+// a parallel ctest, sometimes outlasted the sleeps queued before it and nothing was pending at the end.
 TEST_F(StartCopyCuda, AHandleDroppedAfterGetKeepsItsStagingUntilTheCopyRan) {
   std::vector<at::Tensor> results;
   for (int i = 0; i < 8; ++i) {
     {
       c10::cuda::CUDAStreamGuard on_copy_stream(c10::cuda::getStreamFromExternal(detail::CopyStreams::stream(0), 0));
-      at::cuda::sleep(20'000'000);
+      at::cuda::sleep(100'000'000);
     }
     const at::Tensor input = at::full({1 << 20}, static_cast<float>(i));   // 4 MiB: staged, not packed
     const at::Tensor small = at::full({64}, static_cast<float>(i));        // packed
