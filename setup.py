@@ -4,6 +4,7 @@ interpreter that runs pip, against the torch it imports; setuptools packs it wit
 Only the extension and the libraries it links are built (no tests, examples, benchmarks or command).
 """
 
+import hashlib
 import os
 import pathlib
 import re
@@ -11,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -26,6 +28,15 @@ def project_version() -> str:
     return match.group(1)
 
 
+def torch_cmake_prefix() -> str:
+    """Where the imported torch keeps its CMake package (TorchConfig.cmake), if it has one."""
+    try:
+        import torch.utils
+    except ImportError as error:
+        raise RuntimeError(f"ferry: pip install needs torch importable by {sys.executable}: {error}") from error
+    return torch.utils.cmake_prefix_path
+
+
 class CMakeExtension(Extension):
     def __init__(self) -> None:
         super().__init__("ferry._C", sources=[])
@@ -33,10 +44,17 @@ class CMakeExtension(Extension):
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext: Extension) -> None:
-        build_dir = pathlib.Path(os.environ.get("FERRY_BUILD_DIR") or ROOT / "build" / f"pip-{sys.implementation.cache_tag}")
+        # One build folder per interpreter (a venv has its own torch and its own cached paths).
+        interpreter = hashlib.sha1(sys.prefix.encode()).hexdigest()[:8]
+        default_dir = ROOT / "build" / f"pip-{sys.implementation.cache_tag}-{interpreter}"
+        build_dir = pathlib.Path(os.environ.get("FERRY_BUILD_DIR") or default_dir)
         configure = [
             "cmake", "-S", str(ROOT), "-B", str(build_dir),
             "-DCMAKE_BUILD_TYPE=Release",
+            # The libtorch of the torch this interpreter imports comes first (a pip wheel's; Debian's
+            # torch has none there, and its libtorch-dev is found on the system paths). The
+            # CMAKE_PREFIX_PATH environment variable is still searched after it.
+            f"-DCMAKE_PREFIX_PATH={torch_cmake_prefix()}",
             "-DFERRY_BUILD_PYTHON=ON",  # fail, saying why, rather than build nothing
             f"-DPython_EXECUTABLE={sys.executable}",
             "-DFERRY_BUILD_TESTS=OFF", "-DFERRY_BUILD_EXAMPLES=OFF", "-DFERRY_BUILD_BENCH=OFF",
@@ -47,12 +65,12 @@ class CMakeBuild(build_ext):
         jobs = str(os.cpu_count() or 1)
         subprocess.run(configure, check=True)
         subprocess.run(["cmake", "--build", str(build_dir), "--target", "ferry_python_ext", "--parallel", jobs], check=True)
-        built = sorted((build_dir / "python" / "ferry").glob("_C*.so"))
-        if not built:
-            raise RuntimeError(f"ferry: the build made no ferry/_C*.so under {build_dir / 'python'}")
+        built = build_dir / "python" / "ferry" / ("_C" + sysconfig.get_config_var("EXT_SUFFIX"))
+        if not built.exists():
+            raise RuntimeError(f"ferry: the build made no {built}")
         target = pathlib.Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(built[0], target)
+        shutil.copy2(built, target)
 
 
 setup(version=project_version(), ext_modules=[CMakeExtension()], cmdclass={"build_ext": CMakeBuild})

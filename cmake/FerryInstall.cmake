@@ -33,7 +33,7 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/configs/" DESTINATION "${FERRY_INSTALL_
 
 # cpack -G DEB (in the build folder): one package, `ferry`, for Debian 12, into /usr. ferry's libraries
 # are static, so a program built against them links what they link: the -dev packages of libtorch,
-# oneTBB, yaml-cpp and TurboJPEG, whose CMake packages ferryConfig.cmake finds.
+# oneTBB, yaml-cpp, TurboJPEG and libpng, whose CMake packages ferryConfig.cmake finds.
 set(CPACK_PACKAGE_NAME ferry)
 set(CPACK_PACKAGE_VENDOR "ferry")
 set(CPACK_PACKAGE_CONTACT "ferry developers <ferry@localhost>")
@@ -71,4 +71,8 @@ set(CPACK_PACKAGE_DESCRIPTION
     "ferry keeps GPUs fed: a staged data loader (oneTBB flow graph, pinned staging, asynchronous copies) that delivers GPU-resident batches to a C++ training loop. This package holds the static libraries, the public headers and the CMake package (find_package(ferry)), the ferry command and its example configs. This is a ${FERRY_BUILD_KIND} build.${ferry_torch_note}${ferry_cuda_note}")
 set(CPACK_GENERATOR DEB)
 set(CPACK_SOURCE_GENERATOR "")
-include(CPack)
+# Below a parent project (add_subdirectory), CPack would package the parent's whole build as "ferry":
+# the packaging is the top-level project's to choose.
+if(PROJECT_IS_TOP_LEVEL)
+  include(CPack)
+endif()

@@ -2,9 +2,9 @@
 # a user gets it, and checks what the user gets. Run with cmake -P, one MODE:
 #   install   `cmake --install BUILD --prefix WORK/prefix`; the consumer finds it through
 #             find_package(ferry) with only that prefix on CMAKE_PREFIX_PATH, compiled as C++17 (ferry::ferry
-#             must raise it to C++20 itself)
+#             must raise it to C++20 itself); and the dev component alone is a package that is found
 #   deb       `cpack -G DEB` in BUILD, the package unpacked into WORK/root; the consumer finds WORK/root/usr
-#   subdirectory  tests/package/parent, which add_subdirectory()s the source tree SOURCE
+#   subdirectory  tests/package/parent, which add_subdirectory()s the source tree SOURCE (and gets no CPack)
 # Other variables: SOURCE (ferry's checkout), BUILD (its build folder), WORK (scratch, emptied first),
 # GENERATOR and CXX (as ferry's build), DEPENDS (deb: text the package's Depends must hold, ;-separated).
 cmake_minimum_required(VERSION 3.22)
@@ -75,6 +75,12 @@ if(MODE STREQUAL "install")
   run(COMMAND "${CMAKE_COMMAND}" --install "${BUILD}" --prefix "${WORK}/prefix")
   check_tree("${WORK}/prefix")
   build_and_run("${SOURCE}/examples/consumer" "${WORK}/prefix" -DCMAKE_CXX_STANDARD=17)
+  # The dev component alone (libraries, headers, CMake package; no command, no configs) is a package
+  # find_package() accepts.
+  run(COMMAND "${CMAKE_COMMAND}" --install "${BUILD}" --prefix "${WORK}/dev-prefix" --component dev)
+  run(COMMAND "${CMAKE_COMMAND}" -S "${SOURCE}/examples/consumer" -B "${WORK}/dev-consumer" -G "${GENERATOR}"
+      "-DCMAKE_CXX_COMPILER=${CXX}" "-DCMAKE_PREFIX_PATH=${WORK}/dev-prefix")
+  message(STATUS "find_package(ferry) accepts an install of the dev component alone")
 elseif(MODE STREQUAL "deb")
   run(COMMAND cpack --config "${BUILD}/CPackConfig.cmake" -G DEB -B "${WORK}/package")
   file(GLOB deb "${WORK}/package/*.deb")
@@ -94,6 +100,10 @@ elseif(MODE STREQUAL "deb")
   build_and_run("${SOURCE}/examples/consumer" "${WORK}/root/usr")
 elseif(MODE STREQUAL "subdirectory")
   build_and_run("${SOURCE}/tests/package/parent" "" "-DFERRY_SOURCE_DIR=${SOURCE}")
+  # Packaging is the parent's to choose: ferry below it must not make the parent's build a "ferry" .deb.
+  if(EXISTS "${WORK}/consumer/CPackConfig.cmake")
+    message(FATAL_ERROR "ferry below a parent project included CPack: ${WORK}/consumer/CPackConfig.cmake")
+  endif()
 else()
   message(FATAL_ERROR "MODE must be install, deb or subdirectory, not '${MODE}'")
 endif()
