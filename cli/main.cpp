@@ -30,7 +30,6 @@
 #include <ferry/io/util/units.h>
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/pipeline/error.h>
-#include <ferry/stages/standard_pipeline.h>
 #include "cli/batch_digest.h"
 #include "cli/builtin_demo.h"
 #include "cli/make_dataset.h"
@@ -316,7 +315,7 @@ int info(const std::vector<std::string_view>& args) {
   std::printf("  oneTBB        %s\n", TBB_VERSION_STRING);
   std::printf("  CUDA runtime  %s\n", ferry::cuda_runtime_version().c_str());
   std::printf("  CUDA driver   %s\n", ferry::cuda_driver_version().c_str());
-  const std::vector<ferry::CudaDeviceInfo> devices = ferry::cuda_devices();
+  const std::vector<ferry::CudaDeviceInfo> devices = ferry::cuda_devices(/*free_memory=*/true);
   if (devices.empty()) {
     std::printf("  devices       %s\n", ferry::cuda_unavailable_reason().c_str());
     return 0;

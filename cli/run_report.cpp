@@ -16,17 +16,22 @@
 namespace ferry::cli {
 
 HostInfo this_host() {
-  HostInfo host;
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) == 0) host.name = name;
-  host.cpus = std::thread::hardware_concurrency();
-  host.build = build_description();
-  host.libtorch = FERRY_TORCH_VERSION;
-  host.cuda_runtime = cuda_runtime_version();
-  host.cuda_driver = cuda_driver_version();
-  for (const CudaDeviceInfo& device : cuda_devices()) {
-    host.devices.push_back(HostInfo::Device{device.index, device.name, device.total_bytes});
-  }
+  // Once per process: Python may ask for a report after every epoch. Only properties are read, so no
+  // device gets a CUDA context it would not otherwise have.
+  static const HostInfo host = [] {
+    HostInfo found;
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) == 0) found.name = name;
+    found.cpus = std::thread::hardware_concurrency();
+    found.build = build_description();
+    found.libtorch = FERRY_TORCH_VERSION;
+    found.cuda_runtime = cuda_runtime_version();
+    found.cuda_driver = cuda_driver_version();
+    for (const CudaDeviceInfo& device : cuda_devices()) {
+      found.devices.push_back(HostInfo::Device{device.index, device.name, device.total_bytes});
+    }
+    return found;
+  }();
   return host;
 }
 

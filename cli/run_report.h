@@ -27,14 +27,14 @@ struct HostInfo {
   std::vector<Device> devices;  // the visible CUDA devices
 };
 
-/// This machine: host name, cores, versions, devices. Calls the CUDA runtime once (cheap after the
-/// first call); never throws.
+/// This machine: host name, cores, versions, devices (their properties only: no device gets a CUDA
+/// context). Found on the first call and kept; never throws.
 HostInfo this_host();
 
 /// What the command knows about a run besides the pipeline's stats.
 struct RunInfo {
   std::string ferry_version;  // FERRY_VERSION
-  std::string config;         // the config file's path, or "built-in demo"
+  std::string config;         // the config file's path, or "<built-in configs/demo.yaml>"
   std::string source;         // the source's description (Source::describe())
   std::string device;         // the device asked for ("auto", "cuda:1"); empty: as resolved
   bool interrupted = false;   // stopped early (SIGINT): counts cover the part that ran

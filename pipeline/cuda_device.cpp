@@ -45,7 +45,7 @@ bool gpu_build() noexcept { return FERRY_WITH_GPU != 0; }
 
 std::string build_description() { return FERRY_BUILD_KIND " build: " FERRY_BUILD_REASON; }
 
-std::vector<CudaDeviceInfo> cuda_devices() {
+std::vector<CudaDeviceInfo> cuda_devices(bool free_memory) {
   std::vector<CudaDeviceInfo> devices;
 #if FERRY_HAVE_CUDART
   const int count = cuda_device_count();
@@ -65,7 +65,7 @@ std::vector<CudaDeviceInfo> cuda_devices() {
     if (cudaDeviceGetPCIBusId(bus, sizeof bus, index) == cudaSuccess) info.pci_bus_id = bus;
     (void)cudaGetLastError();
     int previous = 0;
-    if (cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(index) == cudaSuccess) {
+    if (free_memory && cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(index) == cudaSuccess) {
       size_t free = 0;
       size_t total = 0;
       if (cudaMemGetInfo(&free, &total) == cudaSuccess) info.free_bytes = free;
@@ -74,6 +74,8 @@ std::vector<CudaDeviceInfo> cuda_devices() {
     (void)cudaGetLastError();
     devices.push_back(std::move(info));
   }
+#else
+  (void)free_memory;
 #endif
   return devices;
 }

@@ -25,14 +25,16 @@ struct CudaDeviceInfo {
   int index = 0;
   std::string name;
   size_t total_bytes = 0;
-  size_t free_bytes = 0;
-  int major = 0;  // compute capability
+  size_t free_bytes = 0;  // only from cuda_devices(/*free_memory=*/true)
+  int major = 0;          // compute capability
   int minor = 0;
   std::string pci_bus_id;
 };
 
 /// The visible devices; empty when there are none (see cuda_unavailable_reason()). Never throws.
-std::vector<CudaDeviceInfo> cuda_devices();
+/// `free_memory` also reads each device's free memory, which creates a CUDA context on every device
+/// (hundreds of MiB each): right for `ferry info`, wrong for a report written by one rank of many.
+std::vector<CudaDeviceInfo> cuda_devices(bool free_memory = false);
 
 /// "13.0" for the CUDA runtime ferry was linked with, and for the newest CUDA the driver supports;
 /// "none" without the runtime, "unknown" when the call fails.

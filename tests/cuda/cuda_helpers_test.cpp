@@ -11,6 +11,7 @@
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #endif
 
 namespace ferry {
@@ -48,6 +49,47 @@ TEST(CudaHelpers, DeviceGuardRestoresThePreviousDevice) {
   FERRY_CUDA_CHECK(cudaGetDevice(&current));
   EXPECT_EQ(current, 0);
   EXPECT_THROW(DeviceGuard(4096), CudaError);
+}
+
+// A report lists the devices on every rank of a job: reading their properties must not put a CUDA
+// context (hundreds of MiB) on each GPU. Only `ferry info`'s free memory may. The driver's own view
+// of a device's primary context says whether one was made; ferry does not link the driver, so it is
+// looked up at run time.
+TEST(CudaHelpers, ListingTheDevicesMakesNoContextUnlessAskedForFreeMemory) {
+  FERRY_REQUIRE_DEVICE();
+  void* driver = ::dlopen("libcuda.so.1", RTLD_NOW);
+  if (driver == nullptr) GTEST_SKIP() << "no libcuda.so.1 to ask: " << ::dlerror();
+  using DeviceGet = int (*)(int*, int);
+  using PrimaryContextState = int (*)(int, unsigned*, int*);
+  const auto device_get = reinterpret_cast<DeviceGet>(::dlsym(driver, "cuDeviceGet"));
+  const auto context_state = reinterpret_cast<PrimaryContextState>(::dlsym(driver, "cuDevicePrimaryCtxGetState"));
+  ASSERT_NE(device_get, nullptr);
+  ASSERT_NE(context_state, nullptr);
+  const auto has_context = [&](int index) {
+    int device = 0;
+    unsigned flags = 0;
+    int active = 0;
+    EXPECT_EQ(device_get(&device, index), 0);
+    EXPECT_EQ(context_state(device, &flags, &active), 0);
+    return active != 0;
+  };
+  const int count = cuda_device_count();
+  for (int index = 0; index < count; ++index) {
+    if (has_context(index)) GTEST_SKIP() << "device " << index << " has a context already in this process";
+  }
+  const std::vector<CudaDeviceInfo> devices = cuda_devices();
+  ASSERT_EQ(static_cast<int>(devices.size()), count);
+  for (int index = 0; index < count; ++index) {
+    EXPECT_FALSE(devices[static_cast<size_t>(index)].name.empty());
+    EXPECT_GT(devices[static_cast<size_t>(index)].total_bytes, 0u);
+    EXPECT_EQ(devices[static_cast<size_t>(index)].free_bytes, 0u);
+    EXPECT_FALSE(has_context(index)) << "cuda_devices() made a context on device " << index;
+  }
+  const std::vector<CudaDeviceInfo> with_free = cuda_devices(/*free_memory=*/true);
+  ASSERT_EQ(static_cast<int>(with_free.size()), count);
+  EXPECT_GT(with_free[0].free_bytes, 0u);
+  EXPECT_LE(with_free[0].free_bytes, with_free[0].total_bytes);
+  EXPECT_TRUE(has_context(0)) << "reading free memory needs a context: this test's probe is broken";
 }
 
 TEST(CudaHelpers, EventCompletesAfterTheWorkBeforeItsRecord) {
