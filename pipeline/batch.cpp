@@ -2,7 +2,10 @@
 
 #include <sstream>
 
+#include "ferry/pipeline/cuda_event.h"
+#include "ferry/pipeline/device_guard.h"
 #include "ferry/pipeline/error.h"
+#include "ferry/pipeline/torch_cuda.h"
 
 namespace ferry {
 
@@ -51,6 +54,17 @@ size_t Batch::nbytes() const {
   size_t total = 0;
   for (const at::Tensor& tensor : tensors_) total += tensor.defined() ? tensor.nbytes() : 0;
   return total;
+}
+
+void Batch::ready_on_current_stream() const {
+  if (!ready_ || !device().is_cuda()) return;
+  const int index = device().index();
+  DeviceGuard guard(index);
+  // The allocator must learn the stream too, or it could reuse the memory under that stream's kernels
+  // once the batch is dropped.
+  const CudaStreamHandle stream = detail::current_torch_stream(index);
+  ready_->wait_on(stream);
+  detail::record_stream(buffer_, stream);
 }
 
 }  // namespace ferry

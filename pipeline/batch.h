@@ -64,6 +64,11 @@ class Batch {
   const at::Tensor& buffer() const noexcept { return buffer_; }
   /// The event recorded after the copy into buffer(); null for CPU batches.
   const std::shared_ptr<CudaEvent>& ready_event() const noexcept { return ready_; }
+  /// Makes the current stream of the batch's device wait for the copy (on the device: the host does
+  /// not block) and tells the allocator that stream uses the memory. Pipeline::next() does this on
+  /// the stream that is current when it hands the batch out; call it again before using a batch that
+  /// was kept on another stream or thread. Nothing for CPU batches. Throws ferry::CudaError.
+  void ready_on_current_stream() const;
 
  private:
   std::shared_ptr<const BatchSchema> schema_;

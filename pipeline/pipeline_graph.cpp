@@ -1,13 +1,8 @@
 #include "ferry/pipeline/pipeline_graph.h"
 
-#include <algorithm>
 #include <cstdio>
 
 #include <oneapi/tbb/info.h>
-
-#include "ferry/pipeline/cuda_event.h"
-#include "ferry/pipeline/device_guard.h"
-#include "ferry/pipeline/torch_cuda.h"
 
 namespace ferry::detail {
 namespace {
@@ -479,7 +474,7 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
     case Delivery::Kind::kBatch: {
       run_.ready.change(-1, popped_ns);
       try {
-        make_ready_for_consumer(delivery.batch);
+        delivery.batch.ready_on_current_stream();  // the consumer's stream, on the consumer's thread
       } catch (...) {
         // The batch cannot be handed over; skipping it would break the order, so the run ends here.
         std::lock_guard lock(consumer_mutex_);
@@ -520,18 +515,6 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
 std::optional<PipelineGraph::Delivered> PipelineGraph::last_delivered() const {
   std::lock_guard lock(consumer_mutex_);
   return last_delivered_;
-}
-
-void PipelineGraph::make_ready_for_consumer(const Batch& batch) const {
-  const std::shared_ptr<CudaEvent>& ready = batch.ready_event();
-  if (!ready || !batch.device().is_cuda()) return;
-  const int device = batch.device().index();
-  DeviceGuard guard(device);
-  // The consumer's stream waits for the copy on the device (the host does not block), and the
-  // allocator learns that stream uses the memory, so the memory is not reused under its kernels.
-  const CudaStreamHandle stream = current_torch_stream(device);
-  ready->wait_on(stream);
-  record_stream(batch.buffer(), stream);
 }
 
 PipelineStats PipelineGraph::stats() const {

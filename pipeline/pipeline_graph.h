@@ -1,6 +1,5 @@
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -121,7 +120,6 @@ class PipelineGraph {
   void submit(WorkPtr work);
   void completion_loop();
   void deliver(Delivery delivery);
-  void make_ready_for_consumer(const Batch& batch) const;
   bool skip(const BatchWork& work) const noexcept;
   /// on_error: skip. Counts, lists and logs a sample whose read or decode failed. Collate node only.
   void record_skipped(const SkippedSample& skipped);

@@ -2,7 +2,7 @@
 
     import ferry
     with ferry.Pipeline("configs/demo.yaml") as pipeline:
-        for epoch in range(pipeline.epochs):
+        for epoch in range(pipeline.epoch, pipeline.epochs):   # from epoch 0, or where a resumed run is
             for batch in pipeline:           # one epoch: ferry.Batch, a dict of tensors on the device
                 ...
 

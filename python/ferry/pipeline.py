@@ -29,7 +29,8 @@ class Pipeline:
                 ...
 
     ``len(pipeline)`` is one epoch's batches (the epoch the current or next loop delivers). A loop
-    that stops early leaves the rest of its epoch: the next loop starts the next epoch. A loop past
+    that stops early leaves the rest of its epoch: the next loop starts the next epoch (a state saved
+    in between keeps that rest: see :meth:`state_dict`). A loop past
     the config's epochs (or past ``max_batches``) raises ``ferry.Error`` saying so.
     :meth:`batches` iterates every batch left in the run instead, across epochs.
 
@@ -68,7 +69,13 @@ class Pipeline:
         self._restart_epochs()
 
     def _restart_epochs(self) -> None:
-        self._next_epoch = self._impl.first_epoch  # the epoch the next loop delivers
+        first = self._impl.first_epoch
+        # A run resumed after an epoch's last delivered batch may have none of that epoch left (under
+        # decode.on_error: skip with drop_last, that batch's cursor does not say it ended the epoch):
+        # its first loop is then the next epoch's, as it would have been without the restart.
+        if self._impl.epoch_length(first) == 0 and self._impl.epoch_length(first + 1) > 0:
+            first += 1
+        self._next_epoch = first  # the epoch the next loop delivers
         self._current: int | None = None  # the epoch a loop is delivering, until it ends
 
     def __iter__(self) -> Iterator[Batch]:
@@ -87,12 +94,14 @@ class Pipeline:
 
     def _epoch(self, epoch: int) -> Iterator[Batch]:
         next_of = self._impl.next
-        batch = next_of(epoch)
-        while batch is not None:
-            yield batch
+        try:
             batch = next_of(epoch)
-        if self._current == epoch:
-            self._current = None
+            while batch is not None:
+                yield batch
+                batch = next_of(epoch)
+        finally:  # also when the loop stops early (the generator is closed): no loop is delivering
+            if self._current == epoch:
+                self._current = None
 
     def batches(self) -> Iterator[Batch]:
         """Every batch left in the run, across epochs (for a loop that counts steps, not epochs)."""
@@ -136,7 +145,12 @@ class Pipeline:
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run stands: pass it to ``load_state_dict()`` or ``Pipeline(..., state=)`` to
-        continue after the batches received so far. Small, JSON-serialisable."""
+        continue after the batches received so far. Small, JSON-serialisable.
+
+        It starts at the first batch not delivered, so no sample is lost. After a loop that stopped
+        early, that is the rest of the loop's epoch: a pipeline resumed from it delivers that rest as
+        its first loop (where this pipeline's next loop would drop it and start the next epoch), so
+        loop over ``range(pipeline.epoch, pipeline.epochs)`` for the loops a resumed run has left."""
         return json.loads(self._impl.state_json())
 
     def load_state_dict(self, state: Mapping[str, Any] | str) -> None:

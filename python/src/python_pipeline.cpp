@@ -9,7 +9,6 @@
 #include <ferry/assembly/configured_pipeline.h>
 #include <ferry/assembly/pipeline_state_loader.h>
 #include <ferry/build_config.h>
-#include <ferry/stages/standard_pipeline.h>
 #include "cli/run_report.h"
 
 namespace py = pybind11;
@@ -154,6 +153,9 @@ py::object PythonPipeline::next(std::optional<uint64_t> epoch) {
         batch = std::move(pending_);
         pending_.reset();
         set_pending_epoch(std::nullopt);
+        // Taken in an earlier loop, perhaps on another thread or with another current stream: ready
+        // it on the stream current now, as the pipeline did for the stream current then.
+        batch->ready_on_current_stream();
       } else {
         batch = take(consumer);
       }
@@ -193,20 +195,24 @@ uint64_t PythonPipeline::drain() {
   return batches;
 }
 
+PipelineState PythonPipeline::delivered_state(PipelineState state) const {
+  if (pending_epoch_) {
+    // The batch held back for the next loop was taken from the pipeline but not handed to Python:
+    // the state starts at it. It is the first of its epoch (a loop ends where an epoch does), and
+    // the batch before it ended an epoch, so it starts at the epoch's first position.
+    state.next_batch -= 1;
+    state.next = BatchCursor{*pending_epoch_, 0, 0};
+    state.last_epoch.reset();
+    state.last_index.reset();
+  }
+  return state;
+}
+
 std::string PythonPipeline::state_json() const {
   if (const std::shared_ptr<Pipeline> pipeline = running()) {
     PipelineState state = pipeline->state();
     std::lock_guard lock(handle_);
-    if (pending_epoch_) {
-      // The batch held back for the next loop was taken from the pipeline but not handed to Python:
-      // the state starts at it. It is the first of its epoch (a loop ends where an epoch does), and
-      // the batch before it ended an epoch, so it starts at the epoch's first position.
-      state.next_batch -= 1;
-      state.next = BatchCursor{*pending_epoch_, 0, 0};
-      state.last_epoch.reset();
-      state.last_index.reset();
-    }
-    return state.to_json();
+    return delivered_state(std::move(state)).to_json();
   }
   std::lock_guard lock(handle_);
   return final_state_ ? final_state_->to_json() : PipelineState{}.to_json();
@@ -255,9 +261,11 @@ void PythonPipeline::close() {
   PipelineStats stats = last->stats();
   {
     std::lock_guard lock(handle_);
-    final_state_ = std::move(state);
+    final_state_ = delivered_state(std::move(state));  // a held-back batch was never delivered
+    pending_epoch_.reset();
     final_stats_ = std::move(stats);
   }
+  pending_.reset();
   last.reset();  // joins the threads and frees the slabs, still without the GIL
 }
 

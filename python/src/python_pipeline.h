@@ -75,6 +75,9 @@ class PythonPipeline {
   std::optional<Batch> take(std::unique_lock<std::mutex>& consumer);
   /// Records, for state_json(), the epoch of the batch held back in pending_ (nullopt: none).
   void set_pending_epoch(std::optional<uint64_t> epoch);
+  /// `state` (the pipeline's) without the batch held back in pending_: where Python's next batch
+  /// starts. Call with handle_ held.
+  PipelineState delivered_state(PipelineState state) const;
   /// A new pipeline of config_ (at `resume`); becomes the running one through install(). GIL
   /// released by the caller.
   std::shared_ptr<Pipeline> build(const std::optional<PipelineState>& resume) const;

@@ -167,7 +167,7 @@ def test_a_loop_that_stops_early_leaves_the_rest_of_its_epoch():
     with ferry.Pipeline(small_config(samples=100, batch_size=32, sampler={"epochs": 3})) as pipeline:
         first = take(pipeline, 1)
         assert [(b.epoch, b.index) for b in first] == [(0, 0)]
-        assert pipeline.epoch == 0 and len(pipeline) == 4  # the loop was left, not ended
+        assert pipeline.epoch == 1 and len(pipeline) == 4  # the loop was left: the next one is epoch 1
         assert [(b.epoch, b.index) for b in pipeline] == [(1, 0), (1, 1), (1, 2), (1, 3)]
         assert [(b.epoch, b.index) for b in take(pipeline, 2)] == [(2, 0), (2, 1)]
         # Epoch 0's three batches left behind were dropped by the next loop: they count as delivered.
@@ -227,6 +227,39 @@ def test_a_state_saved_between_epochs_resumes_at_the_next_epoch():
     with ferry.Pipeline(config, state=state) as resumed:
         assert resumed.epoch == 1 and len(resumed) == 9
         assert head + [bytes_digest(b) for b in resumed] == everything
+
+
+def test_a_state_saved_after_close_does_not_count_the_batch_held_back():
+    # The first loop ends when epoch 1's first batch arrives; it is held back for the next loop, so a
+    # state saved after close() (leaving the with block) still starts at it.
+    config = small_config(samples=260, batch_size=32)
+    with ferry.Pipeline(config) as full:
+        everything = [bytes_digest(b) for b in full.batches()]
+    with ferry.Pipeline(config) as first:
+        head = [bytes_digest(b) for b in first]
+    state = first.state_dict()
+    assert state["next_batch"] == 9 and state["next"] == {"epoch": 1, "batch": 0, "position": 0}
+    with ferry.Pipeline(config, state=state) as resumed:
+        assert head + [bytes_digest(b) for b in resumed] == everything
+
+
+def test_a_run_resumed_with_nothing_left_of_its_epoch_starts_at_the_next():
+    # Under on_error: skip with drop_last an epoch's last batch can leave a cursor short of the epoch's
+    # end with fewer than batch_size samples after it: such a state, written out here, has no batch
+    # left in epoch 0, and its first loop is epoch 1's.
+    config = small_config(samples=100, batch_size=32, sampler={"epochs": 2, "drop_last": True, "seed": 11,
+                                                               "shuffle": True})
+    with ferry.Pipeline(config) as full:
+        everything = [(b.epoch, b.index, bytes_digest(b)) for b in full.batches()]
+    with ferry.Pipeline(config) as first:
+        take(first, 1)
+        state = first.state_dict()
+    state["next_batch"] = 3
+    state["next"] = {"epoch": 0, "batch": 3, "position": 96}
+    state["last_delivered"] = {"epoch": 0, "batch": 2}
+    with ferry.Pipeline(config, state=state) as resumed:
+        assert resumed.epoch == 1 and len(resumed) == 3
+        assert [(b.epoch, b.index, bytes_digest(b)) for b in resumed] == everything[3:]
 
 
 def test_a_state_from_another_order_is_refused():
