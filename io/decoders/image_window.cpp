@@ -183,6 +183,16 @@ void check_image_field(const FieldSpec& spec, std::string_view decoder) {
   }
 }
 
+at::Tensor encoded_image_bytes(const at::Tensor& encoded, const FieldSpec& spec, std::string_view decoder,
+                               std::string_view format) {
+  check_image_field(spec, decoder);
+  if (encoded.scalar_type() != at::kByte) {
+    throw Error(std::string(decoder) + " data must be uint8 bytes, found " + dtype_name(encoded.scalar_type()));
+  }
+  if (encoded.numel() == 0) throw Error("empty " + std::string(format) + " (0 bytes)");
+  return encoded.is_contiguous() ? encoded : encoded.contiguous();
+}
+
 ImageWindow plan_image_window(std::string_view format, int64_t height, int64_t width, const ImageDecodeOptions& options,
                               const CropSource& crop, const FieldSpec& spec) {
   const std::string image = std::string(format) + " of " + size_text(height, width);

@@ -30,6 +30,11 @@ void check_image_options(const ImageDecodeOptions& options, std::string_view kin
 /// Throws ferry::Error unless `spec` is a uint8 [H, W, 3] field (H, W >= 1), as `decoder` makes.
 void check_image_field(const FieldSpec& spec, std::string_view decoder);
 
+/// `encoded` as contiguous bytes for the `decoder` ("jpeg", "png") of `format` ("JPEG", "PNG") files,
+/// after check_image_field(spec, decoder). Throws ferry::Error unless they are non-empty uint8 data.
+at::Tensor encoded_image_bytes(const at::Tensor& encoded, const FieldSpec& spec, std::string_view decoder,
+                               std::string_view format);
+
 /// What a random crop is drawn from (Note [random crop]): the sample in a pipeline (`context`), else
 /// the `size` encoded bytes at `data`.
 struct CropSource {

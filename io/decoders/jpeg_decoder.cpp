@@ -8,7 +8,6 @@
 
 #include "ferry/io/decoders/image_window.h"
 #include "ferry/io/decoders/turbojpeg_handle.h"
-#include "ferry/io/util/dtype_names.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
@@ -46,13 +45,8 @@ at::Tensor JpegDecoder::decode_sample(const at::Tensor& encoded, const FieldSpec
 
 at::Tensor JpegDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& spec,
                                     const DecodeContext* context) const {
-  detail::check_image_field(spec, "jpeg");
-  if (encoded.scalar_type() != at::kByte) {
-    throw Error("jpeg data must be uint8 bytes, found " + dtype_name(encoded.scalar_type()));
-  }
-  const at::Tensor bytes = encoded.is_contiguous() ? encoded : encoded.contiguous();
+  const at::Tensor bytes = detail::encoded_image_bytes(encoded, spec, "jpeg", "JPEG");
   const int64_t size = bytes.numel();
-  if (size == 0) throw Error("empty JPEG (0 bytes)");
   const uint8_t* data = bytes.data_ptr<uint8_t>();
   const auto jpeg_size = static_cast<unsigned long>(size);
 

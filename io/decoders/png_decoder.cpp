@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "ferry/io/decoders/image_window.h"
-#include "ferry/io/util/dtype_names.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
@@ -20,6 +19,9 @@ constexpr size_t kSignatureBytes = 8;
 // A width or height past this is a broken or hostile header, not a photo (libpng's own default cap
 // is 1,000,000): refused before any memory is allocated for it.
 constexpr png_uint_32 kMaxSide = 1 << 16;
+// And an image of more pixels (384 MiB as RGB; PIL refuses past 179M as a decompression bomb): a
+// small file that claims 65536 x 65536 would otherwise make every decode thread allocate 12 GiB.
+constexpr int64_t kMaxPixels = int64_t{1} << 27;
 
 // libpng reports errors by longjmp; everything between setjmp and the jump is plain data (no
 // destructors to skip). The message is kept for the ferry::Error thrown after the jump.
@@ -106,13 +108,8 @@ at::Tensor PngDecoder::decode_sample(const at::Tensor& encoded, const FieldSpec&
 
 at::Tensor PngDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& spec,
                                    const DecodeContext* context) const {
-  detail::check_image_field(spec, "png");
-  if (encoded.scalar_type() != at::kByte) {
-    throw Error("png data must be uint8 bytes, found " + dtype_name(encoded.scalar_type()));
-  }
-  const at::Tensor bytes = encoded.is_contiguous() ? encoded : encoded.contiguous();
+  const at::Tensor bytes = detail::encoded_image_bytes(encoded, spec, "png", "PNG");
   const int64_t size = bytes.numel();
-  if (size == 0) throw Error("empty PNG (0 bytes)");
   const uint8_t* data = bytes.data_ptr<uint8_t>();
   if (size < static_cast<int64_t>(kSignatureBytes) || png_sig_cmp(data, 0, kSignatureBytes) != 0) {
     throw Error("not a PNG (" + std::to_string(size) + " bytes): the file does not start with PNG's signature");
@@ -132,6 +129,11 @@ at::Tensor PngDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& s
   Header header;
   if (!read_header(reader, header)) throw failed("reading the header");
   const auto height = static_cast<int64_t>(header.height), width = static_cast<int64_t>(header.width);
+  if (height * width > kMaxPixels) {
+    throw Error("PNG of " + std::to_string(width) + " x " + std::to_string(height) + " pixels (" +
+                std::to_string(height * width) + ") is larger than ferry decodes (" + std::to_string(kMaxPixels) +
+                " pixels at most): a damaged or hostile header, or an image to shrink before training");
+  }
   const detail::ImageWindow window =
       detail::plan_image_window("PNG", height, width, options_, detail::CropSource{context, data, size}, spec);
 
@@ -140,15 +142,12 @@ at::Tensor PngDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& s
   for (int64_t y = 0; y < height; ++y) rows[static_cast<size_t>(y)] = image.data_ptr<uint8_t>() + y * width * 3;
   if (!read_rows(reader, rows.data())) throw failed("decoding");
 
-  // Shrinking by more than 2x: average blocks first (as the JPEG decoder's DCT scaling does), so that
-  // the bilinear step shrinks by at most 2x and does not alias.
+  // Shrinking by 2x or more: average blocks of the largest whole factor first (as the JPEG decoder's
+  // DCT scaling does, by up to 8x there), so that the bilinear step shrinks by less than 2x and does
+  // not alias.
   if (options_.resize_shorter > 0) {
-    for (const int64_t factor : {8, 4, 2}) {
-      if (height / factor >= window.resized_h && width / factor >= window.resized_w) {
-        image = detail::shrink_by_blocks(image, factor);
-        break;
-      }
-    }
+    const int64_t factor = std::min(height / window.resized_h, width / window.resized_w);
+    if (factor >= 2) image = detail::shrink_by_blocks(image, factor);
   }
   return detail::cut_window(image, window);
 }

@@ -12,9 +12,11 @@ namespace ferry {
 /// shape [H, W, 3] out, via libpng. As PIL's Image.convert("RGB") and torchvision's decode_png make
 /// it: palettes expanded, grayscale repeated into three channels, 16-bit samples cut to their high
 /// byte, an alpha channel dropped (not blended), no gamma correction. Interlaced files are read too.
+/// (One difference: PIL clips 16-bit grayscale to 255 where ferry, like torchvision, keeps the high
+/// byte.) Images of more than 2^27 pixels are refused from the header.
 ///
 /// Resize and crop as JpegDecoder does (ImageDecodeOptions, the same window and the same random crops:
-/// Note [random crop]); shrinking by more than 2x first averages blocks of pixels, so it does not
+/// Note [random crop]); shrinking by 2x or more first averages blocks of pixels, so it does not
 /// alias. The result must be exactly the field's [H, W, 3] (checked from the header, before any pixel
 /// is decoded), otherwise decode() throws naming both sizes and the options to set. A file that is
 /// not a PNG, is truncated or has a bad checksum in a chunk the image needs is an Error carrying

@@ -29,7 +29,7 @@ namespace ferry::detail::mmidx {
 //   34+12N+8D N   (multimodal datasets only) sequence modes, int8
 //
 // The writer computes the pointers as the running sum of length * itemsize from 0, so sequences
-// are contiguous and the .bin is exactly as long as the last sequence's end. This reader insists on
+// are contiguous and the .bin is exactly as long as the last sequence's end. IndexedDataset insists on
 // that: it is what every Megatron tool writes (merged datasets too: the writer recomputes the
 // pointers), and it makes any range of the concatenated token stream one contiguous byte range of
 // the .bin, which TokenWindowSource copies with a single memcpy. Documents may be empty (the

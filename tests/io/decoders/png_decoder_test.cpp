@@ -150,6 +150,23 @@ std::string write_png(const TestPng& image) {
   return bytes;
 }
 
+// A PNG of its header (signature and IHDR) and the start of an IDAT chunk (all that libpng reads
+// before the pixels), for sizes too large to write whole.
+std::string header_only_png(uint32_t width, uint32_t height) {
+  std::string bytes;
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, on_write_error, nullptr);
+  png_infop info = png_create_info_struct(png);
+  if (setjmp(png_jmpbuf(png)) == 0) {
+    png_set_write_fn(png, &bytes, on_write, nullptr);
+    png_set_IHDR(png, info, width, height, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+                 PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+  }
+  png_destroy_write_struct(&png, &info);
+  bytes += std::string("\0\0\0\x10IDAT", 8) + std::string(20, '\0');  // 16 bytes of data and a CRC
+  return bytes;
+}
+
 at::Tensor tensor_of(const std::string& bytes) {
   at::Tensor out = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
   std::memcpy(out.data_ptr<uint8_t>(), bytes.data(), bytes.size());
@@ -200,7 +217,7 @@ TEST(PngDecoder, ResizesAndCropsAsTheJpegDecoderDoes) {
   EXPECT_TRUE(PngDecoder({.crop_height = 30, .crop_width = 40})
                   .decode(bytes, image_spec(30, 40))
                   .equal(image.slice(0, 30, 60).slice(1, 40, 80)));
-  // A large shrink averages blocks first: close to resizing twice with the reference.
+  // A large shrink averages blocks first (here 3x: 360 / 100): close to resizing twice with the reference.
   TestPng big;
   big.width = 480, big.height = 360, big.color_type = PNG_COLOR_TYPE_RGB;
   const at::Tensor large = test_image(360, 480, 3, 7, 0);
@@ -234,6 +251,15 @@ TEST(PngDecoder, RefusesDamagedFilesNamingWhat) {
   EXPECT_TRUE(contains(error_of([&] { decoder.decode(tensor_of("GIF89a, not a png"), spec); }), "not a PNG"));
   EXPECT_TRUE(contains(error_of([&] { decoder.decode(at::empty({0}, at::kByte), spec); }), "empty PNG"));
   EXPECT_TRUE(contains(error_of([&] { decoder.decode(tensor_of(bytes), image_spec(7, 9)); }), "the field declares"));
+  // A small file whose header claims 20000 x 20000 pixels (1.2 GB as RGB) is refused before any
+  // pixel memory is allocated, even where resizing would make it fit the field.
+  const PngDecoder resizing({.resize_shorter = 64, .crop_height = 64, .crop_width = 64});
+  const std::string huge = header_only_png(20000, 20000);
+  EXPECT_LT(huge.size(), 100u);
+  const std::string too_large = error_of([&] { resizing.decode(tensor_of(huge), image_spec(64, 64)); });
+  EXPECT_TRUE(contains(too_large, "PNG of 20000 x 20000 pixels (400000000) is larger than ferry decodes")) << too_large;
+  EXPECT_TRUE(contains(error_of([&] { resizing.decode(tensor_of(header_only_png(600, 400)), image_spec(64, 64)); }),
+                       "corrupt PNG"));  // a size it decodes, but no image data
   // A good file decodes after the bad ones, on the same thread.
   EXPECT_TRUE(decoder.decode(tensor_of(bytes), spec).equal(shape.expected));
 }
