@@ -551,18 +551,13 @@ class ConfigLoader {
               tar.shards.push_back(shard);
             }
           }
-          const size_t slash = pattern->rfind('/');
-          const std::string folder = slash == std::string::npos ? "." : pattern->substr(0, slash);
+          const std::string hint = missing.size() == expanded.size() ? detail::tar_dataset_hint(expanded) : "";
           if (expanded.size() > 1 && missing.size() == expanded.size()) {  // one problem, not thousands
             problem(key, item,
                     detail::missing_text(*pattern) + " (none of its " + std::to_string(expanded.size()) +
-                        " shards exists)" + detail::make_dataset_hint("tar", folder));
+                        " shards exists)" + hint);
           } else {
-            for (const std::string& shard : missing) {
-              problem(key, item,
-                      detail::missing_text(shard) +
-                          (missing.size() == expanded.size() ? detail::make_dataset_hint("tar", folder) : ""));
-            }
+            for (const std::string& shard : missing) problem(key, item, detail::missing_text(shard) + hint);
           }
         } catch (const Error& e) {
           problem(key, item, e.cause());
@@ -679,11 +674,14 @@ class ConfigLoader {
       return text;
     };
     for (const std::string& extension : extensions) {
-      const std::string ext = lower(extension);
+      // The format is the last part: "seg.png" (a tar member) and ".png" (an image folder's) are PNGs.
+      const size_t dot = extension.rfind('.');
+      const std::string shown = dot == std::string::npos ? extension : extension.substr(dot + 1);
+      const std::string ext = lower(shown);
       const bool png = ext == "png", jpeg = ext == "jpg" || ext == "jpeg";
       if ((decoder == "jpeg" && png) || (decoder == "png" && jpeg)) {
         problem(key, node,
-                "the " + decoder + " decoder cannot read ." + extension + " files; use decoder: " +
+                "the " + decoder + " decoder cannot read ." + shown + " files; use decoder: " +
                     (png ? "png" : "jpeg") + ", or decoder: image, which reads JPEG and PNG files alike");
         return;
       }
@@ -836,7 +834,7 @@ class ConfigLoader {
     }
     const auto dtype = child(node, "dtype");
     if (!dtype) {
-      problem(key + ".dtype", node, "missing required key (one of " + dtype_names_text() + ")");
+      problem(key + ".dtype", node, "missing required key (one of: " + dtype_names_text() + ")");
       ok = false;
     } else if (auto text = choice(*dtype, key + ".dtype", dtype_names())) {
       field.dtype = parse_dtype(*text);

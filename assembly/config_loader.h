@@ -16,7 +16,7 @@ namespace ferry {
 /// combinations that cannot work. Starts no thread; reads only the file.
 ///
 /// What needs the machine or the source's data (is the device there, does the largest batch fit in
-/// a slab) is checked by check_config() in stages/, which make_pipeline(const Config&) calls.
+/// a slab) is checked by check_config() (configured_pipeline.h), which make_pipeline(const Config&) calls.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 /// The same for YAML text; `origin` names it in messages ("configs/demo.yaml", "<built-in demo>").

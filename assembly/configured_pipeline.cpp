@@ -108,11 +108,22 @@ std::shared_ptr<const Source> check_config(const Config& config) {
                                     "' is variable-length with no max_length, so the largest batch (and the pinned "
                                     "slab it needs) is unknown: ";
         if (config.source.kind == "tar") {
+          std::string extension = field;  // fields found in the shards are named after their extension
+          for (const TarField& member : config.source.tar.fields) {
+            if (member.name == field) extension = member.extension;
+          }
+          const bool png = extension == "png";
+          const bool image = png || extension == "jpg" || extension == "jpeg";
+          const std::string member = "{name: " + field + ", extension: " + extension;
           add("source.members",
-              unknown +
-                  "in source.members, give it a decoder and a fixed shape, e.g. {name: image, extension: " + field +
-                  ", decoder: jpeg, shape: [224, 224, 3], resize_shorter: 256}, or a max_length "
-                  "(its longest first dimension); or set pool.slab_size");
+              unknown + "in source.members, " +
+                  (image ? "give it a decoder and a fixed shape, e.g. " + member +
+                               ", decoder: " + (png ? "png" : "jpeg") +
+                               ", shape: [224, 224, 3], resize_shorter: 256}, or a max_length (its longest first "
+                               "dimension)"
+                         : "give it a max_length (its longest first dimension), e.g. " + member +
+                               ", max_length: 65536}, or a decoder with a fixed shape") +
+                  "; or set pool.slab_size");
         } else {
           add("pool.slab_size",
               unknown + "set pool.slab_size to the largest batch's bytes, or give the field a maximum");

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 
 #include <unistd.h>
@@ -53,6 +54,24 @@ std::string missing_text(const std::string& path, std::string_view what) {
 
 std::string make_dataset_hint(std::string_view kind, const std::string& where) {
   return "; `ferry make-dataset " + std::string(kind) + " " + where + "` writes a small one there to try ferry on";
+}
+
+std::string tar_dataset_hint(const std::vector<std::string>& shards) {
+  constexpr size_t kMadeShards = 4;      // make-dataset tar's --shards default
+  constexpr size_t kMadeSamples = 1000;  // and its --samples default, at least one a shard
+  if (shards.empty()) return "";
+  const size_t slash = shards[0].rfind('/');
+  if (slash == std::string::npos || slash == 0) return "";  // the current folder or /: not empty
+  const std::string folder = shards[0].substr(0, slash);
+  for (size_t i = 0; i < shards.size(); ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "/shard-%06zu.tar", i);
+    if (shards[i] != folder + name) return "";
+  }
+  std::string where = folder;
+  if (shards.size() != kMadeShards) where += " --shards " + std::to_string(shards.size());
+  if (shards.size() > kMadeSamples) where += " --samples " + std::to_string(shards.size());
+  return make_dataset_hint("tar", where);
 }
 
 }  // namespace ferry::detail

@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 // What the config loader says about a dataset's path (source.prefix, source.shards, source.root) that
 // cannot be read: where it was looked for, and what to do. Internal: not installed.
@@ -22,5 +23,10 @@ std::string missing_text(const std::string& path, std::string_view what = "file"
 /// The command that writes a small dataset of `kind` (tokens, tar, images) at `where`, as advice
 /// after a missing dataset: "; `ferry make-dataset tokens data/tokens` writes a small one there".
 std::string make_dataset_hint(std::string_view kind, const std::string& where);
+
+/// make_dataset_hint() for missing tar `shards`, only where they are the names `ferry make-dataset tar`
+/// writes (DIR/shard-000000.tar, DIR/shard-000001.tar, ... in one folder other than the current one),
+/// with --shards when there are not 4; "" otherwise, as the command could not make them.
+std::string tar_dataset_hint(const std::vector<std::string>& shards);
 
 }  // namespace ferry::detail

@@ -373,6 +373,19 @@ TEST(ConfigLoader, AMissingDatasetIsNamedByItsAbsolutePathWithTheCommandThatMake
            "/no-data/shard-{000000..000003}.tar (no-data/shard-{000000..000003}.tar from the current folder; "
            "relative paths are not the config's) (none of its 4 shards exists); `ferry make-dataset tar no-data` "
            "writes a small one there to try ferry on"},
+      // Names make-dataset does not write get no command: it would make files still not found.
+      {"source:\n  kind: tar\n  shards: \"no-data/train-{0..1}.tar\"\n",
+       "test.yaml:3:11: source.shards: no such file: " + here +
+           "/no-data/train-{0..1}.tar (no-data/train-{0..1}.tar from the current folder; relative paths are not the "
+           "config's) (none of its 2 shards exists)"},
+      {"source: {kind: tar, shards: shard-000000.tar}\n",
+       "test.yaml:1:29: source.shards: no such file: " + here +
+           "/shard-000000.tar (shard-000000.tar from the current folder; relative paths are not the config's)"},
+      {"source:\n  kind: tar\n  shards: \"no-data/shard-{000000..000001}.tar\"\n",
+       "test.yaml:3:11: source.shards: no such file: " + here +
+           "/no-data/shard-{000000..000001}.tar (no-data/shard-{000000..000001}.tar from the current folder; "
+           "relative paths are not the config's) (none of its 2 shards exists); `ferry make-dataset tar no-data "
+           "--shards 2` writes a small one there to try ferry on"},
       {"source: {kind: image_folder, root: no-data/images, image: {shape: [8, 8, 3]}}\n",
        "test.yaml:1:36: source.root: no such folder: " + here +
            "/no-data/images (no-data/images from the current folder; relative paths are not the config's); `ferry "

@@ -643,6 +643,25 @@ TEST(ConfigPipeline, ATarFieldWithNoMaximumIsNamedWithWhatToGiveIt) {
       EXPECT_NE(problem.message.find(part), std::string::npos) << "no '" << part << "' in: " << problem.message;
     }
   }
+  // A listed member that is not an image: its own name and extension, and a max_length first.
+  TarWriter other;
+  other.add("000000.bin", "payload");
+  TarWriter::write_file(shard.path(), other.finish());
+  const TempYaml listed("source:\n  kind: tar\n  shards: " + shard.path() +
+                        "\n  members: [{name: payload, extension: bin}]\n");
+  try {
+    (void)check_config(load_config(listed.path()));
+    FAIL() << "a variable-length field with no maximum was accepted";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 1u) << e.what();
+    const std::string& message = e.problems()[0].message;
+    for (const char* part : {"field 'payload' is variable-length with no max_length",
+                             "give it a max_length (its longest first dimension), e.g. {name: payload, extension: bin, "
+                             "max_length: 65536}"}) {
+      EXPECT_NE(message.find(part), std::string::npos) << "no '" << part << "' in: " << message;
+    }
+    EXPECT_EQ(message.find("jpeg"), std::string::npos) << message;
+  }
 }
 
 }  // namespace
