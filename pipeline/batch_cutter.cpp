@@ -18,16 +18,17 @@ namespace ferry::detail {
 // not depend on thread counts or timing; a batch's `next` cursor records where the one after it
 // starts, which is what a resume needs (PipelineState::next).
 //
-// Tokens (Note [tokens] in the header) stay one per plan. A plan adds at most batch_size samples to
+// Tokens (Note [tokens] in pipeline_graph.cpp) stay one per plan. A plan adds at most batch_size samples to
 // fewer than batch_size carried ones, so it completes at most one batch; when it completes none
 // (its samples wait for the next plan's), collate emits a kToken item in its place and the
 // completion thread gives that token back in order. Under skip the planner follows each epoch's last
 // plan with a kEpochEnd marker, which holds a token too: it flushes the epoch's rest as the one
 // smaller batch. Without skip (or when skipped samples are replaced: Note [replacing skipped
-// samples]) nothing is dropped, every plan but an epoch's last is exactly a batch, and the last
+// samples] in pipeline_graph.cpp) nothing is dropped, every plan but an epoch's last is exactly a batch, and the last
 // flushes itself. The one item without a token is the end marker that collate emits
 // itself once max_batches batches are out (the planner may have planned more: with skip, plans and
 // batches do not match one to one); the queues have room for one item beyond the tokens.
+
 BatchCutter::Options BatchCutter::Options::of(const PipelineOptions& options) {
   return Options{options.batch_size, options.drop_last,   options.refills(),
                  options.on_error,   options.max_batches, options.first_batch};

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ferry/pipeline/pinned_pool.h"
+
 namespace ferry::detail {
 
 uint64_t RunCounters::add_skipped(const SkippedSample& skipped) {

@@ -10,8 +10,11 @@
 #include <vector>
 
 #include "ferry/pipeline/occupancy.h"
-#include "ferry/pipeline/pinned_pool.h"
 #include "ferry/pipeline/pipeline_stats.h"
+
+namespace ferry {
+class PinnedPool;
+}  // namespace ferry
 
 namespace ferry::detail {
 

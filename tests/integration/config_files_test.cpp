@@ -28,7 +28,6 @@
 #include <ferry/io/formats/indexed_dataset_writer.h>
 #include <ferry/io/formats/tar_writer.h>
 #include <ferry/pipeline/cuda_device.h>
-#include <ferry/stages/standard_pipeline.h>
 #include "tests/support/temp_dir.h"
 #include "tests/support/thread_count.h"
 

@@ -156,7 +156,7 @@ TEST(BatchCutter, ReplacedSamplesAreReportedAsSkippedInOrder) {
   }
 }
 
-TEST(BatchCutter, RefusesASamplesOfAnotherPlanBeforeTheFirstIsComplete) {
+TEST(BatchCutter, RefusesASampleOfAnotherPlanBeforeTheFirstIsComplete) {
   BatchCutter cutter(BatchCutter::Options{.batch_size = 2});
   auto first = std::make_shared<SampleWork>();
   first->plan = samples_plan(0, 0, 0, 0, {0, 1}, false);
@@ -164,7 +164,39 @@ TEST(BatchCutter, RefusesASamplesOfAnotherPlanBeforeTheFirstIsComplete) {
   auto stray = std::make_shared<SampleWork>();
   stray->plan = samples_plan(1, 0, 1, 2, {2, 3}, false);
   EXPECT_THROW(cutter.add(stray), Error);
-  EXPECT_THROW(BatchCutter(BatchCutter::Options{.batch_size = 0}), Error);
+}
+
+TEST(BatchCutter, RefusesABatchSizeOfZero) { EXPECT_THROW(BatchCutter(BatchCutter::Options{.batch_size = 0}), Error); }
+
+// Without refill every plan is its batch; an epoch's short last plan is that epoch's smaller last
+// batch, or under drop_last is dropped and gives its token back.
+TEST(BatchCutter, WithoutRefillAShortLastPlanIsTheSmallerLastBatchOrDroppedUnderDropLast) {
+  for (const bool drop_last : {false, true}) {
+    SCOPED_TRACE(drop_last ? "drop_last" : "keep the last");
+    BatchCutter cutter(BatchCutter::Options{.batch_size = 3, .drop_last = drop_last});
+    const BatchCutter::Cut full = feed(cutter, samples_plan(0, 0, 0, 0, {4, 5, 6}, false));
+    ASSERT_EQ(full.items.size(), 1u);
+    ASSERT_EQ(full.items[0]->kind, Kind::kBatch);
+    EXPECT_EQ(indices_of(*full.items[0]), (std::vector<uint64_t>{4, 5, 6}));
+    EXPECT_EQ(full.items[0]->next.index, 1u);
+    EXPECT_EQ(full.items[0]->next.position, 3u);
+    const BatchCutter::Cut rest = feed(cutter, samples_plan(1, 0, 1, 3, {7, 8}, true));
+    ASSERT_EQ(rest.items.size(), 1u);
+    if (drop_last) {
+      EXPECT_EQ(rest.items[0]->kind, Kind::kToken);
+    } else {
+      ASSERT_EQ(rest.items[0]->kind, Kind::kBatch);
+      EXPECT_EQ(indices_of(*rest.items[0]), (std::vector<uint64_t>{7, 8}));
+      EXPECT_EQ(rest.items[0]->info.index, 1u);
+      EXPECT_EQ(rest.items[0]->next.epoch, 1u);
+      EXPECT_EQ(rest.items[0]->next.index, 0u);
+    }
+    // The next epoch starts numbering again from 0.
+    const BatchCutter::Cut next = feed(cutter, samples_plan(2, 1, 0, 0, {1, 2, 3}, false));
+    ASSERT_EQ(next.items.size(), 1u);
+    EXPECT_EQ(next.items[0]->info.epoch, 1u);
+    EXPECT_EQ(next.items[0]->info.index, 0u);
+  }
 }
 
 TEST(BatchCutter, AResumedRunNumbersOnAndStopsAtMaxBatchesCountedFromTheStart) {
@@ -288,6 +320,7 @@ TEST(BatchCutter, UnderSkipRefillsBatchesAndGivesEveryPlanOneItemOverRandomRuns)
     }
     // Every failed sample is reported once, in order (after the end, plans in flight are dropped unread).
     if (capped) {
+      ASSERT_LE(skipped.size(), all_failed.size());
       EXPECT_TRUE(std::equal(skipped.begin(), skipped.end(), all_failed.begin()));
     } else {
       EXPECT_EQ(skipped, all_failed);

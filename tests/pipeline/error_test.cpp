@@ -44,6 +44,7 @@ TEST(Error, CauseOfNamesTheCauseAloneAndDropsLibtorchsBacktrace) {
   EXPECT_EQ(cause_of(std::runtime_error("plain")), "plain");
   try {
     TORCH_CHECK(false, "shape mismatch");
+    ADD_FAILURE() << "TORCH_CHECK(false) did not throw";
   } catch (const c10::Error& e) {
     EXPECT_EQ(cause_of(e), "shape mismatch");
     EXPECT_EQ(cause_of(std::current_exception()), "shape mismatch");
