@@ -681,8 +681,8 @@ class ConfigLoader {
       const bool png = ext == "png", jpeg = ext == "jpg" || ext == "jpeg";
       if ((decoder == "jpeg" && png) || (decoder == "png" && jpeg)) {
         problem(key, node,
-                "the " + decoder + " decoder cannot read ." + shown + " files; use decoder: " +
-                    (png ? "png" : "jpeg") + ", or decoder: image, which reads JPEG and PNG files alike");
+                "the " + decoder + " decoder cannot read ." + shown + " files; use decoder: " + (png ? "png" : "jpeg") +
+                    ", or decoder: image, which reads JPEG and PNG files alike");
         return;
       }
     }

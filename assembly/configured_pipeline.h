@@ -15,9 +15,9 @@ namespace ferry {
 
 /// Checks what in `config` needs this machine or the source's data: the device exists and this build
 /// can use it, the source can be made, the largest batch fits in a slab, the pinned budget holds the
-/// pool's slabs (PoolOptions::slabs(), each rounded up to a page), the torchrun environment makes sense. Throws ConfigError listing every problem,
-/// each located where its key was set. Starts no thread and allocates no pinned memory. Returns the
-/// source it made to look at the data, so that callers need not index the dataset again.
+/// pool's slabs (PoolOptions::slabs(), each rounded up to a page), the torchrun environment makes sense. Throws
+/// ConfigError listing every problem, each located where its key was set. Starts no thread and allocates no pinned
+/// memory. Returns the source it made to look at the data, so that callers need not index the dataset again.
 std::shared_ptr<const Source> check_config(const Config& config);
 
 /// check_config(), then the standard pipeline over the config's source and sampler. With `resume`
