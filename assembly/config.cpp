@@ -183,9 +183,13 @@ FieldDecoders make_field_decoders(const Config& config, const Source& source) {
     jpeg.crop_width = spec->shape[1];
     jpeg.crop = options.crop;
     jpeg.seed = config.sampler.seed;
-    if (options.decoder == "png") {
+    // decode.decoders may name another image decoder for the field (the loader allows only those):
+    // it decodes with the field's resize and crop.
+    const auto chosen = config.pipeline.decoders.find(name);
+    const std::string& decoder = chosen != config.pipeline.decoders.end() ? chosen->second : options.decoder;
+    if (decoder == "png") {
       decoders.emplace(name, std::make_shared<PngDecoder>(jpeg));
-    } else if (options.decoder == "image") {
+    } else if (decoder == "image") {
       decoders.emplace(name, std::make_shared<ImageDecoder>(jpeg));
     } else {
       decoders.emplace(name, std::make_shared<JpegDecoder>(jpeg));

@@ -182,6 +182,15 @@ TEST(ImageConfigPipeline, AFolderMixingJpegsAndPngsDecodesEachByItsFormat) {
   expect_as_written(delivered, written, options, &decoder);
   // Through decoder jpeg the same folder is refused before anything runs.
   EXPECT_THROW(Pipeline::from_yaml(dir / "mixed.yaml", {"source.image.decoder=jpeg"}), ConfigError);
+  // decode.decoders overrides the source's decoder, keeping the field's resize and crop: png fails on
+  // the folder's JPEGs (decode.on_error is fail), naming the file.
+  try {
+    (void)run(Pipeline::from_yaml(dir / "mixed.yaml", {"decode.decoders.image=png"}));
+    ADD_FAILURE() << "decode.decoders.image=png was ignored";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a PNG"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(".jpg"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ImageConfigPipeline, RandomCropsRepeatForASeedAndChangeWithIt) {
