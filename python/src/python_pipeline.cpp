@@ -80,9 +80,7 @@ std::shared_ptr<Pipeline> PythonPipeline::build(const std::optional<PipelineStat
 
 std::shared_ptr<Pipeline> PythonPipeline::install(std::shared_ptr<Pipeline> pipeline) {
   BatchPlanner planner = planner_of(config_, pipeline->options(), *source_);
-  const uint64_t planned = planner.total_batches();
   std::lock_guard lock(handle_);
-  planned_ = planned;
   planner_.emplace(std::move(planner));
   pending_epoch_.reset();
   device_ = pipeline->options().device;
@@ -102,7 +100,7 @@ void PythonPipeline::retire(std::shared_ptr<Pipeline> pipeline) {
 
 uint64_t PythonPipeline::length() const {
   std::lock_guard lock(handle_);
-  return planned_;
+  return planner_ ? planner_->total_batches() : 0;
 }
 
 uint64_t PythonPipeline::first_epoch() const {

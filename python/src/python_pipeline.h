@@ -102,8 +102,7 @@ class PythonPipeline {
   std::shared_ptr<Pipeline> pipeline_;
   std::string device_;                     // the running (or last) pipeline's resolved device
   std::optional<uint64_t> pending_epoch_;  // pending_'s epoch, readable without consumer_
-  uint64_t planned_ = 0;                   // its planned batches
-  std::optional<BatchPlanner> planner_;    // its planner's twin, for epoch lengths (never run)
+  std::optional<BatchPlanner> planner_;    // its planner's twin, for the run's and epochs' lengths (never run)
   // What state_json() and stats_json() report after close().
   std::optional<PipelineState> final_state_;
   std::optional<PipelineStats> final_stats_;
