@@ -669,16 +669,12 @@ class ConfigLoader {
   // sample: said now, at `key`, with the decoder that reads them.
   void check_image_format(const std::string& key, const Node& node, const std::string& decoder,
                           const std::vector<std::string>& extensions) {
-    const auto lower = [](std::string text) {
-      for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      return text;
-    };
     for (const std::string& extension : extensions) {
       // The format is the last part: "seg.png" (a tar member) and ".png" (an image folder's) are PNGs.
       const size_t dot = extension.rfind('.');
       const std::string shown = dot == std::string::npos ? extension : extension.substr(dot + 1);
-      const std::string ext = lower(shown);
-      const bool png = ext == "png", jpeg = ext == "jpg" || ext == "jpeg";
+      const bool png = equal_ignoring_case(shown, "png");
+      const bool jpeg = equal_ignoring_case(shown, "jpg") || equal_ignoring_case(shown, "jpeg");
       if ((decoder == "jpeg" && png) || (decoder == "png" && jpeg)) {
         problem(key, node,
                 "the " + decoder + " decoder cannot read ." + shown + " files; use decoder: " + (png ? "png" : "jpeg") +

@@ -16,14 +16,6 @@ std::string_view trim(std::string_view text) {
   return text;
 }
 
-bool equal_ignoring_case(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
-  }
-  return true;
-}
-
 // Splits "1.5GB" into 1.5 and "GB". The number must be non-negative and finite.
 std::optional<std::pair<double, std::string_view>> number_and_unit(std::string_view text) {
   text = trim(text);
@@ -38,6 +30,14 @@ std::optional<std::pair<double, std::string_view>> number_and_unit(std::string_v
 }
 
 }  // namespace
+
+bool equal_ignoring_case(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  }
+  return true;
+}
 
 std::optional<uint64_t> parse_byte_size(std::string_view text) {
   // Exact decimal arithmetic, not doubles: "1.001KB" is 1001 bytes, and binary floating point would

@@ -17,6 +17,9 @@ std::optional<uint64_t> parse_byte_size(std::string_view text);
 /// Reads a duration: "5s", "500ms", "2m", "0.5s", or a plain number of seconds. nullopt otherwise.
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
 
+/// Whether `a` and `b` are the same ASCII text but for letter case ("PNG" and "png").
+bool equal_ignoring_case(std::string_view a, std::string_view b);
+
 /// "64 MiB", "1.50 GiB", "4096 B": binary units, for messages about slabs and budgets.
 std::string format_byte_size(uint64_t bytes);
 
