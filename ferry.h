@@ -18,6 +18,10 @@
 #include "ferry/pipeline/pipeline_state.h"
 #include "ferry/pipeline/pipeline_stats.h"
 
+// CUDA managed memory: prefetch and advice for ranges, tensors and modules; a c10::Allocator of it.
+#include "ferry/pipeline/managed_allocator.h"
+#include "ferry/pipeline/unified_memory.h"
+
 // Data: sources (dataset formats) and their writers, samplers, decoders and encoders.
 #include "ferry/io/decoders/decoder.h"
 #include "ferry/io/decoders/decoder_registry.h"
