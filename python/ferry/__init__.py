@@ -9,10 +9,14 @@
     handle = ferry.start_copy({"x": [t1, t2], "y": array}, "cuda:0")
     result = handle.get()                    # the same structure, its tensors on cuda:0
 
-Both run on ferry's C++ core (ferry._C): the pipeline's threads and copies never hold the GIL.
+    pool = ferry.uvm.create_unified_mempool()   # CUDA managed memory: prefetch and advise tensors
+                                                # and modules (ferry.uvm; docs/unified-memory.md)
+
+All run on ferry's C++ core (ferry._C): the pipeline's threads and copies never hold the GIL.
 """
 
-from ferry._C import ConfigError, Error, __version__, build_kind, build_reason
+from ferry import uvm
+from ferry._C import ConfigError, Error, UnifiedMemoryUnsupportedError, __version__, build_kind, build_reason
 from ferry.async_copy import AsyncCopyHandle, start_copy
 from ferry.batch import Batch
 from ferry.pipeline import Pipeline
@@ -23,8 +27,10 @@ __all__ = [
     "ConfigError",
     "Error",
     "Pipeline",
+    "UnifiedMemoryUnsupportedError",
     "__version__",
     "build_kind",
     "build_reason",
     "start_copy",
+    "uvm",
 ]

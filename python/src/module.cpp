@@ -7,11 +7,12 @@
 #include "python_copy.h"
 #include "python_errors.h"
 #include "python_pipeline.h"
+#include "python_uvm.h"
 
 namespace py = pybind11;
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "ferry's compiled core: the pipeline and the multi-tensor copier (use the `ferry` package)";
+  m.doc() = "ferry's compiled core: the pipeline, the multi-tensor copier and unified memory (use the `ferry` package)";
   // Tensors cross into Python through torch's own binding, which must be initialised first.
   py::module_::import("torch");
   ferry::python::register_errors(m);
@@ -25,4 +26,5 @@ PYBIND11_MODULE(_C, m) {
 
   ferry::python::bind_pipeline(m);
   ferry::python::bind_copy(m);
+  ferry::python::bind_uvm(m);
 }

@@ -4,6 +4,7 @@
 
 #include <ferry/assembly/config_error.h>
 #include <ferry/pipeline/error.h>
+#include <ferry/pipeline/unified_memory.h>
 
 namespace py = pybind11;
 
@@ -14,6 +15,7 @@ namespace {
 // Borrowed for the life of the process: the module keeps a reference to each type.
 PyObject* g_error = nullptr;
 PyObject* g_config_error = nullptr;
+PyObject* g_unified_memory_unsupported = nullptr;
 
 py::object optional_int(const std::optional<uint64_t>& value) {
   return value ? py::object(py::int_(*value)) : py::object(py::none());
@@ -46,8 +48,14 @@ void register_errors(py::module_& module) {
       "A config or state that cannot run; every problem found is listed, one per line. Attribute: "
       "problems, a list of (location, key, message) tuples.",
       bases.ptr(), nullptr);
+  g_unified_memory_unsupported = PyErr_NewExceptionWithDoc(
+      "ferry._C.UnifiedMemoryUnsupportedError",
+      "Unified (CUDA managed) memory cannot work here: a CPU build of ferry, no CUDA device, a device "
+      "without concurrent managed access, or a torch without torch.cuda.MemPool. The message says which.",
+      g_error, nullptr);
   module.add_object("Error", py::handle(g_error));
   module.add_object("ConfigError", py::handle(g_config_error));
+  module.add_object("UnifiedMemoryUnsupportedError", py::handle(g_unified_memory_unsupported));
 
   py::register_exception_translator([](std::exception_ptr thrown) {
     try {
@@ -58,6 +66,8 @@ void register_errors(py::module_& module) {
         problems.append(py::make_tuple(problem.location, problem.key, problem.message));
       }
       raise(g_config_error, error, std::move(problems));
+    } catch (const UnifiedMemoryUnsupportedError& error) {
+      raise(g_unified_memory_unsupported, error, py::list());
     } catch (const Error& error) {
       raise(g_error, error, py::list());
     }
