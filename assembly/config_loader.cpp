@@ -409,6 +409,7 @@ class ConfigLoader {
     if (const auto node = child(root, "collate")) read_collate(*node);
     if (const auto node = child(root, "pool")) read_pool(*node);
     if (const auto node = child(root, "transfer")) read_transfer(*node);
+    if (const auto node = child(root, "cache")) read_cache(*node);
     if (const auto node = child(root, "stats")) read_stats(*node);
   }
 
@@ -1046,6 +1047,26 @@ class ConfigLoader {
     }
   }
 
+  void read_cache(const Node& node) {
+    if (!mapping(node, "cache", "cache")) return;
+    CacheOptions& cache = config_.pipeline.cache;
+    if (const auto value = child(node, "memory")) {
+      if (auto text = choice(*value, "cache.memory", {"off", "managed", "device", "host"})) {
+        cache.memory = *text == "managed"  ? CacheMemory::kManaged
+                       : *text == "device" ? CacheMemory::kDevice
+                       : *text == "host"   ? CacheMemory::kHost
+                                           : CacheMemory::kOff;
+      }
+    }
+    if (const auto value = child(node, "max_bytes")) {
+      if (value->IsScalar() && value->Scalar() == "unlimited") {
+        note("cache.max_bytes", *value);
+      } else if (auto bytes = size(*value, "cache.max_bytes", 1, "unlimited or a size such as 40GiB")) {
+        cache.max_bytes = *bytes;
+      }
+    }
+  }
+
   void read_transfer(const Node& node) {
     if (!mapping(node, "transfer", "transfer")) return;
     PipelineOptions& options = config_.pipeline;
@@ -1204,6 +1225,19 @@ class ConfigLoader {
     }
     // Whether pool.budget holds the slabs is checked with the source (check_config()), where the
     // slab size is known also when it is auto.
+
+    // Note [dataset cache]: a cache repeats the first epoch's bytes, so no cached field may be cropped
+    // at random (another crop every epoch). Sizes are checked with the source (check_config()).
+    if (options.cache.enabled()) {
+      for (const auto& [field, image] : config_.source.jpeg) {
+        if (image.crop == JpegDecodeOptions::Crop::kRandom) {
+          problem_at("cache.memory",
+                     "field '" + field +
+                         "' has crop: random, another crop every epoch, which a cache would repeat "
+                         "from the first epoch: use crop: center for a cached field, or cache.memory: off");
+        }
+      }
+    }
   }
 
   std::string origin_;

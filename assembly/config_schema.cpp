@@ -187,6 +187,19 @@ const std::vector<ConfigKey>& config_keys() {
       {"transfer.direct_copy", "size (0: never)", "1MiB",
        "A decoded tensor of at least this size already in pinned memory is copied to the device from where it is.",
        "0"},
+      // cache
+      {"cache", "mapping", "",
+       "The dataset cache: samples decoded once are kept, and later epochs gather their batches from there (no read, "
+       "decode, pack or copy from the host). Every field must decode the same way each epoch: no `crop: random`.",
+       "{memory: managed}"},
+      {"cache.memory", "one of: off, managed, device, host", "off",
+       "Where the cache lives. managed: CUDA managed memory on the delivery GPU, which `cache_to()` can move to the "
+       "host and back; device: plain GPU memory; host: host memory, for `transfer.device: cpu`.",
+       "managed"},
+      {"cache.max_bytes", "unlimited or size", "unlimited",
+       "Cap on the cache's size. With fixed-size fields a cache that needs more is refused; with variable-length "
+       "ones (required when one has no max_length) the samples that do not fit stay uncached.",
+       "40GiB"},
       // stats
       {"stats", "mapping", "", "Progress and the report of `ferry run`.", "{progress: plain}"},
       {"stats.progress", "one of: auto, live, plain, off", "auto",

@@ -11,6 +11,7 @@
 #include "ferry/pipeline/pinned_pool.h"
 #include "ferry/stages/batch_planner.h"
 #include "ferry/stages/collate_stage.h"
+#include "ferry/stages/dataset_cache_plan.h"
 #include "ferry/stages/decode_stage.h"
 #include "ferry/stages/standard_pipeline.h"
 
@@ -133,6 +134,19 @@ std::shared_ptr<const Source> check_config(const Config& config) {
       }
     } catch (const Error& e) {
       add("source.fields", e.cause());  // the fields cannot be collated as given
+    }
+    if (options.cache.enabled() && placement && problems.empty()) {
+      // Everything the dataset cache needs, as make_pipeline() will plan it (Note [dataset cache]).
+      try {
+        const DecodeStage decode(source, DecoderRegistry::global(), options.decoders, field_decoders);
+        const CollateStage collate(source->fields(), options.collate, options.transfer.min_alignment);
+        (void)plan_dataset_cache(*source, decode.decoders(), options, resolve_device(options.device),
+                                 make_sampler(config.sampler, *placement, *source)->epoch_size(),
+                                 collate.max_batch_bytes(options.batch_size));
+      } catch (const Error& e) {
+        const bool size = e.cause().find("max_bytes") != std::string::npos && options.cache.max_bytes != 0;
+        add(size ? "cache.max_bytes" : "cache.memory", e.cause());
+      }
     }
   }
   if (!problems.empty()) throw ConfigError(std::move(problems));

@@ -129,6 +129,21 @@ void append_body(std::string& text, const PipelineStats& stats) {
           plural(pool.waits, "wait for a slab", "waits for a slab").c_str(), pool.wait_seconds,
           plural(pool.host_alloc_calls, "cudaHostAlloc call", "cudaHostAlloc calls").c_str(),
           plural(pool.allocations_after_start, "allocation", "allocations").c_str());
+  if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {
+    appendf(text, "  cache      %s memory on %s: %s of %s, %s kept%s\n", cache.memory.c_str(), cache.location.c_str(),
+            bytes_text(static_cast<double>(cache.used_bytes)).c_str(),
+            bytes_text(static_cast<double>(cache.capacity_bytes)).c_str(),
+            plural(cache.samples, "sample", "samples").c_str(),
+            cache.not_kept ? (", " + plural(cache.not_kept, "sample", "samples") + " did not fit").c_str() : "");
+    appendf(text, "             %s hits, %s misses, %s served wholly from it; gather %.1f us per batch (%s)\n",
+            std::to_string(cache.hits).c_str(), std::to_string(cache.misses).c_str(),
+            plural(cache.hit_epochs, "epoch", "epochs").c_str(), cache.gather_seconds_per_batch() * 1e6,
+            plural(cache.gathers, "batch", "batches").c_str());
+    if (cache.moves) {
+      appendf(text, "             moved %s, the last in %.3f s\n", plural(cache.moves, "time", "times").c_str(),
+              cache.last_move_seconds);
+    }
+  }
   appendf(text, "  settings   %s, prefetch %zu\n",
           plural(stats.decode_threads, "decode thread", "decode threads").c_str(), stats.prefetch);
 
@@ -369,6 +384,38 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
       .key("allocations_after_start")
       .value(pool.allocations_after_start)
       .end_object();
+
+  if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {
+    json.key("cache")
+        .begin_object()
+        .key("memory")
+        .value(cache.memory)
+        .key("location")
+        .value(cache.location)
+        .key("capacity_bytes")
+        .value(cache.capacity_bytes)
+        .key("used_bytes")
+        .value(cache.used_bytes)
+        .key("samples")
+        .value(cache.samples)
+        .key("not_kept")
+        .value(cache.not_kept)
+        .key("hits")
+        .value(cache.hits)
+        .key("misses")
+        .value(cache.misses)
+        .key("hit_epochs")
+        .value(cache.hit_epochs)
+        .key("gathers")
+        .value(cache.gathers)
+        .key("gather_seconds_per_batch")
+        .value(seconds_value(cache.gather_seconds_per_batch()))
+        .key("moves")
+        .value(cache.moves)
+        .key("last_move_seconds")
+        .value(seconds_value(cache.last_move_seconds))
+        .end_object();
+  }
 
   json.key("skipped").begin_object();
   json.key("count").value(stats.skipped_samples);

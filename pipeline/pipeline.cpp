@@ -45,6 +45,11 @@ PipelineState Pipeline::state() const {
   return state;
 }
 
+void Pipeline::cache_to(int device) {
+  if (!graph_) throw Error("cache_to() on a moved-from pipeline");
+  graph_->cache_to(device);
+}
+
 PipelineStats Pipeline::stats() const {
   if (!graph_) throw Error("stats() on a moved-from pipeline");
   return graph_->stats();

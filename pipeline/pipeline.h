@@ -65,6 +65,12 @@ class Pipeline {
   void close();
 
   PipelineStats stats() const;
+  /// Moves the dataset cache (cache.memory: managed) to `device`, or to the host with -1, and returns
+  /// once it is there: e.g. to the host while an evaluation needs the GPU's memory, then back. Its
+  /// pointers stay the same and batches keep coming meanwhile (from the host, over the link, until it
+  /// is back). Blocks while the bytes move. Thread-safe. Throws ferry::Error without a managed cache,
+  /// or for another device (Note [dataset cache] in dataset_cache.h).
+  void cache_to(int device);
   /// Where the run stands: a pipeline built with `options.first_batch = state().next_batch` and
   /// `options.start = state().next` (and the same order) delivers exactly the batches this one has
   /// not delivered yet. Thread-safe; taken

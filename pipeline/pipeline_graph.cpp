@@ -69,13 +69,16 @@ struct PipelineGraph::Nodes {
              [&p](const WorkPtr& work, PackNode::output_ports_type& ports) {
                p.shielded("pack", [&] {
                  p.run_batch_stage(kPack, *work);
-                 work->samples.clear();  // packed: the decoded tensors are no longer needed
+                 // Packed: the decoded tensors are no longer needed, unless h2d keeps them in the
+                 // dataset cache (Note [dataset cache] in dataset_cache.h).
+                 if (!p.stages_.cache) work->samples.clear();
                  std::get<0>(ports).try_put(work);
                });
              }),
         h2d(g, tbb::flow::serial, [&p](const WorkPtr& work) {
           p.shielded("h2d", [&] {
             p.run_batch_stage(kH2D, *work);
+            work->samples.clear();
             p.submit(work);
           });
           return tbb::flow::continue_msg();
@@ -518,13 +521,21 @@ std::optional<PipelineGraph::Delivered> PipelineGraph::last_delivered() const {
 }
 
 PipelineStats PipelineGraph::stats() const {
-  return run_.snapshot(RunCounters::Setting{run_ns(),
-                                            device_,
-                                            decode_threads_,
-                                            prefetch_,
-                                            {stages_.decode->name(), stages_.collate->name(), stages_.pack->name(),
-                                             stages_.h2d->name(), stages_.event_wait->name()},
-                                            stages_.pool.get()});
+  PipelineStats stats =
+      run_.snapshot(RunCounters::Setting{run_ns(),
+                                         device_,
+                                         decode_threads_,
+                                         prefetch_,
+                                         {stages_.decode->name(), stages_.collate->name(), stages_.pack->name(),
+                                          stages_.h2d->name(), stages_.event_wait->name()},
+                                         stages_.pool.get()});
+  if (stages_.cache) stats.cache = stages_.cache->stats();
+  return stats;
+}
+
+void PipelineGraph::cache_to(int device) {
+  if (!stages_.cache) throw Error("cache_to: this pipeline has no dataset cache (cache.memory is off)");
+  stages_.cache->move_to(device);
 }
 
 }  // namespace ferry::detail

@@ -87,6 +87,8 @@ class PipelineGraph {
   /// Stops the pipeline: wakes blocked next() calls (which return nullopt). Thread-safe, idempotent.
   void close() noexcept;
   PipelineStats stats() const;
+  /// Pipeline::cache_to().
+  void cache_to(int device);
   /// The last batch handed to the consumer (its sequence, epoch and index), if any. Thread-safe.
   struct Delivered {
     uint64_t sequence = 0;

@@ -22,6 +22,16 @@ std::optional<size_t> PoolOptions::slab_size(std::optional<size_t> largest_batch
   return std::max(*largest_batch, kMinSlabBytes);
 }
 
+const char* cache_memory_name(CacheMemory memory) noexcept {
+  switch (memory) {
+    case CacheMemory::kOff: return "off";
+    case CacheMemory::kManaged: return "managed";
+    case CacheMemory::kDevice: return "device";
+    case CacheMemory::kHost: return "host";
+  }
+  return "unknown";
+}
+
 size_t PipelineOptions::resolved_decode_threads() const {
   if (decode_threads != 0) return decode_threads;
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());

@@ -61,6 +61,27 @@ struct TransferOptions {
   WaitMode wait = WaitMode::kPoll;
 };
 
+/// Where a dataset cache keeps the decoded samples (Note [dataset cache] in pipeline/dataset_cache.h).
+enum class CacheMemory {
+  kOff,      // no cache: every epoch reads, decodes, packs and copies
+  kManaged,  // CUDA managed memory on the delivery device: can move to the host and back (cache_to)
+  kDevice,   // plain device memory on the delivery device
+  kHost,     // host memory, for a pipeline that delivers to the CPU
+};
+
+/// "off", "managed", "device" or "host".
+const char* cache_memory_name(CacheMemory memory) noexcept;
+
+/// The dataset cache: the first time a sample is decoded its fields are kept, and later epochs build
+/// their batches from the kept bytes with a gather (no read, decode, pack or host-to-device copy).
+struct CacheOptions {
+  CacheMemory memory = CacheMemory::kOff;
+  /// Cap on the cache's bytes; 0: none (the device's free memory still bounds it).
+  size_t max_bytes = 0;
+
+  bool enabled() const noexcept { return memory != CacheMemory::kOff; }
+};
+
 /// What a sample that cannot be read or decoded does to the run.
 enum class OnError {
   kFail,  // the consumer gets ferry::Error naming the sample, after every batch before it
@@ -102,6 +123,7 @@ struct PipelineOptions {
   CollateOptions collate;
   PoolOptions pool;
   TransferOptions transfer;
+  CacheOptions cache;
 
   /// decode_threads with 0 resolved.
   size_t resolved_decode_threads() const;

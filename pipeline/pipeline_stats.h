@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/pipeline/dataset_cache.h"
 #include "ferry/pipeline/pinned_pool.h"
 
 namespace ferry {
@@ -94,6 +95,8 @@ struct PipelineStats {
   size_t ready_queue_peak = 0;  // = ready_queue.peak (kept for older callers)
 
   PinnedPoolStats pool;
+  /// The dataset cache (Note [dataset cache]); enabled false without one.
+  DatasetCacheStats cache;
 
   uint64_t skipped_samples = 0;        // all samples skipped so far
   std::vector<SkippedSample> skipped;  // the first kMaxListedSkips of them

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string_view>
 
+#include "ferry/pipeline/dataset_cache.h"
 #include "ferry/pipeline/pinned_pool.h"
 #include "ferry/pipeline/work_items.h"
 
@@ -57,6 +58,7 @@ struct StageSet {
   std::unique_ptr<BatchStage> h2d;         // slab -> device buffer, copies queued
   std::unique_ptr<BatchStage> event_wait;  // runs on the pipeline's completion thread
   std::shared_ptr<PinnedPool> pool;        // for stats; the pack stage owns its use
+  std::shared_ptr<DatasetCache> cache;     // may be null; for stats and cache_to(); the stages own its use
 };
 
 }  // namespace ferry

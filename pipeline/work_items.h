@@ -47,8 +47,11 @@ struct BatchPlan {
 struct SampleWork {
   std::shared_ptr<const BatchPlan> plan;
   uint32_t position = 0;           // within the batch
-  std::vector<at::Tensor> fields;  // decoded, in the source's field order
-  std::string key;                 // the source's name for the sample, once read (for skip reports)
+  std::vector<at::Tensor> fields;  // decoded, in the source's field order (empty when cached)
+  /// The sample is in the dataset cache (Note [dataset cache] in dataset_cache.h): not read, not
+  /// decoded; its bytes are gathered on the device.
+  bool cached = false;
+  std::string key;  // the source's name for the sample, once read (for skip reports)
   std::optional<Error> error;
   /// Note [replacing skipped samples]: the sample read instead of the planned one, the samples
   /// skipped on the way (collate records them, in order), and whether the search gave up (the run

@@ -106,7 +106,19 @@ void CollateStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
   for (size_t f = 0; f < fields_.size(); ++f) {
     const FieldSpec& spec = fields_[f];
     const size_t element = c10::elementSize(spec.dtype);
-    const at::Tensor& first = samples.front()->fields.at(f);
+    // Each sample's shape: its decoded tensor's, or, for a cached sample, the spec's with its kept length.
+    shapes_.resize(samples.size());
+    for (size_t s = 0; s < samples.size(); ++s) {
+      const SampleWork& sample = *samples[s];
+      if (sample.cached) {
+        shapes_[s].assign(spec.shape.begin(), spec.shape.end());
+        if (spec.variable()) shapes_[s][0] = cache_->rows(sample.index(), f);
+      } else {
+        const at::IntArrayRef sizes = sample.fields.at(f).sizes();
+        shapes_[s].assign(sizes.begin(), sizes.end());
+      }
+    }
+    const at::DimVector& first = shapes_.front();
     FieldLayout field;
     field.dtype = spec.dtype;
     field.source_field = static_cast<int>(f);
@@ -114,28 +126,25 @@ void CollateStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
     // Every sample must agree on the shape (fixed fields) or on the shape after dim 0 (variable ones).
     const size_t from = spec.variable() ? 1 : 0;
     int64_t longest = 0;
-    for (const auto& sample : samples) {
-      const at::Tensor& tensor = sample->fields.at(f);
-      bool same = tensor.dim() == first.dim();
-      for (size_t d = from; same && d < static_cast<size_t>(first.dim()); ++d) {
-        same = tensor.size(static_cast<int64_t>(d)) == first.size(static_cast<int64_t>(d));
-      }
+    for (size_t s = 0; s < samples.size(); ++s) {
+      const at::DimVector& shape = shapes_[s];
+      bool same = shape.size() == first.size();
+      for (size_t d = from; same && d < first.size(); ++d) same = shape[d] == first[d];
       if (!same) {
-        throw Error("field '" + spec.name + "': sample " + std::to_string(sample->index()) + " has shape " +
-                    sizes_text(tensor.sizes()) + " but sample " + std::to_string(samples.front()->index()) + " has " +
-                    sizes_text(first.sizes()) +
+        throw Error("field '" + spec.name + "': sample " + std::to_string(samples[s]->index()) + " has shape " +
+                    sizes_text(shape) + " but sample " + std::to_string(samples.front()->index()) + " has " +
+                    sizes_text(first) +
                     (spec.variable() ? std::string(" (only dim 0 may differ)")
                                      : std::string(" (declare the field variable-length, or resize it)")));
       }
-      if (spec.variable()) longest = std::max(longest, tensor.size(0));
+      if (spec.variable()) longest = std::max(longest, shape[0]);
     }
 
-    field.shape.reserve(first.dim() + 1);
+    field.shape.reserve(first.size() + 1);
     field.shape.push_back(batch);
     if (spec.variable()) field.shape.push_back(longest);
-    for (size_t d = from; d < static_cast<size_t>(first.dim()); ++d)
-      field.shape.push_back(first.size(static_cast<int64_t>(d)));
-    field.slot_bytes = static_cast<size_t>((spec.variable() ? longest : 1) * product(first.sizes(), from)) * element;
+    for (size_t d = from; d < first.size(); ++d) field.shape.push_back(first[d]);
+    field.slot_bytes = static_cast<size_t>((spec.variable() ? longest : 1) * product(first, from)) * element;
     field.bytes = field.slot_bytes * static_cast<size_t>(batch);
     field.padded = spec.variable();
     field.pad = pads_[f];
@@ -149,7 +158,7 @@ void CollateStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
       lengths.bytes = sizeof(int64_t) * static_cast<size_t>(batch);
       lengths.made = at::empty({batch}, at::kLong);
       auto* out = lengths.made.data_ptr<int64_t>();
-      for (int64_t s = 0; s < batch; ++s) out[s] = samples[static_cast<size_t>(s)]->fields[f].size(0);
+      for (int64_t s = 0; s < batch; ++s) out[s] = shapes_[static_cast<size_t>(s)][0];
       place(lengths);
       layout.fields.push_back(std::move(lengths));
     }

@@ -5,7 +5,10 @@
 #include <optional>
 #include <vector>
 
+#include <ATen/core/DimVector.h>
+
 #include "ferry/io/formats/source.h"
+#include "ferry/pipeline/dataset_cache.h"
 #include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/stage.h"
 
@@ -25,6 +28,8 @@ class CollateStage : public BatchStage {
   CollateStage(std::vector<FieldSpec> fields, const CollateOptions& options, size_t min_alignment);
   std::string_view name() const override { return "collate"; }
   void run(BatchWork& work, const std::atomic<bool>& stop) override;
+  /// Cached samples (Note [dataset cache]) take their shapes from `cache`. Before the pipeline starts.
+  void use_cache(std::shared_ptr<const DatasetCache> cache) { cache_ = std::move(cache); }
 
   /// The names of the batches' fields, in order.
   const std::shared_ptr<const BatchSchema>& schema() const noexcept { return schema_; }
@@ -40,6 +45,8 @@ class CollateStage : public BatchStage {
   std::vector<std::array<std::byte, 8>> pads_;  // per field: one element of its pad value
   size_t min_alignment_;
   std::shared_ptr<const BatchSchema> schema_;
+  std::shared_ptr<const DatasetCache> cache_;
+  std::vector<at::DimVector> shapes_;  // run(): one field's shape in each sample (kept to reuse its memory)
 };
 
 }  // namespace ferry

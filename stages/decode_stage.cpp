@@ -82,6 +82,10 @@ DecodeStage::DecodeStage(std::shared_ptr<const Source> source, const DecoderRegi
 }
 
 void DecodeStage::run(SampleWork& work) {
+  if (cache_ && cache_->contains(work.index())) {
+    work.cached = true;
+    return;
+  }
   const std::vector<FieldSpec>& specs = source_->fields();
   EncodedSample encoded = source_->read(work.index());
   work.key = encoded.key;

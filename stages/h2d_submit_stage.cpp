@@ -15,7 +15,8 @@
 
 namespace ferry {
 
-H2DSubmitStage::H2DSubmitStage(at::Device device, const TransferOptions& options) : device_(device), options_(options) {
+H2DSubmitStage::H2DSubmitStage(at::Device device, const TransferOptions& options, std::shared_ptr<DatasetCache> cache)
+    : device_(device), options_(options), cache_(std::move(cache)) {
   if (device_.is_cuda()) {
     if (FERRY_WITH_GPU == 0)
       throw Error("cannot deliver to " + device_.str() +
@@ -60,6 +61,7 @@ at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaE
       FERRY_CUDA_CHECK(
           cudaMemcpyAsync(target + chunk.offset, chunk.source, chunk.bytes, cudaMemcpyHostToDevice, stream_->handle()));
     }
+    if (cache_) cache_->serve(work, target, from_host(work), stream_->handle());
   } catch (...) {
     try {
       protect();
@@ -83,6 +85,7 @@ at::Tensor H2DSubmitStage::copy_to_host(BatchWork& work) const {
   for (const CopyChunk& chunk : work.chunks)
     copies.push_back(CopyOp{target + chunk.offset, chunk.source, chunk.bytes, {}, 1});
   run_copies(copies, options_.parallel_pack_bytes);
+  if (cache_) cache_->serve(work, target, from_host(work), nullptr);
   work.slab.release();
   work.direct_sources.clear();
   return buffer;

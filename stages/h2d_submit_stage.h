@@ -6,6 +6,7 @@
 
 #include "ferry/pipeline/cuda_event_pool.h"
 #include "ferry/pipeline/cuda_stream.h"
+#include "ferry/pipeline/dataset_cache.h"
 #include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/stage.h"
 
@@ -22,12 +23,15 @@ namespace ferry {
 /// CPU: copies the slab into a fresh CPU tensor (the slab goes straight back to the pool), so a CPU
 /// pipeline runs exactly the stages a GPU one does.
 ///
+/// With a dataset cache (Note [dataset cache]), the batch's cached samples are gathered into the buffer
+/// after the copy, and its other samples kept, on the same stream.
+///
 /// Serial: one batch at a time, per device. Allocates the device buffer (a cudaMalloc only when
 /// libtorch's cache has no block).
 class H2DSubmitStage : public BatchStage {
  public:
   /// Creates the copy stream on a CUDA device. Throws ferry::Error when the device is unusable.
-  H2DSubmitStage(at::Device device, const TransferOptions& options);
+  H2DSubmitStage(at::Device device, const TransferOptions& options, std::shared_ptr<DatasetCache> cache = nullptr);
   std::string_view name() const override { return "h2d"; }
   void run(BatchWork& work, const std::atomic<bool>& stop) override;
 
@@ -36,11 +40,13 @@ class H2DSubmitStage : public BatchStage {
  private:
   at::Tensor copy_to_device(BatchWork& work, std::shared_ptr<CudaEvent>& ready);
   at::Tensor copy_to_host(BatchWork& work) const;
+  static bool from_host(const BatchWork& work) noexcept { return static_cast<bool>(work.slab) || !work.chunks.empty(); }
 
   at::Device device_;
   TransferOptions options_;
   std::unique_ptr<CudaStream> stream_;  // CUDA devices only
   std::shared_ptr<CudaEventPool> events_;
+  std::shared_ptr<DatasetCache> cache_;  // may be null
 };
 
 }  // namespace ferry

@@ -1,5 +1,6 @@
 #include "ferry/stages/pack_stage.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "ferry/pipeline/error.h"
@@ -31,6 +32,10 @@ PackStage::PackStage(std::shared_ptr<PinnedPool> pool, const TransferOptions& op
 
 void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
   const BatchLayout& layout = work.layout;
+  work.chunks.clear();
+  work.direct_sources.clear();
+  // Cached samples are gathered on the device (Note [dataset cache]); a batch of them only needs no slab.
+  if (std::all_of(work.samples.begin(), work.samples.end(), [](const auto& sample) { return sample->cached; })) return;
   if (layout.total_bytes > pool_->slab_bytes()) {
     throw Error("the batch packs to " + std::to_string(layout.total_bytes) + " bytes but a staging slab holds " +
                 std::to_string(pool_->slab_bytes()) + "; raise pool.slab_bytes");
@@ -51,7 +56,6 @@ void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
     return static_cast<const std::byte*>(keep.back().data_ptr());
   };
   // Large pinned tensors are copied from where they are (Note [direct copies]).
-  work.direct_sources.clear();
   std::vector<CopyChunk> direct;  // in offset order
   auto copy_in_place = [&](const at::Tensor& tensor, size_t offset) {
     if (options_.direct_copy_bytes == 0 || tensor.nbytes() < options_.direct_copy_bytes || !tensor.is_contiguous() ||
@@ -73,6 +77,10 @@ void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
     }
     const size_t element = c10::elementSize(field.dtype);
     for (const auto& sample : work.samples) {
+      if (sample->cached) {  // its slot is written by the gather, after the copy
+        offset += field.slot_bytes;
+        continue;
+      }
       const at::Tensor& tensor = sample->fields[static_cast<size_t>(field.source_field)];
       const size_t bytes = tensor.nbytes();
       if (!(field.padded && bytes < field.slot_bytes) && copy_in_place(tensor, offset)) {
@@ -89,7 +97,6 @@ void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
   run_copies(ops, options_.parallel_pack_bytes);
 
   // The slab's bytes around the direct ranges, and the direct ranges, each cut to max_chunk_bytes.
-  work.chunks.clear();
   auto add = [&](size_t offset, const std::byte* source, size_t bytes) {
     for (size_t done = 0; done < bytes; done += options_.max_chunk_bytes) {
       work.chunks.push_back(CopyChunk{offset + done, source + done, std::min(options_.max_chunk_bytes, bytes - done)});

@@ -5,6 +5,7 @@
 #include "ferry/pipeline/cuda_device.h"
 #include "ferry/stages/batch_planner.h"
 #include "ferry/stages/collate_stage.h"
+#include "ferry/stages/dataset_cache_plan.h"
 #include "ferry/stages/decode_stage.h"
 #include "ferry/stages/event_wait_stage.h"
 #include "ferry/stages/h2d_submit_stage.h"
@@ -65,13 +66,23 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
   pool_options.device = device.is_cuda() ? device.index() : 0;
   pool_options.pinned = device.is_cuda();
 
+  auto decode = std::make_unique<DecodeStage>(source, DecoderRegistry::global(), options.decoders, field_decoders);
+  std::shared_ptr<DatasetCache> cache;
+  if (options.cache.enabled()) {
+    cache = DatasetCache::create(plan_dataset_cache(*source, decode->decoders(), options, device, sampler->epoch_size(),
+                                                    collate->max_batch_bytes(options.batch_size)));
+    decode->use_cache(cache);
+    collate->use_cache(cache);
+  }
+
   StageSet stages;
   stages.batches = std::make_unique<BatchPlanner>(sampler, BatchPlanner::Options::of(options));
-  stages.decode = std::make_unique<DecodeStage>(source, DecoderRegistry::global(), options.decoders, field_decoders);
+  stages.decode = std::move(decode);
   stages.collate = std::move(collate);
   stages.pool = PinnedPool::create(pool_options);
   stages.pack = std::make_unique<PackStage>(stages.pool, options.transfer);
-  stages.h2d = std::make_unique<H2DSubmitStage>(device, options.transfer);
+  stages.h2d = std::make_unique<H2DSubmitStage>(device, options.transfer, cache);
+  stages.cache = cache;
   stages.event_wait = std::make_unique<EventWaitStage>(options.transfer.wait);
   return stages;
 }

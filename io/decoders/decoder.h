@@ -36,6 +36,9 @@ class Decoder {
     (void)context;
     return decode(encoded, spec);
   }
+  /// Whether decode_sample() gives a sample the same tensor in every epoch, so that a dataset cache
+  /// may keep it (Note [dataset cache]). A decoder that draws per-epoch random numbers says no.
+  virtual bool same_every_epoch() const { return true; }
 };
 
 /// Decoder instances by field name, handed to make_pipeline() and the decode stage beside the names

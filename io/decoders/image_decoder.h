@@ -28,6 +28,8 @@ class ImageDecoder : public Decoder {
   at::Tensor decode(const at::Tensor& encoded, const FieldSpec& spec) const override;
   at::Tensor decode_sample(const at::Tensor& encoded, const FieldSpec& spec,
                            const DecodeContext& context) const override;
+  /// No with a random crop: another crop every epoch.
+  bool same_every_epoch() const override { return options().crop != ImageDecodeOptions::Crop::kRandom; }
 
  private:
   /// The decoder for `encoded`'s format; throws for an unknown one.

@@ -55,6 +55,8 @@ class JpegDecoder : public Decoder {
   /// same on every run (Note [random crop]). Otherwise as decode().
   at::Tensor decode_sample(const at::Tensor& encoded, const FieldSpec& spec,
                            const DecodeContext& context) const override;
+  /// No with a random crop: another crop every epoch.
+  bool same_every_epoch() const override { return options_.crop != ImageDecodeOptions::Crop::kRandom; }
 
  private:
   /// `context` seeds a random crop; null: a digest of the bytes does.

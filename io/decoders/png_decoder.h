@@ -41,6 +41,8 @@ class PngDecoder : public Decoder {
   /// same on every run. Otherwise as decode().
   at::Tensor decode_sample(const at::Tensor& encoded, const FieldSpec& spec,
                            const DecodeContext& context) const override;
+  /// No with a random crop: another crop every epoch.
+  bool same_every_epoch() const override { return options_.crop != ImageDecodeOptions::Crop::kRandom; }
 
   /// Whether `encoded` starts with PNG's signature.
   static bool is_png(const at::Tensor& encoded);

@@ -165,6 +165,17 @@ class Pipeline:
         rates, per-stage busy and waiting times, queue occupancy, the pinned pool, skipped samples."""
         return json.loads(self._impl.stats_json())
 
+    def cache_to(self, device: int | str | torch.device) -> None:
+        """Moves the dataset cache (``cache.memory: managed``) to ``device`` and returns once it is
+        there: -1 (or ``"cpu"``) is the host, e.g. while an evaluation needs the GPU's memory; the
+        delivery GPU's index (or ``"cuda:N"``) brings it back. Pointers do not change, and batches keep
+        coming meanwhile (gathered over the link while the cache is on the host). Raises ferry.Error
+        without a managed cache, or for another device."""
+        if isinstance(device, (str, torch.device)):
+            where = torch.device(device)
+            device = -1 if where.type == "cpu" else (where.index if where.index is not None else 0)
+        self._impl.cache_to(int(device))
+
     def close(self) -> None:
         """Stops the work and frees the threads and pinned memory now; iteration then ends.
         Idempotent; also called on leaving a ``with`` block."""

@@ -224,6 +224,13 @@ void PythonPipeline::load_state_json(const std::string& json) {
   retire(install(std::move(fresh)));
 }
 
+void PythonPipeline::cache_to(int device) {
+  const std::shared_ptr<Pipeline> pipeline = running();
+  if (!pipeline) throw Error("cache_to() on a closed pipeline");
+  py::gil_scoped_release release;
+  pipeline->cache_to(device);
+}
+
 std::string PythonPipeline::stats_json() const {
   PipelineStats stats;
   if (const std::shared_ptr<Pipeline> pipeline = running()) {
@@ -308,6 +315,7 @@ void bind_pipeline(py::module_& module) {
       .def("state_json", &PythonPipeline::state_json)
       .def("load_state_json", &PythonPipeline::load_state_json, py::arg("state"))
       .def("stats_json", &PythonPipeline::stats_json)
+      .def("cache_to", &PythonPipeline::cache_to, py::arg("device"))
       .def("close", &PythonPipeline::close)
       .def_property_readonly("closed", &PythonPipeline::closed)
       .def_property_readonly("device", &PythonPipeline::device)

@@ -58,6 +58,8 @@ class PythonPipeline {
   /// delivered. The new pipeline is built before the running one is closed, so a state of another
   /// order raises ConfigError and leaves this one running where it was. Call with the GIL held.
   void load_state_json(const std::string& json);
+  /// Pipeline::cache_to() on the running pipeline. GIL released while the cache moves.
+  void cache_to(int device);
   /// The run's stats as the JSON report `ferry run --report` writes (docs/report.md).
   std::string stats_json() const;
   /// Stops the work and frees every thread and pinned slab; a next() blocked on another thread

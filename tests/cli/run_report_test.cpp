@@ -288,6 +288,20 @@ PipelineStats full_stats() {
   stats.pool.slab_bytes = 1 << 20;
   stats.pool.waits = 2;
   stats.pool.wait_seconds = 0.01;
+  stats.cache.enabled = true;
+  stats.cache.memory = "managed";
+  stats.cache.location = "host";
+  stats.cache.capacity_bytes = 1 << 24;
+  stats.cache.used_bytes = 3 << 20;
+  stats.cache.samples = 120;
+  stats.cache.hits = 300;
+  stats.cache.misses = 150;
+  stats.cache.hit_epochs = 2;
+  stats.cache.gathers = 20;
+  stats.cache.timed_gathers = 20;
+  stats.cache.gather_seconds = 0.0004;
+  stats.cache.moves = 2;
+  stats.cache.last_move_seconds = 0.003;
   stats.skipped_samples = 105;
   stats.skipped.push_back(SkippedSample{7, "shard-0/\"odd\"\\name\n", "decode", "bad header\t(\x01)"});
   stats.skipped.push_back(SkippedSample{9, "", "decode", "not UTF-8: \xff"});
@@ -385,6 +399,29 @@ TEST(RunReport, JsonHoldsTheStatsInTheDocumentedOrder) {
   EXPECT_EQ(json["skipped"]["not_listed"].u64(), 0u);
 }
 
+TEST(RunReport, TheCacheHasALineAndAnObjectOnlyWhenThereIsOne) {
+  const PipelineStats stats = full_stats();
+  const Json json = JsonReader::parse(json_of(RunInfo{}, stats));
+  const Json& cache = json["cache"];
+  EXPECT_EQ(cache["memory"].text, "managed");
+  EXPECT_EQ(cache["location"].text, "host");
+  EXPECT_EQ(cache["used_bytes"].u64(), 3u << 20);
+  EXPECT_EQ(cache["hits"].u64(), 300u);
+  EXPECT_EQ(cache["hit_epochs"].u64(), 2u);
+  EXPECT_DOUBLE_EQ(cache["gather_seconds_per_batch"].number(), 0.0004 / 20);
+  EXPECT_EQ(cache["moves"].u64(), 2u);
+  const std::string text = report_text("t", RunInfo{}, stats);
+  EXPECT_NE(text.find("cache      managed memory on host"), std::string::npos) << text;
+  EXPECT_NE(text.find("300 hits, 150 misses, 2 epochs served wholly from it; gather 20.0 us per batch"),
+            std::string::npos)
+      << text;
+
+  PipelineStats none = stats;
+  none.cache = DatasetCacheStats{};
+  EXPECT_EQ(json_of(RunInfo{}, none).find("\"cache\""), std::string::npos);
+  EXPECT_EQ(report_text("t", RunInfo{}, none).find("cache "), std::string::npos);
+}
+
 TEST(RunReport, JsonEscapesStringsAndCountsUnlistedSkips) {
   RunInfo info;
   info.ferry_version = "0.1.0";
@@ -475,8 +512,8 @@ TEST(RunReport, TheSchemaCheckRejectsBrokenReports) {
     EXPECT_NE(at, std::string::npos) << from;
     return at == std::string::npos ? text : text.replace(at, from.size(), to);
   };
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 2,", ""), "missing.json"), 1);
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 2,", "\"format_version\": 2, \"extra\": 2,"), "extra.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 3,", ""), "missing.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 3,", "\"format_version\": 3, \"extra\": 2,"), "extra.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": \"40\""), "type.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": -40"), "negative.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"wall_seconds\": 2", "\"wall_seconds\": NaN"), "nan.json"), 1);

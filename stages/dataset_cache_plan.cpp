@@ -1,0 +1,135 @@
+#include "ferry/stages/dataset_cache_plan.h"
+
+#include <unistd.h>
+#include <algorithm>
+
+#include "ferry/build_config.h"
+#include "ferry/io/util/units.h"
+#include "ferry/pipeline/cuda_error.h"
+#include "ferry/pipeline/device_guard.h"
+#include "ferry/pipeline/error.h"
+#include "ferry/pipeline/segment_copy.h"
+#include "ferry/pipeline/unified_memory.h"
+
+#if FERRY_HAVE_CUDART
+#include <cuda_runtime_api.h>
+#endif
+
+namespace ferry {
+namespace {
+
+size_t free_device_bytes(int device) {
+#if FERRY_HAVE_CUDART
+  DeviceGuard guard(device);
+  size_t free = 0, total = 0;
+  FERRY_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
+}  // namespace
+
+DatasetCache::Options plan_dataset_cache(const Source& source,
+                                         const std::vector<std::shared_ptr<const Decoder>>& decoders,
+                                         const PipelineOptions& options, at::Device device, uint64_t epoch_samples,
+                                         std::optional<size_t> largest_batch) {
+  const CacheOptions& cache = options.cache;
+  const std::vector<FieldSpec>& specs = source.fields();
+  for (size_t f = 0; f < specs.size() && f < decoders.size(); ++f) {
+    if (decoders[f] && !decoders[f]->same_every_epoch()) {
+      throw Error("field '" + specs[f].name + "' is decoded by '" + std::string(decoders[f]->name()) +
+                  "' with a random crop, another one every epoch: a cache would repeat the first epoch's crops "
+                  "(use crop: center for a cached field, or turn the cache off)");
+    }
+  }
+  const std::string memory = cache_memory_name(cache.memory);
+  if (cache.memory == CacheMemory::kHost && device.is_cuda()) {
+    throw Error("cache.memory: host is for a pipeline that delivers to the CPU; this one delivers to " + device.str() +
+                ": use managed or device");
+  }
+  if ((cache.memory == CacheMemory::kManaged || cache.memory == CacheMemory::kDevice) && !device.is_cuda()) {
+    throw Error("cache.memory: " + memory + " keeps the cache on a GPU, but this pipeline delivers to " + device.str() +
+                ": use host");
+  }
+  const int index = device.is_cuda() ? device.index() : -1;
+  if (device.is_cuda()) {
+    if (const std::string why = segment_kernel_reason(); !why.empty()) {
+      throw Error("cache.memory: " + memory +
+                  " gathers batches on the GPU with ferry's kernel, which this build lacks: " + why);
+    }
+    if (cache.memory == CacheMemory::kManaged) require_unified_memory(index);
+  }
+
+  DatasetCache::Options plan;
+  plan.memory = cache.memory;
+  plan.device = index;
+  plan.source_samples = source.size();
+  std::vector<int64_t> longest(specs.size(), 0);
+  std::string unbounded;
+  for (size_t f = 0; f < specs.size(); ++f) {
+    plan.fields.push_back(DatasetCache::Field{specs[f].dtype, specs[f].shape});
+    if (specs[f].variable()) {
+      if (specs[f].max_length) {
+        longest[f] = *specs[f].max_length;
+      } else if (unbounded.empty()) {
+        unbounded = specs[f].name;
+      }
+    }
+  }
+  // The distinct samples this rank can visit: one epoch's share when the sampler gives it the same one
+  // every epoch; with several ranks and a shuffle, another share each epoch, up to the whole source.
+  const uint64_t visits =
+      options.epochs > UINT64_MAX / std::max<uint64_t>(epoch_samples, 1) ? UINT64_MAX : epoch_samples * options.epochs;
+  const uint64_t samples = std::min<uint64_t>(source.size(), visits);
+  const size_t per_sample = DatasetCache::sample_bytes(plan.fields, longest);
+  // In 128 bits: samples x bytes may pass 64.
+  __extension__ typedef unsigned __int128 Wide;
+  const Wide bound = static_cast<Wide>(per_sample) * samples;
+  const std::string what = std::to_string(samples) + " samples of " + source.describe();
+  if (!unbounded.empty()) {
+    if (cache.max_bytes == 0) {
+      throw Error("field '" + unbounded +
+                  "' is variable-length with no max_length, so the cache's size is unknown: "
+                  "set cache.max_bytes (or the field's max_length)");
+    }
+    plan.capacity_bytes = cache.max_bytes;
+  } else if (cache.max_bytes != 0 && bound > cache.max_bytes) {
+    const bool fixed = std::none_of(specs.begin(), specs.end(), [](const FieldSpec& spec) { return spec.variable(); });
+    if (fixed) {
+      throw Error("the cache needs " + format_byte_size(static_cast<size_t>(std::min<Wide>(bound, SIZE_MAX))) +
+                  " for " + what + " (" + format_byte_size(per_sample) + " each), more than cache.max_bytes (" +
+                  format_byte_size(cache.max_bytes) + "): raise it, or turn the cache off");
+    }
+    plan.capacity_bytes = cache.max_bytes;  // samples that do not fit stay uncached
+  } else {
+    if (bound > SIZE_MAX) throw Error("the cache for " + what + " would pass 2^64 bytes");
+    plan.capacity_bytes = static_cast<size_t>(bound);
+  }
+
+  // Room beside the cache: on the device, the batches in flight; on the host, the machine's memory.
+  if (device.is_cuda()) {
+    const size_t in_flight = largest_batch ? *largest_batch * options.prefetch : 0;
+    const size_t free = free_device_bytes(index);
+    if (plan.capacity_bytes > free || free - plan.capacity_bytes < in_flight) {
+      throw Error("the cache needs " + format_byte_size(plan.capacity_bytes) + " for " + what +
+                  (in_flight ? " and the batches in flight up to " + format_byte_size(in_flight) : std::string()) +
+                  ", but " + device.str() + " has " + format_byte_size(free) +
+                  " free: set cache.max_bytes lower, use fewer samples, or turn the cache off");
+    }
+  } else {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page = sysconf(_SC_PAGESIZE);
+    const size_t physical = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : SIZE_MAX;
+    if (plan.capacity_bytes > physical) {
+      throw Error("the cache needs " + format_byte_size(plan.capacity_bytes) + " for " + what +
+                  ", more than this machine's " + format_byte_size(physical) +
+                  " of memory: set cache.max_bytes lower, or turn the cache off");
+    }
+  }
+  return plan;
+}
+
+}  // namespace ferry

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <c10/core/Device.h>
+
+#include "ferry/io/decoders/decoder.h"
+#include "ferry/io/formats/source.h"
+#include "ferry/pipeline/dataset_cache.h"
+#include "ferry/pipeline/pipeline_options.h"
+
+namespace ferry {
+
+/// The dataset cache a pipeline over `source` with `options` gets (Note [dataset cache]): its memory,
+/// device, fields and arena size, for a rank that visits `epoch_samples` samples per epoch: room for every
+/// distinct sample it may visit in options.epochs epochs (at most the source's). Checks
+/// everything before anything is allocated, and throws ferry::Error naming the problem:
+///   - a field whose decoder is not the same every epoch (a random crop), by name;
+///   - memory and device that do not go together (host memory for a GPU pipeline, device or managed
+///     memory for a CPU one), a build without the gather kernel, managed memory where it cannot work
+///     (UnifiedMemoryUnsupportedError);
+///   - a size that cannot be known (a variable-length field without max_length, and no max_bytes);
+///   - more than cache.max_bytes (fixed-size fields; with variable-length ones the arena is capped at
+///     max_bytes and samples that do not fit stay uncached);
+///   - more than the device has free beside `prefetch` batches of `largest_batch` bytes (host
+///     memory: more than the machine has).
+/// Reads the device's free memory (which creates its CUDA context). Thread-safe.
+DatasetCache::Options plan_dataset_cache(const Source& source,
+                                         const std::vector<std::shared_ptr<const Decoder>>& decoders,
+                                         const PipelineOptions& options, at::Device device, uint64_t epoch_samples,
+                                         std::optional<size_t> largest_batch);
+
+}  // namespace ferry
