@@ -34,7 +34,7 @@ SyntheticOptions fields(uint64_t samples) {
   options.samples = samples;
   options.fields = {
       SyntheticField{"x", at::kFloat, {16, 9}, false, 0, 0, std::nullopt},
-      SyntheticField{"ids", at::kShort, {}, true, 1, 70, std::nullopt},
+      SyntheticField{"ids", at::kInt, {}, true, 1, 70, std::nullopt},
   };
   return options;
 }
