@@ -10,10 +10,15 @@
 namespace ferry::detail {
 namespace {
 
+// A launch's segments, in its parameters. Two sizes: a small batch's launch does not pass 24 KiB of
+// parameters to use 2 KiB of them.
+template <size_t N>
 struct SegmentLaunch {
-  CopySegment segments[kSegmentsPerLaunch];
+  CopySegment segments[N];
 };
-static_assert(sizeof(SegmentLaunch) <= 4000, "a launch's segments must fit the 4 KiB of kernel parameters");
+constexpr size_t kSmallLaunch = 64;
+static_assert(sizeof(SegmentLaunch<kSegmentsPerLaunch>) <= 32000,
+              "a launch's segments must fit the 32 KiB of kernel parameters");
 
 // Copies bytes [begin, end) of a segment in words of W bytes where target and source agree modulo W,
 // the unaligned head and tail byte by byte. `rank`/`ranks`: this thread among the segment's threads.
@@ -30,7 +35,8 @@ __device__ void copy_words(std::byte* target, const std::byte* source, uint64_t 
   for (uint64_t i = head + words * W + rank; i < bytes; i += ranks) target[i] = source[i];
 }
 
-__global__ void copy_segments(const SegmentLaunch launch) {
+template <size_t N>
+__global__ void copy_segments(const SegmentLaunch<N> launch) {
   const CopySegment& segment = launch.segments[blockIdx.y];
   const uint64_t rank = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const uint64_t ranks = uint64_t{gridDim.x} * blockDim.x;
@@ -42,6 +48,8 @@ __global__ void copy_segments(const SegmentLaunch launch) {
       copy_words<uint2>(segment.target, segment.source, segment.copy_bytes, rank, ranks);
     } else if (apart % 4 == 0) {
       copy_words<uint32_t>(segment.target, segment.source, segment.copy_bytes, rank, ranks);
+    } else if (apart % 2 == 0) {  // uint16 tokens: 2049 of them make every other sample 2-byte aligned only
+      copy_words<uint16_t>(segment.target, segment.source, segment.copy_bytes, rank, ranks);
     } else {
       copy_words<unsigned char>(segment.target, segment.source, segment.copy_bytes, rank, ranks);
     }
@@ -53,11 +61,9 @@ __global__ void copy_segments(const SegmentLaunch launch) {
   for (uint64_t i = rank; i < segment.fill_bytes; i += ranks) fill[i] = pattern[i % segment.element_bytes];
 }
 
-}  // namespace
-
-void launch_segment_kernel(const CopySegment* segments, size_t count, CudaStreamHandle stream) {
-  if (count == 0) return;
-  SegmentLaunch launch;
+template <size_t N>
+void launch(const CopySegment* segments, size_t count, CudaStreamHandle stream) {
+  SegmentLaunch<N> launch;
   uint64_t largest = 0;
   for (size_t i = 0; i < count; ++i) {
     launch.segments[i] = segments[i];
@@ -68,8 +74,19 @@ void launch_segment_kernel(const CopySegment* segments, size_t count, CudaStream
   const uint64_t per_block = uint64_t{kThreads} * 16 * 4;
   const unsigned blocks =
       static_cast<unsigned>(std::min<uint64_t>(64, std::max<uint64_t>(1, (largest + per_block - 1) / per_block)));
-  copy_segments<<<dim3(blocks, static_cast<unsigned>(count)), kThreads, 0, stream>>>(launch);
+  copy_segments<N><<<dim3(blocks, static_cast<unsigned>(count)), kThreads, 0, stream>>>(launch);
   FERRY_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void launch_segment_kernel(const CopySegment* segments, size_t count, CudaStreamHandle stream) {
+  if (count == 0) return;
+  if (count <= kSmallLaunch) {
+    launch<kSmallLaunch>(segments, count, stream);
+  } else {
+    launch<kSegmentsPerLaunch>(segments, count, stream);
+  }
 }
 
 }  // namespace ferry::detail

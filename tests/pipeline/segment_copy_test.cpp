@@ -84,9 +84,9 @@ TEST(SegmentCopy, TheKernelMatchesTheHost) {
   ASSERT_EQ(cudaMalloc(&target_memory, bytes), cudaSuccess);
   auto* source = static_cast<std::byte*>(source_memory);
   auto* target = static_cast<std::byte*>(target_memory);
-  // Up to 200 segments: several launches of kSegmentsPerLaunch; offsets of any alignment.
+  // Up to 1190 segments: launches of both sizes, and several of kSegmentsPerLaunch; offsets of any alignment.
   for (int round = 0; round < 30; ++round) {
-    const Case c = random_case(random, 1 + round * 7, bytes);
+    const Case c = random_case(random, 1 + round * 41, bytes);
     std::vector<std::byte> got(bytes, std::byte{0xEE});
     ASSERT_EQ(cudaMemcpy(source, c.source.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(target, got.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
