@@ -141,7 +141,7 @@ std::shared_ptr<const Source> check_config(const Config& config) {
         const DecodeStage decode(source, DecoderRegistry::global(), options.decoders, field_decoders);
         const CollateStage collate(source->fields(), options.collate, options.transfer.min_alignment);
         (void)plan_dataset_cache(*source, decode.decoders(), options, resolve_device(options.device),
-                                 make_sampler(config.sampler, *placement, *source)->epoch_size(),
+                                 *make_sampler(config.sampler, *placement, *source),
                                  collate.max_batch_bytes(options.batch_size));
       } catch (const Error& e) {
         const bool size = e.cause().find("max_bytes") != std::string::npos && options.cache.max_bytes != 0;

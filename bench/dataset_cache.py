@@ -231,6 +231,8 @@ def main():
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    if args.epochs < 2:
+        parser.error("--epochs must be at least 2: the first fills the cache, the later ones are measured")
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.data, exist_ok=True)
     device = torch.device("cuda", 0)

@@ -65,10 +65,6 @@ size_t DatasetCache::sample_bytes(const std::vector<Field>& fields, const std::v
   return total;
 }
 
-size_t DatasetCache::bytes_for(const std::vector<Field>& fields, uint64_t samples, int64_t max_rows) {
-  return sample_bytes(fields, std::vector<int64_t>(fields.size(), max_rows)) * samples;
-}
-
 std::shared_ptr<DatasetCache> DatasetCache::create(Options options) {
   if (options.memory == CacheMemory::kOff) throw Error("DatasetCache::create: cache.memory is off");
   return std::shared_ptr<DatasetCache>(new DatasetCache(std::move(options)));
@@ -134,7 +130,9 @@ DatasetCache::~DatasetCache() {
 }
 
 bool DatasetCache::contains(uint64_t index) const noexcept {
-  return index < options_.source_samples && slots_[index].load(std::memory_order_acquire) != 0;
+  if (index >= options_.source_samples) return false;
+  const uint64_t slot = slots_[index].load(std::memory_order_acquire);
+  return slot != 0 && slot != kReserved;
 }
 
 int64_t DatasetCache::rows(uint64_t index, size_t field) const noexcept {
@@ -165,57 +163,70 @@ void DatasetCache::serve(const BatchWork& work, std::byte* batch, bool from_host
   const BatchLayout& layout = work.layout;
   const size_t field_count = options_.fields.size();
   // The layout field each source field lands in.
-  std::vector<const FieldLayout*> placed(field_count, nullptr);
+  placed_.assign(field_count, nullptr);
   for (const FieldLayout& field : layout.fields) {
-    if (field.source_field >= 0) placed.at(static_cast<size_t>(field.source_field)) = &field;
+    if (field.source_field >= 0) placed_.at(static_cast<size_t>(field.source_field)) = &field;
   }
-
-  std::vector<CopySegment> gather;
-  std::vector<CopySegment> fill;
-  struct Kept {
-    uint64_t index;
-    size_t offset;
-    std::vector<int64_t> rows;
-  };
-  std::vector<Kept> kept;
+  gather_.clear();
+  fill_.clear();
+  kept_indices_.clear();
+  kept_offsets_.clear();
+  kept_rows_.clear();
+  size_t used = used_;  // committed with the publish, so a throw below leaks no space
   uint64_t hits = 0;
-  std::vector<int64_t> sample_rows(field_count, 0);
+  // Slots reserved for this batch's new samples: a sample twice in the batch is kept once; a throw
+  // before the publish gives them back.
+  struct Unreserve {
+    DatasetCache& cache;
+    bool armed = true;
+    ~Unreserve() {
+      if (!armed) return;
+      for (const uint64_t index : cache.kept_indices_) cache.slots_[index].store(0, std::memory_order_relaxed);
+    }
+  } unreserve{*this};
+
   for (size_t s = 0; s < work.samples.size(); ++s) {
     const SampleWork& sample = *work.samples[s];
     const uint64_t index = sample.index();
     if (sample.cached) {
       ++hits;
-      size_t offset = slots_[index].load(std::memory_order_acquire) - 1;
+      const uint64_t slot = slots_[index].load(std::memory_order_acquire);
+      if (slot == 0 || slot == kReserved)
+        throw Error("dataset cache: sample " + std::to_string(index) + " is not kept");
+      size_t offset = slot - 1;
       for (size_t f = 0; f < field_count; ++f) {
-        const FieldLayout& field = *placed[f];
+        const FieldLayout& field = *placed_[f];
         const size_t bytes = field_bytes(options_.fields[f], rows(index, f));
         const size_t element = c10::elementSize(field.dtype);
-        gather.push_back(CopySegment{batch + field.offset + s * field.slot_bytes, arena_ + offset, bytes,
-                                     field.slot_bytes - bytes, field.pad, static_cast<uint32_t>(element)});
+        gather_.push_back(CopySegment{batch + field.offset + s * field.slot_bytes, arena_ + offset, bytes,
+                                      field.slot_bytes - bytes, field.pad, static_cast<uint32_t>(element)});
         offset += align_up(bytes);
       }
       continue;
     }
-    // A sample copied from the host: keep it, unless it is kept already or does not fit.
-    if (contains(index) || index >= options_.source_samples ||
-        std::any_of(kept.begin(), kept.end(), [&](const Kept& k) { return k.index == index; })) {
-      continue;
-    }
+    // A sample copied from the host: keep it, unless it is kept (or reserved) already or does not fit.
+    if (index >= options_.source_samples || slots_[index].load(std::memory_order_relaxed) != 0) continue;
+    const size_t first_row = kept_rows_.size();
     for (size_t f = 0; f < field_count; ++f) {
-      sample_rows[f] = options_.fields[f].variable() ? sample.fields.at(f).size(0) : 0;
+      kept_rows_.push_back(options_.fields[f].variable() ? sample.fields.at(f).size(0) : 0);
     }
-    const size_t size = sample_bytes(options_.fields, sample_rows);
-    if (size > options_.capacity_bytes - used_) {
+    size_t size = 0;
+    for (size_t f = 0; f < field_count; ++f)
+      size += align_up(field_bytes(options_.fields[f], kept_rows_[first_row + f]));
+    if (size > options_.capacity_bytes - used) {
+      kept_rows_.resize(first_row);
       not_kept_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    size_t offset = used_;
-    kept.push_back(Kept{index, offset, sample_rows});
-    used_ += size;
+    slots_[index].store(kReserved, std::memory_order_relaxed);
+    kept_indices_.push_back(index);
+    kept_offsets_.push_back(used);
+    size_t offset = used;
+    used += size;
     for (size_t f = 0; f < field_count; ++f) {
-      const FieldLayout& field = *placed[f];
-      const size_t bytes = field_bytes(options_.fields[f], sample_rows[f]);
-      fill.push_back(CopySegment{arena_ + offset, batch + field.offset + s * field.slot_bytes, bytes, 0, {}, 1});
+      const FieldLayout& field = *placed_[f];
+      const size_t bytes = field_bytes(options_.fields[f], kept_rows_[first_row + f]);
+      fill_.push_back(CopySegment{arena_ + offset, batch + field.offset + s * field.slot_bytes, bytes, 0, {}, 1});
       offset += align_up(bytes);
     }
   }
@@ -228,17 +239,17 @@ void DatasetCache::serve(const BatchWork& work, std::byte* batch, bool from_host
       for (size_t at = 0; at < field.bytes; at += element) {
         CopySegment segment{batch + field.offset + at, nullptr, 0, element, {}, static_cast<uint32_t>(element)};
         std::copy(values + at, values + at + element, segment.pattern.begin());
-        gather.push_back(segment);
+        gather_.push_back(segment);
       }
     }
   }
 
   const bool on_host = options_.memory == CacheMemory::kHost;
-  if (!gather.empty()) {
+  if (!gather_.empty()) {
     gathers_.fetch_add(1, std::memory_order_relaxed);
     if (on_host) {
       const auto start = std::chrono::steady_clock::now();
-      copy_segments_on_host(gather);
+      copy_segments_on_host(gather_);
       gather_ns_.fetch_add(
           static_cast<uint64_t>(
               std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()),
@@ -255,7 +266,7 @@ void DatasetCache::serve(const BatchWork& work, std::byte* batch, bool from_host
         timing = std::make_unique<Timing>();
       }
       if (timing) FERRY_CUDA_CHECK(cudaEventRecord(timing->start, stream));
-      copy_segments_on_device(gather, stream);
+      copy_segments_on_device(gather_, stream);
       if (timing) {
         FERRY_CUDA_CHECK(cudaEventRecord(timing->end, stream));
         pending_timings_.push_back(std::move(timing));
@@ -263,21 +274,25 @@ void DatasetCache::serve(const BatchWork& work, std::byte* batch, bool from_host
 #endif
     }
   }
-  if (!fill.empty()) {
+  if (!fill_.empty()) {
     if (on_host) {
-      copy_segments_on_host(fill);
+      copy_segments_on_host(fill_);
     } else {
-      copy_segments_on_device(fill, stream);
+      copy_segments_on_device(fill_, stream);
     }
   }
   // Published once the fills are queued (Note [dataset cache]).
-  for (const Kept& k : kept) {
+  for (size_t k = 0; k < kept_indices_.size(); ++k) {
+    const uint64_t index = kept_indices_[k];
     for (size_t f = 0; f < field_count; ++f) {
-      if (variable_fields_[f] != SIZE_MAX) rows_[k.index * variable_count_ + variable_fields_[f]] = k.rows[f];
+      if (variable_fields_[f] != SIZE_MAX)
+        rows_[index * variable_count_ + variable_fields_[f]] = kept_rows_[k * field_count + f];
     }
-    slots_[k.index].store(k.offset + 1, std::memory_order_release);
+    slots_[index].store(kept_offsets_[k] + 1, std::memory_order_release);
   }
-  kept_.fetch_add(kept.size(), std::memory_order_relaxed);
+  unreserve.armed = false;
+  used_ = used;
+  kept_.fetch_add(kept_indices_.size(), std::memory_order_relaxed);
   used_bytes_.store(used_, std::memory_order_relaxed);
   hits_.fetch_add(hits, std::memory_order_relaxed);
   const uint64_t misses = work.samples.size() - hits;

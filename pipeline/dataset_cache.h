@@ -14,10 +14,12 @@
 
 #include "ferry/pipeline/cuda_types.h"
 #include "ferry/pipeline/pipeline_options.h"
+#include "ferry/pipeline/segment_copy.h"
 
 namespace ferry {
 
 struct BatchWork;
+struct FieldLayout;
 class CudaStream;
 
 // Note [dataset cache]
@@ -33,13 +35,15 @@ class CudaStream;
 //   h2d      after the batch's host copy is queued, serve() queues on the same (copy) stream a gather
 //            of the cached samples from the arena into the batch's device memory — with their padding,
 //            and the lengths fields when nothing came from the host — then a fill of the samples that
-//            were just copied into free arena space. One kernel launch does 64 pieces; the pieces
+//            were just copied into free arena space. One kernel launch does up to 512 pieces; they
 //            travel in the launch's parameters, so a cached batch makes no host-to-device copy at all.
 //
 // Ordering needs no lock or event: a sample's slot is published (release) only after its fill is
 // queued on the copy stream, and a decode thread that sees the slot (acquire) leads to a gather that
-// h2d queues later on the same stream. Samples in flight twice (an epoch's end overlapping the next
-// epoch's start) are filled once. A sample whose read or decode fails is never cached, so it fails
+// h2d queues later on the same stream. While serve() works on a batch, the slots of the samples it
+// keeps hold kReserved, which contains() reads as absent: a sample twice in a batch, or in flight
+// twice (an epoch's end overlapping the next epoch's start), is filled once, and a throw before the
+// publish gives the slots back. A sample whose read or decode fails is never cached, so it fails
 // (or is skipped) in every epoch, as without the cache. Order, values, sharding and resumption are the
 // pipeline's own: the cache only changes where a sample's bytes come from.
 //
@@ -59,7 +63,7 @@ struct DatasetCacheStats {
   uint64_t samples = 0;     // samples kept
   uint64_t hits = 0;        // samples delivered from the cache
   uint64_t misses = 0;      // samples delivered from a read and decode
-  uint64_t not_kept = 0;    // samples that did not fit in the arena
+  uint64_t not_kept = 0;    // deliveries of samples that did not fit in the arena (once per epoch each)
   uint64_t hit_epochs = 0;  // epochs whose every delivered sample came from the cache
   uint64_t gathers = 0;     // batches with a gather
   uint64_t timed_gathers = 0;
@@ -101,13 +105,11 @@ class DatasetCache {
   /// Bytes sample of `field_rows` (dim 0 of each variable-length field, in field order; fixed
   /// fields ignored) take in the arena. Pure.
   static size_t sample_bytes(const std::vector<Field>& fields, const std::vector<int64_t>& field_rows);
-  /// The arena a cache of `samples` samples of at most `max_rows` rows per variable-length field
-  /// needs. Pure.
-  static size_t bytes_for(const std::vector<Field>& fields, uint64_t samples, int64_t max_rows);
 
   /// Whether `index` is kept. Never blocks (one atomic load).
   bool contains(uint64_t index) const noexcept;
-  /// Dim 0 of variable-length field `field` of a kept sample. Never blocks.
+  /// Dim 0 of variable-length field `field` of a kept sample: only for an index contains() said is
+  /// kept, on this thread or one that synchronises with it. Never blocks.
   int64_t rows(uint64_t index, size_t field) const noexcept;
 
   /// The h2d side for one batch laid out in `batch` (device or host memory, per the cache's memory):
@@ -130,6 +132,8 @@ class DatasetCache {
   explicit DatasetCache(Options options);
   void harvest_timings();  // serve() only
 
+  static constexpr uint64_t kReserved = UINT64_MAX;  // a slot serve() is filling (Note [dataset cache])
+
   Options options_;
   std::byte* arena_ = nullptr;
   std::unique_ptr<std::byte[]> host_arena_;
@@ -138,6 +142,13 @@ class DatasetCache {
   std::unique_ptr<std::atomic<uint64_t>[]> slots_;  // index -> offset + 1 (0: not kept)
   std::unique_ptr<int64_t[]> rows_;                 // index * variable_count_ + column
   size_t used_ = 0;                                 // serve() only; used_bytes_ for readers
+  // serve()'s scratch, kept to reuse its memory: no allocation per batch once warm.
+  std::vector<const FieldLayout*> placed_;
+  std::vector<CopySegment> gather_;
+  std::vector<CopySegment> fill_;
+  std::vector<uint64_t> kept_indices_;
+  std::vector<size_t> kept_offsets_;
+  std::vector<int64_t> kept_rows_;  // field_count per kept sample
   std::atomic<uint64_t> used_bytes_{0};
   std::atomic<uint64_t> kept_{0};
   std::atomic<uint64_t> hits_{0};

@@ -76,7 +76,8 @@ const char* cache_memory_name(CacheMemory memory) noexcept;
 /// their batches from the kept bytes with a gather (no read, decode, pack or host-to-device copy).
 struct CacheOptions {
   CacheMemory memory = CacheMemory::kOff;
-  /// Cap on the cache's bytes; 0: none (the device's free memory still bounds it).
+  /// Cap on the cache's bytes; 0: none. A cache that needs more than the device has free is refused
+  /// before the start either way (Note [dataset cache]).
   size_t max_bytes = 0;
 
   bool enabled() const noexcept { return memory != CacheMemory::kOff; }

@@ -34,7 +34,7 @@ size_t free_device_bytes(int device) {
 
 DatasetCache::Options plan_dataset_cache(const Source& source,
                                          const std::vector<std::shared_ptr<const Decoder>>& decoders,
-                                         const PipelineOptions& options, at::Device device, uint64_t epoch_samples,
+                                         const PipelineOptions& options, at::Device device, const Sampler& sampler,
                                          std::optional<size_t> largest_batch) {
   const CacheOptions& cache = options.cache;
   const std::vector<FieldSpec>& specs = source.fields();
@@ -81,8 +81,10 @@ DatasetCache::Options plan_dataset_cache(const Source& source,
   }
   // The distinct samples this rank can visit: one epoch's share when the sampler gives it the same one
   // every epoch; with several ranks and a shuffle, another share each epoch, up to the whole source.
+  const uint64_t epoch_samples = sampler.epoch_size();
+  const uint64_t epochs = sampler.same_samples_every_epoch() ? 1 : options.epochs;
   const uint64_t visits =
-      options.epochs > UINT64_MAX / std::max<uint64_t>(epoch_samples, 1) ? UINT64_MAX : epoch_samples * options.epochs;
+      epochs > UINT64_MAX / std::max<uint64_t>(epoch_samples, 1) ? UINT64_MAX : epoch_samples * epochs;
   const uint64_t samples = std::min<uint64_t>(source.size(), visits);
   const size_t per_sample = DatasetCache::sample_bytes(plan.fields, longest);
   // In 128 bits: samples x bytes may pass 64.
@@ -109,20 +111,34 @@ DatasetCache::Options plan_dataset_cache(const Source& source,
     plan.capacity_bytes = static_cast<size_t>(bound);
   }
 
+  // The index -> slot table and the lengths live on the host, one entry per source sample.
+  const size_t variable = static_cast<size_t>(
+      std::count_if(specs.begin(), specs.end(), [](const FieldSpec& spec) { return spec.variable(); }));
+  const Wide table = static_cast<Wide>(source.size()) * (8 + 8 * variable);
+  const long host_pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  const Wide host_memory =
+      host_pages > 0 && page_size > 0 ? static_cast<Wide>(host_pages) * static_cast<Wide>(page_size) : ~Wide{0};
+  if (table * 4 > host_memory) {
+    throw Error("the cache's index of " + std::to_string(source.size()) + " samples of " + source.describe() +
+                " would take " + format_byte_size(static_cast<size_t>(std::min<Wide>(table, SIZE_MAX))) +
+                " of host memory, more than a quarter of this machine's: turn the cache off for a source this large");
+  }
+
   // Room beside the cache: on the device, the batches in flight; on the host, the machine's memory.
   if (device.is_cuda()) {
     const size_t in_flight = largest_batch ? *largest_batch * options.prefetch : 0;
     const size_t free = free_device_bytes(index);
     if (plan.capacity_bytes > free || free - plan.capacity_bytes < in_flight) {
-      throw Error("the cache needs " + format_byte_size(plan.capacity_bytes) + " for " + what +
-                  (in_flight ? " and the batches in flight up to " + format_byte_size(in_flight) : std::string()) +
-                  ", but " + device.str() + " has " + format_byte_size(free) +
-                  " free: set cache.max_bytes lower, use fewer samples, or turn the cache off");
+      throw Error(
+          "the cache needs " + format_byte_size(plan.capacity_bytes) + " for " + what +
+          (in_flight ? " and the batches in flight up to " + format_byte_size(in_flight) : std::string()) + ", but " +
+          device.str() + " has " + format_byte_size(free) +
+          " free (memory libtorch's allocator holds unused counts as taken: torch.cuda.empty_cache() returns it): "
+          "set cache.max_bytes lower, use fewer samples, or turn the cache off");
     }
   } else {
-    const long pages = sysconf(_SC_PHYS_PAGES);
-    const long page = sysconf(_SC_PAGESIZE);
-    const size_t physical = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : SIZE_MAX;
+    const size_t physical = static_cast<size_t>(std::min<Wide>(host_memory, SIZE_MAX));
     if (plan.capacity_bytes > physical) {
       throw Error("the cache needs " + format_byte_size(plan.capacity_bytes) + " for " + what +
                   ", more than this machine's " + format_byte_size(physical) +

@@ -9,14 +9,16 @@
 
 #include "ferry/io/decoders/decoder.h"
 #include "ferry/io/formats/source.h"
+#include "ferry/io/samplers/sampler.h"
 #include "ferry/pipeline/dataset_cache.h"
 #include "ferry/pipeline/pipeline_options.h"
 
 namespace ferry {
 
 /// The dataset cache a pipeline over `source` with `options` gets (Note [dataset cache]): its memory,
-/// device, fields and arena size, for a rank that visits `epoch_samples` samples per epoch: room for every
-/// distinct sample it may visit in options.epochs epochs (at most the source's). Checks
+/// device, fields and arena size: room for every distinct sample `sampler` (this rank's) visits in
+/// options.epochs epochs — one epoch's when every epoch visits the same samples, else up to the whole
+/// source's. Checks
 /// everything before anything is allocated, and throws ferry::Error naming the problem:
 ///   - a field whose decoder is not the same every epoch (a random crop), by name;
 ///   - memory and device that do not go together (host memory for a GPU pipeline, device or managed
@@ -30,7 +32,7 @@ namespace ferry {
 /// Reads the device's free memory (which creates its CUDA context). Thread-safe.
 DatasetCache::Options plan_dataset_cache(const Source& source,
                                          const std::vector<std::shared_ptr<const Decoder>>& decoders,
-                                         const PipelineOptions& options, at::Device device, uint64_t epoch_samples,
+                                         const PipelineOptions& options, at::Device device, const Sampler& sampler,
                                          std::optional<size_t> largest_batch);
 
 }  // namespace ferry

@@ -69,7 +69,7 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
   auto decode = std::make_unique<DecodeStage>(source, DecoderRegistry::global(), options.decoders, field_decoders);
   std::shared_ptr<DatasetCache> cache;
   if (options.cache.enabled()) {
-    cache = DatasetCache::create(plan_dataset_cache(*source, decode->decoders(), options, device, sampler->epoch_size(),
+    cache = DatasetCache::create(plan_dataset_cache(*source, decode->decoders(), options, device, *sampler,
                                                     collate->max_batch_bytes(options.batch_size)));
     decode->use_cache(cache);
     collate->use_cache(cache);

@@ -30,7 +30,8 @@ class Decoder {
   virtual std::string_view name() const = 0;
   virtual at::Tensor decode(const at::Tensor& encoded, const FieldSpec& spec) const = 0;
   /// What the decode stage calls: decode() for the sample `context` names. Decoders that draw random
-  /// numbers override it; the others need not.
+  /// numbers override it; the others need not. One whose result depends on context.epoch must also
+  /// override same_every_epoch() to say no, or a dataset cache keeps its first epoch's result.
   virtual at::Tensor decode_sample(const at::Tensor& encoded, const FieldSpec& spec,
                                    const DecodeContext& context) const {
     (void)context;

@@ -18,6 +18,11 @@ class Sampler {
   /// The source index of the position-th sample of `epoch` (position < epoch_size()).
   virtual uint64_t index(uint64_t epoch, uint64_t position) const = 0;
   virtual std::string describe() const = 0;
+  /// Whether every epoch visits the same positions in the same order (a dataset cache then needs
+  /// room for one epoch's samples only, even when a rank takes a share of them).
+  virtual bool same_order_every_epoch() const { return false; }
+  /// Whether every epoch visits the same set of samples, in whatever order.
+  virtual bool same_samples_every_epoch() const { return true; }
 };
 
 }  // namespace ferry

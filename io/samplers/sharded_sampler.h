@@ -28,6 +28,12 @@ class ShardedSampler : public Sampler {
   ShardedSampler(std::shared_ptr<const Sampler> inner, uint64_t rank, uint64_t world_size, Remainder remainder);
 
   uint64_t epoch_size() const override { return epoch_size_; }
+  bool same_order_every_epoch() const override { return inner_->same_order_every_epoch(); }
+  /// With one rank, the inner sampler's set; with several, a rank's share is the same only when the
+  /// inner order is (a shuffle deals each rank other samples every epoch).
+  bool same_samples_every_epoch() const override {
+    return world_size_ == 1 ? inner_->same_samples_every_epoch() : inner_->same_order_every_epoch();
+  }
   /// O(1) plus one inner index(); no allocation. Throws ferry::Error for position >= epoch_size().
   uint64_t index(uint64_t epoch, uint64_t position) const override;
   /// e.g. "sharded(rank=1/4, pad, shuffled(size=10, seed=3))".

@@ -173,7 +173,10 @@ class Pipeline:
         without a managed cache, or for another device."""
         if isinstance(device, (str, torch.device)):
             where = torch.device(device)
-            device = -1 if where.type == "cpu" else (where.index if where.index is not None else 0)
+            if where.type == "cpu":
+                device = -1
+            else:  # "cuda": the pipeline's own GPU
+                device = where.index if where.index is not None else torch.device(self._impl.device).index
         self._impl.cache_to(int(device))
 
     def close(self) -> None:

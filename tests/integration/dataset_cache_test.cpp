@@ -281,15 +281,28 @@ TEST_F(DatasetCache, ValidationChecksSizesAndWhereTheCacheCanLive) {
   // With a variable-length field a smaller arena is allowed: what does not fit stays uncached.
   EXPECT_EQ(problems_of(synthetic, {"cache.memory=host", "transfer.device=cpu", "cache.max_bytes=4KiB"}), "");
 
+  // A rank that visits the same share every epoch (no shuffle) needs room for that share only; with a
+  // shuffle each epoch deals it other samples, and the room is for every sample it may visit.
+  for (const bool shuffle : {false, true}) {
+    Config sharded = parse_config(npy, "cache.yaml",
+                                  {"cache.memory=host", "transfer.device=cpu", "sampler.rank=1", "sampler.world_size=3",
+                                   "sampler.epochs=5", std::string("sampler.shuffle=") + (shuffle ? "true" : "false")});
+    Pipeline pipeline = make_pipeline(sharded);
+    EXPECT_EQ(pipeline.stats().cache.capacity_bytes, (shuffle ? 150u : 50u) * (256 + 16)) << "shuffle " << shuffle;
+  }
+
   // A variable-length field with no max_length: the size is unknown without max_bytes.
   std::string raw = datasets().at("jpeg-center-and-raw");
   raw.erase(raw.find("cache: {max_bytes: 4MiB}"));
   problems = problems_of(raw, {"cache.memory=host", "transfer.device=cpu"});
   EXPECT_NE(problems.find("field 'bytes' is variable-length with no max_length"), std::string::npos) << problems;
 
-  // More than the machine has.
-  problems = problems_of(synthetic, {"cache.memory=host", "transfer.device=cpu", "source.samples=1000000000000"});
+  // More than the machine has: the samples (4 TB), or the index of a trillion samples.
+  problems = problems_of(synthetic, {"cache.memory=host", "transfer.device=cpu", "source.samples=1000000",
+                                     "source.fields.0.shape=[1000000]"});
   EXPECT_NE(problems.find("more than this machine's"), std::string::npos) << problems;
+  problems = problems_of(synthetic, {"cache.memory=host", "transfer.device=cpu", "source.samples=1000000000000"});
+  EXPECT_NE(problems.find("the cache's index of 1000000000000 samples"), std::string::npos) << problems;
 
   // GPU memory for a CPU pipeline, and host memory for a GPU one.
   problems = problems_of(synthetic, {"cache.memory=managed", "transfer.device=cpu"});
