@@ -1,7 +1,6 @@
 #include "ferry/pipeline/dataset_cache.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "ferry/build_config.h"
 #include "ferry/pipeline/cuda_error.h"
@@ -30,12 +29,6 @@ size_t field_bytes(const DatasetCache::Field& field, int64_t rows) {
     n *= static_cast<size_t>(d == 0 && field.variable() ? rows : field.shape[d]);
   }
   return n;
-}
-
-std::string bytes_text(uint64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / double(uint64_t{1} << 30));
-  return std::to_string(bytes) + " bytes (" + text + ")";
 }
 
 }  // namespace
@@ -78,7 +71,7 @@ DatasetCache::DatasetCache(Options options) : options_(std::move(options)) {
   slots_ = std::make_unique<std::atomic<uint64_t>[]>(options_.source_samples);
   if (variable_count_ != 0) rows_ = std::make_unique<int64_t[]>(options_.source_samples * variable_count_);
   const size_t bytes = options_.capacity_bytes;
-  const std::string what = "the dataset cache (" + bytes_text(bytes) + ")";
+  const std::string what = "the dataset cache (" + detail::bytes_text(bytes) + ")";
   switch (options_.memory) {
     case CacheMemory::kHost:
       location_ = -1;
@@ -96,8 +89,8 @@ DatasetCache::DatasetCache(Options options) : options_(std::move(options)) {
       size_t free = 0, total = 0;
       FERRY_CUDA_CHECK(cudaMemGetInfo(&free, &total));
       if (bytes > free) {
-        throw Error(what + " does not fit: cuda:" + std::to_string(options_.device) + " has " + bytes_text(free) +
-                    " free; lower cache.max_bytes, or turn the cache off");
+        throw Error(what + " does not fit: cuda:" + std::to_string(options_.device) + " has " +
+                    detail::bytes_text(free) + " free; lower cache.max_bytes, or turn the cache off");
       }
       void* pointer = nullptr;
       if (bytes != 0) FERRY_CUDA_CHECK(cudaMalloc(&pointer, bytes));

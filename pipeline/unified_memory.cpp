@@ -23,20 +23,6 @@ namespace {
 
 std::string device_name(int device) { return device == kCpuDevice ? "the CPU" : "cuda:" + std::to_string(device); }
 
-// "2147483648 bytes (2.0 GiB)": exact for the reader who compares, rounded for the one who skims.
-std::string bytes_text(size_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double value = static_cast<double>(bytes);
-  size_t unit = 0;
-  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
-    value /= 1024;
-    ++unit;
-  }
-  char rounded[32];
-  std::snprintf(rounded, sizeof rounded, "%.1f %s", value, kUnits[unit]);
-  return std::to_string(bytes) + " bytes (" + rounded + ")";
-}
-
 std::string dtype_name(at::ScalarType dtype) {
   switch (dtype) {
     case at::kFloat: return "float32";
@@ -229,9 +215,9 @@ void* allocate_managed(size_t bytes, int device, std::string_view what) {
   size_t total = 0;
   FERRY_CUDA_CHECK(cudaMemGetInfo(&free, &total));
   const auto refusal = [&](const std::string& why) {
-    return ManagedOutOfMemoryError("allocate_managed: " + std::string(what) + ": refusing " + bytes_text(bytes) +
-                                   " of managed memory on " + device_name(target) + ": " + why + " (" +
-                                   bytes_text(free) + " free of " + bytes_text(total) +
+    return ManagedOutOfMemoryError("allocate_managed: " + std::string(what) + ": refusing " +
+                                   detail::bytes_text(bytes) + " of managed memory on " + device_name(target) + ": " +
+                                   why + " (" + detail::bytes_text(free) + " free of " + detail::bytes_text(total) +
                                    "); ferry never asks for more managed memory than the card has free");
   };
   if (bytes > free) throw refusal("more than the device has free");
@@ -447,5 +433,21 @@ ManagedModuleResult advise_managed_module_parameters_preferred_location(const to
     advise_managed_tensor_preferred_location(tensor, device, name);
   });
 }
+
+namespace detail {
+// "2147483648 bytes (2.0 GiB)": exact for the reader who compares, rounded for the one who skims.
+std::string bytes_text(size_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  char rounded[32];
+  std::snprintf(rounded, sizeof rounded, "%.1f %s", value, kUnits[unit]);
+  return std::to_string(bytes) + " bytes (" + rounded + ")";
+}
+}  // namespace detail
 
 }  // namespace ferry

@@ -166,4 +166,9 @@ ManagedModuleResult prefetch_managed_module_parameters(const torch::nn::Module& 
 ManagedModuleResult advise_managed_module_parameters_preferred_location(const torch::nn::Module& module, int device,
                                                                         bool include_buffers = false);
 
+namespace detail {
+/// "2147483648 bytes (2.0 GiB)", for messages about memory sizes (the dataset cache's too).
+std::string bytes_text(size_t bytes);
+}  // namespace detail
+
 }  // namespace ferry
