@@ -367,7 +367,24 @@ void TarIndex::scan() {
         throw Error(where + "the extended header at byte " + std::to_string(extended_header) +
                     " is followed by the end of the archive, not by a member");
       }
-      break;  // end of archive; a second zero block and record padding may follow, unread
+      // Two zero blocks end the archive (record padding after them is not read). One at the very end
+      // of the file is accepted, as GNU tar does; one followed by more data is damage — a header
+      // zeroed in place — and stopping there would drop every later member without a word.
+      const uint64_t next = offset + kBlock;
+      if (next < file_size_) {
+        const uint64_t length = std::min<uint64_t>(kBlock, file_size_ - next);
+        if (pread_full(fd_, block.data(), length, next, path_) != length) {
+          throw Error(where + "the file shrank while the block at byte " + std::to_string(next) + " was read");
+        }
+        if (!std::all_of(block.begin(), block.begin() + static_cast<std::ptrdiff_t>(length),
+                         [](unsigned char c) { return c == 0; })) {
+          throw Error(where + "a lone zero block at byte " + std::to_string(offset) +
+                      " is followed by more data at byte " + std::to_string(next) +
+                      ": a damaged header (only two zero blocks end an archive), " + std::to_string(file_size_ - next) +
+                      " bytes after it would be lost");
+        }
+      }
+      break;
     }
 
     const auto stored = parse_number(block, kChecksumOffset, kChecksumSize);

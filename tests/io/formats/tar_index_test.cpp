@@ -271,6 +271,28 @@ TEST(TarIndex, RejectsAnArchiveCutBetweenMembers) {
   expect_contains(index_error(path), {path, "end-of-archive", "byte " + std::to_string(end)});
 }
 
+TEST(TarIndex, RejectsALoneZeroBlockFollowedByMoreMembers) {
+  // A header zeroed in place used to end the shard there, silently dropping every later member.
+  const TempDir dir("ferry_tar_index");
+  Shard shard = valid_shard();
+  for (const size_t entry : {size_t{1}, size_t{2}, size_t{7}}) {
+    std::string bytes = shard.bytes;
+    const uint64_t header = shard.writer.entries()[entry].header_offset;
+    std::fill_n(bytes.begin() + static_cast<std::ptrdiff_t>(header), 512, '\0');
+    const std::string path = dir / ("zeroed" + std::to_string(entry) + ".tar");
+    TarWriter::write_file(path, bytes);
+    expect_contains(index_error(path), {path, "lone zero block at byte " + std::to_string(header),
+                                        "followed by more data at byte " + std::to_string(header + 512)});
+  }
+  // Two zero blocks end the archive whatever follows them; so does a zero block that only zeros follow.
+  TarWriter writer;
+  writer.add("a.jpg", "x");
+  TarWriter::write_file(dir / "two.tar", writer.bytes() + std::string(1024, '\0') + "trailing garbage");
+  EXPECT_EQ(TarIndex(dir / "two.tar").sample_count(), 1u);
+  TarWriter::write_file(dir / "short.tar", writer.bytes() + std::string(512 + 100, '\0'));
+  EXPECT_EQ(TarIndex(dir / "short.tar").sample_count(), 1u);
+}
+
 TEST(TarIndex, RejectsNonAdjacentMembersOfOneSampleNamingBothOffsets) {
   const TempDir dir("ferry_tar_index");
   TarWriter writer;
