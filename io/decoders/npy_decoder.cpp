@@ -14,6 +14,7 @@
 
 #include "ferry/io/decoders/npy_format.h"
 #include "ferry/io/util/dtype_names.h"
+#include "ferry/io/util/printable.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
@@ -28,6 +29,10 @@ using detail::npy::kMagic;
 [[noreturn]] void fail(const std::string& what, int64_t offset) {
   throw Error("npy: " + what + " at byte " + std::to_string(offset));
 }
+
+// A string from the header, as messages show it: the file's bytes may be anything, and a message must
+// stay printable ASCII (a byte that is not UTF-8 would otherwise break Python's str of the error).
+std::string shown(const std::string& text) { return printable(text, 64); }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text = "(";
@@ -131,7 +136,7 @@ class HeaderParser {
       const int64_t key_offset = pos_;
       const std::string key = string_literal("a key (a quoted string)");
       skip_space();
-      expect(':', "':' after key '" + key + "'");
+      expect(':', "':' after key '" + shown(key) + "'");
       skip_space();
       int slot = -1;
       if (key == "descr") {
@@ -148,10 +153,10 @@ class HeaderParser {
         slot = 2;
         header.shape = tuple();
       } else {
-        fail("unexpected key '" + key + "' in the header dict (expected 'descr', 'fortran_order', 'shape')",
+        fail("unexpected key '" + shown(key) + "' in the header dict (expected 'descr', 'fortran_order', 'shape')",
              key_offset);
       }
-      if (seen[slot]) fail("key '" + key + "' appears twice in the header dict", key_offset);
+      if (seen[slot]) fail("key '" + shown(key) + "' appears twice in the header dict", key_offset);
       seen[slot] = true;
       skip_space();
       if (pos_ < end_ && data_[pos_] == ',') {
@@ -180,11 +185,11 @@ class HeaderParser {
 
   void expect(char c, const std::string& what) {
     if (pos_ >= end_) fail("the header ends before " + what, pos_);
-    if (data_[pos_] != c) fail("expected " + what + ", found " + printable(data_[pos_]), pos_);
+    if (data_[pos_] != c) fail("expected " + what + ", found " + byte_text(data_[pos_]), pos_);
     ++pos_;
   }
 
-  static std::string printable(char c) {
+  static std::string byte_text(char c) {
     const auto byte = static_cast<unsigned char>(c);
     if (byte >= 0x20 && byte < 0x7F) return std::string("'") + c + "'";
     static constexpr char kHex[] = "0123456789abcdef";
@@ -194,7 +199,7 @@ class HeaderParser {
   std::string string_literal(const std::string& what) {
     if (pos_ >= end_) fail("the header ends before " + what, pos_);
     const char quote = data_[pos_];
-    if (quote != '\'' && quote != '"') fail("expected " + what + ", found " + printable(quote), pos_);
+    if (quote != '\'' && quote != '"') fail("expected " + what + ", found " + byte_text(quote), pos_);
     const int64_t start = ++pos_;
     while (pos_ < end_ && data_[pos_] != quote) {
       if (data_[pos_] == '\\') fail("escapes in header strings are not supported", pos_);
@@ -243,7 +248,7 @@ class HeaderParser {
     }
     if (pos_ == start) {
       fail("expected a non-negative integer in 'shape', found " +
-               (pos_ < end_ ? printable(data_[pos_]) : std::string("the end of the header")),
+               (pos_ < end_ ? byte_text(data_[pos_]) : std::string("the end of the header")),
            pos_);
     }
     if (pos_ < end_ && data_[pos_] == 'L') ++pos_;  // Python 2 longs: files written by old NumPy
@@ -265,26 +270,26 @@ uint64_t read_le(const uint8_t* p, int bytes) {
 const NpyType& npy_type(const std::string& descr, int64_t offset) {
   // The string starts after the opening quote.
   const int64_t at = offset + 1;
-  if (descr.size() < 2) fail("unrecognised dtype '" + descr + "'", at);
+  if (descr.size() < 2) fail("unrecognised dtype '" + shown(descr) + "'", at);
   const char order = descr[0];
   const std::string_view code = std::string_view(descr).substr(1);
   if (order != '<' && order != '>' && order != '|' && order != '=') {
-    fail("dtype '" + descr + "' has no byte-order character (one of < > | =)", at);
+    fail("dtype '" + shown(descr) + "' has no byte-order character (one of < > | =)", at);
   }
-  if (code == "O") fail("object arrays ('" + descr + "') hold pickled Python objects, which ferry does not read", at);
+  if (code == "O") fail("object arrays ('" + shown(descr) + "') hold pickled Python objects, which ferry does not read", at);
   const NpyType* found = nullptr;
   for (const NpyType& type : npy_types()) {
     if (type.code == code) found = &type;
   }
   if (!found) {
-    fail("unsupported dtype '" + descr + "' (ferry reads b1 u1 i1 i2 u2 i4 u4 i8 f2 f4 f8, little-endian)", at);
+    fail("unsupported dtype '" + shown(descr) + "' (ferry reads b1 u1 i1 i2 u2 i4 u4 i8 f2 f4 f8, little-endian)", at);
   }
   if (found->itemsize > 1 && order == '>') {
-    fail("big-endian dtype '" + descr + "' is not supported; save the array with arr.astype('<" + std::string(code) +
+    fail("big-endian dtype '" + shown(descr) + "' is not supported; save the array with arr.astype('<" + std::string(code) +
              "')",
          at);
   }
-  if (found->itemsize > 1 && order == '|') fail("dtype '" + descr + "' needs a byte order, not '|'", at);
+  if (found->itemsize > 1 && order == '|') fail("dtype '" + shown(descr) + "' needs a byte order, not '|'", at);
   return *found;
 }
 
@@ -343,7 +348,7 @@ at::Tensor NpyDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec) 
   const int64_t available = size - data_begin;
   if (available != needed) {
     fail("the data is " + std::to_string(available) + " bytes but shape " + shape_text(header.shape) + " of '" +
-             header.descr + "' needs " + std::to_string(needed) +
+             shown(header.descr) + "' needs " + std::to_string(needed) +
              (available < needed ? " (truncated file?)" : " (a .npy file holds exactly one array)"),
          data_begin);
   }
@@ -364,7 +369,7 @@ at::Tensor NpyDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec) 
   if (type.widened != spec.dtype && options_.cast == NpyDecodeOptions::Cast::kLossless) {
     const std::optional<Range> to = range_of(spec.dtype);
     if (!to || !lossless(type.range, *to)) {
-      throw Error("npy array of dtype '" + header.descr + "' would lose values as the field's " +
+      throw Error("npy array of dtype '" + shown(header.descr) + "' would lose values as the field's " +
                   dtype_name(spec.dtype) + "; save it as " + dtype_name(spec.dtype) +
                   ", or register NpyDecoder({.cast = NpyDecodeOptions::Cast::kAny}, <name>) to convert anyway");
     }

@@ -116,7 +116,9 @@ class Pipeline:
     def __len__(self) -> int:
         """Batches in one epoch: the one the current loop delivers, else the next loop's (a resumed
         run's first epoch: those left; the last one: cut at max_batches). Under
-        ``decode.on_error: skip``, at most this many."""
+        ``decode.on_error: skip``, at most this many. 0 after ``close()``: it delivers nothing more."""
+        if self.closed:
+            return 0
         return self._impl.epoch_length(self._current if self._current is not None else self._next_epoch)
 
     @property

@@ -21,15 +21,24 @@ py::object optional_int(const std::optional<uint64_t>& value) {
   return value ? py::object(py::int_(*value)) : py::object(py::none());
 }
 
+// A Python str of ferry's text. Messages escape the bytes they show from files, but a path or a
+// decoder's text may still hold bytes that are not UTF-8: those become \xNN escapes
+// ("backslashreplace") rather than a UnicodeDecodeError that would replace ferry's error.
+py::str text(const std::string& value) {
+  PyObject* decoded = PyUnicode_DecodeUTF8(value.data(), static_cast<Py_ssize_t>(value.size()), "backslashreplace");
+  if (!decoded) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(decoded);
+}
+
 // Raises `type` with ferry::Error's message and its context as attributes, so that Python code can
 // tell which stage and which sample failed without parsing the message.
 void raise(PyObject* type, const Error& error, py::object problems) {
-  py::object instance = py::reinterpret_borrow<py::object>(type)(py::str(error.what()));
-  instance.attr("stage") = error.stage().empty() ? py::object(py::none()) : py::object(py::str(error.stage()));
+  py::object instance = py::reinterpret_borrow<py::object>(type)(text(error.what()));
+  instance.attr("stage") = error.stage().empty() ? py::object(py::none()) : py::object(text(error.stage()));
   instance.attr("sample") = optional_int(error.sample_index());
   instance.attr("epoch") = optional_int(error.epoch());
   instance.attr("batch") = optional_int(error.batch_index());
-  instance.attr("cause") = py::str(error.cause());
+  instance.attr("cause") = text(error.cause());
   instance.attr("problems") = std::move(problems);
   PyErr_SetObject(type, instance.ptr());
 }
@@ -63,7 +72,7 @@ void register_errors(py::module_& module) {
     } catch (const ConfigError& error) {
       py::list problems;
       for (const ConfigProblem& problem : error.problems()) {
-        problems.append(py::make_tuple(problem.location, problem.key, problem.message));
+        problems.append(py::make_tuple(text(problem.location), text(problem.key), text(problem.message)));
       }
       raise(g_config_error, error, std::move(problems));
     } catch (const UnifiedMemoryUnsupportedError& error) {

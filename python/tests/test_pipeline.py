@@ -174,6 +174,13 @@ def test_a_loop_that_stops_early_leaves_the_rest_of_its_epoch():
         assert pipeline.state_dict()["next_batch"] == 4 + 4 + 2
 
 
+def test_len_after_close_is_zero():
+    pipeline = ferry.Pipeline(small_config(samples=100, batch_size=32))
+    assert len(pipeline) == 4
+    pipeline.close()
+    assert len(pipeline) == 0 and list(pipeline) == []  # what it will still deliver: nothing
+
+
 def test_max_batches_ends_the_run_mid_epoch_and_len_says_so():
     with ferry.Pipeline(small_config(samples=100, batch_size=32), overrides={"max_batches": 6}) as pipeline:
         assert pipeline.total_batches == 6
@@ -294,6 +301,11 @@ def test_bad_configs_raise_config_error_listing_every_problem(tmp_path):
         ferry.Pipeline(small_config(), overrides={"decode.threads": "many"})
     with pytest.raises(TypeError):
         ferry.Pipeline(42)
+    # A key that is not UTF-8 in a YAML file: still a ConfigError naming it, never a UnicodeDecodeError.
+    (tmp_path / "latin1.yaml").write_bytes(b"batch_size: 4\nsourc\xe9: {}\n")
+    with pytest.raises(ferry.ConfigError, match="sourc") as raised:
+        ferry.Pipeline(tmp_path / "latin1.yaml")
+    assert all(isinstance(part, str) for problem in raised.value.problems for part in problem)
 
 
 def test_a_stage_error_names_the_stage_and_the_sample(tmp_path):
@@ -319,6 +331,30 @@ def test_a_stage_error_names_the_stage_and_the_sample(tmp_path):
         assert [b["label"].item() for b in pipeline] == [1, 2, 4]
         skipped = pipeline.stats()["skipped"]
         assert skipped["count"] == 1 and skipped["listed"][0]["index"] == 2
+
+
+def test_a_header_byte_that_is_not_utf8_still_raises_ferry_error(tmp_path):
+    # An npy header dict with the byte 0xAA in a key: the message shows it escaped, and Python gets
+    # ferry.Error with its stage and sample (a UnicodeDecodeError replaced it before).
+    good = io.BytesIO()
+    np.save(good, np.arange(4, dtype=np.float32))
+    damaged = good.getvalue().replace(b"'descr'", b"'d\xaascr'")
+    shard = tmp_path / "damaged.tar"
+    with tarfile.open(shard, "w") as tar:
+        for i, payload in enumerate([good.getvalue(), damaged]):
+            info = tarfile.TarInfo(f"{i:04d}.npy")
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    config = {"source": {"kind": "tar", "shards": [str(shard)], "members": [
+        {"name": "x", "extension": "npy", "decoder": "npy", "dtype": "float32", "shape": [4]}]},
+        "batch_size": 1, "decode": {"threads": 1}, "transfer": {"device": "cpu"}}
+    with ferry.Pipeline(config) as pipeline:
+        batches = iter(pipeline)
+        assert next(batches)["x"].tolist() == [[0, 1, 2, 3]]
+        with pytest.raises(ferry.Error) as raised:
+            next(batches)
+    assert raised.value.stage == "decode" and raised.value.sample == 1
+    assert "unexpected key 'd\\xaascr'" in str(raised.value) and "0001" in str(raised.value)
 
 
 def test_close_wakes_a_blocked_iteration_in_another_thread():

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ferry/io/decoders/decoder_registry.h>
@@ -290,6 +292,32 @@ TEST(NpyDecoder, NamesWhatIsWrongWithMalformedFilesAndWhere) {
   EXPECT_EQ(text_of(decoder.decode(tensor_of_text(npy_file(dict, data)), spec)), data);
 }
 
+// Every message is printable ASCII: a header's bytes may be anything, and a byte that is not UTF-8
+// in a message broke Python's str of the error (UnicodeDecodeError instead of ferry.Error).
+bool printable_ascii(const std::string& text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c < 0x7F; });
+}
+
+TEST(NpyDecoder, MessagesEscapeTheBytesTheyShowFromTheHeader) {
+  const NpyDecoder decoder;
+  const FieldSpec spec = spec_of(at::kFloat, {3});
+  const std::string data = text_of(at::randn({3}));
+  const std::string aa(1, static_cast<char>(0xAA));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'k" + aa + "y': 1}", "unexpected key 'k\\xaay'"},
+      {"{'descr': '<f" + aa + "', 'fortran_order': False, 'shape': (3,), }", "unsupported dtype '<f\\xaa'"},
+      {"{'descr': '" + aa + "f4', 'fortran_order': False, 'shape': (3,), }", "dtype '\\xaaf4' has no byte-order"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'shape" + aa + "\n", "unterminated string"},
+      {"{'sh" + aa + "pe' (3,)}", "expected ':' after key 'sh\\xaape'"},
+      {"{'descr': '<f4', 'fortran_order': " + aa + "}", "expected True or False"},
+  };
+  for (const auto& [dict, what] : cases) {
+    const std::string message = error_of([&] { decoder.decode(tensor_of_text(npy_file(dict, data)), spec); });
+    EXPECT_TRUE(contains(message, what)) << message;
+    EXPECT_TRUE(printable_ascii(message)) << message;
+  }
+}
+
 TEST(NpyDecoder, RefusesEveryTruncationAndSurvivesRandomDamage) {
   const NpyDecoder decoder;
   const FieldSpec spec = spec_of(at::kShort, {kVariableLength, 3});
@@ -311,7 +339,8 @@ TEST(NpyDecoder, RefusesEveryTruncationAndSurvivesRandomDamage) {
         const at::Tensor out = decoder.decode(tensor_of_text(damaged), spec);
         EXPECT_EQ(out.dim(), 2);
         EXPECT_EQ(out.size(1), 3);
-      } catch (const Error&) {
+      } catch (const Error& error) {
+        EXPECT_TRUE(printable_ascii(error.what())) << error.what();
       }
     }
   }
