@@ -20,6 +20,7 @@
 
 #include "ferry/assembly/config_schema.h"
 #include "ferry/assembly/dataset_paths.h"
+#include "ferry/assembly/text_file.h"
 #include "ferry/io/decoders/decoder_registry.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/io/util/units.h"
@@ -163,9 +164,14 @@ class ConfigLoader {
         problems_.push_back({where, "", "expected key.path=value"});
         continue;
       }
-      std::string path = text.substr(0, equals);
-      std::replace(path.begin(), path.end(), '[', '.');
-      path.erase(std::remove(path.begin(), path.end(), ']'), path.end());
+      const std::string path = text.substr(0, equals);
+      std::string why;
+      const std::optional<std::vector<std::string>> parts = key_path(path, why);
+      if (!parts) {
+        problems_.push_back({where, path, "expected key.path=value, e.g. source.fields.0.name=x or "
+                                          "source.fields[0].name=x: " + why});
+        continue;
+      }
       Node value;
       try {
         value = YAML::Load(text.substr(equals + 1));
@@ -173,22 +179,67 @@ class ConfigLoader {
         problems_.push_back({where, text.substr(0, equals), "invalid YAML value: " + e.msg});
         continue;
       }
-      set_path(root, path, value, where);
+      set_path(root, *parts, value, where);
     }
   }
 
-  // Puts `value` at `path` ("pool.slab_size", "source.fields.0.dtype"), creating sections on the
-  // way; a number indexes a list (one past its end appends).
-  void set_path(Node& root, const std::string& path, const Node& value, const std::string& where) {
+  // The parts of a --set key: names joined by '.', and list indices as ".N" or "[N]"
+  // ("source.fields[0].name" and "source.fields.0.name" are the same). Nothing else: an unclosed or
+  // stray bracket, a name inside brackets or an empty name is refused with `why`, not guessed at.
+  static std::optional<std::vector<std::string>> key_path(const std::string& path, std::string& why) {
     std::vector<std::string> parts;
-    std::stringstream stream(path);
-    for (std::string part; std::getline(stream, part, '.');) parts.push_back(part);
-    // getline drops a trailing empty part ("batch_size." would read as "batch_size").
-    if (parts.empty() || path.back() == '.' ||
-        std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); })) {
-      problems_.push_back({where, path, "expected key.path=value with non-empty key names"});
-      return;
+    size_t i = 0;
+    while (i < path.size()) {
+      if (path[i] == '[') {
+        const size_t close = path.find(']', i);
+        const std::string index = path.substr(i + 1, close == std::string::npos ? std::string::npos : close - i - 1);
+        if (parts.empty()) {
+          why = "'[' at character " + std::to_string(i + 1) + " does not follow a key";
+          return std::nullopt;
+        }
+        if (close == std::string::npos) {
+          why = "'[' at character " + std::to_string(i + 1) + " is not closed";
+          return std::nullopt;
+        }
+        if (index.empty() || !std::all_of(index.begin(), index.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+          why = "'[" + index + "]' is not a list index (a whole number)";
+          return std::nullopt;
+        }
+        parts.push_back(index);
+        i = close + 1;
+        if (i < path.size() && path[i] != '.' && path[i] != '[') {
+          why = "expected '.' or '[' after ']' at character " + std::to_string(i + 1);
+          return std::nullopt;
+        }
+        if (i < path.size() && path[i] == '.') ++i;
+        if (i == path.size() && path.back() == '.') break;  // a trailing '.', refused below
+        continue;
+      }
+      const size_t end = path.find_first_of(".[]", i);
+      const std::string name = path.substr(i, end == std::string::npos ? std::string::npos : end - i);
+      if (name.empty()) {
+        why = path[i] == ']' ? "']' at character " + std::to_string(i + 1) + " was not opened"
+                             : "an empty key name at character " + std::to_string(i + 1);
+        return std::nullopt;
+      }
+      parts.push_back(name);
+      i = end == std::string::npos ? path.size() : end;
+      if (i < path.size() && path[i] == ']') {
+        why = "']' at character " + std::to_string(i + 1) + " was not opened";
+        return std::nullopt;
+      }
+      if (i < path.size() && path[i] == '.') ++i;
     }
+    if (parts.empty() || path.back() == '.') {
+      why = "key names must not be empty";
+      return std::nullopt;
+    }
+    return parts;
+  }
+
+  // Puts `value` at `parts` (of "pool.slab_size", "source.fields.0.dtype"), creating sections on
+  // the way; a number indexes a list (one past its end appends).
+  void set_path(Node& root, const std::vector<std::string>& parts, const Node& value, const std::string& where) {
     Node node;
     node.reset(root);
     std::string key;
@@ -1255,12 +1306,8 @@ Config parse_config(std::string_view yaml, const std::string& origin, const std:
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw ConfigError({{path, "", "cannot open the config file: " + std::string(std::strerror(errno))}});
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (file.bad()) throw ConfigError({{path, "", "cannot read the config file"}});
-  return parse_config(text.str(), path, overrides);
+  // A config is a few KiB; 16 MiB leaves room for long lists of shards and refuses the wrong file.
+  return parse_config(read_text_file(path, size_t{16} << 20, "config file"), path, overrides);
 }
 
 }  // namespace ferry

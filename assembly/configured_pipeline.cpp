@@ -6,7 +6,9 @@
 
 #include "ferry/assembly/config_error.h"
 #include "ferry/assembly/config_loader.h"
+#include "ferry/assembly/pipeline_state_loader.h"
 #include "ferry/io/decoders/decoder_registry.h"
+#include "ferry/io/util/dtype_names.h"
 #include "ferry/io/util/units.h"
 #include "ferry/pipeline/pinned_pool.h"
 #include "ferry/stages/batch_planner.h"
@@ -90,50 +92,66 @@ std::shared_ptr<const Source> check_config(const Config& config) {
     } catch (const Error& e) {
       add("decode.decoders", e.cause());
     }
-    try {
-      const CollateStage collate(source->fields(), options.collate, options.transfer.min_alignment);
-      const std::optional<size_t> largest = collate.max_batch_bytes(options.batch_size);
-      const std::string batch = "batch_size " + std::to_string(options.batch_size) + " of " + source->describe();
-      const PoolOptions& pool = options.pool;
-      const std::optional<size_t> slab = pool.slab_size(largest);
-      if (pool.slab_bytes != 0 && largest && *largest > pool.slab_bytes) {
-        add("pool.slab_size", "a slab of " + format_byte_size(pool.slab_bytes) +
-                                  " is smaller than the largest batch, " + format_byte_size(*largest) + " (" + batch +
-                                  "); use at least that, or auto");
-      } else if (!slab) {
-        std::string field;
-        for (const FieldSpec& spec : source->fields()) {
-          if (field.empty() && spec.variable() && !spec.max_length) field = spec.name;
-        }
-        const std::string unknown = "field '" + field +
-                                    "' is variable-length with no max_length, so the largest batch (and the pinned "
-                                    "slab it needs) is unknown: ";
-        if (config.source.kind == "tar") {
-          std::string extension = field;  // fields found in the shards are named after their extension
-          for (const TarField& member : config.source.tar.fields) {
-            if (member.name == field) extension = member.extension;
-          }
-          const bool png = extension == "png";
-          const bool image = png || extension == "jpg" || extension == "jpeg";
-          const std::string member = "{name: " + field + ", extension: " + extension;
-          add("source.members",
-              unknown + "in source.members, " +
-                  (image ? "give it a decoder and a fixed shape, e.g. " + member +
-                               ", decoder: " + (png ? "png" : "jpeg") +
-                               ", shape: [224, 224, 3], resize_shorter: 256}, or a max_length (its longest first "
-                               "dimension)"
-                         : "give it a max_length (its longest first dimension), e.g. " + member +
-                               ", max_length: 65536}, or a decoder with a fixed shape") +
-                  "; or set pool.slab_size");
-        } else {
-          add("pool.slab_size",
-              unknown + "set pool.slab_size to the largest batch's bytes, or give the field a maximum");
-        }
-      } else if (auto problem = budget_problem(pool, options.prefetch, *slab, pool.slab_bytes != 0 ? "" : batch)) {
-        add("pool.budget", *problem);
+    // Each pad value at its own key (collate.pad_value, or the field's collate.pad_values entry).
+    bool pads_fit = true;
+    for (const FieldSpec& spec : source->fields()) {
+      if (!spec.variable()) continue;  // never padded
+      const auto custom = options.collate.pad_values.find(spec.name);
+      const bool own = custom != options.collate.pad_values.end();
+      try {
+        (void)CollateStage::pad_element(own ? custom->second : options.collate.pad_value, spec.dtype);
+      } catch (const Error& e) {
+        add(own ? "collate.pad_values." + spec.name : "collate.pad_value",
+            e.cause() + " (field '" + spec.name + "' is " + dtype_name(spec.dtype) + ")");
+        pads_fit = false;
       }
-    } catch (const Error& e) {
-      add("source.fields", e.cause());  // the fields cannot be collated as given
+    }
+    if (pads_fit) {
+      try {
+        const CollateStage collate(source->fields(), options.collate, options.transfer.min_alignment);
+        const std::optional<size_t> largest = collate.max_batch_bytes(options.batch_size);
+        const std::string batch = "batch_size " + std::to_string(options.batch_size) + " of " + source->describe();
+        const PoolOptions& pool = options.pool;
+        const std::optional<size_t> slab = pool.slab_size(largest);
+        if (pool.slab_bytes != 0 && largest && *largest > pool.slab_bytes) {
+          add("pool.slab_size", "a slab of " + format_byte_size(pool.slab_bytes) +
+                                    " is smaller than the largest batch, " + format_byte_size(*largest) + " (" + batch +
+                                    "); use at least that, or auto");
+        } else if (!slab) {
+          std::string field;
+          for (const FieldSpec& spec : source->fields()) {
+            if (field.empty() && spec.variable() && !spec.max_length) field = spec.name;
+          }
+          const std::string unknown = "field '" + field +
+                                      "' is variable-length with no max_length, so the largest batch (and the pinned "
+                                      "slab it needs) is unknown: ";
+          if (config.source.kind == "tar") {
+            std::string extension = field;  // fields found in the shards are named after their extension
+            for (const TarField& member : config.source.tar.fields) {
+              if (member.name == field) extension = member.extension;
+            }
+            const bool png = extension == "png";
+            const bool image = png || extension == "jpg" || extension == "jpeg";
+            const std::string member = "{name: " + field + ", extension: " + extension;
+            add("source.members",
+                unknown + "in source.members, " +
+                    (image ? "give it a decoder and a fixed shape, e.g. " + member +
+                                 ", decoder: " + (png ? "png" : "jpeg") +
+                                 ", shape: [224, 224, 3], resize_shorter: 256}, or a max_length (its longest first "
+                                 "dimension)"
+                           : "give it a max_length (its longest first dimension), e.g. " + member +
+                                 ", max_length: 65536}, or a decoder with a fixed shape") +
+                    "; or set pool.slab_size");
+          } else {
+            add("pool.slab_size",
+                unknown + "set pool.slab_size to the largest batch's bytes, or give the field a maximum");
+          }
+        } else if (auto problem = budget_problem(pool, options.prefetch, *slab, pool.slab_bytes != 0 ? "" : batch)) {
+          add("pool.budget", *problem);
+        }
+      } catch (const Error& e) {
+        add("source.fields", e.cause());  // the fields cannot be collated as given
+      }
     }
     if (options.cache.enabled() && placement && problems.empty()) {
       // Everything the dataset cache needs, as make_pipeline() will plan it (Note [dataset cache]).
@@ -182,10 +200,13 @@ Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> sourc
       }
     }
     if (!problems.empty()) throw ConfigError(std::move(problems));
+  }
+  std::shared_ptr<const Sampler> sampler = make_sampler(config.sampler, placement, *source);
+  if (resume) {
+    check_resume_state(*resume, options, *sampler);
     options.first_batch = resume->next_batch;
     options.start = resume->next;
   }
-  std::shared_ptr<const Sampler> sampler = make_sampler(config.sampler, placement, *source);
   const FieldDecoders field_decoders = make_field_decoders(config, *source);
   return make_pipeline(std::move(source), std::move(options), std::move(sampler), field_decoders);
 }

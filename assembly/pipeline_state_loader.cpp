@@ -1,30 +1,64 @@
 #include "ferry/assembly/pipeline_state_loader.h"
 
-#include <cerrno>
+#include <algorithm>
 #include <charconv>
-#include <cstring>
-#include <fstream>
-#include <sstream>
+#include <optional>
+#include <set>
 
 #include <yaml-cpp/yaml.h>
+
+#include "ferry/assembly/text_file.h"
+#include "ferry/io/util/printable.h"
 
 namespace ferry {
 namespace {
 
 std::string at(const std::string& origin, const YAML::Node& node) {
+  if (!node.IsDefined()) return origin;  // also false for yaml-cpp's "zombie" node of a missing key
   const YAML::Mark mark = node.Mark();
   if (mark.is_null() || mark.line < 0) return origin;
   return origin + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
 }
 
-std::optional<uint64_t> whole_number(const YAML::Node& node) {
-  if (!node.IsScalar()) return std::nullopt;
-  const std::string& text = node.Scalar();
+// The value of `key` in a mapping, or nothing. yaml-cpp's operator[] returns an invalid node for a
+// missing key, which throws "invalid node" on nearly any use: never let one out of here.
+std::optional<YAML::Node> child(const YAML::Node& map, const char* key) {
+  if (!map.IsDefined() || !map.IsMap()) return std::nullopt;
+  const YAML::Node value = map[key];
+  if (!value.IsDefined()) return std::nullopt;
+  return value;
+}
+
+std::optional<uint64_t> whole_number(const std::optional<YAML::Node>& node) {
+  if (!node || !node->IsScalar()) return std::nullopt;
+  const std::string& text = node->Scalar();
   uint64_t value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
   return value;
 }
+
+std::string shown(const YAML::Node& node) {
+  return node.IsScalar() ? "'" + printable(node.Scalar(), 40) + "'" : node.IsMap() ? "a mapping" : "a list";
+}
+
+// Keys other than `known` in a mapping: a typo, or a state from another program.
+void unknown_keys(const YAML::Node& map, const std::set<std::string>& known, const std::string& origin,
+                  const std::string& prefix, std::vector<ConfigProblem>& problems) {
+  for (const auto& entry : map) {
+    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "?";
+    if (!known.count(key)) {
+      problems.push_back({at(origin, entry.first), prefix + printable(key, 40),
+                          "unknown key in a saved state (expected one of: " + [&] {
+                            std::string list;
+                            for (const std::string& name : known) list += (list.empty() ? "" : ", ") + name;
+                            return list;
+                          }() + ")"});
+    }
+  }
+}
+
+uint64_t saturating_product(uint64_t a, uint64_t b) { return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
 
 }  // namespace
 
@@ -38,41 +72,59 @@ PipelineState parse_pipeline_state(std::string_view text, const std::string& ori
                          : origin + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
     throw ConfigError({{where, "", "not a saved pipeline state: " + e.msg}});
   }
-  std::vector<ConfigProblem> problems;
-  if (!root.IsMap() || !root["format"] || !root["format"].IsScalar() || root["format"].Scalar() != "ferry-state") {
+  const std::optional<YAML::Node> format = child(root, "format");
+  if (!format || !format->IsScalar() || format->Scalar() != "ferry-state") {
     throw ConfigError(
         {{at(origin, root), "format", "not a saved pipeline state (expected \"format\": \"ferry-state\")"}});
   }
+  std::vector<ConfigProblem> problems;
+  const auto whole = [&](const std::optional<YAML::Node>& node, const YAML::Node& parent, const std::string& key,
+                         const std::string& expected) -> std::optional<uint64_t> {
+    const std::optional<uint64_t> value = whole_number(node);
+    if (!value) {
+      problems.push_back({at(origin, node ? *node : parent), key,
+                          node ? expected + ", found " + shown(*node) : "missing (" + expected + ")"});
+    }
+    return value;
+  };
   PipelineState state;
-  if (const auto version = whole_number(root["version"]); !version || *version != 1) {
-    problems.push_back({at(origin, root["version"]), "version", "expected 1 (this ferry's state format)"});
+  state.origin = origin;
+  unknown_keys(root, {"format", "version", "next_batch", "next", "last_delivered", "order"}, origin, "", problems);
+  if (const auto version = whole(child(root, "version"), root, "version", "expected 1 (this ferry's state format)");
+      version && *version != 1) {
+    problems.push_back({at(origin, *child(root, "version")), "version", "expected 1 (this ferry's state format)"});
   }
-  if (const auto next = whole_number(root["next_batch"])) {
+  if (const auto next = whole(child(root, "next_batch"), root, "next_batch", "expected a whole number of batches")) {
     state.next_batch = *next;
-  } else {
-    problems.push_back({at(origin, root["next_batch"].IsDefined() ? root["next_batch"] : root), "next_batch",
-                        "expected a whole number of batches"});
   }
-  if (const YAML::Node next = root["next"]; next.IsDefined()) {
-    const auto epoch = next.IsMap() ? whole_number(next["epoch"]) : std::nullopt;
-    const auto batch = next.IsMap() ? whole_number(next["batch"]) : std::nullopt;
-    const auto position = next.IsMap() ? whole_number(next["position"]) : std::nullopt;
-    if (epoch && batch && position) {
-      state.next = BatchCursor{*epoch, *batch, *position};
-    } else {
+  if (const std::optional<YAML::Node> next = child(root, "next")) {
+    if (!next->IsMap()) {
       problems.push_back(
-          {at(origin, next), "next", "expected {\"epoch\": N, \"batch\": N, \"position\": N} (whole numbers)"});
+          {at(origin, *next), "next", "expected {\"epoch\": N, \"batch\": N, \"position\": N} (whole numbers)"});
+    } else {
+      unknown_keys(*next, {"batch", "epoch", "position"}, origin, "next.", problems);
+      const auto epoch = whole(child(*next, "epoch"), *next, "next.epoch", "expected a whole number (an epoch)");
+      const auto batch =
+          whole(child(*next, "batch"), *next, "next.batch", "expected a whole number (a batch of the epoch)");
+      const auto position = whole(child(*next, "position"), *next, "next.position",
+                                  "expected a whole number (a position in the epoch's sample order)");
+      if (epoch && batch && position) state.next = BatchCursor{*epoch, *batch, *position};
     }
   }
-  if (const YAML::Node last = root["last_delivered"]; last.IsMap()) {
-    state.last_epoch = whole_number(last["epoch"]);
-    state.last_index = whole_number(last["batch"]);
+  if (const std::optional<YAML::Node> last = child(root, "last_delivered")) {
+    if (!last->IsMap()) {
+      problems.push_back({at(origin, *last), "last_delivered", "expected {\"epoch\": N, \"batch\": N}"});
+    } else {
+      unknown_keys(*last, {"batch", "epoch"}, origin, "last_delivered.", problems);
+      state.last_epoch = whole(child(*last, "epoch"), *last, "last_delivered.epoch", "expected a whole number");
+      state.last_index = whole(child(*last, "batch"), *last, "last_delivered.batch", "expected a whole number");
+    }
   }
-  const YAML::Node order = root["order"];
-  if (!order.IsMap()) {
-    problems.push_back({at(origin, order.IsDefined() ? order : root), "order", "expected a mapping of key to value"});
+  const std::optional<YAML::Node> order = child(root, "order");
+  if (!order || !order->IsMap()) {
+    problems.push_back({at(origin, order ? *order : root), "order", "expected a mapping of key to value"});
   } else {
-    for (const auto& entry : order) {
+    for (const auto& entry : *order) {
       if (!entry.first.IsScalar() || !entry.second.IsScalar()) {
         problems.push_back({at(origin, entry.first), "order", "expected text keys and values"});
         continue;
@@ -85,11 +137,98 @@ PipelineState parse_pipeline_state(std::string_view text, const std::string& ori
 }
 
 PipelineState load_pipeline_state(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw ConfigError({{path, "", "cannot open the saved state: " + std::string(std::strerror(errno))}});
-  std::ostringstream text;
-  text << file.rdbuf();
-  return parse_pipeline_state(text.str(), path);
+  // A saved state is a few hundred bytes of JSON; 1 MiB refuses the wrong file before reading it all.
+  return parse_pipeline_state(read_text_file(path, size_t{1} << 20, "saved pipeline state"), path);
+}
+
+void check_resume_state(const PipelineState& state, const PipelineOptions& options, const Sampler& sampler) {
+  struct {
+    uint64_t batch_size, epoch_samples, batches_per_epoch, epochs, max_batches;
+    bool drop_last, refill;
+  } run{};
+  run.batch_size = std::max<uint64_t>(options.batch_size, 1);
+  run.epoch_samples = sampler.epoch_size();
+  run.batches_per_epoch = options.drop_last ? run.epoch_samples / run.batch_size
+                                            : (run.epoch_samples + run.batch_size - 1) / run.batch_size;
+  run.epochs = options.epochs;
+  run.max_batches = options.max_batches;
+  run.drop_last = options.drop_last;
+  run.refill = options.refills();
+  const std::string origin = state.origin.empty() ? "the saved state" : state.origin;
+  std::vector<ConfigProblem> problems;
+  const auto refuse = [&](const std::string& key, const std::string& message) {
+    problems.push_back({origin, key, message});
+  };
+  const auto text = [](uint64_t value) { return std::to_string(value); };
+  const uint64_t per_epoch = run.batches_per_epoch;
+  const uint64_t run_batches = saturating_product(run.epochs, per_epoch);
+  if (run.max_batches != 0 && state.next_batch > run.max_batches) {
+    refuse("next_batch", text(state.next_batch) + " is past max_batches (" + text(run.max_batches) +
+                             "): the saved run cannot have delivered that many");
+  } else if (state.next_batch > run_batches) {
+    refuse("next_batch", text(state.next_batch) + " is past the " + text(run_batches) + " batches of this run (" +
+                             text(run.epochs) + " epochs of " + text(per_epoch) + ")");
+  }
+  if (state.next) {
+    const BatchCursor& next = *state.next;
+    // Where batch next.index starts without skips: index x batch_size, or the end of what the epoch
+    // plans (all its samples; under drop_last only whole batches).
+    const uint64_t planned = run.drop_last ? saturating_product(per_epoch, run.batch_size) : run.epoch_samples;
+    const uint64_t earliest = std::min(saturating_product(next.index, run.batch_size), planned);
+    if (next.epoch > run.epochs) {
+      refuse("next.epoch", text(next.epoch) + " is beyond the " + text(run.epochs) + " epochs this config runs");
+    } else if (next.epoch == run.epochs && (next.index != 0 || next.position != 0)) {
+      refuse("next.epoch", text(next.epoch) + " is the end of this config's " + text(run.epochs) +
+                               " epochs, but next.batch and next.position are not 0");
+    } else if (next.index > per_epoch) {
+      refuse("next.batch", text(next.index) + " is past the " + text(per_epoch) + " batches of an epoch");
+    } else if (next.position > run.epoch_samples) {
+      refuse("next.position", text(next.position) + " is past the " + text(run.epoch_samples) +
+                                  " samples of an epoch (this rank's share)");
+    } else if (!run.refill && next.epoch < run.epochs && next.position != earliest) {
+      // Without on_error: skip every batch takes exactly batch_size positions. (A cursor at the end of
+      // an epoch, next.batch = its batches, means the next epoch's start.)
+      refuse("next.position", text(next.position) + " does not fit next.batch " + text(next.index) + ": batch " +
+                                  text(next.index) + " of batches of " + text(run.batch_size) + " starts at " +
+                                  text(earliest));
+    } else if (run.refill && next.position < earliest) {
+      refuse("next.position", text(next.position) + " is before where batch " + text(next.index) +
+                                  " can start (" + text(earliest) + ": batches of " + text(run.batch_size) + ")");
+    } else {
+      // Batches before this epoch's: exactly epoch x per_epoch without skips, at most that with them
+      // (skips shorten epochs).
+      const uint64_t most = saturating_product(next.epoch, per_epoch) + next.index;
+      if (!run.refill && state.next_batch != most) {
+        refuse("next_batch", text(state.next_batch) + " does not fit next (epoch " + text(next.epoch) + ", batch " +
+                                 text(next.index) + "): with " + text(per_epoch) + " batches an epoch it is " +
+                                 text(most));
+      } else if (run.refill && (state.next_batch > most || state.next_batch < next.index)) {
+        refuse("next_batch", text(state.next_batch) + " does not fit next (epoch " + text(next.epoch) + ", batch " +
+                                 text(next.index) + "): it must be between " + text(next.index) + " and " +
+                                 text(most));
+      }
+    }
+  }
+  if (state.last_epoch.has_value() != state.last_index.has_value()) {
+    refuse("last_delivered", "needs both epoch and batch");
+  } else if (state.last_epoch) {
+    if (state.next_batch == 0) refuse("last_delivered", "is set, but next_batch is 0 (nothing was delivered)");
+    if (*state.last_index >= per_epoch) {
+      refuse("last_delivered.batch", text(*state.last_index) + " is past the " + text(per_epoch) +
+                                         " batches of an epoch");
+    }
+    if (state.next) {
+      const BatchCursor& next = *state.next;
+      const bool same_epoch = *state.last_epoch == next.epoch && *state.last_index + 1 == next.index;
+      const bool epoch_after = *state.last_epoch < next.epoch && next.index == 0;
+      if (!same_epoch && !epoch_after) {
+        refuse("last_delivered", "epoch " + text(*state.last_epoch) + ", batch " + text(*state.last_index) +
+                                     " is not the batch before next (epoch " + text(next.epoch) + ", batch " +
+                                     text(next.index) + ")");
+      }
+    }
+  }
+  if (!problems.empty()) throw ConfigError(std::move(problems));
 }
 
 }  // namespace ferry

@@ -4,7 +4,8 @@
 //   ferry info [--bandwidth]
 //   ferry make-dataset tokens|tar|npy|images OUT [options]   (cli/make_dataset.h)
 //   ferry --version, ferry --help, ferry COMMAND --help
-// Exit status: 0 done, 1 the run failed, 2 bad usage or an invalid config, 130 interrupted (Ctrl-C).
+// Exit status: 0 done, 1 the run failed, 2 bad usage or an invalid config, 130 interrupted (Ctrl-C),
+// 143 terminated (SIGTERM).
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -40,7 +41,8 @@ namespace {
 
 constexpr int kFailed = 1;
 constexpr int kUsageError = 2;
-constexpr int kInterrupted = 130;  // 128 + SIGINT, as shells report it
+// 128 + the signal, as shells report it: 130 for SIGINT (Ctrl-C), 143 for SIGTERM.
+constexpr int kSignalled = 128;
 
 // Each command's usage: `ferry COMMAND --help` prints it; `ferry --help` prints them all.
 constexpr const char* kRunUsage =
@@ -89,7 +91,8 @@ constexpr Command kCommands[] = {
     {"run", kRunUsage}, {"validate", kValidateUsage}, {"info", kInfoUsage}, {"make-dataset", kMakeDatasetUsage}};
 
 constexpr const char* kExitStatus =
-    "exit status: 0 done, 1 the run failed, 2 bad usage or invalid config, 130 interrupted\n";
+    "exit status: 0 done, 1 the run failed, 2 bad usage or invalid config, 130 interrupted (SIGINT),\n"
+    "143 terminated (SIGTERM); either way with --save-state and --report written\n";
 
 // `ferry --help`: every command's usage.
 void print_usage(FILE* out) {
@@ -178,14 +181,15 @@ void check_writable(const char* what, const std::string& path) {
   }
 }
 
-// Ctrl-C: the handler only sets a flag (all it may do); a watcher thread closes the pipeline, which
-// wakes a consumer blocked in next() — a slow source cannot delay the stop.
-std::atomic<bool> g_interrupted{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
+// Ctrl-C and SIGTERM (what job schedulers send before they kill): the handler only records the
+// signal (all it may do); a watcher thread closes the pipeline, which wakes a consumer blocked in
+// next() — a slow source cannot delay the stop — and the state and report are written as usual.
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
 int run(const std::vector<std::string_view>& args) {
   // From the start: a Ctrl-C while the pipeline starts up still ends in a clean stop and a report.
-  std::signal(SIGINT, [](int) { g_interrupted.store(true); });
+  for (const int signal : {SIGINT, SIGTERM}) std::signal(signal, [](int received) { g_signal.store(received); });
   // `ferry run ... | head` closes stdout early: the writes fail instead, and --report is still written.
   std::signal(SIGPIPE, SIG_IGN);
   const ConfigArgs parsed = parse_config_args(args, /*run_flags=*/true);
@@ -211,7 +215,7 @@ int run(const std::vector<std::string_view>& args) {
   std::atomic<bool> done{false};
   std::thread watcher([&] {
     while (!done.load()) {
-      if (g_interrupted.load()) {
+      if (g_signal.load() != 0) {
         pipeline.close();
         return;
       }
@@ -242,11 +246,14 @@ int run(const std::vector<std::string_view>& args) {
     status = kFailed;
     pipeline.close();
   }
-  const bool interrupted = g_interrupted.load();
-  if (interrupted) status = kInterrupted;
+  const int signal = g_signal.load();
+  const bool interrupted = signal != 0;
+  if (interrupted) status = kSignalled + signal;
   const ferry::PipelineStats stats = pipeline.stats();
   progress.finish(stats);
-  if (interrupted) std::fprintf(stderr, "ferry: interrupted; stopped cleanly\n");
+  if (interrupted) {
+    std::fprintf(stderr, "ferry: interrupted (%s); stopped cleanly\n", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+  }
   if (failure) std::fprintf(stderr, "%s\n", failure->c_str());
 
   ferry::cli::RunInfo info;

@@ -33,6 +33,8 @@ struct PipelineState {
   std::optional<uint64_t> last_epoch;
   std::optional<uint64_t> last_index;
   std::map<std::string, std::string> order;
+  /// Where it was read from ("state.json", "<state_dict>"), for messages; not saved. Empty: made here.
+  std::string origin;
 
   /// One JSON object: {"format": "ferry-state", "version": 1, "next_batch": ...,
   /// "next": {"epoch": ..., "batch": ..., "position": ...}, ...}.

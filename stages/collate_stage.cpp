@@ -1,6 +1,7 @@
 #include "ferry/stages/collate_stage.h"
 
 #include <cstring>
+#include <iomanip>
 #include <sstream>
 
 #include <ATen/ops/empty.h>
@@ -47,20 +48,34 @@ CollateStage::CollateStage(std::vector<FieldSpec> fields, const CollateOptions& 
       throw Error("collate: field '" + spec.name + "' has " + std::string(c10::toString(spec.dtype)) +
                   " elements, wider than the 8 bytes ferry batches");
     }
-    // The pad element, converted exactly as torch::full converts (and refuses out-of-range values).
     std::array<std::byte, 8> pad{};
-    const auto custom = options.pad_values.find(spec.name);
-    const double value = custom != options.pad_values.end() ? custom->second : options.pad_value;
-    try {
-      const at::Tensor element = at::full({1}, value, at::TensorOptions().dtype(spec.dtype));
-      std::memcpy(pad.data(), element.data_ptr(), element.nbytes());
-    } catch (const std::exception& e) {
-      throw Error("collate: pad value " + std::to_string(value) + " of field '" + spec.name + "' does not fit " +
-                  dtype_name(spec.dtype) + ": " + e.what());
+    if (spec.variable()) {
+      const auto custom = options.pad_values.find(spec.name);
+      const double value = custom != options.pad_values.end() ? custom->second : options.pad_value;
+      try {
+        pad = pad_element(value, spec.dtype);
+      } catch (const Error& e) {
+        throw Error("collate: field '" + spec.name + "': " + e.what());
+      }
     }
     pads_.push_back(pad);
   }
   schema_ = std::make_shared<const BatchSchema>(std::move(names));
+}
+
+std::array<std::byte, 8> CollateStage::pad_element(double value, at::ScalarType dtype) {
+  std::array<std::byte, 8> pad{};
+  if (c10::elementSize(dtype) > pad.size()) throw Error("no pad element for " + dtype_name(dtype));
+  try {
+    // Exactly as torch::full converts, and refuses out-of-range values.
+    const at::Tensor element = at::full({1}, value, at::TensorOptions().dtype(dtype));
+    std::memcpy(pad.data(), element.data_ptr(), element.nbytes());
+  } catch (const std::exception& e) {
+    std::ostringstream text;
+    text << "pad value " << std::setprecision(17) << value << " does not fit " << dtype_name(dtype);
+    throw Error(text.str());
+  }
+  return pad;
 }
 
 std::optional<size_t> CollateStage::max_batch_bytes(size_t batch_size) const {

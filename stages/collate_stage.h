@@ -23,8 +23,9 @@ namespace ferry {
 /// Serial (one batch at a time). Allocates the layout and the small lengths tensors.
 class CollateStage : public BatchStage {
  public:
-  /// Throws ferry::Error for a pad value that does not fit its field's dtype or names no
-  /// variable-length field, or a min_alignment that is not a power of two.
+  /// Throws ferry::Error for a pad value that does not fit its variable-length field's dtype or
+  /// names no variable-length field, or a min_alignment that is not a power of two. (A fixed-length
+  /// field is never padded: collate.pad_value does not apply to it.)
   CollateStage(std::vector<FieldSpec> fields, const CollateOptions& options, size_t min_alignment);
   std::string_view name() const override { return "collate"; }
   void run(BatchWork& work, const std::atomic<bool>& stop) override;
@@ -36,6 +37,10 @@ class CollateStage : public BatchStage {
   /// Packed bytes of the largest possible batch of `batch_size` samples; nullopt when a
   /// variable-length field has no max_length. Throws ferry::Error past kMaxBatchBytes.
   std::optional<size_t> max_batch_bytes(size_t batch_size) const;
+
+  /// One element of `dtype` holding `value`, converted as torch::full converts it; throws
+  /// ferry::Error naming the value and the dtype where it does not fit (e.g. -1 or 300 for uint8).
+  static std::array<std::byte, 8> pad_element(double value, at::ScalarType dtype);
 
   /// 256 TiB: far beyond any host's memory, far below where sizes overflow.
   static constexpr uint64_t kMaxBatchBytes = uint64_t{1} << 48;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iomanip>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -40,17 +41,43 @@ std::pair<double, double> dtype_limits(at::ScalarType dtype) {
     case at::kByte: return {0.0, 256.0};
     case at::kInt: return {-2147483648.0, 2147483648.0};
     case at::kLong: return {-9223372036854775808.0, 9223372036854775808.0};
-    default: return {-std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+    // Floats: the largest finite value, so no drawn value rounds to inf. float64 is drawn through
+    // float (fill_range), so float's limit is its too.
+    case at::kHalf: return {-65504.0, 65504.0};
+    case at::kBFloat16: {
+      const double max = static_cast<double>(std::numeric_limits<c10::BFloat16>::max());
+      return {-max, max};
+    }
+    default: {
+      const double max = static_cast<double>(std::numeric_limits<float>::max());
+      return {-max, max};
+    }
   }
+}
+
+// A bound as the config wrote it: whole numbers in full (int64's 2^63 is not "9.22337e+18").
+std::string bound_text(double value) {
+  std::ostringstream text;
+  if (value == std::floor(value) && std::fabs(value) < 1e20) {
+    text << std::fixed << std::setprecision(0) << value;
+  } else {
+    text << std::setprecision(17) << value;
+  }
+  return text.str();
 }
 
 template <typename T>
 void fill_range(SplitMix64& rng, std::byte* out, int64_t numel, double low, double high) {
   if constexpr (std::is_integral_v<T>) {
-    const auto base = static_cast<int64_t>(low);
-    const auto span = static_cast<uint64_t>(high - low);  // exact: both bounds are whole and |x| <= 2^53
+    // Both bounds are whole and within [-2^63, 2^63]; the span may be 2^64 (all of int64), which
+    // takes every 64-bit value. Unsigned arithmetic wraps, so base + offset lands in [low, high).
+    const auto base = static_cast<uint64_t>(static_cast<int64_t>(low));
+    const long double width = static_cast<long double>(high) - static_cast<long double>(low);
+    const bool everything = width >= 0x1.0p64L;
+    const auto span = everything ? 0 : static_cast<uint64_t>(width);
     for (int64_t i = 0; i < numel; ++i) {
-      const T value = static_cast<T>(base + static_cast<int64_t>(rng.next() % span));
+      const uint64_t offset = everything ? rng.next() : rng.next() % span;
+      const T value = static_cast<T>(static_cast<int64_t>(base + offset));
       std::memcpy(out + i * sizeof(T), &value, sizeof(T));
     }
   } else {
@@ -100,15 +127,12 @@ SyntheticSource::SyntheticSource(SyntheticOptions options) : options_(std::move(
     if (field.range) {
       const auto [low, high] = *field.range;
       const auto [min, max] = dtype_limits(field.dtype);
-      // Integer bounds must be whole and exactly representable as doubles (|x| <= 2^53).
-      const bool whole = low == std::floor(low) && high == std::floor(high) && std::fabs(low) <= 0x1.0p53 &&
-                         std::fabs(high) <= 0x1.0p53;
+      // Integer bounds must be whole; float bounds finite in the dtype, or values come out inf.
+      const bool whole = low == std::floor(low) && high == std::floor(high);
       if (!(high > low) || low < min || high > max || (is_integer(field.dtype) && !whole)) {
-        std::ostringstream message;
-        message << where << ": range [" << low << ", " << high << ") is empty or not valid for "
-                << dtype_name(field.dtype) << " (bounds within [" << min << ", " << max << "]"
-                << (is_integer(field.dtype) ? ", whole numbers" : "") << ")";
-        throw Error(message.str());
+        throw Error(where + ": range [" + bound_text(low) + ", " + bound_text(high) + ") is empty or not valid for " +
+                    dtype_name(field.dtype) + " (bounds within [" + bound_text(min) + ", " + bound_text(max) + "]" +
+                    (is_integer(field.dtype) ? ", whole numbers" : "") + ")");
       }
     }
     FieldSpec spec;

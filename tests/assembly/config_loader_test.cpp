@@ -181,9 +181,28 @@ TEST(ConfigOverrides, BadOverridesAreReportedAtTheirFlag) {
             std::string::npos);
   EXPECT_NE(problems_of(kMinimal, {"prefetch=[1"}).find("--set prefetch=[1: prefetch: invalid YAML value"),
             std::string::npos);
-  EXPECT_NE(problems_of(kMinimal, {"batch_size.=7"})
-                .find("--set batch_size.=7: batch_size.: expected key.path=value with non-empty key names"),
+  EXPECT_NE(problems_of(kMinimal, {"batch_size.=7"}).find("--set batch_size.=7: batch_size.: expected key.path=value"),
             std::string::npos);
+  // Malformed paths are refused, saying what is wrong, instead of guessed at.
+  const std::pair<const char*, const char*> malformed[] = {
+      {"source.fields[0.name=x", "'[' at character 14 is not closed"},
+      {"source[fields].0.name=x", "'[fields]' is not a list index"},
+      {"source.fields[0]name=x", "expected '.' or '[' after ']' at character 17"},
+      {"source.fields]0.name=x", "']' at character 14 was not opened"},
+      {"[0].name=x", "'[' at character 1 does not follow a key"},
+      {"source..kind=x", "an empty key name at character 8"},
+      {"source.fields[].name=x", "'[]' is not a list index"},
+      {"batch_size.=7", "key names must not be empty"},
+  };
+  for (const auto& [flag, why] : malformed) {
+    const std::string found = problems_of(kMinimal, {flag});
+    EXPECT_NE(found.find(std::string("--set ") + flag), std::string::npos) << found;
+    EXPECT_NE(found.find(why), std::string::npos) << flag << ": " << found;
+  }
+  // Both list spellings are the same path.
+  for (const char* flag : {"source.fields[1].name=x", "source.fields.1.name=x"}) {
+    EXPECT_EQ(parse_config(kMinimal, "t.yaml", {flag}).source.synthetic.fields.at(1).name, "x") << flag;
+  }
   // A field appended by --set is located there, down to the keys it lacks.
   EXPECT_NE(problems_of(kMinimal, {"source.fields.2.name=y"})
                 .find("--set source.fields.2.name=y: source.fields[2].dtype: missing required key"),
@@ -231,6 +250,32 @@ TEST(ConfigLoader, AMissingFileSaysSo) {
               std::string::npos)
         << e.what();
   }
+}
+
+// A directory and an endless or huge file are refused for what they are, before parsing (a directory
+// read as empty said "source: missing required key"; /dev/zero was read until memory ran out).
+TEST(ConfigLoader, ADirectoryOrAHugeFileIsNotAConfig) {
+  const auto message = [](const std::string& path) -> std::string {
+    try {
+      (void)load_config(path);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const testing::TempDir dir("ferry_config_files");
+  EXPECT_NE(message(dir.path()).find(dir.path() + ": is a directory, not a config file"), std::string::npos)
+      << message(dir.path());
+  EXPECT_NE(message("/dev/zero").find("/dev/zero: more than 16 MiB: too large for a config file"), std::string::npos)
+      << message("/dev/zero");
+  const std::string big = dir / "big.yaml";
+  {
+    std::ofstream out(big);
+    out << "batch_size: 4\n";
+    const std::string comment = "# " + std::string(1022, 'x') + "\n";
+    for (int i = 0; i < 16 * 1024; ++i) out << comment;
+  }
+  EXPECT_NE(message(big).find("more than 16 MiB"), std::string::npos) << message(big);
 }
 
 // ---- image sources and the jpeg decoder's resize and crop ------------------------------------------

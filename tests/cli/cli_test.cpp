@@ -20,6 +20,7 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -364,8 +365,8 @@ struct Interrupted {
   std::string err;
 };
 
-// Starts `args`, waits for its first progress line, then `after` more, sends SIGINT and waits for the end.
-Interrupted interrupt_run(const std::vector<std::string>& args, Clock::duration after) {
+// Starts `args`, waits for its first progress line, then `after` more, sends `signal` and waits for the end.
+Interrupted interrupt_run(const std::vector<std::string>& args, Clock::duration after, int signal = SIGINT) {
   Child child(ferry_args(args));
   const bool progressed = child.read_until(has_progress_line, Clock::now() + kProgressDeadline);
   EXPECT_TRUE(progressed) << "no progress line before the deadline\n--- stderr ---\n" << child.err();
@@ -375,7 +376,7 @@ Interrupted interrupt_run(const std::vector<std::string>& args, Clock::duration 
     child.read_until([](const std::string&) { return false; }, Clock::now() + after);
   }
   const Clock::time_point signalled = Clock::now();
-  EXPECT_EQ(::kill(child.pid(), SIGINT), 0) << std::strerror(errno);
+  EXPECT_EQ(::kill(child.pid(), signal), 0) << std::strerror(errno);
   const auto [status, ended] = child.wait(signalled + kStopDeadline);
   return {true, status, ended - signalled, child.out(), child.err()};
 }
@@ -459,6 +460,11 @@ TEST(FerryUsage, UsageErrorsExitTwo) {
       {{"frobnicate"}, {"unknown command 'frobnicate'"}},
       {{"validate"}, {"validate needs a CONFIG"}},
       {{"run", "/nonexistent.yaml"}, {"/nonexistent.yaml", "cannot open"}, /*usage=*/false},
+      {{"validate", "/dev/zero"}, {"/dev/zero: more than 16 MiB"}, /*usage=*/false},
+      {{"validate", "/tmp"}, {"/tmp: is a directory"}, /*usage=*/false},
+      {{"run", FERRY_SOURCE_DIR "/configs/demo.yaml", "--resume", "/tmp"},
+       {"/tmp: is a directory, not a saved pipeline state"},
+       /*usage=*/false},
   };
   for (const Case& c : cases) {
     std::string command = "ferry";
@@ -664,7 +670,10 @@ TEST(FerryResume, EveryDatasetKindResumesBitForBitInANewProcess) {
   }
 }
 
-TEST(FerryResume, CtrlCSavesTheStateAndTheResumeDeliversTheRest) {
+// Ctrl-C, and SIGTERM (what a job scheduler sends before it kills), exit 128 + the signal.
+TEST(FerryResume, CtrlCAndSigtermSaveTheStateAndTheResumeDeliversTheRest) {
+  for (const int signal : {SIGINT, SIGTERM}) {
+  SCOPED_TRACE(signal == SIGINT ? "SIGINT" : "SIGTERM");
   const TempDir dir;
   // Slow enough (bigger images) that Ctrl-C lands mid-run, yet the rest finishes quickly.
   const std::vector<std::string> base = {"--set", "source.fields.0.shape=[3,128,128]", "--set", "stats.interval=100ms"};
@@ -677,12 +686,18 @@ TEST(FerryResume, CtrlCSavesTheStateAndTheResumeDeliversTheRest) {
   std::vector<std::string> first_args = with({"--digest", dir / "a.txt", "--save-state", dir / "state.json"});
   first_args.erase(std::find(first_args.begin(), first_args.end(), "stats.progress=off") - 1,
                    std::find(first_args.begin(), first_args.end(), "stats.progress=off") + 1);  // progress on
-  const Interrupted first = interrupt_run(first_args, milliseconds(0));
+  const Interrupted first = interrupt_run(first_args, milliseconds(0), signal);
   ASSERT_TRUE(first.progressed);
-  ASSERT_TRUE(first.status.is(130) || first.status.is(0)) << first.status << first.err;  // 0: it finished first
+  // 0: it finished first
+  ASSERT_TRUE(first.status.is(128 + signal) || first.status.is(0)) << first.status << first.err;
+  if (first.status.is(128 + signal)) {
+    EXPECT_TRUE(contains(first.err, signal == SIGINT ? "interrupted (SIGINT)" : "interrupted (SIGTERM)")) << first.err;
+  }
+  EXPECT_TRUE(contains(first.err, "state saved to")) << first.err;
   const Result second = ferry(with({"--resume", dir / "state.json", "--digest", dir / "b.txt"}));
   ASSERT_TRUE(second.status.is(0)) << second.status << both(second);
   EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), resume::read_file(dir / "full.txt"));
+  }
 }
 
 TEST(FerryResume, RefusesAStateSavedUnderAnotherOrderNamingTheKey) {
@@ -699,6 +714,40 @@ TEST(FerryResume, RefusesAStateSavedUnderAnotherOrderNamingTheKey) {
   const Result junk = ferry(resume::shuffled_run({"--resume", dir / "junk.json"}));
   EXPECT_TRUE(junk.status.is(2)) << junk.status << both(junk);
   EXPECT_TRUE(contains(junk.err, "not a saved pipeline state")) << both(junk);
+}
+
+// Hand-edited states: each key is checked, and the refusal (exit 2) names the file and the key.
+TEST(FerryResume, RefusesAnEditedStateNamingTheFileAndTheKey) {
+  const TempDir dir;
+  const std::string saved = dir / "state.json";
+  const Result first = ferry(resume::shuffled_run({"--batches", "5", "--save-state", saved}));
+  ASSERT_TRUE(first.status.is(0)) << both(first);
+  const std::string text = resume::read_file(saved);
+  // Each edit replaces the first match of a pattern in the saved text; the refusal must hold both parts.
+  const auto edited = [&](const std::string& pattern, const std::string& replacement) {
+    const std::string changed =
+        std::regex_replace(text, std::regex(pattern), replacement, std::regex_constants::format_first_only);
+    EXPECT_NE(changed, text) << pattern << " not in " << text;
+    std::ofstream(dir / "edited.json") << changed;
+    return ferry(resume::shuffled_run({"--resume", dir / "edited.json"}));
+  };
+  struct Case {
+    std::string pattern, replacement, where, what;
+  };
+  const Case cases[] = {
+      {"\"epoch\": 0, ", "", "edited.json:", "next.epoch: missing"},
+      {"\"epoch\": 0, ", "\"epoch\": 99, ", "edited.json: ", "next.epoch: 99 is beyond"},
+      {"\"position\": [0-9]+", "\"position\": 1", "edited.json: ", "next.position: 1 does not fit next.batch 5"},
+      {"\"position\": [0-9]+", "\"position\": 9223372036854775808", "edited.json: ",
+       "next.position: 9223372036854775808 is past"},
+      {"\"next_batch\": [0-9]+", "\"next_batch\": 6", "edited.json: ", "next_batch: 6 does not fit next"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.pattern + " -> " + c.replacement);
+    const Result resumed = edited(c.pattern, c.replacement);
+    EXPECT_TRUE(resumed.status.is(2)) << resumed.status << both(resumed);
+    EXPECT_TRUE(contains(resumed.err, c.where) && contains(resumed.err, c.what)) << both(resumed);
+  }
 }
 }  // namespace
 }  // namespace ferry

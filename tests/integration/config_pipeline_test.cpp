@@ -299,6 +299,38 @@ TEST(ConfigPipeline, ConfigErrorsStartNoThread) {
 // Random datasets (all dtypes, ranks 0-3, empty dims, variable lengths, value ranges) written as YAML,
 // loaded by Pipeline::from_yaml with decode.threads 1, 2 and 4: the batches come in sequential order,
 // cut as batch_size/drop_last say, padded with the config's pad values, every byte the source's.
+// A pad value the field's dtype cannot hold is reported at the key that sets it (it was reported at
+// source.fields), and a fixed-length field, never padded, does not care.
+TEST(ConfigPipeline, APadValueThatDoesNotFitIsReportedAtItsKey) {
+  SyntheticOptions data;
+  data.samples = 10;
+  data.fields = {SyntheticField{"image", at::kByte, {4}, false, 0, 0, std::nullopt},
+                 SyntheticField{"tokens", at::kByte, {}, true, 1, 8, std::nullopt},
+                 SyntheticField{"ids", at::kInt, {}, true, 1, 8, std::nullopt}};
+  const auto problem = [&](const std::string& collate) -> std::optional<ConfigProblem> {
+    const TempYaml file(source_yaml(data) + "transfer: {device: cpu}\n" + collate);
+    try {
+      (void)check_config(load_config(file.path()));
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.problems().size(), 1u) << e.what();
+      return e.problems().at(0);
+    }
+    return std::nullopt;
+  };
+  const auto general = problem("collate: {pad_value: 300}\n");
+  ASSERT_TRUE(general);
+  EXPECT_EQ(general->key, "collate.pad_value");
+  EXPECT_NE(general->message.find("pad value 300 does not fit uint8 (field 'tokens' is uint8)"), std::string::npos)
+      << general->message;
+  EXPECT_NE(general->location.find(":10:"), std::string::npos) << general->location;  // the line that sets it
+  const auto own = problem("collate: {pad_values: {ids: 3000000000}}\n");
+  ASSERT_TRUE(own);
+  EXPECT_EQ(own->key, "collate.pad_values.ids");
+  EXPECT_NE(own->message.find("does not fit int32"), std::string::npos) << own->message;
+  // -1 fits neither uint8 field, but only the padded one matters; with its own value, none does.
+  EXPECT_FALSE(problem("collate: {pad_value: -1, pad_values: {tokens: 0}}\n"));
+}
+
 TEST(ConfigPipeline, FromYamlDeliversEveryByteOfTheSource) {
   const ScopedTorchrunEnv no_torchrun(std::nullopt);
   const uint64_t seed = test_seed();

@@ -166,11 +166,95 @@ TEST(Resume, MalformedStatesAreRefusedWithTheirPlace) {
   EXPECT_NE(
       problem(
           R"({"format": "ferry-state", "version": 1, "next_batch": 3, "next": {"epoch": 1, "batch": -2, "position": 5}, "order": {}})")
-          .find("next: expected {\"epoch\": N, \"batch\": N, \"position\": N}"),
+          .find("next.batch: expected a whole number (a batch of the epoch), found '-2'"),
       std::string::npos);
   EXPECT_NE(problem(R"({"format": "ferry-state", "version": 1, "next_batch": 3, "next": 7, "order": {}})")
                 .find("next: expected"),
             std::string::npos);
+  // A key missing from `next` is named (it was yaml-cpp's "invalid node; first invalid key"), and so
+  // are unknown keys and every key that is not a whole number, all in one error.
+  const std::string missing =
+      problem(R"({"format": "ferry-state", "version": 1, "next_batch": 3, "next": {"batch": 1, "position": 5},
+                  "order": {}})");
+  EXPECT_NE(missing.find("s.json:1:"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("next.epoch: missing"), std::string::npos) << missing;
+  const std::string many = problem(
+      R"({"format": "ferry-state", "version": 1, "next_batch": 1.5, "nxt": 1, "next": {"epoch": true, "batch": 0,
+          "position": 0, "extra": 1}, "last_delivered": {"epoch": "x"}, "order": {}})");
+  for (const char* part : {"next_batch: expected a whole number of batches, found '1.5'", "nxt: unknown key",
+                           "next.epoch: expected a whole number", "next.extra: unknown key",
+                           "last_delivered.epoch: expected a whole number", "last_delivered.batch: missing"}) {
+    EXPECT_NE(many.find(part), std::string::npos) << part << " in " << many;
+  }
+  EXPECT_NE(problem(R"({"format": "ferry-state", "version": 1, "next_batch": 3, "last_delivered": [1], "order": {}})")
+                .find("last_delivered: expected"),
+            std::string::npos);
+}
+
+// Every state key is checked against the run that would resume it: a hand-edited or mismatched state
+// is refused naming the state file and the key, instead of resuming misaligned or delivering nothing.
+TEST(Resume, StatesThatDoNotFitTheConfigAreRefusedNamingTheFileAndTheKey) {
+  // 230 samples in batches of 16: 15 batches an epoch (the last one of 6), 3 epochs.
+  const Config config = parse_config(kConfig, "resume.yaml");
+  // The states a real run saves are accepted (the order keys come from the run itself).
+  Pipeline pipeline = make_pipeline(config);
+  for (int i = 0; i < 17; ++i) (void)pipeline.next();
+  PipelineState saved = parse_pipeline_state(pipeline.state().to_json(), "saved.json");
+  ASSERT_EQ(*saved.next, (BatchCursor{1, 2, 32}));
+  EXPECT_NO_THROW((void)make_pipeline(config, saved));
+  const auto with = [&](uint64_t next_batch, BatchCursor next) {
+    PipelineState edited = saved;
+    edited.next_batch = next_batch;
+    edited.next = next;
+    edited.last_epoch.reset();
+    edited.last_index.reset();
+    return edited;
+  };
+  const auto refused = [&](const PipelineState& edited) -> std::string {
+    try {
+      (void)make_pipeline(config, edited);
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.problems().at(0).location, "saved.json") << e.what();
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NO_THROW((void)make_pipeline(config, with(45, {3, 0, 0})));  // a finished run: nothing left
+  EXPECT_NE(refused(with(45, {4, 0, 0})).find("next.epoch: 4 is beyond the 3 epochs"), std::string::npos);
+  EXPECT_NE(refused(with(45, {3, 1, 16})).find("next.epoch: 3 is the end"), std::string::npos);
+  EXPECT_NE(refused(with(17, {1, 2, uint64_t{1} << 63})).find("next.position: 9223372036854775808 is past the 230"),
+            std::string::npos);
+  EXPECT_NE(refused(with(17, {1, 2, 40})).find("next.position: 40 does not fit next.batch 2"), std::string::npos);
+  EXPECT_NE(refused(with(17, {1, 16, 230})).find("next.batch: 16 is past the 15 batches"), std::string::npos);
+  EXPECT_NE(refused(with(18, {1, 2, 32})).find("next_batch: 18 does not fit next (epoch 1, batch 2)"),
+            std::string::npos);
+  EXPECT_NE(refused(with(uint64_t{1} << 63, {1, 2, 32})).find("next_batch: 9223372036854775808 is past the 45"),
+            std::string::npos);
+  PipelineState old_format = with(46, {});
+  old_format.next.reset();
+  EXPECT_NE(refused(old_format).find("next_batch: 46 is past the 45 batches"), std::string::npos);
+  PipelineState last = saved;
+  last.last_index = 0;
+  EXPECT_NE(refused(last).find("last_delivered: epoch 1, batch 0 is not the batch before next (epoch 1, batch 2)"),
+            std::string::npos);
+  // With max_batches, and with on_error: skip, where positions may run ahead of batch x batch_size.
+  const Config capped = parse_config(kConfig, "capped.yaml", {"max_batches=20"});
+  try {
+    (void)make_pipeline(capped, with(21, {1, 6, 96}));
+    ADD_FAILURE() << "resumed past max_batches";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("saved.json: next_batch: 21 is past max_batches (20)"), std::string::npos)
+        << e.what();
+  }
+  const Config skipping = parse_config(kConfig, "skip.yaml", {"decode.on_error=skip"});
+  PipelineState ahead = with(17, {1, 2, 40});
+  ahead.order = make_pipeline(skipping).state().order;
+  EXPECT_NO_THROW((void)make_pipeline(skipping, ahead));
+  ahead.next = BatchCursor{1, 2, 31};
+  EXPECT_THROW((void)make_pipeline(skipping, ahead), ConfigError);
+  ahead.next = BatchCursor{1, 2, 40};
+  ahead.next_batch = 1;
+  EXPECT_THROW((void)make_pipeline(skipping, ahead), ConfigError);
 }
 
 // The cursor survives the round trip through JSON; a state without one (an older file) has none.

@@ -1,5 +1,8 @@
 #include <ferry/io/formats/synthetic_source.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -79,6 +82,30 @@ TEST(SyntheticSource, ValuesAndLengthsStayInTheirBounds) {
   EXPECT_LT(shortest, longest);  // lengths really vary
 }
 
+// The widest ranges each dtype holds: all of int64 (written as the config would, -2^63 to 2^63 - 1,
+// which the double makes 2^63: the bound is exclusive), all of uint8, float16 to its largest finite.
+TEST(SyntheticSource, TheFullRangeOfEachDtypeIsAcceptedAndFilled) {
+  SyntheticOptions options;
+  options.samples = 64;
+  options.fields = {
+      SyntheticField{"i64", at::kLong, {64}, false, 0, 0, std::pair{-9223372036854775808.0, 9223372036854775807.0}},
+      SyntheticField{"u8", at::kByte, {64}, false, 0, 0, std::pair{0.0, 256.0}},
+      SyntheticField{"f16", at::kHalf, {64}, false, 0, 0, std::pair{-65504.0, 65504.0}},
+      SyntheticField{"top", at::kLong, {64}, false, 0, 0, std::pair{9223372036854775807.0 - 4096, 9223372036854775807.0}}};
+  const SyntheticSource source(options);
+  int64_t least = 0;
+  int64_t most = 0;
+  for (uint64_t index = 0; index < source.size(); ++index) {
+    const auto sample = source.expected(index);
+    least = std::min(least, sample[0].min().item<int64_t>());
+    most = std::max(most, sample[0].max().item<int64_t>());
+    EXPECT_TRUE(sample[2].to(at::kFloat).isfinite().all().item<bool>());
+    EXPECT_GE(sample[3].min().item<int64_t>(), INT64_MAX - 4096);
+  }
+  EXPECT_LT(least, INT64_MIN / 2);  // values from all of the range
+  EXPECT_GT(most, INT64_MAX / 2);
+}
+
 TEST(SyntheticSource, DeclaresVariableFieldsWithTheirMaximum) {
   const SyntheticSource source(mixed(1));
   const auto& specs = source.fields();
@@ -107,6 +134,25 @@ TEST(SyntheticSource, RejectsBadFieldsAndIndices) {
   EXPECT_THROW(SyntheticSource(with(SyntheticField{"a", at::kByte, {}, false, 0, 0, std::pair{0.0, 300.0}})), Error);
   EXPECT_THROW(SyntheticSource(with(SyntheticField{"a", at::kInt, {}, false, 0, 0, std::pair{0.5, 3.0}})), Error);
   EXPECT_THROW(SyntheticSource(with(SyntheticField{"a", at::kFloat, {}, false, 0, 0, std::pair{1.0, 1.0}})), Error);
+  // Float ranges the dtype cannot hold are refused as integer ones are (float16's came out all inf).
+  const auto range_error = [&](at::ScalarType dtype, double low, double high) -> std::string {
+    try {
+      SyntheticSource source(with(SyntheticField{"a", dtype, {}, false, 0, 0, std::pair{low, high}}));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(range_error(at::kHalf, -1e30, 1e30).find("(bounds within [-65504, 65504])"), std::string::npos)
+      << range_error(at::kHalf, -1e30, 1e30);
+  EXPECT_NE(range_error(at::kBFloat16, 0, 1e39).find("not valid for bfloat16"), std::string::npos);
+  EXPECT_NE(range_error(at::kFloat, -1e39, 0).find("not valid for float32"), std::string::npos);
+  EXPECT_EQ(range_error(at::kHalf, -65504, 65504), "");
+  // Bounds print in full, so the refusal of a range past int64 shows why.
+  EXPECT_NE(range_error(at::kLong, 0, 1e19).find("range [0, 10000000000000000000) is empty or not valid for int64 "
+                                                 "(bounds within [-9223372036854775808, 9223372036854775808]"),
+            std::string::npos)
+      << range_error(at::kLong, 0, 1e19);
   SyntheticOptions twice = with(SyntheticField{"a", at::kByte, {}, false, 0, 0, {}});
   twice.fields.push_back(twice.fields[0]);
   EXPECT_THROW(SyntheticSource{twice}, Error);
