@@ -33,9 +33,11 @@ const char* cache_memory_name(CacheMemory memory) noexcept {
 }
 
 size_t PipelineOptions::resolved_decode_threads() const {
-  if (decode_threads != 0) return decode_threads;
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
-  return hardware > 2 ? hardware - 2 : 1;
+  const size_t threads = decode_threads != 0 ? decode_threads : (hardware > 2 ? hardware - 2 : 1);
+  // Samples in flight: the batches the tokens allow (prefetch), each batch_size samples at most.
+  const size_t in_flight = std::max<size_t>(prefetch, 1) * std::max<size_t>(batch_size, 1);
+  return std::min(threads, in_flight);
 }
 
 void PipelineOptions::check() const {

@@ -126,7 +126,9 @@ struct PipelineOptions {
   TransferOptions transfer;
   CacheOptions cache;
 
-  /// decode_threads with 0 resolved.
+  /// decode_threads with 0 resolved, and at most prefetch x batch_size: no more samples than that
+  /// are ever in flight, so more threads could never all be busy (1024 of them on a small run cost
+  /// seconds of thread start-up and spinning, for nothing).
   size_t resolved_decode_threads() const;
   /// Throws ferry::Error naming the first option out of range (and what is allowed).
   void check() const;
