@@ -8,6 +8,9 @@ namespace ferry {
 /// A CPU tensor is packed (copied with its neighbours in one transfer) only up to this size: larger
 /// ones gain nothing from sharing a transfer and would cost an extra CPU copy into the chunk.
 constexpr size_t kMaxPackedTensorBytes = size_t{256} * 1024;
+/// No packed chunk is larger: with a huge min_packed_alignment_bytes (2^63 is accepted), padding to
+/// the next tensor then starts a new chunk instead of asking for a staging buffer of exabytes.
+constexpr size_t kMaxPackedChunkBytes = size_t{1} << 30;
 
 /// How start_copy() / TensorCopy::start() move tensors. The defaults suit the main case: many small
 /// CPU tensors in pageable memory going to one GPU.
@@ -22,8 +25,8 @@ struct CopyOptions {
   /// Each packed tensor starts at a multiple of max(this, its element size) within its chunk. A
   /// power of two, at least 1.
   size_t min_packed_alignment_bytes = 16;
-  /// A chunk's payload (tensor bytes plus the padding between them) stays at most this; a tensor
-  /// larger than this is not packed. At least 1.
+  /// A chunk's payload (tensor bytes plus the padding between them) stays at most this, and at most
+  /// kMaxPackedChunkBytes whatever this says; a tensor larger than this is not packed. At least 1.
   size_t max_packed_chunk_bytes = size_t{32} << 20;
   /// Staging, allocation and copy submission run on ferry's copy thread (CopyWorker) and start
   /// returns at once; false: they run inside start, on the caller's thread.

@@ -18,6 +18,7 @@
 #include "ferry/pipeline/cuda_event.h"
 #include "ferry/pipeline/device_guard.h"
 #include "ferry/pipeline/error.h"
+#include "ferry/pipeline/fault_injection.h"
 #include "ferry/pipeline/tensor_views.h"
 #include "ferry/pipeline/torch_cuda.h"
 #include "ferry/stages/parallel_copy.h"
@@ -80,9 +81,12 @@ enum class Direction { kHostToDevice, kDeviceToHost };
 void copy_async(void* target, const void* source, size_t bytes, Direction direction, CudaStreamHandle stream) {
   if (bytes == 0) return;
 #if FERRY_HAVE_CUDART
-  FERRY_CUDA_CHECK(
-      cudaMemcpyAsync(target, source, bytes,
-                      direction == Direction::kHostToDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream));
+  FERRY_CUDA_CHECK(detail::fault_fires(Fault::kTransferCopy)  // Note [fault injection]
+                       ? cudaErrorUnknown
+                       : cudaMemcpyAsync(target, source, bytes,
+                                         direction == Direction::kHostToDevice ? cudaMemcpyHostToDevice
+                                                                               : cudaMemcpyDeviceToHost,
+                                         stream));
 #else
   (void)target, (void)source, (void)direction, (void)stream;
   throw Error("cannot copy between host and device: ferry was built without the CUDA runtime");

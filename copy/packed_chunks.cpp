@@ -8,7 +8,7 @@
 namespace ferry::detail {
 
 std::vector<PackedChunk> plan_packed_chunks(const std::vector<PackItem>& items, const CopyOptions& options) {
-  const size_t limit = options.max_packed_chunk_bytes;
+  const size_t limit = std::min(options.max_packed_chunk_bytes, kMaxPackedChunkBytes);
   std::vector<PackedChunk> chunks;
   for (size_t i = 0; i < items.size(); ++i) {
     const PackItem& item = items[i];

@@ -23,9 +23,9 @@ struct PackedChunk {
 
 /// Packs `items` greedily in their order: each starts at the next multiple of
 /// max(options.min_packed_alignment_bytes, its element size) after the one before, and a new chunk
-/// starts when an item would take the payload past options.max_packed_chunk_bytes. Every item must
-/// be at most max_packed_chunk_bytes (throws ferry::Error otherwise), so each chunk holds at least
-/// one. Pure computation: allocates the result only; thread-safe.
+/// starts when an item would take the payload past options.max_packed_chunk_bytes (or
+/// kMaxPackedChunkBytes, if less). Every item must fit that limit (throws ferry::Error otherwise), so
+/// each chunk holds at least one. Pure computation: allocates the result only; thread-safe.
 std::vector<PackedChunk> plan_packed_chunks(const std::vector<PackItem>& items, const CopyOptions& options);
 
 }  // namespace ferry::detail

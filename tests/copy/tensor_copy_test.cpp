@@ -100,6 +100,43 @@ TEST(PackedChunks, RandomItemsKeepOrderAlignmentAndLimit) {
   }
 }
 
+// The extremes start_copy accepts: an alignment of 2^63 (every tensor starts a chunk, at 0: the
+// padding would run past any limit, kMaxPackedChunkBytes included) and chunks of 1 byte or of
+// SIZE_MAX. Nothing may overflow into a small offset, nor ask for a chunk of exabytes.
+TEST(PackedChunks, ExtremeAlignmentsAndLimitsDoNotOverflow) {
+  const std::vector<detail::PackItem> items{{10, 1}, {8, 8}, {3, 1}, {0, 4}, {1, 1}};
+  for (const size_t alignment : {size_t{1} << 63, size_t{1} << 62, size_t{1}}) {
+    for (const size_t limit : {size_t{16}, SIZE_MAX, SIZE_MAX - 7}) {
+      CopyOptions options;
+      options.min_packed_alignment_bytes = alignment;
+      options.max_packed_chunk_bytes = limit;
+      ASSERT_NO_THROW(validate(options));
+      const std::vector<detail::PackedChunk> chunks = detail::plan_packed_chunks(items, options);
+      size_t members = 0;
+      for (const detail::PackedChunk& chunk : chunks) {
+        EXPECT_LE(chunk.payload_bytes, limit);
+        for (size_t m = 0; m < chunk.members.size(); ++m) {
+          const size_t item_alignment = std::max(alignment, items[chunk.members[m]].element_size);
+          EXPECT_EQ(chunk.offsets[m] % item_alignment, 0u);
+          EXPECT_LE(chunk.offsets[m], chunk.payload_bytes);
+        }
+        members += chunk.members.size();
+      }
+      EXPECT_EQ(members, items.size());
+      EXPECT_LE(chunks.back().payload_bytes, kMaxPackedChunkBytes);
+      if (alignment >= (size_t{1} << 62)) {  // padding to such an alignment must start a new chunk
+        for (const detail::PackedChunk& chunk : chunks) {
+          for (const size_t offset : chunk.offsets) EXPECT_EQ(offset, 0u);
+        }
+      }
+    }
+  }
+  CopyOptions one_byte;
+  one_byte.min_packed_alignment_bytes = 1;
+  one_byte.max_packed_chunk_bytes = 1;
+  EXPECT_EQ(detail::plan_packed_chunks({{1, 1}, {1, 1}, {0, 1}}, one_byte).size(), 2u);
+}
+
 TEST(PackedChunks, AnItemLargerThanAChunkIsRefused) {
   CopyOptions options;
   options.max_packed_chunk_bytes = 8;
