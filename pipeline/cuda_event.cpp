@@ -3,6 +3,7 @@
 #include "ferry/build_config.h"
 #include "ferry/pipeline/cuda_error.h"
 #include "ferry/pipeline/device_guard.h"
+#include "ferry/pipeline/fault_injection.h"
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>
@@ -26,7 +27,8 @@ CudaEvent::~CudaEvent() {
 void CudaEvent::record(CudaStreamHandle stream) {
 #if FERRY_HAVE_CUDART
   DeviceGuard guard(device_);
-  FERRY_CUDA_CHECK(cudaEventRecord(event_, stream));
+  // Note [fault injection]
+  FERRY_CUDA_CHECK(detail::fault_fires(Fault::kEventRecord) ? cudaErrorUnknown : cudaEventRecord(event_, stream));
 #else
   (void)stream;
 #endif
@@ -35,7 +37,8 @@ void CudaEvent::record(CudaStreamHandle stream) {
 bool CudaEvent::query() const {
 #if FERRY_HAVE_CUDART
   // cudaEventQuery needs no current device: the event knows its own.
-  const cudaError_t status = cudaEventQuery(event_);
+  const cudaError_t status = detail::fault_fires(Fault::kEventQuery) ? cudaErrorUnknown  // Note [fault injection]
+                                                                      : cudaEventQuery(event_);
   if (status == cudaErrorNotReady) {
     (void)cudaGetLastError();  // not-ready sets the last-error slot; it is an outcome, not an error
     return false;

@@ -13,6 +13,7 @@
 #include "ferry/pipeline/cuda_event.h"
 #include "ferry/pipeline/device_guard.h"
 #include "ferry/pipeline/error.h"
+#include "ferry/pipeline/fault_injection.h"
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>
@@ -73,6 +74,9 @@ PinnedPool::PinnedPool(const PinnedPoolOptions& options)
                            std::to_string(options.budget_bytes) + " bytes");
   }
 
+  if (detail::fault_fires(Fault::kStagingAllocation)) {  // Note [fault injection]
+    throw Error(where, "cannot allocate " + std::to_string(total) + " bytes of staging memory (an injected fault)");
+  }
   if (options.pinned) {
     const std::string unavailable = cuda_unavailable_reason();
     if (unavailable.empty()) {

@@ -3,13 +3,23 @@
 # configure a GPU build (fails unless CUDA toolkit and a CUDA libtorch are found), build, run every
 # test, then the benchmarks, the demo and the example. Logs and results go to $OUT (or ./gpu-results).
 #
-#   source .deps/device-env.sh; scripts/gpu-check.sh [--no-bench]
+#   source .deps/device-env.sh; scripts/gpu-check.sh [--no-bench] [--no-sanitize]
+#
+# --no-sanitize skips the compute-sanitizer step (memcheck, racecheck and synccheck over every binary
+# of cuda-labelled tests; a few minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-results}
 mkdir -p "$out"
 bench=1
-[ "${1:-}" = "--no-bench" ] && bench=0
+sanitize=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-bench) bench=0 ;;
+    --no-sanitize) sanitize=0 ;;
+    *) echo "gpu-check: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
 status=0
 step() { echo "=== $* ($(date +%T))"; }
 
@@ -26,6 +36,27 @@ step ctest
 ctest --test-dir build/gpu -j6 --output-on-failure --timeout 600 > "$out/ctest.log" 2>&1 || status=1
 grep -E "tests passed|tests failed|Failed|\*\*\*|Skipped" "$out/ctest.log" | head -40
 sed -n '/Label Time Summary/,/^$/p' "$out/ctest.log"
+
+if [ "$sanitize" = 1 ]; then
+  # Every binary that holds cuda-labelled tests, whole, under each tool: memcheck (out-of-bounds and
+  # misaligned device accesses, API errors), racecheck (shared-memory races in ferry's kernels) and
+  # synccheck (invalid barriers). A finding fails the step (--error-exitcode).
+  step "compute-sanitizer over the cuda tests"
+  binaries=$(ctest --test-dir build/gpu -L cuda --show-only=json-v1 | python3 -c '
+import json, sys
+print("\n".join(sorted({t["command"][0] for t in json.load(sys.stdin)["tests"] if t.get("command")})))')
+  for tool in memcheck racecheck synccheck; do
+    for binary in $binaries; do
+      name="$tool-$(basename "$binary")"
+      if compute-sanitizer --tool "$tool" --error-exitcode 99 "$binary" > "$out/sanitizer-$name.log" 2>&1; then
+        echo "$name: $(grep -E "ERROR SUMMARY|tests? from .* ran|PASSED|SKIPPED" "$out/sanitizer-$name.log" | tr '\n' ' ')"
+      else
+        status=1
+        echo "$name: FAILED"; grep -E "ERROR SUMMARY|=========  |FAILED" "$out/sanitizer-$name.log" | head -20
+      fi
+    done
+  done
+fi
 
 step info
 ./build/gpu/cli/ferry info --bandwidth 2>&1 | tee "$out/info.txt" || status=1

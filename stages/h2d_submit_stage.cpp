@@ -5,6 +5,7 @@
 #include "ferry/build_config.h"
 #include "ferry/pipeline/cuda_error.h"
 #include "ferry/pipeline/device_guard.h"
+#include "ferry/pipeline/fault_injection.h"
 #include "ferry/pipeline/tensor_views.h"
 #include "ferry/pipeline/torch_cuda.h"
 #include "ferry/stages/parallel_copy.h"
@@ -58,10 +59,13 @@ at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaE
   auto* target = static_cast<std::byte*>(buffer.data_ptr());
   try {
     for (const CopyChunk& chunk : work.chunks) {
-      FERRY_CUDA_CHECK(
-          cudaMemcpyAsync(target + chunk.offset, chunk.source, chunk.bytes, cudaMemcpyHostToDevice, stream_->handle()));
+      FERRY_CUDA_CHECK(detail::fault_fires(Fault::kTransferCopy)
+                           ? cudaErrorUnknown  // Note [fault injection]
+                           : cudaMemcpyAsync(target + chunk.offset, chunk.source, chunk.bytes, cudaMemcpyHostToDevice,
+                                             stream_->handle()));
     }
     if (cache_) cache_->serve(work, target, from_host(work), stream_->handle());
+    protect();  // inside: an event that cannot be recorded must not release the slab unprotected
   } catch (...) {
     try {
       protect();
@@ -72,8 +76,9 @@ at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaE
     }
     throw;
   }
-#endif
+#else
   protect();
+#endif
   return buffer;
 }
 
@@ -84,6 +89,9 @@ at::Tensor H2DSubmitStage::copy_to_host(BatchWork& work) const {
   copies.reserve(work.chunks.size());
   for (const CopyChunk& chunk : work.chunks)
     copies.push_back(CopyOp{target + chunk.offset, chunk.source, chunk.bytes, {}, 1});
+  if (detail::fault_fires(Fault::kTransferCopy)) {  // Note [fault injection]
+    throw Error("the copy of batch " + std::to_string(work.info.index) + " failed (an injected fault)");
+  }
   run_copies(copies, options_.parallel_pack_bytes);
   if (cache_) cache_->serve(work, target, from_host(work), nullptr);
   work.slab.release();

@@ -13,6 +13,7 @@
 #include <ferry/pipeline/cuda_event_pool.h>
 #include <ferry/pipeline/cuda_stream.h>
 #include <ferry/pipeline/pinned_pool.h>
+#include "tests/support/stream_gate.h"
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>
@@ -40,16 +41,6 @@ PinnedPoolOptions pinned(size_t slabs, size_t bytes) {
   return options;
 }
 
-// Holds `stream` back: the work queued after this runs only once `gate` turns true.
-void hold_stream(CudaStreamHandle stream, std::atomic<bool>* gate) {
-  FERRY_CUDA_CHECK(cudaLaunchHostFunc(
-      stream,
-      [](void* flag) {
-        while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::sleep_for(100us);
-      },
-      gate));
-}
-
 TEST_F(PinnedPoolCuda, PinsEverySlabWithOneHostAllocAtStartUp) {
   auto pool = PinnedPool::create(pinned(4, 3 << 20));
   EXPECT_TRUE(pool->pinned());
@@ -72,12 +63,12 @@ TEST_F(PinnedPoolCuda, ReusesSlabOnlyAfterItsCopyEventCompletes) {
   void* device = nullptr;
   FERRY_CUDA_CHECK(cudaMalloc(&device, 1 << 20));
 
-  std::atomic<bool> gate{false};
+  testing::StreamGate gate;
   {
     auto lease = pool->try_acquire();
     ASSERT_TRUE(lease);
     std::memset(lease->data(), 0x5a, lease->size());
-    hold_stream(stream.handle(), &gate);
+    gate.hold(stream.handle());
     FERRY_CUDA_CHECK(cudaMemcpyAsync(device, lease->data(), lease->size(), cudaMemcpyHostToDevice, stream.handle()));
     auto event = events->acquire();
     event->record(stream.handle());
@@ -93,7 +84,7 @@ TEST_F(PinnedPoolCuda, ReusesSlabOnlyAfterItsCopyEventCompletes) {
   }
   EXPECT_EQ(waiter.wait_for(0ms), std::future_status::timeout);
 
-  gate.store(true);
+  gate.release();
   auto lease = waiter.get();  // returns once the event completes
   ASSERT_TRUE(lease);
   EXPECT_EQ(pool->stats().pending, 0u);
@@ -110,11 +101,11 @@ TEST_F(PinnedPoolCuda, DestroyingThePoolWaitsForACopyStillReadingASlab) {
   CudaStream stream(0);
   void* device = nullptr;
   FERRY_CUDA_CHECK(cudaMalloc(&device, 1 << 20));
-  std::atomic<bool> gate{false};
+  testing::StreamGate gate;
   {
     auto pool = PinnedPool::create(pinned(1, 1 << 20));
     auto lease = pool->try_acquire();
-    hold_stream(stream.handle(), &gate);
+    gate.hold(stream.handle());
     FERRY_CUDA_CHECK(cudaMemcpyAsync(device, lease->data(), lease->size(), cudaMemcpyHostToDevice, stream.handle()));
     auto event = events->acquire();
     event->record(stream.handle());
@@ -122,7 +113,7 @@ TEST_F(PinnedPoolCuda, DestroyingThePoolWaitsForACopyStillReadingASlab) {
     lease->release();
     std::thread opener([&] {
       std::this_thread::sleep_for(100ms);
-      gate.store(true);
+      gate.release();
     });
     const auto start = std::chrono::steady_clock::now();
     pool.reset();  // waits (bounded) for the copy, then frees

@@ -14,6 +14,7 @@
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/pipeline/error.h>
 #include "tests/support/random_nested.h"
+#include "tests/support/stream_gate.h"
 
 #if FERRY_WITH_GPU
 #include <ATen/cuda/Sleep.h>
@@ -276,6 +277,26 @@ TEST_F(StartCopyCuda, ManySmallTensorsArePackedIntoSeveralChunksWithinTheLimit) 
   }
 }
 
+// The extremes the options accept, on the GPU path: an alignment of 2^63 and chunks of 1 byte or of
+// SIZE_MAX. Every value must arrive, whatever the packing makes of them.
+TEST_F(StartCopyCuda, ExtremePackingOptionsCopyEveryValue) {
+  std::mt19937 rng(63);
+  Draw draw;
+  draw.devices = {at::Device(at::kCPU)};
+  for (const size_t alignment : {size_t{1} << 63, size_t{1}}) {
+    for (const size_t limit : {size_t{1}, size_t{7}, SIZE_MAX}) {
+      CopyOptions options;
+      options.min_packed_alignment_bytes = alignment;
+      options.max_packed_chunk_bytes = limit;
+      for (int round = 0; round < 5; ++round) {
+        check_copy(random_structure(rng, draw), cuda(0), options, round % 2 == 0,
+                   "alignment " + std::to_string(alignment) + ", chunks of " + std::to_string(limit));
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 TEST_F(StartCopyCuda, TensorsAlreadyOnTheTargetAreReturnedAsIs) {
   const at::Tensor on_device = at::arange(10, at::TensorOptions().device(cuda(0)));
   const at::Tensor on_cpu = at::arange(10);
@@ -326,23 +347,26 @@ TEST_F(StartCopyCuda, AHandleDroppedRightAfterStartLeavesNothingBroken) {
 
 // Note [retiring a copy]: a handle destroyed right after get() does not wait on the host; its pinned
 // staging must still not be reused before its copy has read it. The copy stream is held back by a
-// sleep kernel, so every copy is still pending when the next one packs into (freed) staging. Each
-// sleep is ~50 ms (10^8 cycles at ~2 GHz): with 2 * 10^7 (~10 ms) the host side of an iteration, under
-// a parallel ctest, sometimes outlasted the sleeps queued before it and nothing was pending at the end.
+// gate the test opens itself, so every copy is still pending when the next one packs into (freed)
+// staging, however loaded the machine is. (A sleep kernel did this before: under eight parallel
+// copies of the test it sometimes ran out before the host side was done, and nothing was pending.)
 TEST_F(StartCopyCuda, AHandleDroppedAfterGetKeepsItsStagingUntilTheCopyRan) {
+  c10::cuda::device_synchronize();
+  detail::RetiredCopies::sweep();  // what earlier tests left
   std::vector<at::Tensor> results;
-  for (int i = 0; i < 8; ++i) {
-    {
-      c10::cuda::CUDAStreamGuard on_copy_stream(c10::cuda::getStreamFromExternal(detail::CopyStreams::stream(0), 0));
-      at::cuda::sleep(100'000'000);
+  {
+    testing::StreamGate gate;
+    gate.hold(detail::CopyStreams::stream(0));
+    for (int i = 0; i < 8; ++i) {
+      const at::Tensor input = at::full({1 << 20}, static_cast<float>(i));   // 4 MiB: staged, not packed
+      const at::Tensor small = at::full({64}, static_cast<float>(i));        // packed
+      Nested got = start_copy(Nested::list({input, small}), cuda(0)).get();  // the handle is dropped here
+      results.push_back(got[0].tensor());
+      results.push_back(got[1].tensor());
     }
-    const at::Tensor input = at::full({1 << 20}, static_cast<float>(i));   // 4 MiB: staged, not packed
-    const at::Tensor small = at::full({64}, static_cast<float>(i));        // packed
-    Nested got = start_copy(Nested::list({input, small}), cuda(0)).get();  // the handle is dropped here
-    results.push_back(got[0].tensor());
-    results.push_back(got[1].tensor());
-  }
-  EXPECT_GT(detail::RetiredCopies::pending(), 0u);
+    detail::RetiredCopies::sweep();
+    EXPECT_EQ(detail::RetiredCopies::pending(), 8u) << "a copy ran while its stream was held";
+  }  // opens the gate, and waits for the copy stream
   for (size_t r = 0; r < results.size(); ++r) {
     EXPECT_TRUE(at::equal(results[r].cpu(), at::full_like(results[r].cpu(), static_cast<float>(r / 2)))) << r;
   }
