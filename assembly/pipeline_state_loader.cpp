@@ -17,8 +17,10 @@ std::string at(const std::string& origin, const YAML::Node& node) {
   return origin + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
 }
 
+// Nullopt for a missing key too: a key looked up in a const mapping that lacks it is an invalid
+// node, which throws YAML::InvalidNode from every question but IsDefined().
 std::optional<uint64_t> whole_number(const YAML::Node& node) {
-  if (!node.IsScalar()) return std::nullopt;
+  if (!node.IsDefined() || !node.IsScalar()) return std::nullopt;
   const std::string& text = node.Scalar();
   uint64_t value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);

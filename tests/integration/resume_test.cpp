@@ -173,6 +173,30 @@ TEST(Resume, MalformedStatesAreRefusedWithTheirPlace) {
             std::string::npos);
 }
 
+// Found by tests/fuzz/pipeline_state_fuzz: a cursor without one of its keys escaped as yaml-cpp's
+// "invalid node; first invalid key" instead of a ConfigError naming the file and the key.
+TEST(Resume, ACursorMissingAKeyIsRefusedNamingIt) {
+  for (const char* next :
+       {R"({"batch": 1, "position": 7})", R"({"epoch": 3, "position": 7})", R"({"epoch": 3, "batch": 1})"}) {
+    const std::string text = std::string(R"({"format": "ferry-state", "version": 1, "next_batch": 4, "next": )") +
+                             next + R"(, "order": {}})";
+    try {
+      (void)parse_pipeline_state(text, "s.json");
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const ConfigError& e) {
+      ASSERT_EQ(e.problems().size(), 1u) << e.what();
+      EXPECT_EQ(e.problems()[0].key, "next") << e.what();
+      EXPECT_EQ(e.problems()[0].location, "s.json:1:66") << e.what();
+    }
+  }
+  // last_delivered is for people reading the file: without its batch it is left out, not an error.
+  const PipelineState state = parse_pipeline_state(
+      R"({"format": "ferry-state", "version": 1, "next_batch": 4, "last_delivered": {"epoch": 0}, "order": {}})",
+      "s.json");
+  EXPECT_EQ(state.last_epoch, std::optional<uint64_t>(0));
+  EXPECT_FALSE(state.last_index.has_value());
+}
+
 // The cursor survives the round trip through JSON; a state without one (an older file) has none.
 TEST(Resume, TheCursorRoundTripsThroughJson) {
   PipelineState state;
