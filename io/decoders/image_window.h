@@ -15,6 +15,11 @@
 
 namespace ferry::detail {
 
+/// The most pixels an image decoder decodes at once (384 MiB as RGB; PIL refuses past 179M as a
+/// decompression bomb). A file of a few hundred bytes can claim 65535 x 65535 pixels: without a cap,
+/// every decode thread would allocate 12 GiB for it before finding the data missing.
+inline constexpr int64_t kMaxImagePixels = int64_t{1} << 27;
+
 /// Where a decoded image's output comes from: the image resized to resized_h x resized_w (its own
 /// size when not resizing), of which the window at (top, left) of out_h x out_w is kept.
 struct ImageWindow {

@@ -83,6 +83,14 @@ at::Tensor JpegDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& 
       }
     }
   }
+  // Checked on what is decoded: a resize may decode a large JPEG at 1/2 to 1/8 of its size.
+  if (int64_t{decoded_h} * decoded_w > detail::kMaxImagePixels) {
+    throw Error("JPEG of " + std::to_string(width) + " x " + std::to_string(height) + " pixels (" +
+                std::to_string(int64_t{decoded_h} * decoded_w) + " to decode) is larger than ferry decodes (" +
+                std::to_string(detail::kMaxImagePixels) +
+                " pixels at most): a damaged or hostile header, or an image to shrink before training (a "
+                "resize_shorter decodes large JPEGs at 1/2 to 1/8 of their size)");
+  }
   at::Tensor image = at::empty({decoded_h, decoded_w, 3}, at::kByte);
   int flags = TJFLAG_STOPONWARNING;
 #ifdef TJFLAG_LIMITSCANS

@@ -48,7 +48,8 @@ class JpegDecoder : public Decoder {
 
   /// Thread-safe; allocates the output (and, when resizing, a scratch image); does not block.
   /// Throws ferry::Error for a spec that is not uint8 [H, W, 3], for bytes that are not a whole,
-  /// undamaged RGB/YCbCr/grayscale JPEG, and for an image that does not come out at [H, W, 3].
+  /// undamaged RGB/YCbCr/grayscale JPEG, for an image that does not come out at [H, W, 3], and for one
+  /// of more than 2^27 pixels to decode (checked from the header; a resize decodes at 1/2 to 1/8).
   /// A random crop drawn from (the seed, the encoded bytes): the same in every epoch.
   at::Tensor decode(const at::Tensor& encoded, const FieldSpec& spec) const override;
   /// A random crop drawn from (the seed, context.epoch, context.index): another one every epoch, the

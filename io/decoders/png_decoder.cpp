@@ -19,9 +19,8 @@ constexpr size_t kSignatureBytes = 8;
 // A width or height past this is a broken or hostile header, not a photo (libpng's own default cap
 // is 1,000,000): refused before any memory is allocated for it.
 constexpr png_uint_32 kMaxSide = 1 << 16;
-// And an image of more pixels (384 MiB as RGB; PIL refuses past 179M as a decompression bomb): a
-// small file that claims 65536 x 65536 would otherwise make every decode thread allocate 12 GiB.
-constexpr int64_t kMaxPixels = int64_t{1} << 27;
+// And an image of more than detail::kMaxImagePixels pixels (the PNG is decoded whole).
+constexpr int64_t kMaxPixels = detail::kMaxImagePixels;
 
 // libpng reports errors by longjmp; everything between setjmp and the jump is plain data (no
 // destructors to skip). The message is kept for the ferry::Error thrown after the jump.

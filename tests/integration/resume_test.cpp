@@ -257,6 +257,36 @@ TEST(Resume, StatesThatDoNotFitTheConfigAreRefusedNamingTheFileAndTheKey) {
   EXPECT_THROW((void)make_pipeline(skipping, ahead), ConfigError);
 }
 
+// Found by tests/fuzz/pipeline_state_fuzz (and issue 13's probe): a cursor without one of its keys
+// escaped as yaml-cpp's "invalid node; first invalid key" instead of a ConfigError naming the file
+// and the key.
+TEST(Resume, ACursorMissingAKeyIsRefusedNamingIt) {
+  const std::pair<const char*, const char*> cases[] = {{R"({"batch": 1, "position": 7})", "next.epoch"},
+                                                       {R"({"epoch": 3, "position": 7})", "next.batch"},
+                                                       {R"({"epoch": 3, "batch": 1})", "next.position"}};
+  for (const auto& [next, key] : cases) {
+    const std::string text = std::string(R"({"format": "ferry-state", "version": 1, "next_batch": 4, "next": )") +
+                             next + R"(, "order": {}})";
+    try {
+      (void)parse_pipeline_state(text, "s.json");
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const ConfigError& e) {
+      ASSERT_EQ(e.problems().size(), 1u) << e.what();
+      EXPECT_EQ(e.problems()[0].key, key) << e.what();
+      EXPECT_EQ(e.problems()[0].location, "s.json:1:66") << e.what();  // the cursor that lacks it
+    }
+  }
+  // last_delivered is checked like the rest: without its batch, the state is refused.
+  try {
+    (void)parse_pipeline_state(
+        R"({"format": "ferry-state", "version": 1, "next_batch": 4, "last_delivered": {"epoch": 0}, "order": {}})",
+        "s.json");
+    ADD_FAILURE() << "accepted a last_delivered without its batch";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.problems().at(0).key, "last_delivered.batch") << e.what();
+  }
+}
+
 // The cursor survives the round trip through JSON; a state without one (an older file) has none.
 TEST(Resume, TheCursorRoundTripsThroughJson) {
   PipelineState state;

@@ -296,6 +296,46 @@ TEST(JpegDecoder, ExplainsASizeOrSpecThatDoesNotFit) {
   error_of([&] { JpegDecoder().decode(bytes.to(at::kInt), image_spec(90, 120)); });
 }
 
+// `bytes` (a baseline JPEG) with the frame header's size replaced: what a damaged or hostile file
+// can claim without the data to back it.
+at::Tensor with_frame_size(const at::Tensor& bytes, int height, int width) {
+  at::Tensor out = bytes.clone();
+  uint8_t* data = out.data_ptr<uint8_t>();
+  for (int64_t i = 2; i + 8 < out.numel(); ++i) {
+    if (data[i] == 0xFF && data[i + 1] == 0xC0) {  // SOF0: length (2), precision (1), height (2), width (2)
+      data[i + 5] = static_cast<uint8_t>(height >> 8);
+      data[i + 6] = static_cast<uint8_t>(height & 0xFF);
+      data[i + 7] = static_cast<uint8_t>(width >> 8);
+      data[i + 8] = static_cast<uint8_t>(width & 0xFF);
+      return out;
+    }
+  }
+  ADD_FAILURE() << "no SOF0 marker";
+  return out;
+}
+
+TEST(JpegDecoder, RefusesAHeaderClaimingMorePixelsThanItDecodes) {
+  // Found by tests/fuzz/jpeg_decoder_fuzz: a 400-byte file claiming about 65000 x 65000 pixels, cropped
+  // without a resize, made the decoder allocate 12.7 GB before it found the data missing.
+  const at::Tensor huge = with_frame_size(encode(test_image(32, 48, 3, 4)), 20000, 30000);
+  const JpegDecoder cropping({.crop_height = 64, .crop_width = 64});
+  const std::string message = error_of([&] { cropping.decode(huge, image_spec(64, 64)); });
+  EXPECT_TRUE(contains(message,
+                       "JPEG of 30000 x 20000 pixels (600000000 to decode) is larger than ferry decodes "
+                       "(134217728 pixels at most)"))
+      << message;
+  // A resize decodes it at 1/8 (3750 x 2500): within the cap, so the missing data is what is refused.
+  const JpegDecoder resizing({.resize_shorter = 64, .crop_height = 64, .crop_width = 64});
+  const std::string resized = error_of([&] { resizing.decode(huge, image_spec(64, 64)); });
+  EXPECT_FALSE(contains(resized, "larger than ferry decodes")) << resized;
+  EXPECT_TRUE(contains(resized, "JPEG (" + std::to_string(huge.numel()) + " bytes)")) << resized;
+  // The same bytes with their own size still decode.
+  EXPECT_EQ(JpegDecoder({.crop_height = 32, .crop_width = 32})
+                .decode(with_frame_size(huge, 32, 48), image_spec(32, 32))
+                .sizes(),
+            (std::vector<int64_t>{32, 32, 3}));
+}
+
 TEST(JpegDecoder, RefusesCmykImages) {
   const at::Tensor bytes = encode(test_image(16, 16, 4, 1), 95, JpegSubsampling::k444);
   const std::string message = error_of([&] { JpegDecoder().decode(bytes, image_spec(16, 16)); });
