@@ -12,6 +12,8 @@
 #include <string>
 
 #include <ferry/build_config.h>
+#include <ferry/copy/async_copy_handle.h>
+#include <ferry/copy/nested.h>
 #include <ferry/copy/tensor_copy.h>
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/pipeline/fault_injection.h>
