@@ -17,6 +17,7 @@
 //
 // Exit 0 only when every check passed and nothing stalled; 1 on a failed check; 3 on a stall
 // (after every thread's stack); 2 on bad usage.
+#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -157,13 +159,33 @@ std::string byte_text(double bytes) {
   return text;
 }
 
+// Resident memory and threads of this process, for the progress lines: a leak shows as growth.
+double resident_mb() {
+  long pages = 0;
+  if (FILE* file = std::fopen("/proc/self/statm", "r")) {
+    long size = 0;
+    if (std::fscanf(file, "%ld %ld", &size, &pages) != 2) pages = 0;
+    std::fclose(file);
+  }
+  return static_cast<double>(pages) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / 1e6;
+}
+
+size_t thread_count() {
+  size_t count = 0;
+  if (DIR* dir = ::opendir("/proc/self/task")) {
+    while (const dirent* entry = ::readdir(dir)) count += entry->d_name[0] != '.';
+    ::closedir(dir);
+  }
+  return count;
+}
+
 std::string progress_line() {
   const double seconds = seconds_since_start();
   const uint64_t batches = counters.batches.load();
   char text[512];
   std::snprintf(text, sizeof text,
                 "soak: %.0f s, %llu configs, %llu batches (%.0f/s), %s checked, %llu mismatches, %llu stalls, "
-                "%llu errors as expected, %llu skipped and counted, %llu resumes\n",
+                "%llu errors as expected, %llu skipped and counted, %llu resumes; RSS %.0f MB, %zu threads\n",
                 seconds, static_cast<unsigned long long>(counters.rounds.load()),
                 static_cast<unsigned long long>(batches), seconds > 0 ? static_cast<double>(batches) / seconds : 0.0,
                 byte_text(static_cast<double>(counters.bytes.load())).c_str(),
@@ -171,7 +193,7 @@ std::string progress_line() {
                 static_cast<unsigned long long>(counters.stalls.load()),
                 static_cast<unsigned long long>(counters.errors_expected.load()),
                 static_cast<unsigned long long>(counters.skipped_counted.load()),
-                static_cast<unsigned long long>(counters.resumes.load()));
+                static_cast<unsigned long long>(counters.resumes.load()), resident_mb(), thread_count());
   return text;
 }
 
@@ -296,6 +318,7 @@ struct Segment {
   std::chrono::microseconds next_timeout{0};
   StopStyle stop = StopStyle::kClose;
   bool state_through_json = false;
+  size_t hold = 0;  // the consumer keeps its last `hold` batches and checks each again when it lets go of it
 };
 
 struct Round {
@@ -314,6 +337,9 @@ struct Round {
   PipelineOptions options;      // per-segment parts (threads, prefetch, slab count) come from Segment
   std::vector<uint64_t> stops;  // batches of the run after which it stops and resumes
   std::vector<Segment> segments;
+  // A managed cache moves to the host after this many batches of a segment and back after as many
+  // again (Pipeline::cache_to); 0: it stays.
+  uint64_t cache_move_after = 0;
 
   SkipMode mode() const {
     if (options.on_error == OnError::kFail) return SkipMode::kFail;
@@ -363,6 +389,8 @@ std::string Round::describe() const {
                                         : "skip (replace)");
   out << ", " << data.failing_reads.size() << " failing reads, " << data.corrupted.size() << " corrupt samples";
   if (options.cache.enabled()) out << "; cache " << cache_memory_name(options.cache.memory);
+  if (cache_move_after != 0) out << " (to the host and back every " << cache_move_after << " batches)";
+  if (data.pinned) out << "; pinned reads, direct copies from " << options.transfer.direct_copy_bytes << " bytes";
   out << "; pad " << options.collate.pad_value << " suffix '" << options.collate.lengths_suffix << "'";
   for (const auto& [name, value] : options.collate.pad_values) out << " " << name << "=" << value;
   out << "; alignment " << options.transfer.min_alignment << ", chunk " << options.transfer.max_chunk_bytes
@@ -376,6 +404,7 @@ std::string Round::describe() const {
     out << " [" << segment.decode_threads << " threads, prefetch " << segment.prefetch;
     if (segment.slab_count != 0) out << ", " << segment.slab_count << " slabs";
     if (segment.max_delay.count() != 0) out << ", delay<" << segment.max_delay.count() << "us";
+    if (segment.hold != 0) out << ", holding " << segment.hold;
     out << (segment.consumer == Consumer::kNext ? ", next()"
             : segment.consumer == Consumer::kNextFor
                 ? ", next_for(" + std::to_string(segment.next_timeout.count()) + "us)"
@@ -535,6 +564,14 @@ Round draw_round(uint64_t seed, uint64_t number, const std::string& device) {
     options.cache.memory = device == "cpu" ? CacheMemory::kHost
                            : chance(0.5)   ? CacheMemory::kDevice
                                            : CacheMemory::kManaged;
+    if (options.cache.memory == CacheMemory::kManaged && chance(0.5)) {
+      round.cache_move_after = static_cast<uint64_t>(uniform(1, 20));
+    }
+  }
+  // Pinned reads need CUDA; with a small direct_copy_bytes, H2D copies from them in place.
+  if (device != "cpu" && chance(0.2)) {
+    data.pinned = true;
+    options.transfer.direct_copy_bytes = size_t{64} << uniform(0, 6);
   }
 
   // Stops (drawn against the expected run later: here only how many) and segments.
@@ -553,6 +590,7 @@ Round draw_round(uint64_t seed, uint64_t number, const std::string& device) {
     const int64_t stop = uniform(0, 9);
     segment.stop = stop < 5 ? StopStyle::kClose : stop < 8 ? StopStyle::kDestroy : StopStyle::kLetItFill;
     segment.state_through_json = chance(0.5);
+    if (chance(0.2)) segment.hold = static_cast<size_t>(uniform(1, 8));
     round.segments.push_back(segment);
   }
   return round;
@@ -879,13 +917,31 @@ void RoundRunner::run() {
         if (!next.timed_out) return std::move(next.batch);
       }
     };
+    // Batches the consumer still holds, each checked again when it lets go of it: a batch's memory
+    // must stay its own however many batches come after it.
+    std::deque<std::pair<Batch, std::pair<uint64_t, uint64_t>>> held;
+    const auto let_go = [&](size_t keep) {
+      while (held.size() > keep) {
+        check_batch(held.front().first, held.front().second.first, held.front().second.second);
+        held.pop_front();
+      }
+    };
     const auto accept = [&](const Batch& batch) {
       check_batch(batch, sequence, global);
+      if (segment.hold != 0) {
+        held.emplace_back(batch, std::pair{sequence, global});
+        let_go(segment.hold);
+      }
       ++sequence;
       ++global;
       counters.batches.fetch_add(1, std::memory_order_relaxed);
       counters.samples.fetch_add(batch.batch_size(), std::memory_order_relaxed);
       moved();
+      if (round_.cache_move_after != 0 && sequence % round_.cache_move_after == 0) {
+        // To the host, then back after as many batches; batches keep coming meanwhile.
+        pipeline.cache_to(sequence / round_.cache_move_after % 2 == 1 ? -1 : device_.index());
+        moved();
+      }
     };
     try {
       if (segment.consumer == Consumer::kIterator) {
@@ -955,6 +1011,7 @@ void RoundRunner::run() {
       check_skips(stats, start, first_batch, global, false);
       counters.errors_expected.fetch_add(1, std::memory_order_relaxed);
       built.pipeline.reset();
+      let_go(0);  // (after the pipeline is gone: its batches stay valid)
       SOAK_CHECK(!built.pool || (built.pool.use_count() == 1 && built.pool->stats().leased_bytes == 0),
                  "a slab outlived its pipeline");
       moved();
@@ -975,6 +1032,7 @@ void RoundRunner::run() {
       SOAK_CHECK(stats.pool.waits == 0, "pack waited " << stats.pool.waits << " times for a slab");
       check_skips(stats, start, first_batch, global, true);
       built.pipeline.reset();
+      let_go(0);  // (after the pipeline is gone: its batches stay valid)
       SOAK_CHECK(!built.pool || (built.pool.use_count() == 1 && built.pool->stats().leased_bytes == 0),
                  "a slab outlived its pipeline");
       moved();
@@ -994,6 +1052,7 @@ void RoundRunner::run() {
       check_skips(pipeline.stats(), start, first_batch, global, false);
     }
     built.pipeline.reset();
+    let_go(0);
     SOAK_CHECK(!built.pool || (built.pool.use_count() == 1 && built.pool->stats().leased_bytes == 0),
                "a slab outlived its pipeline");
     moved();
@@ -1052,6 +1111,7 @@ void write_json(const Settings& settings, bool passed) {
       << "  \"errors_expected\": " << counters.errors_expected.load() << ",\n"
       << "  \"skipped_counted\": " << counters.skipped_counted.load() << ",\n"
       << "  \"resumes\": " << counters.resumes.load() << ",\n"
+      << "  \"resident_mb_at_end\": " << resident_mb() << ",\n"
       << "  \"configs_by_kind\": {\"on_error_fail\": " << counters.on_error_fail.load()
       << ", \"skip_refill\": " << counters.skip_refill.load() << ", \"skip_replace\": " << counters.skip_replace.load()
       << ", \"with_faults\": " << counters.with_faults.load() << ", \"with_stops\": " << counters.with_stops.load()
@@ -1146,6 +1206,8 @@ int soak_main(int argc, char** argv) {
     if (settings.only_round) break;
     ++round;
   }
+  dog.stop();
+  watchdog = nullptr;
   const bool passed = counters.mismatches.load() == 0 && counters.stalls.load() == 0;
   say(progress_line());
   say(std::string("soak: ") + (passed ? "PASSED" : "FAILED") + ": " + std::to_string(counters.rounds.load()) +
@@ -1155,7 +1217,6 @@ int soak_main(int argc, char** argv) {
       " stalls, in " + std::to_string(seconds_since_start()).substr(0, 7) + " s (seed " +
       std::to_string(settings.seed) + ", device " + settings.device + ")\n");
   write_json(settings, passed);
-  watchdog = nullptr;
   if (passed) log.remove();
   return passed ? 0 : 1;
 }

@@ -139,7 +139,8 @@ EncodedSample SoakSource::read(uint64_t index) const {
         bytes.push_back('\x5a');  // not a whole number of elements, or of rows
       }
     }
-    at::Tensor tensor = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+    at::Tensor tensor = at::empty({static_cast<int64_t>(bytes.size())},
+                                  at::TensorOptions().dtype(at::kByte).pinned_memory(data_.pinned));
     if (!bytes.empty()) std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());
     if (data_.typed_fixed && !spec.variable) {
       tensor = tensor.view(spec.dtype);

@@ -31,6 +31,7 @@ struct SoakData {
   std::set<uint64_t> corrupted;            // read() gives bytes that the raw decoder refuses (decode fails)
   std::chrono::microseconds max_delay{0};  // each read first sleeps a pseudo-random time below this
   bool typed_fixed = false;  // fixed fields come as tensors of their dtype and shape (the raw decoder's fast path)
+  bool pinned = false;       // reads give pinned host memory (CUDA only: large ones are copied in place)
 };
 
 /// The soak's dataset, generated independently of ferry's SyntheticSource: every byte of sample i,

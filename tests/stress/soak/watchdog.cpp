@@ -185,7 +185,9 @@ Watchdog::Watchdog(Options options) : options_(std::move(options)) {
   thread_ = std::thread([this] { loop(); });
 }
 
-Watchdog::~Watchdog() {
+Watchdog::~Watchdog() { stop(); }
+
+void Watchdog::stop() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
 }

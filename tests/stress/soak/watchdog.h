@@ -36,6 +36,8 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
   void progress() noexcept { progress_.fetch_add(1, std::memory_order_relaxed); }
+  /// Stops watching (and ticking); joins its thread. Idempotent; the destructor calls it.
+  void stop();
   /// What the process is doing now, for the stall report ("round 17: ...").
   void set_activity(std::string text);
 
