@@ -760,13 +760,15 @@ void RoundRunner::check_batch(const Batch& batch, uint64_t sequence, uint64_t gl
   SOAK_CHECK(batch.names() == names, "batch " << global << ": fields differ from the expected " << names.size());
   SOAK_CHECK(batch.device() == device_, "batch " << global << " is on " << batch.device() << ", expected " << device_);
 
-  // The bytes: one host copy of the batch's allocation (every field is a view into it), or the
-  // fields themselves on the CPU.
+  // The bytes: every field is a view into the batch's one allocation (buffer()), read here through
+  // one host copy of it (the allocation itself on the CPU), at each field's offset.
   const at::Tensor& buffer = batch.buffer();
+  const bool any_bytes =
+      std::any_of(batch.tensors().begin(), batch.tensors().end(), [](const at::Tensor& t) { return t.nbytes() != 0; });
   at::Tensor host;
-  if (device_.is_cuda()) {
-    SOAK_CHECK(buffer.defined(), "batch " << global << " has no buffer()");
-    host = buffer.to(at::kCPU);
+  if (any_bytes) {
+    SOAK_CHECK(buffer.defined() && buffer.device() == device_, "batch " << global << " has no buffer() on " << device_);
+    host = device_.is_cuda() ? buffer.to(at::kCPU) : buffer;
   }
   const size_t b = want.samples.size();
   size_t column = 0;
@@ -786,7 +788,6 @@ void RoundRunner::check_batch(const Batch& batch, uint64_t sequence, uint64_t gl
     SOAK_CHECK(tensor.is_contiguous(), "batch " << global << " field '" << field.name << "' is not contiguous");
     const auto bytes_of = [&](const at::Tensor& t) -> const unsigned char* {
       if (t.numel() == 0) return nullptr;
-      if (!device_.is_cuda()) return static_cast<const unsigned char*>(t.data_ptr());
       const auto offset = static_cast<const char*>(t.data_ptr()) - static_cast<const char*>(buffer.data_ptr());
       SOAK_CHECK(offset >= 0 && static_cast<size_t>(offset) + t.nbytes() <= buffer.nbytes(),
                  "batch " << global << ": a field lies outside buffer()");
