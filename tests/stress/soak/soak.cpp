@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -306,8 +307,11 @@ Settings parse_settings(int argc, char** argv) {
 // A round: everything drawn for one config.
 
 enum class OrderKind { kSequential, kShuffled, kShardShuffle };
-enum class Consumer { kNext, kNextFor, kIterator };
-enum class StopStyle { kClose, kDestroy, kLetItFill };
+enum class Consumer { kNext, kNextFor, kIterator, kAnyThread };
+// How a segment stops: close() then destroy; destroy; wait while it fills up, then destroy; close()
+// from another thread at a random moment (the stop comes when it comes); keep it running beside the
+// next pipeline until that one delivers.
+enum class StopStyle { kClose, kDestroy, kLetItFill, kCloseFromThread, kOverlap };
 
 struct Segment {
   size_t decode_threads = 1;
@@ -318,7 +322,8 @@ struct Segment {
   std::chrono::microseconds next_timeout{0};
   StopStyle stop = StopStyle::kClose;
   bool state_through_json = false;
-  size_t hold = 0;  // the consumer keeps its last `hold` batches and checks each again when it lets go of it
+  size_t hold = 0;           // the consumer keeps its last `hold` batches and checks each again when it lets go of it
+  bool watch_stats = false;  // another thread takes stats() and state() all along
 };
 
 struct Round {
@@ -335,7 +340,7 @@ struct Round {
   bool sharded_sampler_for_one_rank = false;  // options path: a ShardedSampler even for one rank
   bool via_config = true;
   PipelineOptions options;      // per-segment parts (threads, prefetch, slab count) come from Segment
-  std::vector<uint64_t> stops;  // batches of the run after which it stops and resumes
+  std::vector<uint64_t> stops;  // one per stop (after which batch: drawn against the expected run)
   std::vector<Segment> segments;
   // A managed cache moves to the host after this many batches of a segment and back after as many
   // again (Pipeline::cache_to); 0: it stays.
@@ -405,16 +410,22 @@ std::string Round::describe() const {
     if (segment.slab_count != 0) out << ", " << segment.slab_count << " slabs";
     if (segment.max_delay.count() != 0) out << ", delay<" << segment.max_delay.count() << "us";
     if (segment.hold != 0) out << ", holding " << segment.hold;
-    out << (segment.consumer == Consumer::kNext ? ", next()"
-            : segment.consumer == Consumer::kNextFor
-                ? ", next_for(" + std::to_string(segment.next_timeout.count()) + "us)"
-                : ", iterator");
+    if (segment.watch_stats) out << ", stats watched";
+    switch (segment.consumer) {
+      case Consumer::kNext: out << ", next()"; break;
+      case Consumer::kNextFor: out << ", next_for(" << segment.next_timeout.count() << "us)"; break;
+      case Consumer::kIterator: out << ", iterator"; break;
+      case Consumer::kAnyThread: out << ", next() from new threads"; break;
+    }
     if (s < stops.size()) {
-      out << ", stop after " << stops[s]
-          << (segment.stop == StopStyle::kClose     ? " close()"
-              : segment.stop == StopStyle::kDestroy ? " destroy"
-                                                    : " let it fill, destroy")
-          << (segment.state_through_json ? " (state through JSON)" : "");
+      switch (segment.stop) {
+        case StopStyle::kClose: out << ", stop: close()"; break;
+        case StopStyle::kDestroy: out << ", stop: destroy"; break;
+        case StopStyle::kLetItFill: out << ", stop: let it fill, destroy"; break;
+        case StopStyle::kCloseFromThread: out << ", stop: close() from another thread"; break;
+        case StopStyle::kOverlap: out << ", stop: keep it beside the next"; break;
+      }
+      if (segment.state_through_json) out << " (state through JSON)";
     }
     out << "]";
   }
@@ -585,10 +596,18 @@ Round draw_round(uint64_t seed, uint64_t number, const std::string& device) {
     if (chance(0.3)) segment.slab_count = segment.prefetch + static_cast<size_t>(uniform(0, 2));
     if (chance(0.1)) segment.max_delay = std::chrono::microseconds(uniform(20, 300));
     const int64_t consumer = uniform(0, 9);
-    segment.consumer = consumer < 6 ? Consumer::kNext : consumer < 8 ? Consumer::kNextFor : Consumer::kIterator;
+    segment.consumer = consumer < 5   ? Consumer::kNext
+                       : consumer < 7 ? Consumer::kNextFor
+                       : consumer < 9 ? Consumer::kIterator
+                                      : Consumer::kAnyThread;
     segment.next_timeout = std::chrono::microseconds(uniform(0, 3000));
     const int64_t stop = uniform(0, 9);
-    segment.stop = stop < 5 ? StopStyle::kClose : stop < 8 ? StopStyle::kDestroy : StopStyle::kLetItFill;
+    const StopStyle styles[] = {StopStyle::kClose,   StopStyle::kClose,           StopStyle::kClose,
+                                StopStyle::kDestroy, StopStyle::kDestroy,         StopStyle::kLetItFill,
+                                StopStyle::kOverlap, StopStyle::kCloseFromThread, StopStyle::kCloseFromThread,
+                                StopStyle::kOverlap};
+    segment.stop = styles[stop];
+    segment.watch_stats = chance(0.2);
     segment.state_through_json = chance(0.5);
     if (chance(0.2)) segment.hold = static_cast<size_t>(uniform(1, 8));
     round.segments.push_back(segment);
@@ -653,6 +672,10 @@ class RoundRunner {
   void check_batch(const Batch& batch, uint64_t sequence, uint64_t global);
   void check_skips(const PipelineStats& stats, const BatchCursor& start, uint64_t first_batch, uint64_t delivered,
                    bool ended);
+  /// Destroys a pipeline and checks that every slab came back; the pool outlives it only in the
+  /// handle the PipelineOptions path keeps.
+  void retire(Built& built);
+  void run_checked();
 
   const Round& round_;
   std::shared_ptr<SoakSource> source_;
@@ -660,7 +683,8 @@ class RoundRunner {
   RunShape shape_;
   ExpectedRun expected_;
   at::Device device_{at::kCPU};
-  Config config_;  // the Config path's (pipeline options set per segment)
+  Config config_;                // the Config path's (pipeline options set per segment)
+  std::vector<uint64_t> stops_;  // after which batches of the run it stops (drawn against expected_)
 };
 
 std::shared_ptr<const Sampler> RoundRunner::make_sampler_for_options() const {
@@ -864,7 +888,35 @@ void RoundRunner::check_skips(const PipelineStats& stats, const BatchCursor& sta
   counters.skipped_counted.fetch_add(ended ? stats.skipped_samples : want, std::memory_order_relaxed);
 }
 
+void RoundRunner::retire(Built& built) {
+  built.pipeline.reset();
+  SOAK_CHECK(!built.pool || (built.pool.use_count() == 1 && built.pool->stats().leased_bytes == 0),
+             "a slab outlived its pipeline");
+  moved();
+}
+
+/// A helper thread of a segment (closing the pipeline, watching its stats), told to stop and joined
+/// by finish() or, when a check fails first, by the destructor: before the pipeline it uses goes.
+struct Helper {
+  std::atomic<bool> stop{false};
+  std::thread thread;
+  void finish() {
+    stop.store(true);
+    if (thread.joinable()) thread.join();
+  }
+  ~Helper() { finish(); }
+};
+
 void RoundRunner::run() {
+  try {
+    run_checked();
+  } catch (const Mismatch& mismatch) {
+    throw Mismatch(std::string(mismatch.what()) + "; stops after batches " + list_text(stops_) + " of " +
+                   std::to_string(expected_.batches.size()) + (expected_.error ? " and the error" : ""));
+  }
+}
+
+void RoundRunner::run_checked() {
   pads_ = pad_bytes(*source_, round_.options.collate);
   device_ = resolve_device(round_.options.device);
   config_.origin = "soak round " + std::to_string(round_.number);
@@ -887,17 +939,26 @@ void RoundRunner::run() {
 
   // Stops anywhere from before the first batch to after the last (where the resumed run must deliver
   // nothing, or the error).
-  std::vector<uint64_t> stops = round_.stops;
+  std::vector<uint64_t>& stops = stops_;
+  stops = round_.stops;
   std::mt19937_64 rng(mix_seed(round_.seed ^ 0x5709, round_.number));
   for (uint64_t& stop : stops) stop = std::uniform_int_distribution<uint64_t>(0, expected_.batches.size())(rng);
   std::sort(stops.begin(), stops.end());
 
   uint64_t global = 0;  // batches of the run delivered so far
   std::optional<PipelineState> state;
+  std::optional<Built> lingering;  // the stopped pipeline, alive beside the next one (StopStyle::kOverlap)
+  const auto retire_lingering = [&] {
+    if (!lingering) return;
+    retire(*lingering);
+    lingering.reset();
+  };
   for (size_t s = 0; s < round_.segments.size(); ++s) {
     const Segment& segment = round_.segments[s];
     const bool last_segment = s == stops.size();
-    const uint64_t stop_at = last_segment ? UINT64_MAX : stops[s];
+    // Closed from another thread: the stop comes when it comes, not at a drawn batch.
+    const bool closed_by_thread = !last_segment && segment.stop == StopStyle::kCloseFromThread;
+    const uint64_t stop_at = last_segment || closed_by_thread ? UINT64_MAX : stops[s];
     const uint64_t first_batch = global;
     const BatchCursor start = state && state->next ? *state->next : BatchCursor{};
     if (s > 0) counters.resumes.fetch_add(1, std::memory_order_relaxed);
@@ -908,14 +969,61 @@ void RoundRunner::run() {
       SOAK_CHECK(pipeline.state().next_batch == global, "a resumed pipeline's state().next_batch is "
                                                             << pipeline.state().next_batch << ", expected " << global);
     }
+
+    Helper closer;
+    if (closed_by_thread) {
+      const auto delay = std::chrono::microseconds(rng() % 4000);
+      closer.thread = std::thread([&pipeline, delay] {
+        std::this_thread::sleep_for(delay);
+        pipeline.close();
+      });
+    }
+    // stats() and state() from another thread all along: what a monitor does. Each snapshot keeps the
+    // invariants PipelineStats documents.
+    Helper watcher;
+    std::mutex watch_mutex;
+    std::string watch_problem;
+    if (segment.watch_stats) {
+      watcher.thread = std::thread([&] {
+        uint64_t batches = 0;
+        uint64_t next_batch = first_batch;
+        const auto problem = [&](const std::string& text) {
+          std::lock_guard lock(watch_mutex);
+          if (watch_problem.empty()) watch_problem = text;
+        };
+        while (!watcher.stop.load()) {
+          const PipelineStats stats = pipeline.stats();
+          if (stats.batches < batches) problem("stats().batches went back from " + std::to_string(batches));
+          batches = stats.batches;
+          if (stats.planner.items_out > stats.planner.items_in)
+            problem("the planner planned more batches than samples");
+          for (const StageStats& stage : stats.stages) {
+            if (stage.items_out > stage.items_in) problem("stage " + stage.name + " has more items out than in");
+          }
+          if (stats.in_flight.peak > stats.in_flight.capacity || stats.ready_queue.peak > stats.ready_queue.capacity) {
+            problem("an occupancy peak passed its capacity (prefetch " + std::to_string(stats.prefetch) + ")");
+          }
+          const uint64_t now_next = pipeline.state().next_batch;
+          if (now_next < next_batch) problem("state().next_batch went back from " + std::to_string(next_batch));
+          next_batch = now_next;
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+      });
+    }
+
     uint64_t sequence = 0;
     std::optional<Error> error;
     bool ended = false;
     const auto take = [&]() -> std::optional<Batch> {
-      if (segment.consumer != Consumer::kNextFor) return pipeline.next();
-      while (true) {  // a timed-out wait is not progress: the watchdog sees nothing move
-        Pipeline::Next next = pipeline.next_for(segment.next_timeout);
-        if (!next.timed_out) return std::move(next.batch);
+      switch (segment.consumer) {
+        case Consumer::kNextFor:
+          while (true) {  // a timed-out wait is not progress: the watchdog sees nothing move
+            Pipeline::Next next = pipeline.next_for(segment.next_timeout);
+            if (!next.timed_out) return std::move(next.batch);
+          }
+        case Consumer::kAnyThread:  // one thread at a time, any thread: each call from a new one
+          return std::async(std::launch::async, [&pipeline] { return pipeline.next(); }).get();
+        default: return pipeline.next();
       }
     };
     // Batches the consumer still holds, each checked again when it lets go of it: a batch's memory
@@ -938,6 +1046,7 @@ void RoundRunner::run() {
       counters.batches.fetch_add(1, std::memory_order_relaxed);
       counters.samples.fetch_add(batch.batch_size(), std::memory_order_relaxed);
       moved();
+      retire_lingering();  // the one before has stayed alive until this one delivered
       if (round_.cache_move_after != 0 && sequence % round_.cache_move_after == 0) {
         // To the host, then back after as many batches; batches keep coming meanwhile.
         pipeline.cache_to(sequence / round_.cache_move_after % 2 == 1 ? -1 : device_.index());
@@ -967,6 +1076,10 @@ void RoundRunner::run() {
     } catch (const Error& e) {
       error = e;
     }
+    closer.finish();
+    watcher.finish();
+    SOAK_CHECK(watch_problem.empty(), "seen from another thread: " << watch_problem);
+    retire_lingering();
 
     const PipelineState now = pipeline.state();
     SOAK_CHECK(now.next_batch == global,
@@ -1011,14 +1124,11 @@ void RoundRunner::run() {
       SOAK_CHECK(stats.batches == sequence, "stats().batches is " << stats.batches << ", " << sequence << " delivered");
       check_skips(stats, start, first_batch, global, false);
       counters.errors_expected.fetch_add(1, std::memory_order_relaxed);
-      built.pipeline.reset();
+      retire(built);
       let_go(0);  // (after the pipeline is gone: its batches stay valid)
-      SOAK_CHECK(!built.pool || (built.pool.use_count() == 1 && built.pool->stats().leased_bytes == 0),
-                 "a slab outlived its pipeline");
-      moved();
       break;
     }
-    if (ended) {
+    if (ended && !closed_by_thread) {
       SOAK_CHECK(global == expected_.batches.size(),
                  "the run ended after " << global << " batches, expected " << expected_.batches.size());
       SOAK_CHECK(!expected_.error,
@@ -1032,32 +1142,33 @@ void RoundRunner::run() {
       SOAK_CHECK(stats.pool.leased_bytes == 0, "a slab is still leased at the end of the run");
       SOAK_CHECK(stats.pool.waits == 0, "pack waited " << stats.pool.waits << " times for a slab");
       check_skips(stats, start, first_batch, global, true);
-      built.pipeline.reset();
-      let_go(0);  // (after the pipeline is gone: its batches stay valid)
-      SOAK_CHECK(!built.pool || (built.pool.use_count() == 1 && built.pool->stats().leased_bytes == 0),
-                 "a slab outlived its pipeline");
-      moved();
+      retire(built);
+      let_go(0);
       break;
     }
 
-    // A stop: save where the run stands, tear the pipeline down in one of several ways, go on.
+    // A stop: save where the run stands, tear the pipeline down in one of several ways, go on. (A
+    // pipeline closed from another thread may have met its end first: the next one then delivers
+    // nothing, or the error.)
     SOAK_CHECK(!last_segment, "the last segment stopped without an end");
     state = now;
     switch (segment.stop) {
       case StopStyle::kClose: pipeline.close(); break;
-      case StopStyle::kDestroy: break;
       case StopStyle::kLetItFill: std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000)); break;
+      default: break;
     }
-    if (segment.stop == StopStyle::kClose) {
+    if (segment.stop == StopStyle::kClose || closed_by_thread) {
       SOAK_CHECK(!pipeline.next().has_value(), "next() gave a batch after close()");
       check_skips(pipeline.stats(), start, first_batch, global, false);
     }
-    built.pipeline.reset();
+    if (segment.stop == StopStyle::kOverlap) {
+      lingering.emplace(std::move(built));  // still running (and filling up) while the next one starts
+    } else {
+      retire(built);
+    }
     let_go(0);
-    SOAK_CHECK(!built.pool || (built.pool.use_count() == 1 && built.pool->stats().leased_bytes == 0),
-               "a slab outlived its pipeline");
-    moved();
   }
+  retire_lingering();
 }
 
 // ---------------------------------------------------------------------------------------------
