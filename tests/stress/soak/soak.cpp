@@ -136,6 +136,8 @@ struct Counters {
   std::atomic<uint64_t> shuffled{0};
   std::atomic<uint64_t> with_cache{0};
   std::atomic<uint64_t> via_config{0};
+  std::atomic<uint64_t> endless_epochs{0};       // epochs = 2^20..2^40, ended by max_batches
+  std::atomic<uint64_t> epoch_without_batch{0};  // ended by the error for an epoch that made no batch
 };
 
 Counters counters;
@@ -509,6 +511,14 @@ Round draw_round(uint64_t seed, uint64_t number, const std::string& device) {
     const uint64_t rough = data.samples / round.world_size * options.epochs / options.batch_size;
     options.max_batches = static_cast<uint64_t>(uniform(1, static_cast<int64_t>(rough) + 2));
   }
+  // "Run until max_batches": epochs without end, for one rank (whose epochs visit the same samples,
+  // so an epoch that makes no batch ends the run with an error rather than skipping forever).
+  if (round.world_size == 1 && chance(0.1)) {
+    options.epochs = uint64_t{1} << uniform(20, 40);
+    const uint64_t per_epoch = std::max<uint64_t>(1, data.samples / options.batch_size);
+    options.max_batches =
+        static_cast<uint64_t>(uniform(1, static_cast<int64_t>(std::min<uint64_t>(per_epoch * 4 + 2, 4000))));
+  }
   options.on_error = chance(0.5) ? OnError::kSkip : OnError::kFail;
   // Through PipelineOptions, skip_replaces is the caller's: mostly set for several ranks (as the
   // Config path does, so that ranks keep the same number of batches), now and then for one or not.
@@ -532,6 +542,16 @@ Round draw_round(uint64_t seed, uint64_t number, const std::string& device) {
       for (uint64_t index = first; index < first + length; ++index) {
         if (data.corrupted.count(index) == 0) data.failing_reads.insert(index);
       }
+    }
+  }
+
+  // Now and then an endless run whose epochs cannot make a batch: every sample fails, or under
+  // drop_last fewer than batch_size read. It must end with an error, not skip forever.
+  if (options.epochs > 3 && options.on_error == OnError::kSkip && data.samples > 0 && chance(0.3)) {
+    const int64_t most = static_cast<int64_t>(std::min<uint64_t>(options.batch_size - 1, data.samples));
+    const uint64_t keep = options.drop_last ? static_cast<uint64_t>(uniform(0, most)) : 0;
+    for (uint64_t index = keep; index < data.samples; ++index) {
+      if (data.corrupted.count(index) == 0) data.failing_reads.insert(index);
     }
   }
 
@@ -666,7 +686,7 @@ class RoundRunner {
     std::shared_ptr<PinnedPool> pool;  // the options path keeps a handle to check it after the pipeline is gone
   };
 
-  std::vector<std::vector<uint64_t>> rank_order();
+  const std::vector<uint64_t>& epoch_order(uint64_t epoch);
   std::shared_ptr<const Sampler> make_sampler_for_options() const;
   Built build(size_t segment, const std::optional<PipelineState>& resume);
   void check_batch(const Batch& batch, uint64_t sequence, uint64_t global);
@@ -685,6 +705,8 @@ class RoundRunner {
   at::Device device_{at::kCPU};
   Config config_;                // the Config path's (pipeline options set per segment)
   std::vector<uint64_t> stops_;  // after which batches of the run it stops (drawn against expected_)
+  std::map<uint64_t, std::vector<uint64_t>> orders_;  // epoch_order()'s
+  std::shared_ptr<const Sampler> inner_order_;
 };
 
 std::shared_ptr<const Sampler> RoundRunner::make_sampler_for_options() const {
@@ -704,35 +726,34 @@ std::shared_ptr<const Sampler> RoundRunner::make_sampler_for_options() const {
       round_.drop_remainder ? ShardedSampler::Remainder::kDrop : ShardedSampler::Remainder::kPad);
 }
 
-// This rank's order of every epoch: the inner order (identity, or ferry's shuffles, each checked to
-// be a permutation), dealt to ranks here as ShardedSampler documents it (global position q * W + r,
-// wrapped past the end for pad).
-std::vector<std::vector<uint64_t>> RoundRunner::rank_order() {
+// This rank's order of an epoch: the inner order (identity, or ferry's shuffles, each epoch checked
+// to be a permutation), dealt to ranks here as ShardedSampler documents it (global position q * W + r,
+// wrapped past the end for pad). Computed when first asked for, and kept.
+const std::vector<uint64_t>& RoundRunner::epoch_order(uint64_t epoch) {
+  if (const auto known = orders_.find(epoch); known != orders_.end()) return known->second;
   const uint64_t n = round_.data.samples;
-  std::shared_ptr<const Sampler> inner;
-  if (round_.order == OrderKind::kShuffled) inner = std::make_shared<ShuffledSampler>(n, round_.order_seed);
-  if (round_.order == OrderKind::kShardShuffle) {
-    inner = std::make_shared<ShardShuffleSampler>(
+  if (!inner_order_ && round_.order == OrderKind::kShuffled) {
+    inner_order_ = std::make_shared<ShuffledSampler>(n, round_.order_seed);
+  }
+  if (!inner_order_ && round_.order == OrderKind::kShardShuffle) {
+    inner_order_ = std::make_shared<ShardShuffleSampler>(
         round_.shard_sizes, ShardShuffleSampler::Options{round_.order_seed, round_.shuffle_buffer, true});
   }
   const uint64_t w = round_.world_size;
   const uint64_t m = round_.drop_remainder ? n / w : (n + w - 1) / w;
-  std::vector<std::vector<uint64_t>> order;
-  for (uint64_t e = 0; e < round_.options.epochs; ++e) {
-    std::vector<uint64_t> epoch(n);
-    std::vector<char> seen(n, 0);
-    for (uint64_t p = 0; p < n; ++p) {
-      epoch[p] = inner ? inner->index(e, p) : p;
-      SOAK_CHECK(epoch[p] < n && !seen[epoch[p]], "the sampler's epoch " << e << " is not a permutation of 0.." << n - 1
-                                                                         << " (position " << p << ": " << epoch[p]
-                                                                         << ")");
-      seen[epoch[p]] = 1;
-    }
-    std::vector<uint64_t> share(m);
-    for (uint64_t q = 0; q < m; ++q) share[q] = epoch[(q * w + round_.rank) % n];
-    order.push_back(std::move(share));
+  std::vector<uint64_t> order(n);
+  std::vector<char> seen(n, 0);
+  for (uint64_t p = 0; p < n; ++p) {
+    order[p] = inner_order_ ? inner_order_->index(epoch, p) : p;
+    SOAK_CHECK(order[p] < n && !seen[order[p]], "the sampler's epoch " << epoch << " is not a permutation of 0.."
+                                                                       << n - 1 << " (position " << p << ": "
+                                                                       << order[p] << ")");
+    seen[order[p]] = 1;
   }
-  return order;
+  std::vector<uint64_t> share(m);
+  for (uint64_t q = 0; q < m; ++q) share[q] = order[(q * w + round_.rank) % n];
+  if (orders_.size() > 64) orders_.erase(orders_.begin());  // a long run keeps only recent epochs
+  return orders_.emplace(epoch, std::move(share)).first->second;
 }
 
 RoundRunner::Built RoundRunner::build(size_t index, const std::optional<PipelineState>& resume) {
@@ -929,13 +950,19 @@ void RoundRunner::run_checked() {
   config_.sampler.world_size = round_.world_size;
   config_.sampler.drop_remainder = round_.drop_remainder;
 
-  shape_.order = rank_order();
+  shape_.order = [this](uint64_t epoch) -> const std::vector<uint64_t>& { return epoch_order(epoch); };
+  shape_.epochs = round_.options.epochs;
+  shape_.epoch_size = round_.drop_remainder ? round_.data.samples / round_.world_size
+                                            : (round_.data.samples + round_.world_size - 1) / round_.world_size;
+  // What the pipeline's sampler (or the Config path's, the same kinds) says of itself.
+  shape_.same_samples_every_epoch = make_sampler_for_options()->same_samples_every_epoch();
   shape_.batch_size = round_.options.batch_size;
   shape_.drop_last = round_.options.drop_last;
   shape_.max_batches = round_.options.max_batches;
   shape_.mode = round_.mode();
   shape_.fails = [source = source_](uint64_t index) { return source->fails(index); };
   expected_ = expected_run(shape_);
+  if (expected_.error && !expected_.error->batch_index) counters.epoch_without_batch.fetch_add(1);
 
   // Stops anywhere from before the first batch to after the last (where the resumed run must deliver
   // nothing, or the error).
@@ -1107,7 +1134,7 @@ void RoundRunner::run_checked() {
                      << error->stage() << "', sample " << error->sample_index().value_or(UINT64_MAX) << ", epoch "
                      << error->epoch().value_or(UINT64_MAX) << ", batch " << error->batch_index().value_or(UINT64_MAX)
                      << "; expected decode, sample " << want.sample << ", epoch " << want.epoch << ", batch "
-                     << want.batch_index << ": " << error->what());
+                     << (want.batch_index ? std::to_string(*want.batch_index) : "none") << ": " << error->what());
       const std::string text = error->what();
       SOAK_CHECK(text.find("sample-" + std::to_string(want.sample)) != std::string::npos &&
                      text.find("sample " + std::to_string(want.sample)) != std::string::npos,
@@ -1229,7 +1256,8 @@ void write_json(const Settings& settings, bool passed) {
       << ", \"with_faults\": " << counters.with_faults.load() << ", \"with_stops\": " << counters.with_stops.load()
       << ", \"several_ranks\": " << counters.several_ranks.load() << ", \"shuffled\": " << counters.shuffled.load()
       << ", \"with_cache\": " << counters.with_cache.load() << ", \"via_config\": " << counters.via_config.load()
-      << "},\n"
+      << ", \"endless_epochs\": " << counters.endless_epochs.load()
+      << ", \"epoch_without_batch\": " << counters.epoch_without_batch.load() << "},\n"
       << "  \"passed\": " << (passed ? "true" : "false") << "\n"
       << "}\n";
   const std::string text = out.str();
@@ -1303,6 +1331,7 @@ int soak_main(int argc, char** argv) {
       if (drawn->order != OrderKind::kSequential) counters.shuffled.fetch_add(1);
       if (drawn->options.cache.enabled()) counters.with_cache.fetch_add(1);
       if (drawn->via_config) counters.via_config.fetch_add(1);
+      if (drawn->options.epochs > 3) counters.endless_epochs.fetch_add(1);
       RoundRunner(*drawn).run();
     } catch (const std::exception& e) {
       counters.mismatches.fetch_add(1);

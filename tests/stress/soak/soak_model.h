@@ -18,18 +18,18 @@ enum class SkipMode {
 };
 
 /// What decides a run's batches, written down independently of ferry's planner and batch cutter:
-/// this rank's order of every epoch (order[epoch][position], source indices), the batch options and
-/// which samples fail.
+/// this rank's order of each epoch (source indices by position, computed on demand: a run may have
+/// 2^40 epochs and stop at max_batches), the batch options and which samples fail.
 struct RunShape {
-  std::vector<std::vector<uint64_t>> order;  // one entry per epoch, all of the same size
+  std::function<const std::vector<uint64_t>&(uint64_t epoch)> order;
+  uint64_t epochs = 1;
+  uint64_t epoch_size = 0;
+  bool same_samples_every_epoch = true;  // the sampler's Sampler::same_samples_every_epoch()
   size_t batch_size = 1;
   bool drop_last = false;
   uint64_t max_batches = 0;  // 0: no cap
   SkipMode mode = SkipMode::kFail;
   std::function<bool(uint64_t)> fails;
-
-  uint64_t epochs() const { return order.size(); }
-  uint64_t epoch_size() const { return order.empty() ? 0 : order[0].size(); }
 };
 
 /// One batch the run must deliver, in delivery order.
@@ -46,7 +46,7 @@ struct ExpectedBatch {
 struct ExpectedError {
   uint64_t sample = 0;  // the sample the error names
   uint64_t epoch = 0;
-  uint64_t batch_index = 0;
+  std::optional<uint64_t> batch_index;  // none: a whole epoch that made no batch (refill)
 };
 
 struct ExpectedRun {
