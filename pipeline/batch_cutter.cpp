@@ -28,6 +28,15 @@ namespace ferry::detail {
 // flushes itself. The one item without a token is the end marker that collate emits
 // itself once max_batches batches are out (the planner may have planned more: with skip, plans and
 // batches do not match one to one); the queues have room for one item beyond the tokens.
+//
+// An epoch planned from its start that makes no batch (it lost every sample, or kept fewer than
+// batch_size under drop_last), followed by another over the same samples (the marker's
+// same_samples_follow), ends the run with an error naming the first sample it lost: every later
+// epoch would do the same, and with "run until max_batches" epochs (2^40 of them) the run would skip
+// forever without delivering a batch, an error or its end. A resumed run's first epoch, which starts
+// part-way, says nothing about the next; a sampler that deals other samples each epoch (a rank's
+// share of a shuffle) may find enough in the next; a run's last epoch ends it anyway, its skips
+// counted.
 
 BatchCutter::Options BatchCutter::Options::of(const PipelineOptions& options) {
   return Options{options.batch_size, options.drop_last,   options.refills(),
@@ -68,9 +77,26 @@ void BatchCutter::cut_plan(const BatchPlan& plan, std::vector<SamplePtr> samples
       emit(BatchWork::Kind::kEnd, cut);
       ended_ = true;
       return;
-    case BatchPlan::Kind::kEpochEnd:
-      if (!flush_epoch(cut)) emit(BatchWork::Kind::kToken, cut);
+    case BatchPlan::Kind::kEpochEnd: {
+      const size_t left = carry_.size();
+      if (flush_epoch(cut)) return;
+      if (plan.same_samples_follow && epoch_whole_ && epoch_batches_ == 0 && epoch_first_lost_) {
+        const SkippedSample& first = *epoch_first_lost_;
+        const std::string dropped = left == 0 ? ""
+                                              : ", and drop_last drops the " + std::to_string(left) +
+                                                    " left (fewer than batch_size " +
+                                                    std::to_string(options_.batch_size) + ")";
+        emit(BatchWork::Kind::kError, cut)->error = Error(
+            ErrorContext{first.stage, first.index, plan.epoch, std::nullopt},
+            "on_error: skip made no batch of epoch " + std::to_string(plan.epoch) + ": it lost " +
+                std::to_string(epoch_lost_) + " of its " + std::to_string(epoch_lost_ + epoch_kept_) + " samples" +
+                dropped + "; the next epoch visits the same samples, so no epoch can make a batch (the first lost: " +
+                first.reason + ")");
+        return;
+      }
+      emit(BatchWork::Kind::kToken, cut);
       return;
+    }
     case BatchPlan::Kind::kSamples: break;
   }
 
@@ -90,12 +116,20 @@ void BatchCutter::cut_plan(const BatchPlan& plan, std::vector<SamplePtr> samples
     in_epoch_ = true;
     carry_epoch_ = plan.epoch;
     next_index_ = plan.index;  // a resumed run numbers on from where it starts
+    epoch_whole_ = plan.first_position == 0;
+    epoch_batches_ = 0;
+    epoch_kept_ = 0;
+    epoch_lost_ = 0;
+    epoch_first_lost_.reset();
   }
   for (SamplePtr& decoded : samples) {
     if (decoded->error) {
       cut.skipped.push_back(
           SkippedSample{decoded->index(), decoded->key, decoded->error->stage(), decoded->error->cause()});
+      if (!epoch_first_lost_) epoch_first_lost_ = cut.skipped.back();
+      ++epoch_lost_;
     } else {
+      ++epoch_kept_;
       carry_.push_back(std::move(decoded));
     }
   }
@@ -123,6 +157,7 @@ void BatchCutter::emit_batch(size_t count, bool last_of_epoch, Cut& cut) {
   carry_.erase(carry_.begin(), taken);
   BatchInfo& info = work->info;
   info.sequence = batches_out_++;
+  ++epoch_batches_;
   info.epoch = carry_epoch_;
   info.index = next_index_++;
   info.sample_indices.reserve(count);

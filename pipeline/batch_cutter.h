@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "ferry/pipeline/pipeline_options.h"
@@ -71,6 +72,13 @@ class BatchCutter {
   uint64_t emitted_ = 0;      // items emitted (BatchWork::sequence)
   uint64_t batches_out_ = 0;  // batches emitted (BatchInfo::sequence)
   bool ended_ = false;        // the end is emitted: later plans are dropped
+  // Refill, for an epoch that makes no batch (Note [refilling batches]): whether carry_epoch_ was
+  // planned from its start, its batches so far, the samples it kept and lost, the first one lost.
+  bool epoch_whole_ = false;
+  uint64_t epoch_batches_ = 0;
+  uint64_t epoch_kept_ = 0;
+  uint64_t epoch_lost_ = 0;
+  std::optional<SkippedSample> epoch_first_lost_;
 };
 
 }  // namespace ferry::detail

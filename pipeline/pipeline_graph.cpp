@@ -324,7 +324,10 @@ void PipelineGraph::collect(SamplePtr sample, std::vector<WorkPtr>& out) {
   for (const SkippedSample& skipped : cut.skipped) record_skipped(skipped);
   for (WorkPtr& work : cut.items) {
     if (work->kind == BatchWork::Kind::kBatch) run_batch_stage(kCollate, *work);
-    if (work->kind == BatchWork::Kind::kEnd) enough_.store(true, std::memory_order_release);  // plan no more
+    // The end, or an error the cutter found (an epoch that made no batch): plan no more.
+    if (work->kind == BatchWork::Kind::kEnd || work->kind == BatchWork::Kind::kError) {
+      enough_.store(true, std::memory_order_release);
+    }
     out.push_back(std::move(work));
   }
 }

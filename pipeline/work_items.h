@@ -34,6 +34,9 @@ struct BatchPlan {
   uint64_t first_position = 0;
   /// No sample of this epoch is planned after this plan's.
   bool last_of_epoch = false;
+  /// kEpochEnd: another epoch follows, over the same samples (Sampler::same_samples_every_epoch()), so
+  /// an epoch that made no batch means a run that never will (Note [refilling batches]).
+  bool same_samples_follow = false;
   uint64_t first_sample_sequence = 0;  // sample sequence numbers are contiguous over the run
   std::vector<uint64_t> sample_indices;
   std::optional<Error> error;  // kError

@@ -90,6 +90,7 @@ std::optional<BatchPlan> BatchPlanner::next() {
     BatchPlan marker;
     marker.kind = BatchPlan::Kind::kEpochEnd;
     marker.epoch = *epoch_end_due_;
+    marker.same_samples_follow = *epoch_end_due_ + 1 < options_.epochs && sampler_->same_samples_every_epoch();
     epoch_end_due_.reset();
     return marker;
   }

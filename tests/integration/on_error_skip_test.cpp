@@ -233,6 +233,94 @@ TEST(OnErrorSkip, EndsAtOnceWhenNoEpochCanMakeABatch) {
   EXPECT_TRUE(run_to_end(truth, {1}, options).batches.empty());
 }
 
+// A dataset whose every sample fails (or, under drop_last, that keeps fewer than batch_size), under
+// "run until max_batches" epochs (2^40): the run used to skip forever, never delivering a batch, an
+// error or its end (found while writing the soak's model of epochs that make no batch). Now the
+// first whole epoch without a batch ends it with an error naming its first lost sample; a single
+// epoch still ends quietly with every skip counted, and a resumed run's part-epoch is not held
+// against it (the next whole one is).
+TEST(OnErrorSkip, AWholeEpochLostEndsTheRunInsteadOfSkippingForever) {
+  auto truth = std::make_shared<const SyntheticSource>(fields(5));
+  const std::set<uint64_t> all{0, 1, 2, 3, 4};
+  auto source = std::make_shared<const InstrumentedSource>(truth, all, 0us);
+  PipelineOptions options;
+  options.device = "cpu";
+  options.on_error = OnError::kSkip;
+  options.batch_size = 2;
+  options.epochs = uint64_t{1} << 40;
+  options.max_batches = 1;
+  {
+    Pipeline pipeline = make_pipeline(source, options);
+    const testing::RunToError run = testing::run_to_error(pipeline, *truth);
+    ASSERT_TRUE(run.error) << "the run ended without an error";
+    EXPECT_EQ(run.batches, 0u);
+    EXPECT_EQ(run.error->sample_index(), 0u);
+    EXPECT_EQ(run.error->epoch(), 0u);
+    EXPECT_NE(std::string(run.error->what()).find("made no batch of epoch 0: it lost 5 of its 5 samples"),
+              std::string::npos)
+        << run.error->what();
+    EXPECT_NE(std::string(run.error->what()).find("planted failure reading sample 0"), std::string::npos)
+        << run.error->what();
+    EXPECT_EQ(pipeline.stats().skipped_samples, 5u);
+  }
+  {
+    PipelineOptions resumed = options;
+    resumed.start = BatchCursor{0, 1, 3};  // part-way into epoch 0: epoch 1 is the first whole one
+    resumed.first_batch = 0;
+    Pipeline pipeline = make_pipeline(source, resumed);
+    const testing::RunToError run = testing::run_to_error(pipeline, *truth);
+    ASSERT_TRUE(run.error) << "the run ended without an error";
+    EXPECT_EQ(run.error->epoch(), 1u);
+    EXPECT_EQ(pipeline.stats().skipped_samples, 2u + 5u);
+  }
+  {
+    // Under drop_last, keeping fewer than batch_size is the same: no epoch can make a batch.
+    PipelineOptions drop = options;
+    drop.drop_last = true;
+    drop.batch_size = 4;
+    auto some = std::make_shared<const InstrumentedSource>(truth, std::set<uint64_t>{1, 3}, 0us);
+    Pipeline pipeline = make_pipeline(some, drop);
+    const testing::RunToError run = testing::run_to_error(pipeline, *truth);
+    ASSERT_TRUE(run.error) << "the run ended without an error";
+    EXPECT_EQ(run.error->sample_index(), 1u);
+    EXPECT_NE(std::string(run.error->what()).find("drop_last drops the 3 left (fewer than batch_size 4)"),
+              std::string::npos)
+        << run.error->what();
+  }
+  PipelineOptions one_epoch = options;
+  one_epoch.epochs = 1;
+  const Outcome run = run_to_end(truth, all, one_epoch);
+  EXPECT_TRUE(run.batches.empty());
+  EXPECT_EQ(run.stats.skipped_samples, 5u);
+}
+
+// A rank's share of a shuffle changes every epoch: an epoch whose share all fails says nothing about
+// the next, which goes on and delivers.
+TEST(OnErrorSkip, AnEpochLostGoesOnWhenTheNextDealsOtherSamples) {
+  constexpr uint64_t kSamples = 8;
+  auto truth = std::make_shared<const SyntheticSource>(fields(kSamples));
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    const auto sampler = std::make_shared<const ShardedSampler>(std::make_shared<const ShuffledSampler>(kSamples, seed),
+                                                                0, 4, ShardedSampler::Remainder::kPad);
+    ASSERT_FALSE(sampler->same_samples_every_epoch());
+    std::set<uint64_t> failing;
+    for (uint64_t p = 0; p < sampler->epoch_size(); ++p) failing.insert(sampler->index(0, p));
+    std::vector<uint64_t> next_epoch;
+    for (uint64_t p = 0; p < sampler->epoch_size(); ++p) {
+      if (failing.count(sampler->index(1, p)) == 0) next_epoch.push_back(sampler->index(1, p));
+    }
+    if (next_epoch.empty()) continue;  // this seed deals epoch 1 the same samples: try another
+    PipelineOptions options;
+    options.batch_size = 2;
+    options.epochs = 2;  // skip_replaces stays off: batches are cut from what decodes (refill)
+    const Outcome run = run_batches(truth, failing, options, 0, sampler);
+    ASSERT_EQ(run.batches.size(), 1u);
+    EXPECT_EQ(run.batches[0], next_epoch);
+    return;
+  }
+  FAIL() << "no seed dealt rank 0 other samples in epoch 1";
+}
+
 // A state taken after any batch resumes at the next one: the batches of the stopped run and of the
 // resumed one together are exactly an uninterrupted run's, shuffled or not, under drop_last or not.
 TEST(OnErrorSkip, ResumesWhereItStoppedWithSkippedSamples) {

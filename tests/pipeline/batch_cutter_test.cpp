@@ -110,6 +110,63 @@ TEST(BatchCutter, UnderFailAFailedSampleBecomesTheItemInItsBatchsPlace) {
   EXPECT_EQ(cut.items[0]->sequence, 1u);
 }
 
+// An epoch planned from its start that made no batch (every sample lost, or under drop_last fewer
+// than batch_size kept), with another over the same samples after it, ends the run with an error
+// naming the first sample lost; a resumed epoch that started part-way, the last epoch, or one whose
+// next deals other samples ends as before (its rest, or a token).
+TEST(BatchCutter, AWholeEpochLostWithTheSameSamplesToFollowEndsTheRun) {
+  const BatchCutter::Options options{.batch_size = 2, .refill = true, .on_error = OnError::kSkip};
+  const auto end_of_epoch = [](uint64_t sequence, bool same_samples_follow) {
+    auto marker = std::make_shared<BatchPlan>(*marker_plan(sequence, BatchPlan::Kind::kEpochEnd));
+    marker->same_samples_follow = same_samples_follow;
+    return std::shared_ptr<const BatchPlan>(marker);
+  };
+  {
+    BatchCutter cutter(options);
+    EXPECT_EQ(feed(cutter, samples_plan(0, 0, 0, 0, {7, 8}, false), {7, 8}).items.at(0)->kind, Kind::kToken);
+    EXPECT_EQ(feed(cutter, samples_plan(1, 0, 1, 2, {9}, true), {9}).items.at(0)->kind, Kind::kToken);
+    const BatchCutter::Cut cut = feed(cutter, end_of_epoch(2, true));
+    ASSERT_EQ(cut.items.size(), 1u);
+    EXPECT_EQ(cut.items[0]->kind, Kind::kError);
+    ASSERT_TRUE(cut.items[0]->error);
+    EXPECT_EQ(cut.items[0]->error->sample_index(), 7u);
+    EXPECT_EQ(cut.items[0]->error->epoch(), 0u);
+    EXPECT_NE(cut.items[0]->error->cause().find("made no batch of epoch 0: it lost 3 of its 3 samples;"),
+              std::string::npos)
+        << cut.items[0]->error->cause();
+  }
+  for (const bool whole : {false, true}) {
+    for (const bool same_samples_follow : {false, true}) {
+      if (whole && same_samples_follow) continue;  // the case above
+      BatchCutter cutter(options);
+      (void)feed(cutter, samples_plan(0, 0, 0, whole ? 0 : 3, {7, 8}, true), {7, 8});
+      const BatchCutter::Cut cut = feed(cutter, end_of_epoch(1, same_samples_follow));
+      ASSERT_EQ(cut.items.size(), 1u);
+      EXPECT_EQ(cut.items[0]->kind, Kind::kToken) << "whole " << whole << ", same samples " << same_samples_follow;
+    }
+  }
+  {
+    BatchCutter::Options drop = options;
+    drop.drop_last = true;
+    BatchCutter cutter(drop);
+    (void)feed(cutter, samples_plan(0, 0, 0, 0, {7, 8, 9}, true), {7, 9});
+    const BatchCutter::Cut cut = feed(cutter, end_of_epoch(1, true));
+    ASSERT_EQ(cut.items.size(), 1u);
+    EXPECT_EQ(cut.items[0]->kind, Kind::kError);
+    EXPECT_NE(cut.items[0]->error->cause().find(
+                  "it lost 2 of its 3 samples, and drop_last drops the 1 left (fewer than batch_size 2);"),
+              std::string::npos)
+        << cut.items[0]->error->cause();
+  }
+  // One sample kept is enough without drop_last: its epoch ends with it as the smaller batch.
+  BatchCutter cutter(options);
+  (void)feed(cutter, samples_plan(0, 0, 0, 0, {7, 8, 9}, true), {7, 9});
+  const BatchCutter::Cut cut = feed(cutter, end_of_epoch(1, true));
+  ASSERT_EQ(cut.items.size(), 1u);
+  EXPECT_EQ(cut.items[0]->kind, Kind::kBatch);
+  EXPECT_EQ(indices_of(*cut.items[0]), std::vector<uint64_t>{8});
+}
+
 TEST(BatchCutter, PlanningErrorsAndUnskippableSamplesEndTheRunEvenUnderSkip) {
   BatchCutter::Options options{.batch_size = 2, .refill = true, .on_error = OnError::kSkip};
   {
