@@ -92,6 +92,7 @@ void BatchCutter::cut_plan(const BatchPlan& plan, std::vector<SamplePtr> samples
                 std::to_string(epoch_lost_) + " of its " + std::to_string(epoch_lost_ + epoch_kept_) + " samples" +
                 dropped + "; the next epoch visits the same samples, so no epoch can make a batch (the first lost: " +
                 first.reason + ")");
+        ended_ = true;  // what was planned after it is not cut: the skips counted are the run's
         return;
       }
       emit(BatchWork::Kind::kToken, cut);

@@ -48,7 +48,7 @@ class BatchCutter {
   /// then, and after the end, returns nothing. Throws ferry::Error for input out of order (a bug).
   Cut add(std::shared_ptr<SampleWork> sample);
 
-  /// The end was emitted: later plans give nothing.
+  /// The end (or the error of an epoch that made no batch) was emitted: later plans give nothing.
   bool ended() const noexcept { return ended_; }
 
  private:
@@ -71,7 +71,7 @@ class BatchCutter {
   uint64_t next_index_ = 0;   // the next batch's number within carry_epoch_
   uint64_t emitted_ = 0;      // items emitted (BatchWork::sequence)
   uint64_t batches_out_ = 0;  // batches emitted (BatchInfo::sequence)
-  bool ended_ = false;        // the end is emitted: later plans are dropped
+  bool ended_ = false;        // the end (or an epoch without a batch's error) is emitted: later plans are dropped
   // Refill, for an epoch that makes no batch (Note [refilling batches]): whether carry_epoch_ was
   // planned from its start, its batches so far, the samples it kept and lost, the first one lost.
   bool epoch_whole_ = false;

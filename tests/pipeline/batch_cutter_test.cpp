@@ -134,6 +134,9 @@ TEST(BatchCutter, AWholeEpochLostWithTheSameSamplesToFollowEndsTheRun) {
     EXPECT_NE(cut.items[0]->error->cause().find("made no batch of epoch 0: it lost 3 of its 3 samples;"),
               std::string::npos)
         << cut.items[0]->error->cause();
+    // What was planned after it is not cut (its skips are not the run's).
+    EXPECT_TRUE(cutter.ended());
+    EXPECT_TRUE(feed(cutter, samples_plan(3, 1, 0, 0, {7, 8}, false), {7}).items.empty());
   }
   for (const bool whole : {false, true}) {
     for (const bool same_samples_follow : {false, true}) {
