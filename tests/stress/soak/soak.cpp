@@ -94,7 +94,8 @@ struct FerryLog {
     ::close(fd);
   }
   void clear() const {
-    if (!path.empty()) (void)::ftruncate(2, 0);
+    // A failed truncation only leaves older messages in the file: nothing to do about it here.
+    if (!path.empty() && ::ftruncate(2, 0) != 0) return;
   }
   std::string tail(size_t bytes = 3000) const {
     if (path.empty()) return "";
