@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -16,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "ferry/assembly/config_schema.h"
@@ -23,6 +25,7 @@
 #include "ferry/assembly/text_file.h"
 #include "ferry/io/decoders/decoder_registry.h"
 #include "ferry/io/util/dtype_names.h"
+#include "ferry/io/util/printable.h"
 #include "ferry/io/util/units.h"
 
 namespace ferry {
@@ -85,6 +88,56 @@ std::string number_text(double value) {
   return out.str();
 }
 
+// Where each document of a YAML text starts and where its root node is, read without building the
+// documents. Instead of YAML::LoadAll, which never returns on some malformed text: a ',' where a
+// document starts is never consumed, and yaml-cpp 0.7 reads an empty document there again and again,
+// holding each, until memory runs out (found by tests/fuzz/config_loader_fuzz).
+class DocumentMarks : public YAML::EventHandler {
+ public:
+  struct Document {
+    YAML::Mark start;
+    std::optional<YAML::Mark> root;
+  };
+  const std::vector<Document>& documents() const noexcept { return documents_; }
+
+  void OnDocumentStart(const YAML::Mark& mark) override { documents_.push_back({mark, std::nullopt}); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override { node(mark); }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void node(const YAML::Mark& mark) {
+    if (!documents_.empty() && !documents_.back().root) documents_.back().root = mark;
+  }
+  std::vector<Document> documents_;
+};
+
+// The documents of `text`. Throws YAML::ParserException for malformed YAML, including a document
+// that starts where the one before it did (the parser is stuck there).
+std::vector<DocumentMarks::Document> document_marks(std::string_view text) {
+  std::istringstream stream{std::string(text)};
+  YAML::Parser parser(stream);
+  DocumentMarks marks;
+  while (parser.HandleNextDocument(marks)) {
+    const std::vector<DocumentMarks::Document>& documents = marks.documents();
+    if (documents.size() > 1 && documents.back().start.pos == documents[documents.size() - 2].start.pos) {
+      const auto at = static_cast<size_t>(documents.back().start.pos);
+      const std::string found = at < text.size() ? "'" + printable(text.substr(at, 1), 1) + "'" : "the end";
+      throw YAML::ParserException(documents.back().start, "unexpected " + found + " where a document starts");
+    }
+  }
+  return marks.documents();
+}
+
 // Reads YAML text into a Config, collecting problems instead of stopping at the first. One per
 // load; not thread-safe (it needs not be).
 class ConfigLoader {
@@ -97,13 +150,13 @@ class ConfigLoader {
   Config load(std::string_view text) {
     Node root;
     try {
-      const std::vector<Node> documents = YAML::LoadAll(std::string(text));
+      const std::vector<DocumentMarks::Document> documents = document_marks(text);
       if (documents.size() > 1) {
-        throw ConfigError({{position(documents[1].Mark()), "",
+        throw ConfigError({{position(documents[1].root.value_or(documents[1].start)), "",
                             "a config is one YAML document; this file holds " + std::to_string(documents.size()) +
                                 " (separated by ---)"}});
       }
-      if (!documents.empty()) root = documents.front();
+      if (!documents.empty()) root = YAML::Load(std::string(text));
     } catch (const YAML::Exception& e) {
       // The parser's own position is the best there is for malformed YAML.
       throw ConfigError({{position(e.mark), "", "invalid YAML: " + e.msg}});

@@ -241,6 +241,22 @@ TEST(ConfigLoader, AnEmptyFileNamesTheMissingSource) {
   EXPECT_NE(problems_of("# just a comment\n").find("source: missing required key"), std::string::npos);
 }
 
+// Found by tests/fuzz/config_loader_fuzz: yaml-cpp 0.7's LoadAll never returns where a document
+// starts with ',' (it reads an empty document there forever, until memory runs out).
+TEST(ConfigLoader, ACommaWhereADocumentStartsIsRefusedNotReadForever) {
+  EXPECT_NE(problems_of(",").find("test.yaml:1:1: invalid YAML: unexpected ',' where a document starts"),
+            std::string::npos)
+      << problems_of(",");
+  const std::string after = std::string(kMinimal) + "---\n  ,\n";
+  EXPECT_NE(problems_of(after).find("test.yaml:8:3: invalid YAML: unexpected ','"), std::string::npos)
+      << problems_of(after);
+  // Two documents are still counted and located at the second one's first key.
+  EXPECT_NE(problems_of(std::string(kMinimal) + "---\nbatch_size: 3\n---\n")
+                .find("test.yaml:8:1: a config is one YAML document; this file holds 3 (separated by ---)"),
+            std::string::npos)
+      << problems_of(std::string(kMinimal) + "---\nbatch_size: 3\n---\n");
+}
+
 TEST(ConfigLoader, AMissingFileSaysSo) {
   try {
     (void)load_config("/nonexistent/ferry.yaml");

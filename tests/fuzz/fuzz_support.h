@@ -45,8 +45,9 @@ void refused_or_ok(Body&& body) {
   }
 }
 
-/// The input's bytes as what a Source hands a decoder: a 1-D uint8 tensor over them, not copied.
-/// libFuzzer passes a heap copy of exactly `bytes.size()` bytes, so ASan sees any read past the end.
+/// The bytes as what a Source hands a decoder: a 1-D uint8 tensor, copied into memory of exactly
+/// their size so that ASan sees a read past their end (in libFuzzer's buffer a decoder's file is
+/// followed by the trailer below; a std::string by its terminator).
 at::Tensor bytes_tensor(std::span<const uint8_t> bytes);
 
 // ---- the field a decoder target decodes into -------------------------------------------------
