@@ -11,6 +11,43 @@ endif()
 
 find_package(Torch REQUIRED)
 find_package(TBB REQUIRED COMPONENTS tbb)
+# ThreadSanitizer (the tsan preset) sees a hand-off between threads only where both sides are
+# instrumented. oneTBB's scheduler, in Debian's libtbb, is not: every task a flow graph node spawns
+# would be reported as a race in ferry's code. ferry's executables therefore load a libtbb built with
+# TSan from the same source (scripts/build-tsan-tbb.sh), through their run path; they compile against
+# the same headers. docs/reliability.md (Sanitizers) has the details.
+if(CMAKE_CXX_FLAGS MATCHES "-fsanitize=thread")
+  set(FERRY_TSAN_TBB_DIR "${PROJECT_SOURCE_DIR}/build/tsan-tbb" CACHE PATH
+      "Prefix of a libtbb built with ThreadSanitizer (lib/libtbb.so.12), for TSan builds; empty: none")
+  if(FERRY_TSAN_TBB_DIR STREQUAL "")
+    message(WARNING "ferry: ThreadSanitizer build with an uninstrumented libtbb (FERRY_TSAN_TBB_DIR is empty): "
+                    "TSan will report oneTBB's task hand-offs as races in ferry's code")
+  elseif(NOT EXISTS "${FERRY_TSAN_TBB_DIR}/lib/libtbb.so.12")
+    message(FATAL_ERROR "ferry: a ThreadSanitizer build needs a libtbb built with TSan in ${FERRY_TSAN_TBB_DIR}/lib "
+                        "(TSan cannot see the synchronisation inside Debian's): run scripts/build-tsan-tbb.sh first, "
+                        "or set FERRY_TSAN_TBB_DIR to the prefix of one (empty: use the system's and expect false reports)")
+  else()
+    file(STRINGS "${FERRY_TSAN_TBB_DIR}/version" ferry_tsan_tbb_version LIMIT_COUNT 1)
+    if(NOT ferry_tsan_tbb_version VERSION_EQUAL TBB_VERSION)
+      message(FATAL_ERROR "ferry: the ThreadSanitizer libtbb in ${FERRY_TSAN_TBB_DIR} is oneTBB ${ferry_tsan_tbb_version}, "
+                          "the headers are ${TBB_VERSION}: run scripts/build-tsan-tbb.sh again")
+    endif()
+    list(APPEND CMAKE_BUILD_RPATH "${FERRY_TSAN_TBB_DIR}/lib")
+    message(STATUS "ferry: ThreadSanitizer build: executables load oneTBB ${ferry_tsan_tbb_version} built with TSan "
+                   "from ${FERRY_TSAN_TBB_DIR}/lib")
+  endif()
+  # gcc 12's TSan runtime expects the address layout of at most 28 bits of mmap randomisation; with
+  # more (vm.mmap_rnd_bits = 32 on some newer kernels) every test dies at start with "FATAL:
+  # ThreadSanitizer: unexpected memory mapping". scripts/test-tsan.sh then runs ctest under setarch -R.
+  if(EXISTS /proc/sys/vm/mmap_rnd_bits)
+    file(STRINGS /proc/sys/vm/mmap_rnd_bits ferry_mmap_rnd_bits LIMIT_COUNT 1)
+    if(ferry_mmap_rnd_bits GREATER 28)
+      message(WARNING "ferry: vm.mmap_rnd_bits is ${ferry_mmap_rnd_bits} here: ThreadSanitizer programs need at most 28. "
+                      "Run the tests with scripts/test-tsan.sh (it uses setarch -R), or as `setarch -R ctest --preset tsan`, "
+                      "or lower it: sysctl vm.mmap_rnd_bits=28")
+    endif()
+  endif()
+endif()
 find_package(yaml-cpp REQUIRED)
 find_package(PNG REQUIRED)  # libpng, for the "png" decoder (Debian: libpng-dev)
 if(FERRY_BUILD_TESTS)

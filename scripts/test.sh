@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Every test: installs what is missing, builds everything (release preset) and runs CTest — unit,
-# integration, stress and cuda tests (the cuda ones skip, saying why, where there is no GPU).
-# Extra arguments go to ctest (e.g. -L unit). FERRY_PRESET=debug-asan runs them under sanitizers.
+# integration, stress and cuda tests (the cuda ones skip, saying why, where there is no GPU). Then the
+# concurrency core (queues, pools, the batch cutter, pipelines, on_error, fault injection) again under
+# ThreadSanitizer (scripts/test-tsan.sh; about 15 minutes on 2 cores the first time, mostly building).
+# Extra arguments go to ctest (e.g. -L unit) and skip the ThreadSanitizer part, as FERRY_TSAN=0 does.
+# FERRY_PRESET=debug-asan runs the suite under AddressSanitizer and UBSan instead of release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -9,3 +12,8 @@ preset=${FERRY_PRESET:-release}
 cmake --preset "$preset"
 cmake --build --preset "$preset" -j "$(nproc)"
 ctest --preset "$preset" "$@"
+if [ "$preset" = release ] && [ $# -eq 0 ] && [ "${FERRY_TSAN:-1}" = 1 ]; then
+  echo "ferry: the concurrency core under ThreadSanitizer"
+  FERRY_TSAN_TARGETS="bounded_queue_test bounded_queue_stress_test pinned_pool_test batch_cutter_test pipeline_test on_error_skip_test fault_injection_test" \
+    scripts/test-tsan.sh -R '^(BoundedQueue|BoundedQueueStress|PinnedPool|PoolOptions|BatchCutter|Pipeline|PipelineOrder|OnErrorSkip|FaultInjection)\.'
+fi

@@ -20,6 +20,7 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <random>
 #include <regex>
 #include <string>
 #include <thread>
@@ -386,8 +387,9 @@ std::string in_ms(Clock::duration duration) {
 }
 
 TEST(FerryRun, CtrlCStopsCleanlyWithAReportWithinASecond) {
-  // The issue asks for a stop within a second of Ctrl-C, whenever it comes.
-  constexpr Clock::duration kBound = seconds(1);
+  // The issue asks for a stop within a second of Ctrl-C, whenever it comes (longer under a sanitizer:
+  // ThreadSanitizer alone takes ~0.4 s to tear a process down).
+  constexpr Clock::duration kBound = seconds(1) * FERRY_TEST_TIME_SCALE;
   for (const Clock::duration after :
        {Clock::duration(milliseconds(0)), Clock::duration(milliseconds(300)), Clock::duration(milliseconds(1000))}) {
     SCOPED_TRACE("SIGINT " + in_ms(after) + " after the first progress line");
@@ -416,7 +418,7 @@ TEST(FerryRun, CtrlCWritesAJsonReportThatSaysInterrupted) {
   std::cout << "[ measured ] SIGINT 300 ms after the first progress line, with --report: exit "
             << in_ms(run.signal_to_exit) << " after the signal\n";
   EXPECT_TRUE(run.status.is(130)) << run.status << "\n--- stderr ---\n" << run.err;
-  EXPECT_LE(run.signal_to_exit, seconds(1)) << "took " << in_ms(run.signal_to_exit);
+  EXPECT_LE(run.signal_to_exit, seconds(1) * FERRY_TEST_TIME_SCALE) << "took " << in_ms(run.signal_to_exit);
   EXPECT_TRUE(contains(run.err, "report written to " + report)) << run.err;
   ASSERT_EQ(::access(report.c_str(), R_OK), 0) << run.err;
   expect_matches_schema(report);
@@ -698,6 +700,88 @@ TEST(FerryResume, CtrlCAndSigtermSaveTheStateAndTheResumeDeliversTheRest) {
   ASSERT_TRUE(second.status.is(0)) << second.status << both(second);
   EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), resume::read_file(dir / "full.txt"));
   }
+}
+
+// Signals as injected faults: SIGINT or SIGTERM at a random moment of a run, at 1, 2, 4 and 8 decode
+// threads. A quarter of the moments fall in the start-up (loading libraries, reading the config, before
+// main() has set its handler or the pipeline exists), the rest while batches flow or just after the
+// last. A run either died of the signal before the handler was set (then it saved and delivered
+// nothing), or stopped with 128 + the signal within a second, or had finished (0). Whatever it
+// delivered, followed by what a resume from its state delivers, is bit-identical to an uninterrupted run.
+TEST(FerryResume, SignalsAtRandomMomentsStopWithinASecondAndTheResumeDeliversExactlyTheRest) {
+  const TempDir dir;
+  const std::vector<std::string> base = {"--set", "source.fields.0.shape=[3,96,96]"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), base.begin(), base.end());
+    return resume::shuffled_run(more);
+  };
+  // The uninterrupted run, timed: its start-up ends with the line that announces the batches.
+  const auto announced = [](const std::string& err) { return contains(err, " batches of "); };
+  Clock::duration startup{}, running{};
+  {
+    Child child(ferry_args(with({"--digest", dir / "full.txt"})));
+    const Clock::time_point started = Clock::now();
+    ASSERT_TRUE(child.read_until(announced, started + kProgressDeadline)) << child.err();
+    startup = Clock::now() - started;
+    const auto [status, ended] = child.wait(Clock::now() + seconds(120));
+    ASSERT_TRUE(status.is(0)) << status << "\n--- stderr ---\n" << child.err();
+    running = ended - started - startup;
+  }
+  const std::string expected = resume::read_file(dir / "full.txt");
+
+  std::mt19937 rng(20261127);
+  const auto fraction_of = [&](Clock::duration span, double most) {
+    return std::chrono::duration_cast<Clock::duration>(span * std::uniform_real_distribution<double>(0.0, most)(rng));
+  };
+  int before_handler = 0, stopped = 0, finished = 0;
+  for (const int threads : {1, 2, 4, 8}) {
+    for (int round = 0; round < 4; ++round) {
+      const int signal = rng() % 2 == 0 ? SIGINT : SIGTERM;
+      const bool in_startup = rng() % 4 == 0;
+      const Clock::duration moment = in_startup ? fraction_of(startup, 1.0) : fraction_of(running, 1.1);
+      SCOPED_TRACE(std::string(signal == SIGINT ? "SIGINT " : "SIGTERM ") + in_ms(moment) + " after " +
+                   (in_startup ? "the start, " : "the announcement, ") + std::to_string(threads) + " decode threads");
+      for (const char* name : {"a.txt", "b.txt", "state.json"}) std::remove((dir / name).c_str());
+      Child child(ferry_args(with({"--set", "decode.threads=" + std::to_string(threads), "--digest", dir / "a.txt",
+                                   "--save-state", dir / "state.json"})));
+      if (!in_startup) {
+        ASSERT_TRUE(child.read_until(announced, Clock::now() + kProgressDeadline)) << child.err();
+      }
+      // Keep reading meanwhile so a full pipe cannot stall the run.
+      child.read_until([](const std::string&) { return false; }, Clock::now() + moment);
+      const Clock::time_point signalled = Clock::now();
+      ASSERT_EQ(::kill(child.pid(), signal), 0) << std::strerror(errno);
+      const auto [status, ended] = child.wait(signalled + kStopDeadline);
+      const std::string output = "\n--- stderr ---\n" + child.err();
+      std::vector<std::string> rest = {"--set", "decode.threads=" + std::to_string(1 + rng() % 4), "--digest",
+                                       dir / "b.txt"};
+      if (status.signal == signal) {
+        // Until main() sets the handler, the signal's default action ends the process (loading
+        // ferry's libraries takes a moment). Nothing can have been delivered or saved yet.
+        ++before_handler;
+        EXPECT_TRUE(in_startup) << output;
+        EXPECT_EQ(resume::read_file(dir / "a.txt"), "") << output;
+        EXPECT_FALSE(std::ifstream(dir / "state.json").good()) << output;
+      } else {
+        ASSERT_TRUE(status.is(128 + signal) || status.is(0)) << status << output;
+        if (status.is(0)) {
+          ++finished;
+        } else {
+          ++stopped;
+          EXPECT_LE(ended - signalled, seconds(1) * FERRY_TEST_TIME_SCALE) << "took " << in_ms(ended - signalled);
+        }
+        ASSERT_TRUE(contains(child.err(), "state saved to")) << output;
+        rest.push_back("--resume");
+        rest.push_back(dir / "state.json");
+      }
+      const Result second = ferry(with(rest));
+      ASSERT_TRUE(second.status.is(0)) << second.status << both(second);
+      EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), expected);
+    }
+  }
+  std::cout << "[ measured ] 16 signals (start-up " << in_ms(startup) << ", batches " << in_ms(running)
+            << "): " << before_handler << " before the handler was set, " << stopped << " stopped the run, "
+            << finished << " came after it finished\n";
 }
 
 TEST(FerryResume, RefusesAStateSavedUnderAnotherOrderNamingTheKey) {
