@@ -6,7 +6,8 @@
 #   deb       `cpack -G DEB` in BUILD, the package unpacked into WORK/root; the consumer finds WORK/root/usr
 #   subdirectory  tests/package/parent, which add_subdirectory()s the source tree SOURCE (and gets no CPack)
 # Other variables: SOURCE (ferry's checkout), BUILD (its build folder), WORK (scratch, emptied first),
-# GENERATOR and CXX (as ferry's build), DEPENDS (deb: text the package's Depends must hold, ;-separated).
+# GENERATOR and CXX (as ferry's build), DEPENDS (deb: text the package's Depends must hold, ;-separated),
+# LINKER_FLAGS (ferry's build's executable link flags: a sanitizer build's libraries need its runtime).
 cmake_minimum_required(VERSION 3.22)
 
 function(run)
@@ -59,7 +60,7 @@ endfunction()
 
 function(build_and_run source prefix)
   set(args -S "${source}" -B "${WORK}/consumer" -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=Release
-           "-DCMAKE_CXX_COMPILER=${CXX}" ${ARGN})
+           "-DCMAKE_CXX_COMPILER=${CXX}" "-DCMAKE_EXE_LINKER_FLAGS=${LINKER_FLAGS}" ${ARGN})
   if(prefix)
     list(APPEND args "-DCMAKE_PREFIX_PATH=${prefix}")
   endif()

@@ -16,6 +16,20 @@
 namespace ferry {
 namespace {
 
+// AddressSanitizer keeps freed memory in a quarantine (256 MiB by default) and shadows what is in
+// use, so resident memory says nothing about a leak there: the bound is checked in the other builds.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kResidentMemoryMeansSomething = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kResidentMemoryMeansSomething = false;
+#else
+constexpr bool kResidentMemoryMeansSomething = true;
+#endif
+#else
+constexpr bool kResidentMemoryMeansSomething = true;
+#endif
+
 size_t entries(const char* directory) {
   size_t count = 0;
   if (DIR* dir = ::opendir(directory)) {
@@ -76,7 +90,9 @@ TEST(Leaks, AThousandPipelinesLeaveNoThreadDescriptorOrMemoryBehind) {
   EXPECT_LT(entries("/proc/self/task"), threads + 20);
   EXPECT_EQ(entries("/proc/self/fd"), descriptors);
   // A pipeline's own memory is megabytes (staging, batches): leaking it would add gigabytes.
-  EXPECT_LT(grown_mib, 64.0);
+  if (kResidentMemoryMeansSomething) {
+    EXPECT_LT(grown_mib, 64.0);
+  }
 }
 
 }  // namespace
