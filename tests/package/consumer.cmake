@@ -7,7 +7,8 @@
 #   subdirectory  tests/package/parent, which add_subdirectory()s the source tree SOURCE (and gets no CPack)
 # Other variables: SOURCE (ferry's checkout), BUILD (its build folder), WORK (scratch, emptied first),
 # GENERATOR and CXX (as ferry's build), DEPENDS (deb: text the package's Depends must hold, ;-separated),
-# LINKER_FLAGS (ferry's build's executable link flags: a sanitizer build's libraries need its runtime).
+# CXX_FLAGS and LINKER_FLAGS (ferry's build's compile and executable link flags: a sanitizer build's
+# consumer is built as ferry is).
 cmake_minimum_required(VERSION 3.22)
 
 function(run)
@@ -60,7 +61,8 @@ endfunction()
 
 function(build_and_run source prefix)
   set(args -S "${source}" -B "${WORK}/consumer" -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=Release
-           "-DCMAKE_CXX_COMPILER=${CXX}" "-DCMAKE_EXE_LINKER_FLAGS=${LINKER_FLAGS}" ${ARGN})
+           "-DCMAKE_CXX_COMPILER=${CXX}" "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
+           "-DCMAKE_EXE_LINKER_FLAGS=${LINKER_FLAGS}" ${ARGN})
   if(prefix)
     list(APPEND args "-DCMAKE_PREFIX_PATH=${prefix}")
   endif()
