@@ -54,7 +54,7 @@ if [ "$sanitize" = 1 ]; then
       extra=()
       [ "$tool" = memcheck ] && extra=(--report-api-errors no)
       if PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 "$binary" > "$out/sanitizer-$name.log" 2>&1; then
-        echo "$name: $(grep -E "ERROR SUMMARY|tests? from .* ran|PASSED|SKIPPED" "$out/sanitizer-$name.log" | tr '\n' ' ')"
+        echo "$name: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|tests? from .* ran|PASSED|SKIPPED" "$out/sanitizer-$name.log" | tr '\n' ' ')"
       else
         status=1
         echo "$name: FAILED"; grep -E "ERROR SUMMARY|=========  |FAILED" "$out/sanitizer-$name.log" | head -20
