@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The suite under ThreadSanitizer (the tsan preset): builds oneTBB's libtbb with TSan once
 # (scripts/build-tsan-tbb.sh), builds ferry with TSan and runs CTest. Extra arguments go to ctest,
-# e.g. -L unit or -R 'BoundedQueue|Pipeline'. The whole suite takes about 45 minutes on 2 cores.
+# e.g. -L unit or -R 'BoundedQueue|Pipeline'. On 2 cores the whole suite builds in about 40 minutes and runs in about 30.
 #
 #   FERRY_TSAN_TARGETS="bounded_queue_test pipeline_test" scripts/test-tsan.sh -R '...'
 #

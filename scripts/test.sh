@@ -2,7 +2,7 @@
 # Every test: installs what is missing, builds everything (release preset) and runs CTest — unit,
 # integration, stress and cuda tests (the cuda ones skip, saying why, where there is no GPU). Then the
 # concurrency core (queues, pools, the batch cutter, pipelines, on_error, fault injection) again under
-# ThreadSanitizer (scripts/test-tsan.sh; about 15 minutes on 2 cores the first time, mostly building).
+# ThreadSanitizer (scripts/test-tsan.sh; about 20 minutes on 2 cores from a fresh clone, 2 of them testing).
 # Extra arguments go to ctest (e.g. -L unit) and skip the ThreadSanitizer part, as FERRY_TSAN=0 does.
 # FERRY_PRESET=debug-asan runs the suite under AddressSanitizer and UBSan instead of release.
 set -euo pipefail
