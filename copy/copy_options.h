@@ -22,8 +22,9 @@ struct CopyOptions {
   /// CPU→CUDA: contiguous tensors of at most kMaxPackedTensorBytes are packed into chunks, one
   /// cudaMemcpyAsync per chunk instead of one per tensor.
   bool pack_cpu_tensors = true;
-  /// Each packed tensor starts at a multiple of max(this, its element size) within its chunk. A
-  /// power of two, at least 1.
+  /// Each packed tensor starts at a multiple of max(this, its element size) within its chunk (of
+  /// their least common multiple, which is the same for powers of two: a tensor must start at a
+  /// multiple of its element size). At least 1.
   size_t min_packed_alignment_bytes = 16;
   /// A chunk's payload (tensor bytes plus the padding between them) stays at most this, and at most
   /// kMaxPackedChunkBytes whatever this says; a tensor larger than this is not packed. At least 1.

@@ -21,8 +21,13 @@ struct PackedChunk {
   size_t payload_bytes = 0;
 };
 
+/// Where a packed tensor may start: a multiple of this, the least common multiple of
+/// `min_alignment` and `element_size` (so of their maximum, seed 000's rule, and of the element size,
+/// which a tensor's view needs); SIZE_MAX where that would not fit a size_t.
+size_t packed_alignment(size_t min_alignment, size_t element_size);
+
 /// Packs `items` greedily in their order: each starts at the next multiple of
-/// max(options.min_packed_alignment_bytes, its element size) after the one before, and a new chunk
+/// packed_alignment(options.min_packed_alignment_bytes, its element size) after the one before, and a new chunk
 /// starts when an item would take the payload past options.max_packed_chunk_bytes (or
 /// kMaxPackedChunkBytes, if less). Every item must fit that limit (throws ferry::Error otherwise), so
 /// each chunk holds at least one. Pure computation: allocates the result only; thread-safe.

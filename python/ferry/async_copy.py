@@ -60,7 +60,9 @@ def start_copy(
 
     CPU→GPU (the case it is built for): contiguous CPU tensors of at most 256 KiB are packed into
     staging chunks of at most ``max_packed_chunk_bytes`` (each tensor at an offset aligned to
-    ``max(min_packed_alignment_bytes, element size)``), and each chunk is one host-to-device copy;
+    ``max(min_packed_alignment_bytes, element size)``: any alignment of at least 1, and where it is
+    not a power of two, to the least common multiple of the two, since a tensor must start at a
+    multiple of its element size), and each chunk is one host-to-device copy;
     other tensors go through pinned staging (``use_pinned_staging``) or straight from their memory.
     GPU→CPU with ``use_pinned_staging``: the results are pinned tensors. With
     ``use_background_thread`` the packing and submission run on ferry's copy thread, else in this

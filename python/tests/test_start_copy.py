@@ -100,7 +100,7 @@ def assert_same(got, want, original, path="data"):
 
 def random_options(rng):
     return dict(use_pinned_staging=rng.random() < 0.7, pack_cpu_tensors=rng.random() < 0.8,
-                min_packed_alignment_bytes=rng.choice([1, 2, 16, 64, 256]),
+                min_packed_alignment_bytes=rng.choice([1, 2, 3, 6, 16, 24, 64, 100, 256]),
                 max_packed_chunk_bytes=rng.choice([64, 1000, 4096, 65536, 32 * 2**20]),
                 use_background_thread=rng.random() < 0.6)
 
@@ -142,8 +142,8 @@ def test_only_exact_list_tuple_and_dict_are_containers():
 
 
 def test_bad_options_and_devices_raise_at_once():
-    with pytest.raises(ferry.Error, match="min_packed_alignment_bytes"):
-        ferry.start_copy([torch.ones(1)], "cpu", min_packed_alignment_bytes=3)
+    with pytest.raises(ferry.Error, match="min_packed_alignment_bytes must be at least 1, got 0"):
+        ferry.start_copy([torch.ones(1)], "cpu", min_packed_alignment_bytes=0)
     with pytest.raises(ferry.Error, match="max_packed_chunk_bytes"):
         ferry.start_copy([torch.ones(1)], "cpu", max_packed_chunk_bytes=0)
     with pytest.raises(RuntimeError):

@@ -1,5 +1,6 @@
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <future>
 #include <random>
 #include <stdexcept>
@@ -23,22 +24,48 @@ using testing::contains;
 using testing::error_of;
 
 TEST(CopyOptions, InvalidValuesAreNamedWithTheirValue) {
-  for (size_t alignment : {size_t{0}, size_t{3}, size_t{12}, size_t{48}}) {
-    CopyOptions options;
-    options.min_packed_alignment_bytes = alignment;
-    EXPECT_TRUE(
-        contains(error_of([&] { validate(options); }),
-                 "min_packed_alignment_bytes must be a power of two of at least 1, got " + std::to_string(alignment)));
-  }
   CopyOptions options;
+  options.min_packed_alignment_bytes = 0;
+  EXPECT_TRUE(contains(error_of([&] { validate(options); }), "min_packed_alignment_bytes must be at least 1, got 0"));
+  options = CopyOptions{};
   options.max_packed_chunk_bytes = 0;
   EXPECT_TRUE(contains(error_of([&] { validate(options); }), "max_packed_chunk_bytes must be at least 1, got 0"));
-  for (size_t alignment : {size_t{1}, size_t{2}, size_t{16}, size_t{4096}}) {
+  // Seed 000 takes any alignment of at least 1, powers of two or not.
+  for (size_t alignment : {size_t{1}, size_t{2}, size_t{3}, size_t{6}, size_t{12}, size_t{16}, size_t{48}, size_t{4096},
+                           SIZE_MAX}) {
     CopyOptions valid;
     valid.min_packed_alignment_bytes = alignment;
     valid.max_packed_chunk_bytes = 1;
     EXPECT_NO_THROW(validate(valid));
   }
+}
+
+// The seed's rule, max(minimum, element size), where one divides the other; their least common
+// multiple otherwise, so that each tensor starts at a multiple of its element size.
+TEST(PackedChunks, TheAlignmentIsTheSeedsMaximumOrTheLeastCommonMultiple) {
+  for (const size_t minimum : {size_t{1}, size_t{2}, size_t{4}, size_t{16}, size_t{256}}) {
+    for (const size_t element : {size_t{1}, size_t{2}, size_t{4}, size_t{8}, size_t{16}}) {
+      EXPECT_EQ(detail::packed_alignment(minimum, element), std::max(minimum, element)) << minimum << " " << element;
+    }
+  }
+  EXPECT_EQ(detail::packed_alignment(6, 1), 6u);
+  EXPECT_EQ(detail::packed_alignment(6, 4), 12u);
+  EXPECT_EQ(detail::packed_alignment(6, 8), 24u);
+  EXPECT_EQ(detail::packed_alignment(3, 2), 6u);
+  EXPECT_EQ(detail::packed_alignment(24, 8), 24u);
+  EXPECT_EQ(detail::packed_alignment(100, 16), 400u);
+  EXPECT_EQ(detail::packed_alignment(SIZE_MAX, 2), SIZE_MAX);  // the lcm would not fit
+  EXPECT_EQ(detail::packed_alignment(SIZE_MAX, 1), SIZE_MAX);
+  EXPECT_EQ(detail::packed_alignment((size_t{1} << 63) + 1, 4), SIZE_MAX);
+
+  CopyOptions options;
+  options.min_packed_alignment_bytes = 6;
+  // bytes, element size: uint8 3 bytes, float32 ×2, uint8 ×2, float64 ×2
+  const std::vector<detail::PackItem> items{{3, 1}, {8, 4}, {2, 1}, {16, 8}};
+  const std::vector<detail::PackedChunk> chunks = detail::plan_packed_chunks(items, options);
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_EQ(chunks[0].offsets, (std::vector<size_t>{0, 12, 24, 48}));  // 3 -> 12 (lcm 12), 20 -> 24, 26 -> 48
+  EXPECT_EQ(chunks[0].payload_bytes, 64u);
 }
 
 TEST(PackedChunks, EachTensorStartsAtItsAlignmentAndChunksStayWithinTheLimit) {
@@ -66,7 +93,8 @@ TEST(PackedChunks, RandomItemsKeepOrderAlignmentAndLimit) {
   std::mt19937 rng(5);
   for (int round = 0; round < 300; ++round) {
     CopyOptions options;
-    options.min_packed_alignment_bytes = size_t{1} << (rng() % 9);
+    // Powers of two, and (a third of the rounds) any alignment.
+    options.min_packed_alignment_bytes = rng() % 3 == 0 ? 1 + rng() % 300 : size_t{1} << (rng() % 9);
     options.max_packed_chunk_bytes = 1 + rng() % 5000;
     std::vector<detail::PackItem> items(rng() % 60);
     for (detail::PackItem& item : items) {
@@ -84,6 +112,7 @@ TEST(PackedChunks, RandomItemsKeepOrderAlignmentAndLimit) {
         const detail::PackItem& item = items[chunk.members[m]];
         EXPECT_EQ(chunk.members[m], next++) << "input order";
         EXPECT_EQ(chunk.offsets[m] % std::max(options.min_packed_alignment_bytes, item.element_size), 0u);
+        EXPECT_EQ(chunk.offsets[m] % item.element_size, 0u) << "a tensor starts at a multiple of its element size";
         EXPECT_GE(chunk.offsets[m], end) << "no overlap";
         end = chunk.offsets[m] + item.bytes;
       }
@@ -93,7 +122,7 @@ TEST(PackedChunks, RandomItemsKeepOrderAlignmentAndLimit) {
     // Greedy: the first item of each chunk after the first would not have fitted in the one before.
     for (size_t c = 1; c < chunks.size(); ++c) {
       const detail::PackItem& first = items[chunks[c].members.front()];
-      const size_t alignment = std::max(options.min_packed_alignment_bytes, first.element_size);
+      const size_t alignment = detail::packed_alignment(options.min_packed_alignment_bytes, first.element_size);
       const size_t offset = (chunks[c - 1].payload_bytes + alignment - 1) / alignment * alignment;
       EXPECT_GT(offset + first.bytes, options.max_packed_chunk_bytes);
     }
@@ -105,7 +134,7 @@ TEST(PackedChunks, RandomItemsKeepOrderAlignmentAndLimit) {
 // SIZE_MAX. Nothing may overflow into a small offset, nor ask for a chunk of exabytes.
 TEST(PackedChunks, ExtremeAlignmentsAndLimitsDoNotOverflow) {
   const std::vector<detail::PackItem> items{{10, 1}, {8, 8}, {3, 1}, {0, 4}, {1, 1}};
-  for (const size_t alignment : {size_t{1} << 63, size_t{1} << 62, size_t{1}}) {
+  for (const size_t alignment : {size_t{1} << 63, size_t{1} << 62, SIZE_MAX, (size_t{1} << 63) + 1, size_t{1}}) {
     for (const size_t limit : {size_t{16}, SIZE_MAX, SIZE_MAX - 7}) {
       CopyOptions options;
       options.min_packed_alignment_bytes = alignment;
@@ -116,8 +145,7 @@ TEST(PackedChunks, ExtremeAlignmentsAndLimitsDoNotOverflow) {
       for (const detail::PackedChunk& chunk : chunks) {
         EXPECT_LE(chunk.payload_bytes, limit);
         for (size_t m = 0; m < chunk.members.size(); ++m) {
-          const size_t item_alignment = std::max(alignment, items[chunk.members[m]].element_size);
-          EXPECT_EQ(chunk.offsets[m] % item_alignment, 0u);
+          EXPECT_EQ(chunk.offsets[m] % detail::packed_alignment(alignment, items[chunk.members[m]].element_size), 0u);
           EXPECT_LE(chunk.offsets[m], chunk.payload_bytes);
         }
         members += chunk.members.size();

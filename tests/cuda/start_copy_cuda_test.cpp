@@ -277,14 +277,17 @@ TEST_F(StartCopyCuda, ManySmallTensorsArePackedIntoSeveralChunksWithinTheLimit) 
   }
 }
 
-// The extremes the options accept, on the GPU path: an alignment of 2^63 and chunks of 1 byte or of
-// SIZE_MAX. Every value must arrive, whatever the packing makes of them.
+// The extremes the options accept, on the GPU path: an alignment of 2^63, alignments that are not
+// powers of two, and chunks of 1 byte or of SIZE_MAX. Every value must arrive, whatever the packing
+// makes of them.
 TEST_F(StartCopyCuda, ExtremePackingOptionsCopyEveryValue) {
   std::mt19937 rng(63);
   Draw draw;
   draw.devices = {at::Device(at::kCPU)};
-  for (const size_t alignment : {size_t{1} << 63, size_t{1}}) {
-    for (const size_t limit : {size_t{1}, size_t{7}, SIZE_MAX}) {
+  // 3, 6, 24 and 100: not powers of two, which seed 000 accepts (each tensor then starts at the least
+  // common multiple of the alignment and its element size).
+  for (const size_t alignment : {size_t{1} << 63, size_t{1}, size_t{3}, size_t{6}, size_t{24}, size_t{100}}) {
+    for (const size_t limit : {size_t{1}, size_t{7}, size_t{4096}, SIZE_MAX}) {
       CopyOptions options;
       options.min_packed_alignment_bytes = alignment;
       options.max_packed_chunk_bytes = limit;
