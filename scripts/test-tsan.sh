@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The suite under ThreadSanitizer (the tsan preset): builds oneTBB's libtbb with TSan once
 # (scripts/build-tsan-tbb.sh), builds ferry with TSan and runs CTest. Extra arguments go to ctest,
-# e.g. -L unit or -R 'BoundedQueue|Pipeline'. On 2 cores the whole suite builds in about 40 minutes and runs in about 30.
+# e.g. -L unit or -R 'BoundedQueue|Pipeline'. On 2 cores the whole suite builds in about 40 minutes
+# and runs in about 30.
 #
 #   FERRY_TSAN_TARGETS="bounded_queue_test pipeline_test" scripts/test-tsan.sh -R '...'
 #
-# builds only those targets (CI's subset; ctest then skips tests whose binary is absent, so give a
-# -R or -L that selects only what was built).
+# builds only those targets (CI's subset): give a -R or -L that selects only their tests, since the
+# binaries not built show up as failing <binary>_NOT_BUILT tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
