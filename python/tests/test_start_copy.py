@@ -1,6 +1,7 @@
 """ferry.start_copy against a per-tensor .to() reference, over random nested structures."""
 
 import collections
+import inspect
 import random
 
 import numpy as np
@@ -189,6 +190,16 @@ def test_a_failing_tensor_is_named_by_its_place_in_the_structure():
     assert raised.value.stage == "copy"
 
 
+def test_the_device_may_be_a_torch_device_and_the_defaults_are_seed_000s():
+    data = [torch.arange(4), {"a": np.ones(3)}]
+    got = ferry.start_copy(data, torch.device("cpu")).get()
+    assert torch.equal(got[0], data[0]) and torch.equal(got[1]["a"], torch.ones(3, dtype=torch.float64))
+    defaults = {name: parameter.default for name, parameter in inspect.signature(ferry.start_copy).parameters.items()
+                if parameter.default is not inspect.Parameter.empty}
+    assert defaults == dict(use_pinned_staging=True, pack_cpu_tensors=True, min_packed_alignment_bytes=16,
+                            max_packed_chunk_bytes=32 * 2**20, use_background_thread=True)
+
+
 def test_a_handle_dropped_before_get_is_fine():
     for background in (True, False):
         for _ in range(50):
@@ -218,6 +229,17 @@ def test_small_chunks_make_several_packed_copies():
     got = handle.get()
     plan = handle.plan()
     assert plan["packed"] == 40 and plan["packed_chunks"] == 10  # 4 x (1000 -> 1008 aligned) per 4096
+    assert all(torch.equal(g.cpu(), t) for g, t in zip(got, tensors))
+
+
+@needs_gpu
+def test_tensors_of_at_most_256_kib_are_packed_and_larger_ones_are_not():
+    edge = 256 * 1024
+    tensors = [torch.full((edge,), 1, dtype=torch.uint8), torch.full((edge + 1,), 2, dtype=torch.uint8),
+               torch.full((edge // 4,), 3.0), torch.full((edge // 4 + 1,), 4.0)]
+    handle = ferry.start_copy(tensors, torch.device("cuda:0"))
+    got = handle.get()
+    assert handle.plan()["packed"] == 2  # the two of exactly 256 KiB
     assert all(torch.equal(g.cpu(), t) for g, t in zip(got, tensors))
 
 
