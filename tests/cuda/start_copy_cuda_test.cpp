@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -376,6 +377,25 @@ TEST_F(StartCopyCuda, AHandleDroppedAfterGetKeepsItsStagingUntilTheCopyRan) {
   c10::cuda::device_synchronize();
   detail::RetiredCopies::sweep();
   EXPECT_EQ(detail::RetiredCopies::pending(), 0u);
+}
+
+// Seed 000: ready() polls without blocking and says whether the copy has completed. With the copy
+// stream held by a gate, the copies are submitted (plan() waits for that) but none has run.
+TEST_F(StartCopyCuda, ReadyIsFalseWhileTheCopyIsHeldBackAndTrueOnceItRan) {
+  c10::cuda::device_synchronize();
+  std::optional<AsyncCopyHandle> handle;
+  {
+    testing::StreamGate gate;
+    gate.hold(detail::CopyStreams::stream(0));
+    handle.emplace(start_copy(Nested::list({at::full({1 << 20}, 3.0f), at::full({64}, 4.0f)}), cuda(0)));
+    EXPECT_FALSE(handle->ready());
+    (void)handle->plan();
+    EXPECT_FALSE(handle->ready()) << "the copy stream is held: no copy can have run";
+  }  // opens the gate, and waits for the copy stream
+  EXPECT_TRUE(handle->ready());
+  Nested got = handle->get();
+  EXPECT_TRUE(at::equal(got[0].tensor().cpu(), at::full({1 << 20}, 3.0f)));
+  EXPECT_TRUE(at::equal(got[1].tensor().cpu(), at::full({64}, 4.0f)));
 }
 
 TEST_F(StartCopyCuda, ADeviceIndexBeyondTheDevicesThrowsAtStart) {
