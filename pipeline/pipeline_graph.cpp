@@ -27,8 +27,8 @@ constexpr size_t kSerialNodes = 4;
 // run one after another, so its outputs arrive in input order. Every serial node with a successor
 // is therefore a multifunction_node; h2d has none (it pushes to in_flight_ from its body).
 struct PipelineGraph::Nodes {
-  using SplitNode = tbb::flow::multifunction_node<PlanPtr, std::tuple<SamplePtr>>;
-  using CollateNode = tbb::flow::multifunction_node<SamplePtr, std::tuple<WorkPtr>>;
+  using SplitNode = tbb::flow::multifunction_node<PlanPtr, std::tuple<GroupPtr>>;
+  using CollateNode = tbb::flow::multifunction_node<GroupPtr, std::tuple<WorkPtr>>;
   using PackNode = tbb::flow::multifunction_node<WorkPtr, std::tuple<WorkPtr>>;
 
   Nodes(tbb::flow::graph& g, PipelineGraph& p)
@@ -43,25 +43,22 @@ struct PipelineGraph::Nodes {
         split(g, tbb::flow::serial,
               [&p](const PlanPtr& plan, SplitNode::output_ports_type& ports) {
                 p.shielded("split", [&] {
-                  for (size_t position = 0; position < plan->slots(); ++position) {
-                    auto sample = std::make_shared<SampleWork>();
-                    sample->plan = plan;
-                    sample->position = static_cast<uint32_t>(position);
-                    std::get<0>(ports).try_put(std::move(sample));
-                  }
+                  p.split(plan, [&](GroupPtr group) { std::get<0>(ports).try_put(std::move(group)); });
                 });
               }),
         decode(g, p.decode_threads_,
-               [&p](const SamplePtr& sample) {
-                 p.shielded("decode", [&] { p.decode(*sample); });
-                 return sample;
+               [&p](const GroupPtr& group) {
+                 p.shielded("decode", [&] {
+                   for (SampleWork& sample : group->samples) p.decode(sample);
+                 });
+                 return group;
                }),
-        reorder(g, [](const SamplePtr& sample) -> size_t { return sample->sequence(); }),
+        reorder(g, [](const GroupPtr& group) -> size_t { return group->sequence; }),
         collate(g, tbb::flow::serial,
-                [&p](const SamplePtr& sample, CollateNode::output_ports_type& ports) {
+                [&p](const GroupPtr& group, CollateNode::output_ports_type& ports) {
                   p.shielded("collate", [&] {
                     std::vector<WorkPtr> completed;
-                    p.collect(sample, completed);
+                    for (SampleWork& sample : group->samples) p.collect(SamplePtr(group, &sample), completed);
                     for (WorkPtr& work : completed) std::get<0>(ports).try_put(std::move(work));
                   });
                 }),
@@ -95,8 +92,8 @@ struct PipelineGraph::Nodes {
   tbb::flow::input_node<PlanPtr> source;
   tbb::flow::limiter_node<PlanPtr> tokens;
   SplitNode split;
-  tbb::flow::function_node<SamplePtr, SamplePtr> decode;
-  tbb::flow::sequencer_node<SamplePtr> reorder;
+  tbb::flow::function_node<GroupPtr, GroupPtr> decode;
+  tbb::flow::sequencer_node<GroupPtr> reorder;
   CollateNode collate;
   PackNode pack;
   tbb::flow::function_node<WorkPtr, tbb::flow::continue_msg> h2d;
@@ -263,9 +260,48 @@ PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
   const bool holds_token = plan->kind == BatchPlan::Kind::kSamples || plan->kind == BatchPlan::Kind::kEpochEnd;
   run_.in_flight.change(holds_token ? +1 : 0, end_ns, !planned_last_);
   plan->sequence = next_batch_sequence_++;
-  plan->first_sample_sequence = next_sample_sequence_;
-  next_sample_sequence_ += plan->slots();
   return std::make_shared<const BatchPlan>(std::move(*plan));
+}
+
+// Note [sample groups]
+// ~~~~~~~~~~~~~~~~~~~~
+// Every task the graph runs costs a few microseconds of handing over, and the split, reorder and collate
+// nodes pay theirs one after another: with one task per sample, a batch of 32 cheap samples (token
+// windows, small arrays) spent most of its time being handed around, not decoded. So samples travel in
+// groups: consecutive samples of one plan, decoded one after another by one task, put back in order and
+// collated together. A group is sized from the decode time measured so far to take about
+// kGroupTargetNs, so that expensive samples (a JPEG) still get a task each, while keeping at least one
+// group per decode thread among the prefetched plans. Grouping changes only which thread decodes a
+// sample, never what it decodes or where it lands: results, order and resumption are the same.
+size_t PipelineGraph::group_size(size_t samples) const {
+  const RunCounters::StageCounter& counter = run_.stages[kDecode];
+  const uint64_t decoded = counter.items.load(std::memory_order_relaxed);
+  if (decoded < kGroupWarmupSamples) return 1;
+  const uint64_t per_sample = std::max<uint64_t>(1, counter.busy_ns.load(std::memory_order_relaxed) / decoded);
+  const size_t wanted =
+      static_cast<size_t>(std::min<uint64_t>(samples, (kGroupTargetNs + per_sample - 1) / per_sample));
+  const size_t widest = std::max<size_t>(1, prefetch_ * samples / decode_threads_);
+  return std::max<size_t>(1, std::min(wanted, widest));
+}
+
+template <typename Put>
+void PipelineGraph::split(const PlanPtr& plan, Put&& put) {
+  const size_t slots = plan->slots();
+  const size_t size = group_size(slots);
+  const size_t groups = (slots + size - 1) / size;
+  size_t position = 0;
+  for (size_t g = 0; g < groups; ++g) {
+    // Sizes differ by at most one, so that no group is left with a straggler or two.
+    const size_t count = slots / groups + (g < slots % groups ? 1 : 0);
+    auto group = std::make_shared<SampleGroup>();
+    group->sequence = next_group_sequence_++;
+    group->samples.resize(count);
+    for (SampleWork& sample : group->samples) {
+      sample.plan = plan;
+      sample.position = static_cast<uint32_t>(position++);
+    }
+    put(std::move(group));
+  }
 }
 
 void PipelineGraph::decode(SampleWork& sample) {

@@ -102,6 +102,7 @@ class PipelineGraph {
   using PlanPtr = std::shared_ptr<const BatchPlan>;
   using SamplePtr = std::shared_ptr<SampleWork>;
   using WorkPtr = std::shared_ptr<BatchWork>;
+  using GroupPtr = std::shared_ptr<SampleGroup>;
 
   struct Delivery {
     enum class Kind { kBatch, kEnd, kError };
@@ -114,6 +115,13 @@ class PipelineGraph {
   struct Nodes;  // the flow graph's nodes (pipeline_graph.cpp)
 
   PlanPtr plan_next(tbb::flow_control& control);
+  /// Split node: cuts a plan's samples into groups (Note [sample groups] in the .cpp) and puts each.
+  template <typename Put>
+  void split(const PlanPtr& plan, Put&& put);
+  /// How many samples a group of a plan of `samples` gets.
+  size_t group_size(size_t samples) const;
+  static constexpr uint64_t kGroupWarmupSamples = 64;  // decoded before groups grow past one sample
+  static constexpr uint64_t kGroupTargetNs = 50'000;
   void decode(SampleWork& sample);
   /// Collate node: hands the sample to the cutter, collates the batches it cuts and appends every item
   /// to `out` (Note [refilling batches] in batch_cutter.cpp).
@@ -168,7 +176,7 @@ class PipelineGraph {
 
   // Source node state: touched only by the input_node body, which oneTBB runs serially.
   uint64_t next_batch_sequence_ = 0;
-  uint64_t next_sample_sequence_ = 0;
+  uint64_t next_group_sequence_ = 0;  // split node (serial too)
   bool planned_last_ = false;
 
   // Consumer side.

@@ -37,7 +37,6 @@ struct BatchPlan {
   /// kEpochEnd: another epoch follows, over the same samples (Sampler::same_samples_every_epoch()), so
   /// an epoch that made no batch means a run that never will (Note [refilling batches]).
   bool same_samples_follow = false;
-  uint64_t first_sample_sequence = 0;  // sample sequence numbers are contiguous over the run
   std::vector<uint64_t> sample_indices;
   std::optional<Error> error;  // kError
 
@@ -63,12 +62,20 @@ struct SampleWork {
   std::vector<SkippedSample> skipped;
   bool unskippable = false;
 
-  uint64_t sequence() const noexcept { return plan->first_sample_sequence + position; }
   bool is_marker() const noexcept { return plan->kind != BatchPlan::Kind::kSamples; }
   /// The source index read: the planned sample's, or its replacement's.
   uint64_t index() const { return replacement ? *replacement : plan->sample_indices.at(position); }
   /// The planned sample's place in its epoch's order.
   uint64_t epoch_position() const noexcept { return plan->first_position + position; }
+};
+
+/// Samples of one plan, consecutive in it, decoded by one task (Note [sample groups] in
+/// pipeline_graph.cpp). The split node numbers groups 0, 1, 2, ... over the run. A group is one
+/// allocation however many samples it holds; collate hands each sample on as a pointer that shares the
+/// group's ownership (never stored in the group itself, which would keep it alive forever).
+struct SampleGroup {
+  uint64_t sequence = 0;
+  std::vector<SampleWork> samples;  // in plan order
 };
 
 /// One item on its way from collate to the consumer: a batch, or a marker (the end, an error, or a

@@ -1,9 +1,11 @@
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <numeric>
 #include <random>
 #include <thread>
 
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <oneapi/tbb/global_control.h>
 
@@ -335,6 +337,62 @@ TEST(Pipeline, StatsCountWhatTheConsumerReceived) {
   EXPECT_EQ(stats.pool.slab_count, options.prefetch);
   EXPECT_LE(stats.ready_queue_peak, options.prefetch);
   EXPECT_GT(stats.elapsed_seconds, 0.0);
+}
+
+// Decoded samples travel in groups (Note [sample groups]); each must be freed once its batch is packed.
+// A source whose tensors count themselves: while batches flow, no more are alive than the samples in
+// flight can hold, and none is once the pipeline is gone. (A group that owned pointers to itself once
+// kept every decoded sample of a run alive.)
+class CountedSource : public Source {
+ public:
+  explicit CountedSource(std::shared_ptr<std::atomic<int64_t>> live) : live_(std::move(live)) {
+    specs_.push_back(FieldSpec{"x", at::kInt, {16}, std::nullopt, "raw"});
+  }
+  const std::vector<FieldSpec>& fields() const override { return specs_; }
+  uint64_t size() const override { return 100'000; }
+  EncodedSample read(uint64_t index) const override {
+    auto* values = new int32_t[16];
+    std::fill(values, values + 16, static_cast<int32_t>(index));
+    live_->fetch_add(1);
+    at::Tensor tensor = at::from_blob(
+        values, {16},
+        [live = live_](void* data) {
+          delete[] static_cast<int32_t*>(data);
+          live->fetch_sub(1);
+        },
+        at::kInt);
+    return EncodedSample{index, {}, {tensor}};
+  }
+  std::string describe() const override { return "counted"; }
+
+ private:
+  std::vector<FieldSpec> specs_;
+  std::shared_ptr<std::atomic<int64_t>> live_;
+};
+
+TEST(Pipeline, DecodedSamplesAreFreedOnceTheirBatchIsPacked) {
+  for (const size_t threads : {1u, 2u, 4u, 8u}) {
+    auto live = std::make_shared<std::atomic<int64_t>>(0);
+    PipelineOptions options;
+    options.batch_size = 32;
+    options.prefetch = 4;
+    options.decode_threads = threads;
+    options.max_batches = 600;
+    {
+      Pipeline pipeline = make_pipeline(std::make_shared<CountedSource>(live), options);
+      uint64_t batches = 0;
+      for (const Batch& batch : pipeline) {
+        // Planned and not yet packed: at most prefetch batches' samples (a sample counts until pack
+        // is done with it, and the plan after the tokens may be read already).
+        EXPECT_LE(live->load(), static_cast<int64_t>((options.prefetch + 1) * options.batch_size))
+            << threads << " threads, batch " << batches;
+        EXPECT_EQ(batch["x"][0][0].item<int32_t>(), static_cast<int32_t>(batch.sample_indices()[0]));
+        ++batches;
+      }
+      EXPECT_EQ(batches, 600u);
+    }
+    EXPECT_EQ(live->load(), 0) << threads << " threads";
+  }
 }
 
 // More decode threads than samples that can be in flight (prefetch x batch_size) could never all be
