@@ -38,4 +38,10 @@ void PinnedLease::release() noexcept {
   size_ = 0;
 }
 
+void PinnedLease::release_completed() noexcept {
+  after_.reset();
+  keep_alive_.reset();
+  release();
+}
+
 }  // namespace ferry

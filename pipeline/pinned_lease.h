@@ -39,6 +39,10 @@ class PinnedLease {
 
   /// Returns the slab now (or, with an attached event, once it has completed). Idempotent.
   void release() noexcept;
+  /// For a caller that has seen the attached event complete: returns the slab to the free slabs at
+  /// once, and drops what the event kept alive here, so that the next acquire finds it without
+  /// querying the event again. Idempotent.
+  void release_completed() noexcept;
 
  private:
   friend class PinnedPool;

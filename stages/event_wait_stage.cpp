@@ -14,7 +14,8 @@ constexpr auto kSleepStep = std::chrono::microseconds(50);
 }  // namespace
 
 void EventWaitStage::run(BatchWork& work, const std::atomic<bool>& stop) {
-  if (const std::shared_ptr<CudaEvent>& ready = work.batch.ready_event()) {
+  const std::shared_ptr<CudaEvent>& ready = work.batch.ready_event();
+  if (ready) {
     const auto start = std::chrono::steady_clock::now();
     while (!ready->query()) {
       if (stop.load(std::memory_order_acquire)) return;
@@ -25,7 +26,13 @@ void EventWaitStage::run(BatchWork& work, const std::atomic<bool>& stop) {
       }
     }
   }
-  work.slab.release();  // with its event attached: the pool frees it, and the tensors copied in place
+  // The slab's copy is done when the batch's is (one event for both, recorded after the last copy): the
+  // pool may hand it out again at once, without polling the event itself.
+  if (ready) {
+    work.slab.release_completed();
+  } else {
+    work.slab.release();
+  }
 }
 
 }  // namespace ferry

@@ -3,6 +3,7 @@
 #include <ATen/ops/empty.h>
 
 #include "ferry/build_config.h"
+#include "ferry/pipeline/buffer_carver.h"
 #include "ferry/pipeline/cuda_error.h"
 #include "ferry/pipeline/device_guard.h"
 #include "ferry/pipeline/fault_injection.h"
@@ -24,10 +25,15 @@ H2DSubmitStage::H2DSubmitStage(at::Device device, const TransferOptions& options
                   ": this is a " FERRY_BUILD_KIND " build (" FERRY_BUILD_REASON ")");
     stream_ = std::make_unique<CudaStream>(device_.index(), /*non_blocking=*/true, options.high_priority_stream);
     events_ = CudaEventPool::create(device_.index());
+    buffers_ = std::make_unique<BufferCarver>([device = device_.index(), stream = stream_->handle()](size_t bytes) {
+      return detail::allocate_device_buffer(device, stream, bytes);
+    });
   } else if (!device_.is_cpu()) {
     throw Error("cannot deliver to " + device_.str() + ": only cpu and cuda devices are supported");
   }
 }
+
+H2DSubmitStage::~H2DSubmitStage() = default;
 
 void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
   std::shared_ptr<CudaEvent> ready;
@@ -36,8 +42,9 @@ void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
   const BatchLayout& layout = work.layout;
   std::vector<at::Tensor> tensors;
   tensors.reserve(layout.fields.size());
+  const auto base = static_cast<size_t>(buffer.storage_offset());  // a slice of a chunk: its place in it
   for (const FieldLayout& field : layout.fields) {
-    tensors.push_back(make_view(buffer.storage(), device_, field.dtype, field.offset, field.shape));
+    tensors.push_back(make_view(buffer.storage(), device_, field.dtype, base + field.offset, field.shape));
   }
   work.batch = Batch(layout.schema, std::move(tensors), work.info, buffer, std::move(ready));
 }
@@ -45,7 +52,7 @@ void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
 at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaEvent>& ready) {
   const int device = device_.index();
   DeviceGuard guard(device);
-  at::Tensor buffer = detail::allocate_device_buffer(device, stream_->handle(), work.layout.total_bytes);
+  at::Tensor buffer = buffers_->take(work.layout.total_bytes);
   ready = events_->acquire();
   // However the lease ends from here on (delivery, error, shutdown), the slab — and the pinned tensors
   // copied in place — outlive the copies that read them. That holds when a later copy fails too: the

@@ -12,10 +12,13 @@
 
 namespace ferry {
 
+class BufferCarver;
+
 /// Moves a packed batch to its device and builds the Batch the consumer gets.
 ///
 /// GPU: allocates one device buffer through libtorch's caching allocator (as if on the copy stream,
-/// so the allocator orders its reuse after ferry's copies), queues one cudaMemcpyAsync per chunk on a
+/// so the allocator orders its reuse after ferry's copies; a small batch's is a slice of a larger one:
+/// Note [carved device buffers] in buffer_carver.h), queues one cudaMemcpyAsync per chunk on a
 /// dedicated non-blocking stream, records a pooled event after them and attaches it to the slab's
 /// lease (the slab cannot be reused before the copy has read it). It does not wait: EventWaitStage
 /// does, on another thread. The fields are views into the buffer.
@@ -32,6 +35,7 @@ class H2DSubmitStage : public BatchStage {
  public:
   /// Creates the copy stream on a CUDA device. Throws ferry::Error when the device is unusable.
   H2DSubmitStage(at::Device device, const TransferOptions& options, std::shared_ptr<DatasetCache> cache = nullptr);
+  ~H2DSubmitStage() override;
   std::string_view name() const override { return "h2d"; }
   void run(BatchWork& work, const std::atomic<bool>& stop) override;
 
@@ -46,7 +50,8 @@ class H2DSubmitStage : public BatchStage {
   TransferOptions options_;
   std::unique_ptr<CudaStream> stream_;  // CUDA devices only
   std::shared_ptr<CudaEventPool> events_;
-  std::shared_ptr<DatasetCache> cache_;  // may be null
+  std::unique_ptr<BufferCarver> buffers_;  // CUDA devices only
+  std::shared_ptr<DatasetCache> cache_;    // may be null
 };
 
 }  // namespace ferry

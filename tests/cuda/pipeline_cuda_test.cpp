@@ -1,6 +1,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <ferry/build_config.h>
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/stages/standard_pipeline.h>
@@ -90,6 +92,40 @@ TEST_F(PipelineCuda, BatchesAreSafeOnTheConsumersStreamEvenWhenDroppedEarly) {
   for (size_t i = 0; i < copies.size(); ++i) {
     const auto reference = testing::reference_batch(*truth, indices[i]);
     EXPECT_TRUE(copies[i].cpu().equal(reference[0].second)) << "batch " << i << " was overwritten or read early";
+  }
+}
+
+// Small batches are slices of shared device chunks (Note [carved device buffers]). Batches the consumer
+// keeps, across several chunks and at random shapes, must keep their bytes after the pipeline has moved
+// on to later chunks and after the pipeline is gone; dropping some early must free nothing still held.
+TEST_F(PipelineCuda, SmallBatchesCutFromSharedChunksKeepTheirBytesWhileHeld) {
+  for (const uint64_t seed : {1u, 2u, 3u}) {
+    SyntheticOptions source_options = fields(0);
+    source_options.seed = seed;
+    source_options.samples = 2000;
+    source_options.fields[0].shape = {static_cast<int64_t>((8 + seed * 13) * 4), 17};  // 74-294 KB batches
+    auto truth = std::make_shared<const SyntheticSource>(source_options);
+    PipelineOptions options;
+    options.device = "cuda";
+    options.batch_size = 8 + 5 * seed;
+    options.prefetch = 2 + seed;
+    std::vector<Batch> kept;
+    std::set<const void*> chunks;
+    {
+      Pipeline pipeline = make_pipeline(truth, options);
+      uint64_t seen = 0;
+      while (std::optional<Batch> batch = pipeline.next()) {
+        const at::Tensor& buffer = batch->buffer();
+        EXPECT_LT(static_cast<size_t>(buffer.nbytes()), buffer.storage().nbytes()) << "a slice of a chunk";
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data_ptr()) % 512, 0u);
+        chunks.insert(buffer.storage().data());
+        if (seen++ % 3 != 1) kept.push_back(std::move(*batch));  // every third one is dropped at once
+      }
+    }
+    EXPECT_GT(chunks.size(), 1u) << "the run spans several chunks";
+    at::cuda::sleep(1'000'000);  // later work on the stream the batches are used on
+    at::Tensor scratch = at::full({1 << 22}, 7, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
+    for (const Batch& batch : kept) EXPECT_EQ(testing::compare_with_reference(batch, *truth), "") << "seed " << seed;
   }
 }
 
