@@ -193,6 +193,13 @@ int main(int argc, char** argv) {
     std::printf("%-26s %14.0f %12.1f %14.0f %12.1f %9.1f%%\n", shape.name.c_str(), r.plain_batches_per_s,
                 1e6 / r.plain_batches_per_s, r.ferry_batches_per_s, 1e6 / r.ferry_batches_per_s,
                 100.0 * r.ferry_batches_per_s / r.plain_batches_per_s);
+    // Where ferry's time went: each stage's busy time per batch (decode summed over its threads).
+    std::printf("%-26s", "  ferry busy us/batch:");
+    const double batches_done = static_cast<double>(std::max<uint64_t>(1, r.stats.batches));
+    for (const ferry::StageStats& stage : r.stats.stages) {
+      std::printf(" %s %.1f", stage.name.c_str(), 1e6 * stage.busy_seconds / batches_done);
+    }
+    std::printf(", consumer waited %.1f\n", 1e6 * r.stats.consumer_wait_seconds / batches_done);
     results.push_back(r);
   }
   if (!json_path.empty()) {

@@ -97,6 +97,7 @@ void append_body(std::string& text, const PipelineStats& stats) {
           per(static_cast<double>(stats.samples), seconds), per(static_cast<double>(stats.batches), seconds),
           per(static_cast<double>(stats.bytes), seconds) / 1e9, stats.device.c_str());
   appendf(text, "  bottleneck %s\n", bottleneck_summary(stats).c_str());
+  appendf(text, "  per batch  %s\n", per_batch_summary(stats).c_str());
 
   appendf(text, "  %-11s %7s %14s %14s %9s %8s %11s %13s\n", "stage", "threads", "in", "out", "busy s", "busy %",
           "upstream %", "downstream %");
@@ -167,7 +168,7 @@ void append_body(std::string& text, const PipelineStats& stats) {
 // schema promises numbers >= 0.
 double seconds_value(double seconds) { return std::isfinite(seconds) && seconds > 0.0 ? seconds : 0.0; }
 
-void write_stage_json(JsonWriter& json, const StageStats& stage) {
+void write_stage_json(JsonWriter& json, const StageStats& stage, const PipelineStats& stats) {
   json.begin_object()
       .key("name")
       .value(stage.name)
@@ -187,6 +188,8 @@ void write_stage_json(JsonWriter& json, const StageStats& stage) {
       .value(seconds_value(stage.busy_seconds))
       .key("busy_share")
       .value(stage.busy_share())
+      .key("busy_per_batch_seconds")
+      .value(seconds_value(stats.busy_per_batch_seconds(stage)))
       .key("waiting_upstream_seconds")
       .value(seconds_value(stage.waiting_upstream_seconds))
       .key("waiting_upstream_share")
@@ -329,13 +332,18 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
       .value(per(static_cast<double>(stats.batches), seconds))
       .key("gigabytes_per_second")
       .value(per(static_cast<double>(stats.bytes), seconds) / 1e9)
+      .key("seconds_per_batch")
+      .value(seconds_value(stats.seconds_per_batch()))
+      .key("batch_latency_seconds")
+      .value(seconds_value(stats.batch_latency_seconds()))
       .end_object();
   json.key("bottleneck").value(bottleneck_summary(stats));
+  json.key("per_batch").value(per_batch_summary(stats));
 
   json.key("planner");
-  write_stage_json(json, stats.planner);
+  write_stage_json(json, stats.planner, stats);
   json.key("stages").begin_array();
-  for (const StageStats& stage : stats.stages) write_stage_json(json, stage);
+  for (const StageStats& stage : stats.stages) write_stage_json(json, stage, stats);
   json.end_array();
 
   json.key("consumer")

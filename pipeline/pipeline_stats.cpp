@@ -35,6 +35,33 @@ std::string seconds_text(double seconds) {
   return text;
 }
 
+// A short span: microseconds below a millisecond, else milliseconds or seconds.
+std::string micros_text(double seconds) {
+  char text[32];
+  if (seconds < 1e-3) {
+    std::snprintf(text, sizeof text, "%.1f us", seconds * 1e6);
+  } else if (seconds < 1.0) {
+    std::snprintf(text, sizeof text, "%.2f ms", seconds * 1e3);
+  } else {
+    std::snprintf(text, sizeof text, "%.2f s", seconds);
+  }
+  return text;
+}
+
+std::string fixed_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", value);
+  return text;
+}
+
+// The stages' busy time per batch, added up (decode's over all its threads): at most this much of a
+// batch's way from plan to consumer is work (Note [per-batch cost]).
+double working_seconds_per_batch(const PipelineStats& stats) {
+  double working = stats.busy_per_batch_seconds(stats.planner);
+  for (const StageStats& stage : stats.stages) working += stats.busy_per_batch_seconds(stage);
+  return working;
+}
+
 }  // namespace
 
 void StageStats::account_idle_time(double wall_seconds) {
@@ -50,6 +77,16 @@ double StageStats::waiting_upstream_share() const { return share(waiting_upstrea
 double PipelineStats::consumer_wait_per_batch_seconds() const {
   return batches == 0 ? 0.0 : consumer_wait_seconds / static_cast<double>(batches);
 }
+
+double PipelineStats::seconds_per_batch() const {
+  return batches == 0 || !std::isfinite(elapsed_seconds) ? 0.0 : elapsed_seconds / static_cast<double>(batches);
+}
+
+double PipelineStats::busy_per_batch_seconds(const StageStats& stage) const {
+  return batches == 0 ? 0.0 : stage.busy_seconds / static_cast<double>(batches);
+}
+
+double PipelineStats::batch_latency_seconds() const { return in_flight.mean * seconds_per_batch(); }
 
 double PipelineStats::consumer_wait_share() const { return share(consumer_wait_seconds, elapsed_seconds); }
 
@@ -99,12 +136,39 @@ std::string bottleneck_summary(const PipelineStats& stats) {
                      " busy (" + threads_text(busiest.threads) + ")";
   if (wall < kShortRunSeconds) {
     line += "; a run of " + seconds_text(wall) + " is too short to tell";
-  } else if (stats.consumer_wait_share() >= kSaturated) {
-    // Nothing is saturated yet the consumer waits: batches are too few in flight to hide each one's
-    // trip through the stages.
-    line += "; the consumer waited " + percent(stats.consumer_wait_share()) +
-            " of the time: too few batches in flight, a larger prefetch may help";
+  } else if (stats.consumer_wait_share() >= kSaturated && stats.batches > 0) {
+    // Nothing is saturated yet the consumer waits: the run is latency-bound (Note [per-batch cost]).
+    const double latency = stats.batch_latency_seconds();
+    const double working = working_seconds_per_batch(stats);
+    line += "; the consumer waited " + percent(stats.consumer_wait_share()) + " of the time: a batch took " +
+            micros_text(latency) + " from its plan to the consumer, at most " + micros_text(working) +
+            " of it working, the rest in hand-offs between threads and queues";
+    // Tokens all in use: more of them in flight would overlap more of that time. Tokens to spare: the
+    // planner itself did not keep up, and more tokens would sit unused.
+    const bool tokens_short =
+        stats.in_flight.capacity > 0 && stats.in_flight.mean >= 0.9 * static_cast<double>(stats.in_flight.capacity);
+    line += tokens_short ? " (with all " + std::to_string(stats.in_flight.capacity) +
+                               " prefetch tokens in use: a larger prefetch overlaps more batches)"
+                         : " (" + fixed_text(stats.in_flight.mean) + " of " + std::to_string(stats.in_flight.capacity) +
+                               " prefetch tokens in use on average: a larger prefetch would not help)";
   }
+  return line;
+}
+
+std::string per_batch_summary(const PipelineStats& stats) {
+  if (stats.batches == 0) return "no batch delivered yet";
+  std::string line = micros_text(stats.seconds_per_batch()) + " a batch; " +
+                     micros_text(stats.batch_latency_seconds()) + " from plan to consumer, at most " +
+                     micros_text(working_seconds_per_batch(stats)) + " of it working:";
+  std::vector<const StageStats*> chain;
+  if (!stats.planner.name.empty()) chain.push_back(&stats.planner);
+  for (const StageStats& stage : stats.stages) chain.push_back(&stage);
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const StageStats& stage = *chain[i];
+    line += (i == 0 ? " " : ", ") + stage.name + " " + fixed_text(stats.busy_per_batch_seconds(stage) * 1e6);
+    if (stage.threads > 1) line += " (" + threads_text(stage.threads) + ")";
+  }
+  line += " us busy; the consumer waited " + micros_text(stats.consumer_wait_per_batch_seconds());
   return line;
 }
 

@@ -317,6 +317,7 @@ TEST(RunReport, TextNamesTheBottleneckAndShowsThePoolLine) {
   EXPECT_NE(text.find("  config     built-in demo\n"), std::string::npos) << text;
   EXPECT_NE(text.find("  delivered  10 batches, 150 samples, "), std::string::npos) << text;
   EXPECT_NE(text.find("  bottleneck " + bottleneck_summary(run.stats) + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  per batch  " + per_batch_summary(run.stats) + "\n"), std::string::npos) << text;
   EXPECT_NE(text.find("0 allocations after start-up"), std::string::npos) << text;
   EXPECT_NE(text.find("0 waits for a slab"), std::string::npos) << text;
   EXPECT_NE(text.find("  skipped    none\n"), std::string::npos) << text;
@@ -342,8 +343,8 @@ TEST(RunReport, JsonHoldsTheStatsInTheDocumentedOrder) {
   const Json json = JsonReader::parse(json_of(run.info, stats));
 
   EXPECT_EQ(json.keys(), (std::vector<std::string>{"format", "format_version", "ferry_version", "run", "host", "config",
-                                                   "settings", "totals", "bottleneck", "planner", "stages", "consumer",
-                                                   "queues", "pool", "skipped"}));
+                                                   "settings", "totals", "bottleneck", "per_batch", "planner", "stages",
+                                                   "consumer", "queues", "pool", "skipped"}));
   EXPECT_EQ(json["format"].text, "ferry-run-report");
   EXPECT_EQ(json["format_version"].u64(), static_cast<uint64_t>(kReportFormatVersion));
   EXPECT_EQ(json["ferry_version"].text, "0.1.0-test");
@@ -363,6 +364,9 @@ TEST(RunReport, JsonHoldsTheStatsInTheDocumentedOrder) {
   EXPECT_DOUBLE_EQ(json["totals"]["samples_per_second"].number(),
                    static_cast<double>(stats.samples) / stats.elapsed_seconds);
   EXPECT_EQ(json["bottleneck"].text, bottleneck_summary(stats));
+  EXPECT_EQ(json["per_batch"].text, per_batch_summary(stats));
+  EXPECT_DOUBLE_EQ(json["totals"]["seconds_per_batch"].number(), stats.elapsed_seconds / 10.0);
+  EXPECT_DOUBLE_EQ(json["totals"]["batch_latency_seconds"].number(), stats.batch_latency_seconds());
   EXPECT_EQ(json["settings"]["decode_threads"].u64(), 2u);
 
   const Json& planner = json["planner"];
@@ -381,6 +385,7 @@ TEST(RunReport, JsonHoldsTheStatsInTheDocumentedOrder) {
     EXPECT_EQ(stage["items_out"].u64(), stats.stages[i].items_out);
     EXPECT_DOUBLE_EQ(stage["busy_seconds"].number(), stats.stages[i].busy_seconds);
     EXPECT_DOUBLE_EQ(stage["busy_share"].number(), stats.stages[i].busy_share());
+    EXPECT_DOUBLE_EQ(stage["busy_per_batch_seconds"].number(), stats.stages[i].busy_seconds / 10.0);
   }
   EXPECT_EQ(stages[1]["name"].text, "collate");
   EXPECT_EQ(stages[1]["items_out"].u64(), stats.batches) << "collate makes every batch of a full run";
@@ -512,8 +517,8 @@ TEST(RunReport, TheSchemaCheckRejectsBrokenReports) {
     EXPECT_NE(at, std::string::npos) << from;
     return at == std::string::npos ? text : text.replace(at, from.size(), to);
   };
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 3,", ""), "missing.json"), 1);
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 3,", "\"format_version\": 3, \"extra\": 2,"), "extra.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 4,", ""), "missing.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 4,", "\"format_version\": 4, \"extra\": 2,"), "extra.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": \"40\""), "type.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": -40"), "negative.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"wall_seconds\": 2", "\"wall_seconds\": NaN"), "nan.json"), 1);

@@ -148,11 +148,48 @@ TEST(BottleneckSummary, NamesNoStageWhenNoneIsSaturated) {
   set_times(stats, "decode", 12.0);  // 30% of 4 threads
   EXPECT_EQ(bottleneck_summary(stats), "no stage is the bottleneck: the busiest, decode, was 30% busy (4 threads)");
 
-  // The consumer waits although nothing is saturated: batches take long to come through.
+  // The consumer waits although nothing is saturated: batches take long to come through. The line says
+  // where a batch's time went (Note [per-batch cost]): 100 batches in 10 s with 3.9 in flight is 0.39 s
+  // each from plan to consumer, and the stages' busy times add up to 124.1 ms a batch.
   stats.consumer_wait_seconds = 7.0;
+  stats.in_flight = OccupancyStats{3.9, 4, 4, 9.0};
   EXPECT_EQ(bottleneck_summary(stats),
             "no stage is the bottleneck: the busiest, decode, was 30% busy (4 threads); the consumer waited 70% of "
-            "the time: too few batches in flight, a larger prefetch may help");
+            "the time: a batch took 390.00 ms from its plan to the consumer, at most 124.10 ms of it working, the rest "
+            "in hand-offs between threads and queues (with all 4 prefetch tokens in use: a larger prefetch "
+            "overlaps more batches)");
+  // Tokens to spare: more of them would not be used.
+  stats.in_flight = OccupancyStats{1.5, 4, 4, 0.0};
+  EXPECT_EQ(bottleneck_summary(stats),
+            "no stage is the bottleneck: the busiest, decode, was 30% busy (4 threads); the consumer waited 70% of "
+            "the time: a batch took 150.00 ms from its plan to the consumer, at most 124.10 ms of it working, the rest "
+            "in hand-offs between threads and queues (1.5 of 4 prefetch tokens in use on average: a larger "
+            "prefetch would not help)");
+}
+
+TEST(PerBatchSummary, SaysWhereABatchsTimeWent) {
+  // A token run: 40 000 batches in 1 s, 16 decode threads, 10 batches in flight on average.
+  PipelineStats stats = idle_run(1.0, 16);
+  stats.batches = 40'000;
+  stats.in_flight = OccupancyStats{10.0, 16, 16, 0.0};
+  set_times(stats, "plan", 0.02);
+  set_times(stats, "decode", 0.688);
+  set_times(stats, "collate", 0.092);
+  set_times(stats, "pack", 0.68);
+  set_times(stats, "h2d", 0.568);
+  set_times(stats, "event-wait", 0.392);
+  stats.consumer_wait_seconds = 0.536;
+  EXPECT_DOUBLE_EQ(stats.seconds_per_batch(), 25e-6);
+  EXPECT_DOUBLE_EQ(stats.batch_latency_seconds(), 250e-6);
+  EXPECT_DOUBLE_EQ(stats.busy_per_batch_seconds(find(stats, "pack")), 17e-6);
+  EXPECT_EQ(per_batch_summary(stats),
+            "25.0 us a batch; 250.0 us from plan to consumer, at most 61.0 us of it working: plan 0.5, decode 17.2 "
+            "(16 threads), collate 2.3, pack 17.0, h2d 14.2, event-wait 9.8 us busy; the consumer waited 13.4 us");
+
+  PipelineStats fresh;
+  EXPECT_EQ(fresh.seconds_per_batch(), 0.0);
+  EXPECT_EQ(fresh.batch_latency_seconds(), 0.0);
+  EXPECT_EQ(per_batch_summary(fresh), "no batch delivered yet");
 }
 
 TEST(BottleneckSummary, SaysWhenARunIsTooShortOrHasNotRun) {
