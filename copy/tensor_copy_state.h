@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
@@ -16,6 +17,10 @@
 
 #include "ferry/copy/copy_options.h"
 #include "ferry/pipeline/cuda_event.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace ferry::detail {
 
@@ -68,8 +73,27 @@ struct TensorCopyState {
     submitted_cv.notify_all();
   }
 
+  // Note [spinning for a submission]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // get() usually comes right after start_copy(), while the copy thread is still packing and
+  // submitting (tens to hundreds of microseconds for a training step's inputs). Blocking on the
+  // condition variable then costs a futex sleep and a wake-up of this thread, tens of microseconds
+  // on a loaded machine, on top of the submission. So the waiter first spins on the flag, pausing
+  // between reads, for up to kSpinFor, and only then sleeps: a submission that takes longer costs
+  // that much of one core, once.
+  static constexpr std::chrono::microseconds kSpinFor{200};
+
   void wait_submitted() const {
     if (submitted_flag.load(std::memory_order_acquire)) return;
+    const auto until = std::chrono::steady_clock::now() + kSpinFor;
+    do {
+      for (int i = 0; i < 32; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+        _mm_pause();
+#endif
+      }
+      if (submitted_flag.load(std::memory_order_acquire)) return;
+    } while (std::chrono::steady_clock::now() < until);
     std::unique_lock lock(mutex);
     submitted_cv.wait(lock, [this] { return submitted; });
   }

@@ -1,6 +1,8 @@
 #include "python_pipeline.h"
 
+#include <chrono>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include <torch/csrc/autograd/python_variable.h>
@@ -9,6 +11,11 @@
 #include <ferry/assembly/configured_pipeline.h>
 #include <ferry/assembly/pipeline_state_loader.h>
 #include <ferry/build_config.h>
+#if FERRY_WITH_GPU
+#include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 #include "cli/run_report.h"
 
 namespace py = pybind11;
@@ -193,6 +200,50 @@ uint64_t PythonPipeline::drain() {
   return batches;
 }
 
+py::dict PythonPipeline::train_in_cpp(uint64_t steps, double step_seconds, int64_t cycles) {
+  using Clock = std::chrono::steady_clock;
+  uint64_t done = 0;
+  double waited = 0.0;
+  double first_wait = 0.0;
+  Clock::time_point start = Clock::now();
+  {
+    py::gil_scoped_release unlocked;
+    std::lock_guard consumer(consumer_);
+    const std::shared_ptr<Pipeline> pipeline = running();
+    pending_.reset();
+    set_pending_epoch(std::nullopt);
+    while (pipeline && done < steps) {
+      const auto asked = Clock::now();
+      std::optional<Batch> batch = pipeline->next();
+      const double wait = std::chrono::duration<double>(Clock::now() - asked).count();
+      if (!batch) break;
+      // The first batch waits for the pipeline to start: reported apart, the loop is timed after it.
+      if (done++ == 0) {
+        first_wait = wait;
+        start = Clock::now();
+      } else {
+        waited += wait;
+      }
+#if FERRY_WITH_GPU
+      if (batch->device().is_cuda()) {
+        const c10::cuda::CUDAGuard on(batch->device());
+        at::cuda::sleep(cycles);
+        c10::cuda::getCurrentCUDAStream().synchronize();
+        continue;
+      }
+#endif
+      (void)cycles;
+      std::this_thread::sleep_for(std::chrono::duration<double>(step_seconds));
+    }
+  }
+  py::dict out;
+  out["steps"] = done;
+  out["loop_seconds"] = std::chrono::duration<double>(Clock::now() - start).count();
+  out["wait_seconds"] = waited;
+  out["first_wait_seconds"] = first_wait;
+  return out;
+}
+
 PipelineState PythonPipeline::delivered_state(PipelineState state) const {
   if (pending_epoch_) {
     // The batch held back for the next loop was taken from the pipeline but not handed to Python:
@@ -312,6 +363,8 @@ void bind_pipeline(py::module_& module) {
       .def("epoch_length", &PythonPipeline::epoch_length, py::arg("epoch"))
       .def("_drain_in_cpp", &PythonPipeline::drain,
            "Takes every remaining batch in C++; returns how many (a benchmark's baseline).")
+      .def("_train_in_cpp", &PythonPipeline::train_in_cpp, py::arg("steps"), py::arg("step_seconds"),
+           py::arg("cycles"), "A simulated training loop in C++ (bench/overlap.py).")
       .def("state_json", &PythonPipeline::state_json)
       .def("load_state_json", &PythonPipeline::load_state_json, py::arg("state"))
       .def("stats_json", &PythonPipeline::stats_json)

@@ -52,6 +52,13 @@ class PythonPipeline {
   /// Takes every remaining batch in C++ (Pipeline::next(), no Python object per batch) and returns
   /// how many: the C++ iterator as a baseline for benchmarks of Python iteration. GIL released.
   uint64_t drain();
+  /// A training loop in C++ for bench/overlap.py: takes up to `steps` batches, after each one a
+  /// simulated step of `step_seconds` (a sleep kernel of `cycles` GPU clock cycles on the current
+  /// stream and one synchronization, as loss.item() does; on the CPU, a sleep). Returns {"steps",
+  /// "loop_seconds", "wait_seconds", "first_wait_seconds"}: the loop's time and the time spent in
+  /// next(), both from the first batch on, and the first batch's wait (the pipeline's start-up).
+  /// GIL released.
+  pybind11::dict train_in_cpp(uint64_t steps, double step_seconds, int64_t cycles);
   /// Pipeline::state() as its JSON text.
   std::string state_json() const;
   /// Restarts at a saved state: the batches delivered next are those the saved run had not

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""bench/overlap.py: how much of a training loop waits for ferry, with a simulated GPU step.
+
+    PYTHONPATH=build/gpu/python python3 bench/overlap.py --ferry build/gpu/cli/ferry --data /tmp/ferry-data \\
+        --out gpu-results/overlap [--steps-ms 1,5,20] [--quick]
+
+The loop: take a batch (next()), then a simulated step of S ms on the GPU (a sleep kernel on the
+current stream, torch.cuda._sleep, then one synchronization, as loss.item() does); on a CPU device the
+step is a host sleep. Reported: the share of the loop spent waiting in next(), and the wait per step,
+from the first batch on (the first batch's wait, the pipeline starting, is in the JSON apart).
+The loop runs in Python (`for batch in pipeline`) and in C++ (the same loop inside the extension,
+Pipeline._train_in_cpp, GIL released) on the same config.
+
+Cases (decode.threads 16, or every core when fewer):
+  tokens   configs/bench-tokens.yaml: 32 x 2049 int32 tokens (262 KB a batch)
+  images   configs/bench-images.yaml: 256 x 3 x 224 x 224 uint8 synthetic (38.5 MB a batch)
+  jpeg     configs/image-folder.yaml on ferry make-dataset images (256 x 256 q90 JPEGs): batch 64,
+           resized and cropped to 224 x 224
+A wait share under 1% is the goal where the loader delivers faster than the step rate; the table
+gives the loader's own rate (batches/s with nothing else running, from a run without steps) beside
+the step rate so that the two cases can be told apart. Writes OUT/overlap.json.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+import ferry
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def log(message):
+    print(f"overlap: {message}", file=sys.stderr, flush=True)
+
+
+def make_images(ferry_binary, root, samples):
+    stamp = os.path.join(root, ".overlap-bench.json")
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            if json.load(f) == {"samples": samples}:
+                return
+    log(f"making {samples} JPEGs in {root}")
+    result = subprocess.run([ferry_binary, "make-dataset", "images", root, "--samples", str(samples)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"ferry make-dataset images failed:\n{result.stdout}{result.stderr}")
+    with open(stamp, "w") as f:
+        json.dump({"samples": samples}, f)
+
+
+def cycles_per_second():
+    """GPU clock cycles per second of torch.cuda._sleep, measured (the clock differs by GPU and load)."""
+    torch.cuda.synchronize()
+    rates = []
+    for _ in range(5):
+        cycles = 20_000_000
+        start = time.perf_counter()
+        torch.cuda._sleep(cycles)
+        torch.cuda.synchronize()
+        rates.append(cycles / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def python_loop(pipeline, steps, step_seconds, cycles):
+    """As Pipeline._train_in_cpp: the loop is timed from the first batch on, whose wait (the pipeline
+    starting) is reported apart."""
+    iterator = iter(pipeline.batches())
+    waited = first_wait = 0.0
+    done = 0
+    start = time.perf_counter()
+    while done < steps:
+        asked = time.perf_counter()
+        batch = next(iterator, None)
+        wait = time.perf_counter() - asked
+        if batch is None:
+            break
+        if done == 0:
+            first_wait = wait
+            start = time.perf_counter()
+        else:
+            waited += wait
+        done += 1
+        if cycles:
+            torch.cuda._sleep(cycles)
+            torch.cuda.current_stream().synchronize()
+        else:
+            time.sleep(step_seconds)
+    return {"steps": done, "loop_seconds": time.perf_counter() - start, "wait_seconds": waited,
+            "first_wait_seconds": first_wait}
+
+
+def loader_rate(config, overrides):
+    with ferry.Pipeline(config, overrides=overrides) as pipeline:
+        pipeline._impl._drain_in_cpp()
+        return pipeline.stats()["totals"]["batches_per_second"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ferry", required=True, help="the ferry binary (for make-dataset)")
+    parser.add_argument("--data", required=True, help="folder for the JPEG dataset (made when missing)")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--steps-ms", default="1,5,20")
+    parser.add_argument("--loop-seconds", type=float, default=3.0, help="about how long each loop runs")
+    parser.add_argument("--threads", type=int, default=min(16, os.cpu_count() or 1))
+    parser.add_argument("--quick", action="store_true", help="short loops, few images: a check, not a measurement")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    if args.quick:
+        args.loop_seconds = 0.3
+    images = os.path.join(args.data, "overlap-images")
+    make_images(args.ferry, images, 512 if args.quick else 8192)
+
+    common = [f"decode.threads={args.threads}", "sampler.epochs=1000"]
+    cases = [
+        ("tokens 32 x 2049 int32", os.path.join(REPO, "configs/bench-tokens.yaml"), common),
+        ("images 256 x 3 x 224 x 224", os.path.join(REPO, "configs/bench-images.yaml"), common),
+        ("jpeg 64 x 224 x 224 x 3", os.path.join(REPO, "configs/image-folder.yaml"),
+         common + [f"source.root={images}", "decode.on_error=fail"]),
+    ]
+    device = str(ferry.Pipeline(cases[0][1], overrides={"max_batches": 1}).device)
+    gpu = device.startswith("cuda")
+    per_second = cycles_per_second() if gpu else 0.0
+    rows = []
+    for name, config, overrides in cases:
+        rate = loader_rate(config, overrides + [f"max_batches={int(200 if args.quick else 2000)}"])
+        for step_ms in [float(s) for s in args.steps_ms.split(",")]:
+            step = step_ms / 1000.0
+            steps = max(20, int(args.loop_seconds / step))
+            cycles = int(per_second * step) if gpu else 0
+            result = {}
+            for driver in ("cpp", "python"):
+                with ferry.Pipeline(config, overrides=overrides + [f"max_batches={steps}"]) as pipeline:
+                    if driver == "cpp" and not hasattr(pipeline._impl, "_train_in_cpp"):
+                        continue  # a ferry older than this benchmark: the Python loop alone
+                    if driver == "cpp":
+                        result[driver] = dict(pipeline._impl._train_in_cpp(steps, step, cycles))
+                    else:
+                        result[driver] = python_loop(pipeline, steps, step, cycles)
+            row = {"case": name, "step_ms": step_ms, "steps": steps, "loader_batches_per_second": rate,
+                   "step_rate": 1.0 / step}
+            for driver, r in result.items():
+                row[f"{driver}_wait_share"] = r["wait_seconds"] / r["loop_seconds"]
+                row[f"{driver}_wait_ms_per_step"] = 1e3 * r["wait_seconds"] / max(1, r["steps"])
+                row[f"{driver}_steps"] = r["steps"]
+                row[f"{driver}_first_wait_ms"] = 1e3 * r["first_wait_seconds"]
+            rows.append(row)
+            log(f"{name}, step {step_ms} ms: waited {100 * row.get('cpp_wait_share', float('nan')):.2f}% (C++), "
+                f"{100 * row['python_wait_share']:.2f}% (Python)")
+
+    print(f"ferry {ferry.__version__} ({ferry.build_kind}), torch {torch.__version__}, device {device}, "
+          f"{os.cpu_count()} cores, decode threads {args.threads}")
+    print(f"{'case':28} {'step ms':>7} {'loader b/s':>11} {'step b/s':>9} {'C++ wait %':>11} {'C++ ms/step':>12} "
+          f"{'Py wait %':>10} {'Py ms/step':>11}")
+    for r in rows:
+        print(f"{r['case']:28} {r['step_ms']:7.0f} {r['loader_batches_per_second']:11.0f} {r['step_rate']:9.0f} "
+              f"{100 * r.get('cpp_wait_share', float('nan')):11.2f} {r.get('cpp_wait_ms_per_step', float('nan')):12.3f} "
+              f"{100 * r['python_wait_share']:10.2f} {r['python_wait_ms_per_step']:11.3f}")
+    with open(os.path.join(args.out, "overlap.json"), "w") as f:
+        json.dump({"machine": platform.node(), "device": device, "torch": torch.__version__,
+                   "cores": os.cpu_count(), "decode_threads": args.threads, "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
