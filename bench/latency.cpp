@@ -209,7 +209,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       out << (i ? ", " : "") << "{\"name\": \"" << r.shape.name << "\", \"plain_batches_per_s\": "
-          << r.plain_batches_per_s << ", \"ferry_batches_per_s\": " << r.ferry_batches_per_s << "}";
+          << r.plain_batches_per_s << ", \"ferry_batches_per_s\": " << r.ferry_batches_per_s
+          << ", \"ferry_per_batch\": \"" << ferry::per_batch_summary(r.stats) << "\"}";
     }
     out << "]}\n";
     if (!out.flush()) {

@@ -35,6 +35,11 @@ CASES = [
     ("demo: image, label, tokens; batch 64", "configs/demo.yaml", ["sampler.epochs=8"]),
     ("1 KiB samples, batch 32 (per-batch overhead)", "configs/bench-small-tensors.yaml",
      ["batch_size=32", "source.fields=[{name: features, dtype: float32, shape: [256]}]", "max_batches=20000"]),
+    # The same with 16 batches in flight: with 4, a batch's trip through the stages (hand-offs between
+    # threads, Note [per-batch cost]) bounds the rate at 4 / latency; bench/latency uses 16 too.
+    ("1 KiB samples, batch 32, prefetch 16", "configs/bench-small-tensors.yaml",
+     ["batch_size=32", "source.fields=[{name: features, dtype: float32, shape: [256]}]", "max_batches=40000",
+      "prefetch=16"]),
 ]
 
 
