@@ -114,15 +114,31 @@ std::unique_ptr<TensorCopy> TensorCopy::start(std::vector<at::Tensor> tensors, a
   }
   if (options.use_background_thread) {
     try {
-      detail::CopyWorker::post([state] { submit(*state); },
-                               [state](std::exception_ptr error) { state->finish(std::move(error), std::nullopt); });
+      detail::CopyWorker::post(
+          [state] {
+            if (state->claim()) submit(*state);
+          },
+          [state](std::exception_ptr error) { state->finish(std::move(error), std::nullopt); });
       return copy;
     } catch (...) {
       // Not queued (no memory, or the thread could not start): submit here instead.
     }
   }
-  submit(*state);
+  if (state->claim()) submit(*state);
   return copy;
+}
+
+// Note [a waiter submits an unstarted copy]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With use_background_thread, start() hands the submission to the copy thread and returns. A caller
+// that asks for the results (wait(), plan()) before that thread has even woken up would only sleep
+// until it has: tens of microseconds of wake-up on the critical path of a training step that calls
+// get() right after start_copy(). So the waiter claims the submission and runs it itself; the copy
+// thread, when it comes to the job, finds it claimed and skips it. A submission already running is
+// waited for as before (Note [spinning for a submission]). Submissions of different copies never
+// depended on their order: each has its own staging, results and events.
+void TensorCopy::help_submit() const {
+  if (state_->claim()) detail::submit(*state_);
 }
 
 bool TensorCopy::ready() const {
@@ -145,6 +161,7 @@ bool TensorCopy::ready() const {
 
 const std::vector<at::Tensor>& TensorCopy::wait() {
   TensorCopyState& state = *state_;
+  help_submit();
   state.wait_submitted();
   if (std::exception_ptr failure = state.stored_error()) std::rethrow_exception(failure);
   if (state.target.is_cuda() && !(state.copies_done.empty() && state.device_buffers.empty())) {
@@ -185,6 +202,7 @@ const std::vector<at::Tensor>& TensorCopy::wait() {
 }
 
 const CopyPlanStats& TensorCopy::plan() const {
+  help_submit();
   state_->wait_submitted();
   return state_->plan;
 }

@@ -75,6 +75,9 @@ class TensorCopy {
 
  private:
   explicit TensorCopy(std::shared_ptr<detail::TensorCopyState> state);
+  /// Runs the submission here if the copy thread has not begun it (Note [a waiter submits an
+  /// unstarted copy] in the .cpp).
+  void help_submit() const;
   std::shared_ptr<detail::TensorCopyState> state_;
 };
 

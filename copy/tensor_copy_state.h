@@ -48,6 +48,9 @@ struct TensorCopyState {
   bool reads_host_inputs_in_place = false;
 
   std::atomic<bool> abandoned{false};  // the handle is gone: a submission not yet begun is skipped
+  /// Note [a waiter submits an unstarted copy]: whoever claims the submission first runs it, the copy
+  /// thread or a thread that waits for the copy before that thread has come to it.
+  std::atomic<bool> claimed{false};
   std::atomic<bool> submitted_flag{false};
   std::atomic<bool> completed{false};
   /// wait() has handed the results of a CUDA target out: the handle's destruction retires what the
@@ -59,6 +62,9 @@ struct TensorCopyState {
   bool submitted = false;               // guarded by mutex
   std::exception_ptr error;             // guarded by mutex
   std::optional<size_t> failed_tensor;  // guarded by mutex
+
+  /// True for the one caller that gets to run the submission.
+  bool claim() noexcept { return !claimed.exchange(true, std::memory_order_acq_rel); }
 
   void finish(std::exception_ptr failure, std::optional<size_t> tensor) noexcept {
     {
