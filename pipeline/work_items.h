@@ -70,8 +70,8 @@ struct SampleWork {
 };
 
 /// Samples of one plan, consecutive in it, decoded by one task (Note [sample groups] in
-/// pipeline_graph.cpp). The split node numbers groups 0, 1, 2, ... over the run. A group is one
-/// allocation however many samples it holds; collate hands each sample on as a pointer that shares the
+/// pipeline_graph.cpp). The split node numbers groups 0, 1, 2, ... over the run. A group costs two
+/// allocations however many samples it holds; collate hands each sample on as a pointer that shares the
 /// group's ownership (never stored in the group itself, which would keep it alive forever).
 struct SampleGroup {
   uint64_t sequence = 0;
