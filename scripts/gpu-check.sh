@@ -107,6 +107,11 @@ if [ "$bench" = 1 ]; then
   PYTHONPATH=build/gpu/python python3 bench/start_copy.py --out "$out/start-copy" 2>&1 | tee "$out/start-copy.txt" || status=1
   step bench/jpeg_decode
   ./build/gpu/bench/jpeg_decode build/gpu/bench-data/images --json "$out/jpeg_decode.json" 2>&1 | tee "$out/jpeg_decode.txt" || status=1
+  step "bench/latency (the per-batch cost of small batches vs a plain copy loop)"
+  ./build/gpu/bench/latency --json "$out/latency.json" 2>&1 | tee "$out/latency.txt" || status=1
+  step "bench/overlap.py (time a training loop waits in next(), simulated 1/5/20 ms steps)"
+  PYTHONPATH=build/gpu/python python3 bench/overlap.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data \
+    --out "$out/overlap" 2>&1 | tee "$out/overlap.txt" || status=1
 fi
 step "done (status $status)"
 exit $status
