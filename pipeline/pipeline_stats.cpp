@@ -55,7 +55,7 @@ std::string fixed_text(double value) {
 }
 
 // The stages' busy time per batch, added up (decode's over all its threads): at most this much of a
-// batch's way from plan to consumer is work (Note [per-batch cost]).
+// batch's way from plan to consumer is work, the rest is hand-offs and queues (Note [per-batch cost]).
 double working_seconds_per_batch(const PipelineStats& stats) {
   double working = stats.busy_per_batch_seconds(stats.planner);
   for (const StageStats& stage : stats.stages) working += stats.busy_per_batch_seconds(stage);
@@ -141,8 +141,9 @@ std::string bottleneck_summary(const PipelineStats& stats) {
     const double latency = stats.batch_latency_seconds();
     const double working = working_seconds_per_batch(stats);
     line += "; the consumer waited " + percent(stats.consumer_wait_share()) + " of the time: a batch took " +
-            micros_text(latency) + " from its plan to the consumer, at most " + micros_text(working) +
-            " of it working, the rest in hand-offs between threads and queues";
+            micros_text(latency) + " from its plan to the consumer, its stages busy " + micros_text(working) +
+            " a batch";
+    if (working < latency) line += ", so at least " + micros_text(latency - working) + " went on hand-offs and queues";
     // Tokens all in use: more of them in flight would overlap more of that time. Tokens to spare: the
     // planner itself did not keep up, and more tokens would sit unused.
     const bool tokens_short =
@@ -158,8 +159,7 @@ std::string bottleneck_summary(const PipelineStats& stats) {
 std::string per_batch_summary(const PipelineStats& stats) {
   if (stats.batches == 0) return "no batch delivered yet";
   std::string line = micros_text(stats.seconds_per_batch()) + " a batch; " +
-                     micros_text(stats.batch_latency_seconds()) + " from plan to consumer, at most " +
-                     micros_text(working_seconds_per_batch(stats)) + " of it working:";
+                     micros_text(stats.batch_latency_seconds()) + " from plan to consumer; busy a batch:";
   std::vector<const StageStats*> chain;
   if (!stats.planner.name.empty()) chain.push_back(&stats.planner);
   for (const StageStats& stage : stats.stages) chain.push_back(&stage);
@@ -168,7 +168,8 @@ std::string per_batch_summary(const PipelineStats& stats) {
     line += (i == 0 ? " " : ", ") + stage.name + " " + fixed_text(stats.busy_per_batch_seconds(stage) * 1e6);
     if (stage.threads > 1) line += " (" + threads_text(stage.threads) + ")";
   }
-  line += " us busy; the consumer waited " + micros_text(stats.consumer_wait_per_batch_seconds());
+  line += " us (" + micros_text(working_seconds_per_batch(stats)) + " in all); the consumer waited " +
+          micros_text(stats.consumer_wait_per_batch_seconds());
   return line;
 }
 

@@ -132,9 +132,8 @@ std::string bottleneck_summary(const PipelineStats& stats);
 /// of the latency spent working; the rest went on handing the batch between threads and on waiting in
 /// queues. When that rest dominates, the run is latency-bound: no stage is busy, yet the
 /// consumer waits, and only more batches in flight or cheaper hand-offs help. One line, e.g.
-///   "25.0 us a batch; 410.0 us from plan to consumer, at most 61.5 us of it working: plan 0.5,
-///    decode 17.2 (16 threads), collate 2.3, pack 17.0, h2d 14.2, event-wait 9.8 us busy; the consumer
-///    waited 13.4 us"
+///   "25.0 us a batch; 250.0 us from plan to consumer; busy a batch: plan 0.5, decode 17.2 (16 threads),
+///    collate 2.3, pack 17.0, h2d 14.2, event-wait 9.8 us (61.0 us in all); the consumer waited 13.4 us"
 /// Pure; thread-safe.
 std::string per_batch_summary(const PipelineStats& stats);
 

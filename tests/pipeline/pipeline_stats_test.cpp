@@ -155,16 +155,22 @@ TEST(BottleneckSummary, NamesNoStageWhenNoneIsSaturated) {
   stats.in_flight = OccupancyStats{3.9, 4, 4, 9.0};
   EXPECT_EQ(bottleneck_summary(stats),
             "no stage is the bottleneck: the busiest, decode, was 30% busy (4 threads); the consumer waited 70% of "
-            "the time: a batch took 390.00 ms from its plan to the consumer, at most 124.10 ms of it working, the rest "
-            "in hand-offs between threads and queues (with all 4 prefetch tokens in use: a larger prefetch "
+            "the time: a batch took 390.00 ms from its plan to the consumer, its stages busy 124.10 ms a batch, so at "
+            "least 265.90 ms went on hand-offs and queues (with all 4 prefetch tokens in use: a larger prefetch "
             "overlaps more batches)");
   // Tokens to spare: more of them would not be used.
   stats.in_flight = OccupancyStats{1.5, 4, 4, 0.0};
   EXPECT_EQ(bottleneck_summary(stats),
             "no stage is the bottleneck: the busiest, decode, was 30% busy (4 threads); the consumer waited 70% of "
-            "the time: a batch took 150.00 ms from its plan to the consumer, at most 124.10 ms of it working, the rest "
-            "in hand-offs between threads and queues (1.5 of 4 prefetch tokens in use on average: a larger "
+            "the time: a batch took 150.00 ms from its plan to the consumer, its stages busy 124.10 ms a batch, so at "
+            "least 25.90 ms went on hand-offs and queues (1.5 of 4 prefetch tokens in use on average: a larger "
             "prefetch would not help)");
+  // Busy longer than the latency (decode's threads summed): nothing is said about hand-offs.
+  stats.in_flight = OccupancyStats{1.0, 4, 4, 0.0};
+  EXPECT_EQ(bottleneck_summary(stats),
+            "no stage is the bottleneck: the busiest, decode, was 30% busy (4 threads); the consumer waited 70% of "
+            "the time: a batch took 100.00 ms from its plan to the consumer, its stages busy 124.10 ms a batch (1.0 "
+            "of 4 prefetch tokens in use on average: a larger prefetch would not help)");
 }
 
 TEST(PerBatchSummary, SaysWhereABatchsTimeWent) {
@@ -183,8 +189,8 @@ TEST(PerBatchSummary, SaysWhereABatchsTimeWent) {
   EXPECT_DOUBLE_EQ(stats.batch_latency_seconds(), 250e-6);
   EXPECT_DOUBLE_EQ(stats.busy_per_batch_seconds(find(stats, "pack")), 17e-6);
   EXPECT_EQ(per_batch_summary(stats),
-            "25.0 us a batch; 250.0 us from plan to consumer, at most 61.0 us of it working: plan 0.5, decode 17.2 "
-            "(16 threads), collate 2.3, pack 17.0, h2d 14.2, event-wait 9.8 us busy; the consumer waited 13.4 us");
+            "25.0 us a batch; 250.0 us from plan to consumer; busy a batch: plan 0.5, decode 17.2 (16 threads), "
+            "collate 2.3, pack 17.0, h2d 14.2, event-wait 9.8 us (61.0 us in all); the consumer waited 13.4 us");
 
   PipelineStats fresh;
   EXPECT_EQ(fresh.seconds_per_batch(), 0.0);
