@@ -200,6 +200,19 @@ def test_the_device_may_be_a_torch_device_and_the_defaults_are_seed_000s():
                             max_packed_chunk_bytes=32 * 2**20, use_background_thread=True)
 
 
+def test_the_options_are_keyword_only_as_in_seed_000():
+    with pytest.raises(TypeError):
+        ferry.start_copy([torch.ones(1)], "cpu", True)  # use_pinned_staging given by position
+
+
+def test_errors_are_runtime_errors_and_ready_is_true_once_get_returned():
+    assert issubclass(ferry.Error, RuntimeError)  # seed 000's get() raises RuntimeError
+    handle = ferry.start_copy([np.array([1, 2, 3]), np.array([4, 5, 6])], "cpu")  # seed 000's numpy example
+    got = handle.get()
+    assert handle.ready()
+    assert all(torch.equal(g, torch.tensor(v)) for g, v in zip(got, [[1, 2, 3], [4, 5, 6]]))
+
+
 def test_a_handle_dropped_before_get_is_fine():
     for background in (True, False):
         for _ in range(50):
@@ -290,3 +303,27 @@ def test_gpu_inputs_may_be_overwritten_on_their_stream_once_get_returns():
     for t in inputs:
         t.zero_()
     assert all(torch.equal(g, e) for g, e in zip(got, expected))
+
+
+@needs_gpu
+def test_seed_000s_example_and_ready_once_get_returned():
+    data = [torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])]
+    handle = ferry.start_copy(data, "cuda:0")
+    result = handle.get()
+    torch.cuda.current_stream().synchronize()  # get() queued the copies; the current stream waits for them
+    assert handle.ready()
+    assert [r.device.type for r in result] == ["cuda", "cuda"]
+    assert all(torch.equal(r.cpu(), d) for r, d in zip(result, data))
+
+
+@needs_gpu
+def test_only_contiguous_cpu_tensors_are_packed_and_pack_cpu_tensors_false_packs_none():
+    small = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+    tensors = [small, small.t(), small[::2], torch.arange(10)]
+    for pack, packed in ((True, 2), (False, 0)):
+        handle = ferry.start_copy(tensors, "cuda:0", pack_cpu_tensors=pack)
+        got = handle.get()
+        plan = handle.plan()
+        assert plan["packed"] == packed and plan["staged"] == len(tensors) - packed, (pack, plan)
+        assert plan["packed_chunks"] == (1 if pack else 0)
+        assert all(torch.equal(g.cpu(), reference(t, "cpu")) for g, t in zip(got, tensors))
