@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <ferry/build_config.h>
+#include <ferry/io/util/units.h>
 #include <ferry/pipeline/cuda_device.h>
 
 #include "cli/json_writer.h"
@@ -57,18 +58,6 @@ __attribute__((format(printf, 2, 3))) void appendf(std::string& text, const char
   text += large;
 }
 
-std::string bytes_text(double bytes) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int unit = 0;
-  while (bytes >= 1000 && unit < 4) {
-    bytes /= 1000;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", bytes, units[unit]);
-  return text;
-}
-
 // Rates and ratios the report derives: a snapshot taken at once (no time, no batch) gives 0, never
 // NaN or infinity (JSON cannot hold them, and "inf samples/s" tells the user nothing).
 double per(double amount, double over) { return over > 0.0 && std::isfinite(over) ? amount / over : 0.0; }
@@ -92,7 +81,7 @@ void append_body(std::string& text, const PipelineStats& stats) {
   const double seconds = stats.elapsed_seconds;
   appendf(text, "  delivered  %llu batches, %llu samples, %s in %.2f s\n",
           static_cast<unsigned long long>(stats.batches), static_cast<unsigned long long>(stats.samples),
-          bytes_text(static_cast<double>(stats.bytes)).c_str(), seconds);
+          format_decimal_bytes(static_cast<double>(stats.bytes)).c_str(), seconds);
   appendf(text, "  rate       %.0f samples/s, %.1f batches/s, %.3f GB/s to %s\n",
           per(static_cast<double>(stats.samples), seconds), per(static_cast<double>(stats.batches), seconds),
           per(static_cast<double>(stats.bytes), seconds) / 1e9, stats.device.c_str());
@@ -124,16 +113,16 @@ void append_body(std::string& text, const PipelineStats& stats) {
 
   const PinnedPoolStats& pool = stats.pool;
   appendf(text, "  pool       %zu slabs x %s (%s), peak %s leased, %s\n", pool.slab_count,
-          bytes_text(static_cast<double>(pool.slab_bytes)).c_str(), pool.pinned ? "pinned" : "pageable",
-          bytes_text(static_cast<double>(pool.peak_bytes)).c_str(), plural(pool.leases, "lease", "leases").c_str());
+          format_decimal_bytes(static_cast<double>(pool.slab_bytes)).c_str(), pool.pinned ? "pinned" : "pageable",
+          format_decimal_bytes(static_cast<double>(pool.peak_bytes)).c_str(), plural(pool.leases, "lease", "leases").c_str());
   appendf(text, "             %s (%.3f s), %s at start-up, %s after start-up\n",
           plural(pool.waits, "wait for a slab", "waits for a slab").c_str(), pool.wait_seconds,
           plural(pool.host_alloc_calls, "cudaHostAlloc call", "cudaHostAlloc calls").c_str(),
           plural(pool.allocations_after_start, "allocation", "allocations").c_str());
   if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {
     appendf(text, "  cache      %s memory on %s: %s of %s, %s kept%s\n", cache.memory.c_str(), cache.location.c_str(),
-            bytes_text(static_cast<double>(cache.used_bytes)).c_str(),
-            bytes_text(static_cast<double>(cache.capacity_bytes)).c_str(),
+            format_decimal_bytes(static_cast<double>(cache.used_bytes)).c_str(),
+            format_decimal_bytes(static_cast<double>(cache.capacity_bytes)).c_str(),
             plural(cache.samples, "sample", "samples").c_str(),
             cache.not_kept ? (", " + plural(cache.not_kept, "sample", "samples") + " did not fit").c_str() : "");
     appendf(text, "             %s hits, %s misses, %s served wholly from it; gather %.1f us per batch (%s)\n",

@@ -131,4 +131,17 @@ std::string format_byte_size(uint64_t bytes) {
   return text;
 }
 
+std::string format_decimal_bytes(double bytes) {
+  static constexpr std::array<const char*, 5> kNames{"B", "KB", "MB", "GB", "TB"};
+  if (!(bytes > 0)) bytes = 0;  // NaN too
+  size_t unit = 0;
+  while (bytes >= 1000 && unit + 1 < kNames.size()) {
+    bytes /= 1000;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", bytes, kNames[unit]);
+  return text;
+}
+
 }  // namespace ferry

@@ -23,4 +23,8 @@ bool equal_ignoring_case(std::string_view a, std::string_view b);
 /// "64 MiB", "1.50 GiB", "4096 B": binary units, for messages about slabs and budgets.
 std::string format_byte_size(uint64_t bytes);
 
+/// "38.50 MB", "131 B": decimal units with two decimals past bytes, for amounts moved and rates
+/// (reports, benchmarks), where GB/s means 10^9 bytes a second. Negative values read as 0.
+std::string format_decimal_bytes(double bytes);
+
 }  // namespace ferry

@@ -54,6 +54,18 @@ TEST(ByteSize, ReadsPlainNumbersAndDecimalAndBinaryUnits) {
   }
 }
 
+TEST(ByteSize, PrintsBinarySizesAndDecimalAmounts) {
+  EXPECT_EQ(format_byte_size(4096), "4 KiB");
+  EXPECT_EQ(format_byte_size(1536), "1.50 KiB");
+  EXPECT_EQ(format_byte_size(100), "100 B");
+  EXPECT_EQ(format_decimal_bytes(0), "0 B");
+  EXPECT_EQ(format_decimal_bytes(999), "999 B");
+  EXPECT_EQ(format_decimal_bytes(131'136), "131.14 KB");
+  EXPECT_EQ(format_decimal_bytes(38.5e6), "38.50 MB");
+  EXPECT_EQ(format_decimal_bytes(2.5e15), "2500.00 TB");
+  EXPECT_EQ(format_decimal_bytes(-3), "0 B");
+}
+
 TEST(Duration, ReadsSecondsMillisecondsAndMinutes) {
   EXPECT_EQ(parse_duration("5s"), std::chrono::milliseconds(5000));
   EXPECT_EQ(parse_duration("500ms"), std::chrono::milliseconds(500));

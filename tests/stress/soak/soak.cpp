@@ -48,6 +48,7 @@
 #include <ferry/assembly/configured_pipeline.h>
 #include <ferry/assembly/pipeline_state_loader.h>
 #include <ferry/io/samplers/sequential_sampler.h>
+#include <ferry/io/util/units.h>
 #include <ferry/io/samplers/shard_shuffle_sampler.h>
 #include <ferry/io/samplers/sharded_sampler.h>
 #include <ferry/io/samplers/shuffled_sampler.h>
@@ -151,18 +152,6 @@ void moved() {
   if (watchdog != nullptr) watchdog->progress();
 }
 
-std::string byte_text(double bytes) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int unit = 0;
-  while (bytes >= 1000 && unit < 4) {
-    bytes /= 1000;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f %s", bytes, units[unit]);
-  return text;
-}
-
 // Resident memory and threads of this process, for the progress lines: a leak shows as growth.
 double resident_mb() {
   long pages = 0;
@@ -192,7 +181,7 @@ std::string progress_line() {
                 "%llu errors as expected, %llu skipped and counted, %llu resumes; RSS %.0f MB, %zu threads\n",
                 seconds, static_cast<unsigned long long>(counters.rounds.load()),
                 static_cast<unsigned long long>(batches), seconds > 0 ? static_cast<double>(batches) / seconds : 0.0,
-                byte_text(static_cast<double>(counters.bytes.load())).c_str(),
+                format_decimal_bytes(static_cast<double>(counters.bytes.load())).c_str(),
                 static_cast<unsigned long long>(counters.mismatches.load()),
                 static_cast<unsigned long long>(counters.stalls.load()),
                 static_cast<unsigned long long>(counters.errors_expected.load()),
@@ -1354,7 +1343,7 @@ int soak_main(int argc, char** argv) {
   say(progress_line());
   say(std::string("soak: ") + (passed ? "PASSED" : "FAILED") + ": " + std::to_string(counters.rounds.load()) +
       " configs, " + std::to_string(counters.batches.load()) + " batches, " +
-      byte_text(static_cast<double>(counters.bytes.load())) + " checked, " +
+      format_decimal_bytes(static_cast<double>(counters.bytes.load())) + " checked, " +
       std::to_string(counters.mismatches.load()) + " mismatches, " + std::to_string(counters.stalls.load()) +
       " stalls, in " + std::to_string(seconds_since_start()).substr(0, 7) + " s (seed " +
       std::to_string(settings.seed) + ", device " + settings.device + ")\n");
