@@ -66,6 +66,7 @@ Placement resolve_placement(const SamplerConfig& sampler, const std::optional<To
 
 PipelineOptions resolve_pipeline_options(const Config& config, const Placement& placement) {
   PipelineOptions options = config.pipeline;
+  options.augment.seed = config.sampler.seed;  // Note [image augment]: every draw from (seed, epoch, sample)
   // Ranks must deliver the same number of batches per epoch, skips or not (Note [replacing skipped
   // samples] in pipeline/pipeline_graph.cpp).
   options.skip_replaces = placement.world_size > 1;
@@ -150,7 +151,9 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
   const bool random_crop = std::any_of(source.jpeg.begin(), source.jpeg.end(), [](const auto& field) {
     return field.second.crop == JpegDecodeOptions::Crop::kRandom;
   });
-  if (config.sampler.shuffle || random_crop) order["sampler.seed"] = std::to_string(config.sampler.seed);
+  const AugmentOptions& augment = config.pipeline.augment;
+  const bool random_augment = augment.enabled() && (augment.crops() || augment.flip > 0);
+  if (config.sampler.shuffle || random_crop || random_augment) order["sampler.seed"] = std::to_string(config.sampler.seed);
   order["sampler.rank"] = std::to_string(placement.rank);
   order["sampler.world_size"] = std::to_string(placement.world_size);
   if (placement.world_size > 1) order["sampler.remainder"] = config.sampler.drop_remainder ? "drop" : "pad";

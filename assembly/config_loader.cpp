@@ -514,6 +514,7 @@ class ConfigLoader {
     if (const auto node = child(root, "pool")) read_pool(*node);
     if (const auto node = child(root, "transfer")) read_transfer(*node);
     if (const auto node = child(root, "cache")) read_cache(*node);
+    if (const auto node = child(root, "augment")) read_augment(*node);
     if (const auto node = child(root, "stats")) read_stats(*node);
   }
 
@@ -1167,6 +1168,115 @@ class ConfigLoader {
         note("cache.max_bytes", *value);
       } else if (auto bytes = size(*value, "cache.max_bytes", 1, "unlimited or a size such as 40GiB")) {
         cache.max_bytes = *bytes;
+      }
+    }
+  }
+
+  // Three numbers, one per channel.
+  std::optional<std::array<double, 3>> triple(const Node& node, const std::string& key, bool positive) {
+    const std::string what = positive ? "a list of 3 numbers > 0 (R, G, B)" : "a list of 3 numbers (R, G, B)";
+    if (!node.IsSequence() || node.size() != 3) {
+      expected(key, node, what);
+      return std::nullopt;
+    }
+    note(key, node);
+    std::array<double, 3> values{};
+    for (size_t c = 0; c < 3; ++c) {
+      const auto value = number(node[c], key + "[" + std::to_string(c) + "]");
+      if (!value) return std::nullopt;
+      if (positive && *value <= 0) {
+        expected(key + "[" + std::to_string(c) + "]", node[c], "a number > 0");
+        return std::nullopt;
+      }
+      values[c] = *value;
+    }
+    return values;
+  }
+
+  void read_augment(const Node& node) {
+    if (!mapping(node, "augment", "augment")) return;
+    AugmentOptions& augment = config_.pipeline.augment;
+    augment.field = "image";
+    if (const auto value = child(node, "field")) {
+      if (auto name = scalar(*value, "augment.field", "a field name")) {
+        if (name->empty()) {
+          expected("augment.field", *value, "a field name");
+        } else {
+          augment.field = *name;
+        }
+      }
+    }
+    if (const auto crop = child(node, "random_resized_crop")) {
+      if (mapping(*crop, "augment.random_resized_crop", "augment.random_resized_crop")) {
+        augment.random_resized_crop = true;
+        if (const auto size = child(*crop, "size")) {
+          const std::string key = "augment.random_resized_crop.size";
+          if (!size->IsSequence() || size->size() != 2) {
+            expected(key, *size, "[height, width], each 1..65535");
+          } else {
+            note(key, *size);
+            const auto height = integer((*size)[0], key + "[0]", 1, 65535, "an integer in 1..65535");
+            const auto width = integer((*size)[1], key + "[1]", 1, 65535, "an integer in 1..65535");
+            if (height && width) {
+              augment.height = static_cast<int64_t>(*height);
+              augment.width = static_cast<int64_t>(*width);
+            }
+          }
+        }
+        if (const auto value = child(*crop, "scale")) {
+          const std::string what = "[min, max] with 0 < min <= max <= 1";
+          if (auto range = pair(*value, "augment.random_resized_crop.scale", what)) {
+            if (range->first > 0 && range->first <= range->second && range->second <= 1) {
+              augment.scale_min = range->first;
+              augment.scale_max = range->second;
+            } else {
+              expected("augment.random_resized_crop.scale", *value, what);
+            }
+          }
+        }
+        if (const auto value = child(*crop, "ratio")) {
+          const std::string what = "[min, max] with 0 < min <= max";
+          if (auto range = pair(*value, "augment.random_resized_crop.ratio", what)) {
+            if (range->first > 0 && range->first <= range->second) {
+              augment.ratio_min = range->first;
+              augment.ratio_max = range->second;
+            } else {
+              expected("augment.random_resized_crop.ratio", *value, what);
+            }
+          }
+        }
+      }
+    }
+    if (const auto value = child(node, "flip")) {
+      if (auto p = number(*value, "augment.flip")) {
+        if (*p >= 0 && *p <= 1) {
+          augment.flip = *p;
+        } else {
+          expected("augment.flip", *value, "a probability in 0..1");
+        }
+      }
+    }
+    if (const auto normalize = child(node, "normalize")) {
+      if (mapping(*normalize, "augment.normalize", "augment.normalize")) {
+        augment.normalize = true;
+        if (const auto mean = child(*normalize, "mean")) {
+          if (auto means = triple(*mean, "augment.normalize.mean", false)) augment.mean = *means;
+        }
+        if (const auto deviation = child(*normalize, "std")) {
+          if (auto deviations = triple(*deviation, "augment.normalize.std", true)) augment.std = *deviations;
+        }
+      }
+    }
+    if (const auto value = child(node, "dtype")) {
+      if (auto text = choice(*value, "augment.dtype", {"float32", "float16", "bfloat16"})) {
+        augment.dtype = *text == "float16"    ? AugmentOptions::DType::kFloat16
+                        : *text == "bfloat16" ? AugmentOptions::DType::kBFloat16
+                                              : AugmentOptions::DType::kFloat32;
+      }
+    }
+    if (const auto value = child(node, "layout")) {
+      if (auto text = choice(*value, "augment.layout", {"NCHW", "NHWC"})) {
+        augment.layout = *text == "NHWC" ? AugmentOptions::Layout::kNHWC : AugmentOptions::Layout::kNCHW;
       }
     }
   }

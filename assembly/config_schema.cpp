@@ -200,6 +200,37 @@ const std::vector<ConfigKey>& config_keys() {
        "Cap on the cache's size. With fixed-size fields a cache that needs more is refused; with variable-length "
        "ones (required when one has no max_length) the samples that do not fit stay uncached.",
        "40GiB"},
+      // augment
+      {"augment", "mapping", "",
+       "Training-ready images, made on the batch's device once its bytes are there (one kernel per batch; CPU "
+       "pipelines do the same on the host): a random-resized crop, a random horizontal flip, values scaled to [0, 1], "
+       "normalized, in `dtype` and `layout`. Every random choice comes from `sampler.seed`, the epoch and the sample, "
+       "so runs and resumes repeat exactly.",
+       "{field: image, random_resized_crop: {size: [224, 224]}, flip: 0.5}"},
+      {"augment.field", "field name", "image",
+       "The image field to augment: uint8 [H, W, 3] of a fixed size (decoders jpeg, png, image). It is delivered as "
+       "the augmented tensor.",
+       "image"},
+      {"augment.random_resized_crop", "mapping", "none (the whole image, not resized)",
+       "A window of each image, of a random share of its area and a random aspect ratio, resized (bilinear) to `size`, "
+       "as torchvision's RandomResizedCrop defines it, including its fallback to a central window after 10 tries.",
+       "{size: [224, 224], scale: [0.08, 1.0]}"},
+      {"augment.random_resized_crop.size", "[height, width], each 1..65535", "the image's [H, W]",
+       "The output's height and width.", "[224, 224]"},
+      {"augment.random_resized_crop.scale", "[min, max], 0 < min <= max <= 1", "[0.08, 1.0]",
+       "The range of the window's share of the image's area, drawn uniformly.", "[0.25, 1.0]"},
+      {"augment.random_resized_crop.ratio", "[min, max], 0 < min <= max", "[0.75, 1.3333]",
+       "The range of the window's aspect ratio (width / height), drawn uniformly on a log scale.", "[0.5, 2.0]"},
+      {"augment.flip", "number in 0..1", "0", "The probability that a sample is flipped horizontally.", "0.5"},
+      {"augment.normalize", "mapping", "none (values / 255)",
+       "Per channel (R, G, B): (value / 255 - mean) / std.",
+       "{mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}"},
+      {"augment.normalize.mean", "list of 3 numbers", "[0, 0, 0]", "The mean of each channel, in [0, 1] units.",
+       "[0.485, 0.456, 0.406]"},
+      {"augment.normalize.std", "list of 3 numbers > 0", "[1, 1, 1]",
+       "The standard deviation of each channel, in [0, 1] units.", "[0.229, 0.224, 0.225]"},
+      {"augment.dtype", "one of: float32, float16, bfloat16", "float32", "The output's element type.", "bfloat16"},
+      {"augment.layout", "one of: NCHW, NHWC", "NCHW", "The output's layout: [B, 3, H, W] or [B, H, W, 3].", "NHWC"},
       // stats
       {"stats", "mapping", "", "Progress and the report of `ferry run`.", "{progress: plain}"},
       {"stats.progress", "one of: auto, live, plain, off", "auto",

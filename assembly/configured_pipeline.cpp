@@ -15,6 +15,7 @@
 #include "ferry/stages/collate_stage.h"
 #include "ferry/stages/dataset_cache_plan.h"
 #include "ferry/stages/decode_stage.h"
+#include "ferry/stages/image_augment.h"
 #include "ferry/stages/standard_pipeline.h"
 
 namespace ferry {
@@ -91,6 +92,15 @@ std::shared_ptr<const Source> check_config(const Config& config) {
       DecodeStage decode(source, DecoderRegistry::global(), options.decoders, field_decoders);
     } catch (const Error& e) {
       add("decode.decoders", e.cause());
+    }
+    if (options.augment.enabled()) {
+      try {
+        (void)make_image_augment(options.augment, source->fields());
+      } catch (const Error& e) {
+        const std::string cause = e.cause();
+        const std::string prefix = "augment.field: ";
+        add("augment.field", cause.rfind(prefix, 0) == 0 ? cause.substr(prefix.size()) : cause);
+      }
     }
     // Each pad value at its own key (collate.pad_value, or the field's collate.pad_values entry).
     bool pads_fit = true;

@@ -32,6 +32,19 @@ const char* cache_memory_name(CacheMemory memory) noexcept {
   return "unknown";
 }
 
+const char* augment_dtype_name(AugmentOptions::DType dtype) noexcept {
+  switch (dtype) {
+    case AugmentOptions::DType::kFloat32: return "float32";
+    case AugmentOptions::DType::kFloat16: return "float16";
+    case AugmentOptions::DType::kBFloat16: return "bfloat16";
+  }
+  return "unknown";
+}
+
+const char* augment_layout_name(AugmentOptions::Layout layout) noexcept {
+  return layout == AugmentOptions::Layout::kNCHW ? "NCHW" : "NHWC";
+}
+
 size_t PipelineOptions::resolved_decode_threads() const {
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
   const size_t threads = decode_threads != 0 ? decode_threads : (hardware > 2 ? hardware - 2 : 1);
@@ -54,6 +67,21 @@ void PipelineOptions::check() const {
   require(transfer.max_chunk_bytes >= 4096, "transfer.max_chunk_bytes", "at least 4096",
           std::to_string(transfer.max_chunk_bytes));
   require(!collate.lengths_suffix.empty(), "collate.lengths_suffix", "a non-empty suffix", "\"\"");
+  if (augment.enabled()) {
+    const std::string size = std::to_string(augment.height) + " x " + std::to_string(augment.width);
+    require((augment.height == 0) == (augment.width == 0) && augment.height >= 0 && augment.width >= 0 &&
+                augment.height <= 65535 && augment.width <= 65535,
+            "augment.random_resized_crop.size", "[height, width], each 1..65535", size);
+    require(augment.scale_min > 0 && augment.scale_min <= augment.scale_max && augment.scale_max <= 1,
+            "augment.random_resized_crop.scale", "[min, max] with 0 < min <= max <= 1",
+            std::to_string(augment.scale_min) + ", " + std::to_string(augment.scale_max));
+    require(augment.ratio_min > 0 && augment.ratio_min <= augment.ratio_max, "augment.random_resized_crop.ratio",
+            "[min, max] with 0 < min <= max", std::to_string(augment.ratio_min) + ", " + std::to_string(augment.ratio_max));
+    require(augment.flip >= 0 && augment.flip <= 1, "augment.flip", "a probability in 0..1", std::to_string(augment.flip));
+    for (double deviation : augment.std) {
+      require(deviation > 0, "augment.normalize.std", "three values > 0", std::to_string(deviation));
+    }
+  }
 }
 
 }  // namespace ferry

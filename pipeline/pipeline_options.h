@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -83,6 +84,42 @@ struct CacheOptions {
   bool enabled() const noexcept { return memory != CacheMemory::kOff; }
 };
 
+/// Training-ready images (Note [image augment] in stages/image_augment.h): once a batch's bytes are on
+/// its device, one pass over the batch turns a uint8 [B, H, W, 3] field into random-resized crops,
+/// flipped at random, scaled to [0, 1], normalized, in `dtype` and `layout`. Every random choice comes
+/// from (seed, epoch, sample), so runs and resumes repeat exactly whatever the threads or the device.
+struct AugmentOptions {
+  enum class DType { kFloat32, kFloat16, kBFloat16 };
+  enum class Layout { kNCHW, kNHWC };
+  /// The image field to augment; "" : no augmentation.
+  std::string field;
+  /// random_resized_crop: on or off; the output's height and width (0: the image's own) and, as
+  /// torchvision's RandomResizedCrop defines them, the range of the crop's share of the image's area
+  /// and of its aspect ratio (width / height). Off: the whole image, not resized.
+  bool random_resized_crop = false;
+  int64_t height = 0;
+  int64_t width = 0;
+  double scale_min = 0.08, scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
+  /// The probability that a sample is flipped horizontally.
+  double flip = 0.0;
+  /// normalize: (value / 255 - mean) / std per channel (RGB); off when `normalize` is false.
+  bool normalize = false;
+  std::array<double, 3> mean{0.0, 0.0, 0.0};
+  std::array<double, 3> std{1.0, 1.0, 1.0};
+  DType dtype = DType::kFloat32;
+  Layout layout = Layout::kNCHW;
+  /// Seeds every draw (a config takes sampler.seed).
+  uint64_t seed = 0;
+
+  bool enabled() const noexcept { return !field.empty(); }
+  bool crops() const noexcept { return random_resized_crop; }
+};
+
+/// "float32", "float16", "bfloat16"; "NCHW", "NHWC".
+const char* augment_dtype_name(AugmentOptions::DType dtype) noexcept;
+const char* augment_layout_name(AugmentOptions::Layout layout) noexcept;
+
 /// What a sample that cannot be read or decoded does to the run.
 enum class OnError {
   kFail,  // the consumer gets ferry::Error naming the sample, after every batch before it
@@ -125,6 +162,7 @@ struct PipelineOptions {
   PoolOptions pool;
   TransferOptions transfer;
   CacheOptions cache;
+  AugmentOptions augment;
 
   /// decode_threads with 0 resolved, and at most prefetch x batch_size: no more samples than that
   /// are ever in flight, so more threads could never all be busy (1024 of them on a small run cost

@@ -9,6 +9,7 @@
 #include "ferry/pipeline/fault_injection.h"
 #include "ferry/pipeline/tensor_views.h"
 #include "ferry/pipeline/torch_cuda.h"
+#include "ferry/stages/image_augment.h"
 #include "ferry/stages/parallel_copy.h"
 
 #if FERRY_HAVE_CUDART
@@ -17,8 +18,17 @@
 
 namespace ferry {
 
-H2DSubmitStage::H2DSubmitStage(at::Device device, const TransferOptions& options, std::shared_ptr<DatasetCache> cache)
-    : device_(device), options_(options), cache_(std::move(cache)) {
+namespace {
+
+// The augmented output starts at a multiple of this after the copied bytes: any element type, and
+// whole cache lines and 256-byte device segments for the kernel's stores.
+constexpr size_t kAugmentAlignment = 256;
+
+}  // namespace
+
+H2DSubmitStage::H2DSubmitStage(at::Device device, const TransferOptions& options, std::shared_ptr<DatasetCache> cache,
+                               std::shared_ptr<const ImageAugment> augment)
+    : device_(device), options_(options), cache_(std::move(cache)), augment_(std::move(augment)) {
   if (device_.is_cuda()) {
     if (FERRY_WITH_GPU == 0)
       throw Error("cannot deliver to " + device_.str() +
@@ -35,24 +45,50 @@ H2DSubmitStage::H2DSubmitStage(at::Device device, const TransferOptions& options
 
 H2DSubmitStage::~H2DSubmitStage() = default;
 
+std::optional<H2DSubmitStage::Augmented> H2DSubmitStage::augmented(const BatchWork& work) const {
+  if (!augment_) return std::nullopt;
+  const BatchLayout& layout = work.layout;
+  const std::optional<size_t> field = layout.schema->find(augment_->options().field);
+  if (!field) throw Error("augment: the batch has no field '" + augment_->options().field + "'");
+  const FieldLayout& image = layout.fields[*field];
+  const auto batch = static_cast<int64_t>(work.info.sample_indices.size());
+  const std::vector<int64_t> expected = {batch, augment_->image_height(), augment_->image_width(), 3};
+  if (image.dtype != at::kByte || image.shape != expected) {
+    throw Error("augment: field '" + augment_->options().field + "' is not a batch of uint8 [" +
+                std::to_string(expected[1]) + ", " + std::to_string(expected[2]) + ", 3] images");
+  }
+  return Augmented{*field, (layout.total_bytes + kAugmentAlignment - 1) / kAugmentAlignment * kAugmentAlignment};
+}
+
 void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
+  const std::optional<Augmented> augment = augmented(work);
+  const auto batch = static_cast<int64_t>(work.info.sample_indices.size());
+  const size_t bytes = augment ? augment->offset + augment_->bytes(batch) : work.layout.total_bytes;
   std::shared_ptr<CudaEvent> ready;
-  const at::Tensor buffer = device_.is_cuda() ? copy_to_device(work, ready) : copy_to_host(work);
+  const at::Tensor buffer =
+      device_.is_cuda() ? copy_to_device(work, ready, bytes, augment) : copy_to_host(work, bytes, augment);
 
   const BatchLayout& layout = work.layout;
   std::vector<at::Tensor> tensors;
   tensors.reserve(layout.fields.size());
   const auto base = static_cast<size_t>(buffer.storage_offset());  // a slice of a chunk: its place in it
-  for (const FieldLayout& field : layout.fields) {
-    tensors.push_back(make_view(buffer.storage(), device_, field.dtype, base + field.offset, field.shape));
+  for (size_t f = 0; f < layout.fields.size(); ++f) {
+    const FieldLayout& field = layout.fields[f];
+    if (augment && augment->field == f) {
+      tensors.push_back(
+          make_view(buffer.storage(), device_, augment_->dtype(), base + augment->offset, augment_->shape(batch)));
+    } else {
+      tensors.push_back(make_view(buffer.storage(), device_, field.dtype, base + field.offset, field.shape));
+    }
   }
   work.batch = Batch(layout.schema, std::move(tensors), work.info, buffer, std::move(ready));
 }
 
-at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaEvent>& ready) {
+at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaEvent>& ready, size_t bytes,
+                                          const std::optional<Augmented>& augment) {
   const int device = device_.index();
   DeviceGuard guard(device);
-  at::Tensor buffer = buffers_->take(work.layout.total_bytes);
+  at::Tensor buffer = buffers_->take(bytes);
   ready = events_->acquire();
   // However the lease ends from here on (delivery, error, shutdown), the slab — and the pinned tensors
   // copied in place — outlive the copies that read them. That holds when a later copy fails too: the
@@ -72,6 +108,11 @@ at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaE
                                              stream_->handle()));
     }
     if (cache_) cache_->serve(work, target, from_host(work), stream_->handle());
+    if (augment) {
+      const auto images = reinterpret_cast<const uint8_t*>(target + work.layout.fields[augment->field].offset);
+      augment_->run_on_device(images, augment_->draws(work.info.epoch, work.info.sample_indices),
+                              target + augment->offset, stream_->handle());
+    }
     protect();  // inside: an event that cannot be recorded must not release the slab unprotected
   } catch (...) {
     try {
@@ -84,13 +125,14 @@ at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaE
     throw;
   }
 #else
+  (void)augment;
   protect();
 #endif
   return buffer;
 }
 
-at::Tensor H2DSubmitStage::copy_to_host(BatchWork& work) const {
-  at::Tensor buffer = at::empty({static_cast<int64_t>(work.layout.total_bytes)}, at::kByte);
+at::Tensor H2DSubmitStage::copy_to_host(BatchWork& work, size_t bytes, const std::optional<Augmented>& augment) const {
+  at::Tensor buffer = at::empty({static_cast<int64_t>(bytes)}, at::kByte);
   auto* target = static_cast<std::byte*>(buffer.data_ptr());
   std::vector<CopyOp> copies;
   copies.reserve(work.chunks.size());
@@ -101,6 +143,10 @@ at::Tensor H2DSubmitStage::copy_to_host(BatchWork& work) const {
   }
   run_copies(copies, options_.parallel_pack_bytes);
   if (cache_) cache_->serve(work, target, from_host(work), nullptr);
+  if (augment) {
+    const auto images = reinterpret_cast<const uint8_t*>(target + work.layout.fields[augment->field].offset);
+    augment_->run_on_host(images, augment_->draws(work.info.epoch, work.info.sample_indices), target + augment->offset);
+  }
   work.slab.release();
   work.direct_sources.clear();
   return buffer;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include <c10/core/Device.h>
 
@@ -13,6 +14,7 @@
 namespace ferry {
 
 class BufferCarver;
+class ImageAugment;
 
 /// Moves a packed batch to its device and builds the Batch the consumer gets.
 ///
@@ -29,12 +31,17 @@ class BufferCarver;
 /// With a dataset cache (Note [dataset cache]), the batch's cached samples are gathered into the buffer
 /// after the copy, and its other samples kept, on the same stream.
 ///
+/// With an ImageAugment, its field is augmented where the batch's bytes landed, before the event (Note
+/// [image augment] in image_augment.h), into the same buffer after the copied bytes; the delivered
+/// field is the augmented one.
+///
 /// Serial: one batch at a time, per device. Allocates the device buffer (a cudaMalloc only when
 /// libtorch's cache has no block).
 class H2DSubmitStage : public BatchStage {
  public:
   /// Creates the copy stream on a CUDA device. Throws ferry::Error when the device is unusable.
-  H2DSubmitStage(at::Device device, const TransferOptions& options, std::shared_ptr<DatasetCache> cache = nullptr);
+  H2DSubmitStage(at::Device device, const TransferOptions& options, std::shared_ptr<DatasetCache> cache = nullptr,
+                 std::shared_ptr<const ImageAugment> augment = nullptr);
   ~H2DSubmitStage() override;
   std::string_view name() const override { return "h2d"; }
   void run(BatchWork& work, const std::atomic<bool>& stop) override;
@@ -42,8 +49,17 @@ class H2DSubmitStage : public BatchStage {
   at::Device device() const noexcept { return device_; }
 
  private:
-  at::Tensor copy_to_device(BatchWork& work, std::shared_ptr<CudaEvent>& ready);
-  at::Tensor copy_to_host(BatchWork& work) const;
+  /// Where a batch's augmented field goes: its index among the layout's fields and the byte offset
+  /// of the output in the buffer (after the copied bytes).
+  struct Augmented {
+    size_t field = 0;
+    size_t offset = 0;
+  };
+  std::optional<Augmented> augmented(const BatchWork& work) const;
+  /// Both: a buffer of `bytes` (at least the layout's), the copies (and the gather, and the augmentation) queued.
+  at::Tensor copy_to_device(BatchWork& work, std::shared_ptr<CudaEvent>& ready, size_t bytes,
+                            const std::optional<Augmented>& augmented);
+  at::Tensor copy_to_host(BatchWork& work, size_t bytes, const std::optional<Augmented>& augmented) const;
   static bool from_host(const BatchWork& work) noexcept { return static_cast<bool>(work.slab) || !work.chunks.empty(); }
 
   at::Device device_;
@@ -52,6 +68,7 @@ class H2DSubmitStage : public BatchStage {
   std::shared_ptr<CudaEventPool> events_;
   std::unique_ptr<BufferCarver> buffers_;  // CUDA devices only
   std::shared_ptr<DatasetCache> cache_;    // may be null
+  std::shared_ptr<const ImageAugment> augment_;  // may be null
 };
 
 }  // namespace ferry

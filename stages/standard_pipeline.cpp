@@ -9,6 +9,7 @@
 #include "ferry/stages/decode_stage.h"
 #include "ferry/stages/event_wait_stage.h"
 #include "ferry/stages/h2d_submit_stage.h"
+#include "ferry/stages/image_augment.h"
 #include "ferry/stages/pack_stage.h"
 
 namespace ferry {
@@ -75,13 +76,16 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
     collate->use_cache(cache);
   }
 
+  std::shared_ptr<const ImageAugment> augment;
+  if (options.augment.enabled()) augment = make_image_augment(options.augment, source->fields());
+
   StageSet stages;
   stages.batches = std::make_unique<BatchPlanner>(sampler, BatchPlanner::Options::of(options));
   stages.decode = std::move(decode);
   stages.collate = std::move(collate);
   stages.pool = PinnedPool::create(pool_options);
   stages.pack = std::make_unique<PackStage>(stages.pool, options.transfer);
-  stages.h2d = std::make_unique<H2DSubmitStage>(device, options.transfer, cache);
+  stages.h2d = std::make_unique<H2DSubmitStage>(device, options.transfer, cache, augment);
   stages.cache = cache;
   stages.event_wait = std::make_unique<EventWaitStage>(options.transfer.wait);
   return stages;

@@ -25,7 +25,7 @@ def dataset_overrides(name):
     elif name == "tar":
         shards = env_path("FERRY_DATASET_TAR")
         overrides += [f"source.shards={shards}/shard-{{000000..000003}}.tar", "batch_size=16"]
-    elif name == "image-folder":
+    elif name in ("image-folder", "imagenet-train"):
         overrides += ["source.root=" + env_path("FERRY_DATASET_IMAGES"), "batch_size=16"]
     elif name.startswith("bench-"):
         overrides.append("batch_size=8")

@@ -248,6 +248,55 @@ TEST(Placement, ConfigOverridesTorchrunButNeedsARankForAnotherWorldSize) {
   EXPECT_EQ(resolve_placement(SamplerConfig{}, std::nullopt).world_size, 1u);
 }
 
+TEST(ConfigLoader, ReadsTheAugmentKeysAndNamesEachBadOne) {
+  const Config config = parse_config(std::string(kMinimal) + R"(
+augment:
+  field: image
+  random_resized_crop: {size: [224, 200], scale: [0.25, 0.9], ratio: [0.5, 2]}
+  flip: 0.5
+  normalize: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}
+  dtype: bfloat16
+  layout: NHWC
+)",
+                                     "test.yaml");
+  const AugmentOptions& augment = config.pipeline.augment;
+  EXPECT_EQ(augment.field, "image");
+  EXPECT_TRUE(augment.crops());
+  EXPECT_EQ(augment.height, 224);
+  EXPECT_EQ(augment.width, 200);
+  EXPECT_EQ(augment.scale_min, 0.25);
+  EXPECT_EQ(augment.scale_max, 0.9);
+  EXPECT_EQ(augment.ratio_min, 0.5);
+  EXPECT_EQ(augment.ratio_max, 2.0);
+  EXPECT_EQ(augment.flip, 0.5);
+  EXPECT_TRUE(augment.normalize);
+  EXPECT_EQ(augment.std[2], 0.225);
+  EXPECT_EQ(augment.dtype, AugmentOptions::DType::kBFloat16);
+  EXPECT_EQ(augment.layout, AugmentOptions::Layout::kNHWC);
+  EXPECT_FALSE(parse_config(kMinimal, "test.yaml").pipeline.augment.enabled()) << "no augment section: off";
+  // A bare section augments `image`: values / 255, NCHW float32, whole images.
+  const AugmentOptions plain = parse_config(kMinimal, "test.yaml", {"augment={}"}).pipeline.augment;
+  EXPECT_EQ(plain.field, "image");
+  EXPECT_FALSE(plain.crops());
+  EXPECT_FALSE(plain.normalize);
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"augment.flip=1.5", "augment.flip: expected a probability in 0..1"},
+      {"augment.random_resized_crop.size=[0, 5]", "augment.random_resized_crop.size[0]: expected an integer in 1..65535"},
+      {"augment.random_resized_crop.size=[5]", "augment.random_resized_crop.size: expected [height, width]"},
+      {"augment.random_resized_crop.scale=[0.5, 0.2]", "augment.random_resized_crop.scale: expected [min, max] with 0 < min <= max <= 1"},
+      {"augment.random_resized_crop.ratio=[0, 1]", "augment.random_resized_crop.ratio: expected [min, max] with 0 < min <= max"},
+      {"augment.normalize.std=[0.2, 0, 0.2]", "augment.normalize.std[1]: expected a number > 0"},
+      {"augment.normalize.mean=[1, 2]", "augment.normalize.mean: expected a list of 3 numbers"},
+      {"augment.dtype=float64", "augment.dtype: expected one of float32, float16, bfloat16"},
+      {"augment.layout=CHW", "augment.layout: expected one of NCHW, NHWC"},
+      {"augment.crop=1", "augment.crop: unknown key"},
+  };
+  for (const auto& [set, message] : bad) {
+    EXPECT_NE(problems_of(kMinimal, {set}).find(message), std::string::npos) << set << ": " << problems_of(kMinimal, {set});
+  }
+}
+
 TEST(ConfigLoader, AnEmptyFileNamesTheMissingSource) {
   EXPECT_NE(problems_of("").find("source: missing required key"), std::string::npos);
   EXPECT_NE(problems_of("# just a comment\n").find("source: missing required key"), std::string::npos);

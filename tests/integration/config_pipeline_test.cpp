@@ -301,6 +301,32 @@ TEST(ConfigPipeline, ConfigErrorsStartNoThread) {
 // cut as batch_size/drop_last say, padded with the config's pad values, every byte the source's.
 // A pad value the field's dtype cannot hold is reported at the key that sets it (it was reported at
 // source.fields), and a fixed-length field, never padded, does not care.
+TEST(ConfigPipeline, AnAugmentFieldThatIsNotAnImageIsReportedAtItsKey) {
+  SyntheticOptions data;
+  data.samples = 10;
+  data.fields = {SyntheticField{"image", at::kByte, {6, 5, 3}, false, 0, 0, std::nullopt},
+                 SyntheticField{"depth", at::kFloat, {6, 5, 3}, false, 0, 0, std::nullopt}};
+  const auto problem = [&](const std::string& augment) -> std::optional<ConfigProblem> {
+    const TempYaml file(source_yaml(data) + "transfer: {device: cpu}\n" + augment);
+    try {
+      (void)check_config(load_config(file.path()));
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.problems().size(), 1u) << e.what();
+      return e.problems().at(0);
+    }
+    return std::nullopt;
+  };
+  EXPECT_FALSE(problem("augment: {field: image, flip: 0.5}\n"));
+  const auto missing = problem("augment: {field: photo}\n");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->key, "augment.field");
+  EXPECT_NE(missing->message.find("no field 'photo' (its fields: image, depth)"), std::string::npos) << missing->message;
+  const auto floats = problem("augment: {field: depth}\n");
+  ASSERT_TRUE(floats);
+  EXPECT_EQ(floats->key, "augment.field");
+  EXPECT_NE(floats->message.find("field 'depth' must be uint8 images"), std::string::npos) << floats->message;
+}
+
 TEST(ConfigPipeline, APadValueThatDoesNotFitIsReportedAtItsKey) {
   SyntheticOptions data;
   data.samples = 10;
