@@ -71,16 +71,17 @@ constexpr const char* kInfoUsage =
     "  --bandwidth           also measure each device's host-to-device link\n";
 constexpr const char* kMakeDatasetUsage =
     "usage: ferry make-dataset tokens OUT [--documents N] [--seed S] [--vocab V] [--dtype uint16|int32]\n"
-    "       ferry make-dataset tar OUT_DIR [--samples N] [--shards S] [--image-size N|HxW] [--classes C] [--seed S] "
+    "       ferry make-dataset tar OUT_DIR [--samples N] [--shards S] [--image-size N|HxW|imagenet] [--classes C] [--seed S] "
     "[--quality Q]\n"
     "       ferry make-dataset npy OUT_DIR [--samples N] [--shards S] [--classes C] [--seed S]\n"
-    "       ferry make-dataset images OUT_DIR [--samples N] [--image-size N|HxW] [--classes C] [--seed S] "
+    "       ferry make-dataset images OUT_DIR [--samples N] [--image-size N|HxW|imagenet] [--classes C] [--seed S] "
     "[--quality Q]\n"
     "\n"
     "Writes a small generated dataset to try ferry on: tokens = a Megatron-LM indexed dataset OUT.bin/.idx;\n"
     "tar = WebDataset shards OUT_DIR/shard-000000.tar... of <key>.jpg + <key>.cls; npy = the same with\n"
     "<key>.npy (float32 [64]); images = an ImageFolder OUT_DIR/class-000/000000.jpg... Defaults: 1000\n"
-    "samples, 4 shards, 256x256, 10 classes, seed 0, quality 90; sample k has label k % classes. OUT_DIR\n"
+    "samples, 4 shards, 256x256, 10 classes, seed 0, quality 90; sample k has label k % classes;\n"
+    "--image-size imagenet: the sizes of ImageNet's photos (mostly 500x375, some 3:2 or portrait). OUT_DIR\n"
     "must be new or empty, and OUT must not hold a dataset yet.\n";
 
 struct Command {

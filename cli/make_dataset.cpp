@@ -90,6 +90,7 @@ struct Options {
   uint64_t shards = 4;
   int64_t height = 256;
   int64_t width = 256;
+  bool imagenet_sizes = false;  // --image-size imagenet: each image's size from image_size(), not height x width
   uint64_t classes = 10;
   uint64_t seed = 0;
   int quality = 90;
@@ -109,7 +110,7 @@ std::pair<int64_t, int64_t> image_size_of(std::string_view flag, std::string_vie
     const auto [end, error] = std::from_chars(part.data(), part.data() + part.size(), value);
     if (part.empty() || error != std::errc() || end != part.data() + part.size() || value < kMinSide ||
         value > kMaxSide) {
-      throw std::invalid_argument(std::string(flag) + ": expected N or HxW with sides " + std::to_string(kMinSide) +
+      throw std::invalid_argument(std::string(flag) + ": expected N, HxW or imagenet, with sides " + std::to_string(kMinSide) +
                                   ".." + std::to_string(kMaxSide) + ", found '" + std::string(text) + "'");
     }
     return value;
@@ -120,6 +121,26 @@ std::pair<int64_t, int64_t> image_size_of(std::string_view flag, std::string_vie
     return {n, n};
   }
   return {side(text.substr(0, x)), side(text.substr(x + 1))};
+}
+
+// --image-size imagenet: the sizes of ImageNet's photographs, which are mostly 500 pixels on their longer side
+// (about 70% landscape 500 x 375, the rest mostly 3:2 or portrait), so that a run resizes and crops as it
+// would on the real thing. Drawn per image from (seed, sample): the same files every time.
+struct ImageSize {
+  int64_t height, width;
+};
+constexpr ImageSize kImagenetSizes[] = {{375, 500}, {375, 500}, {375, 500}, {375, 500}, {375, 500}, {375, 500},
+                                        {375, 500}, {333, 500}, {500, 375}, {500, 333}};
+
+ImageSize image_size(const Options& options, uint64_t sample) {
+  if (!options.imagenet_sizes) return {options.height, options.width};
+  const uint64_t pick = mix64(options.seed ^ mix64(sample + kGoldenGamma)) % std::size(kImagenetSizes);
+  return kImagenetSizes[pick];
+}
+
+std::string image_size_text(const Options& options) {
+  if (options.imagenet_sizes) return "ImageNet-like sizes, mostly 500x375";
+  return std::to_string(options.height) + "x" + std::to_string(options.width);
 }
 
 void apply(Options& options, std::string_view flag, std::string_view value) {
@@ -145,7 +166,8 @@ void apply(Options& options, std::string_view flag, std::string_view value) {
   } else if (flag == "--shards") {
     options.shards = count_of(flag, value);  // checked against --samples once both are known
   } else if (flag == "--image-size") {
-    std::tie(options.height, options.width) = image_size_of(flag, value);
+    options.imagenet_sizes = value == "imagenet";
+    if (!options.imagenet_sizes) std::tie(options.height, options.width) = image_size_of(flag, value);
   } else if (flag == "--classes") {
     options.classes = count_of(flag, value);
     if (options.classes == 0) throw std::invalid_argument("--classes: expected at least 1, found 0");
@@ -300,7 +322,6 @@ int make_shards(std::string_view kind, const std::string& out, const Options& op
   const Clock::time_point start = Clock::now();
   const bool jpeg = kind == "tar";
   const JpegEncoder encoder({.quality = options.quality});
-  const SyntheticImageSpec spec{options.height, options.width, options.classes};
   const int key_width = std::max(6, digits(options.samples - 1));
   const int shard_width = std::max(6, digits(options.shards - 1));
   const std::string extension = jpeg ? ".jpg" : ".npy";
@@ -317,7 +338,9 @@ int make_shards(std::string_view kind, const std::string& out, const Options& op
       options.samples,
       [&](uint64_t k) {
         const uint64_t label = k % options.classes;
-        return jpeg ? encoder.encode(synthetic_image(options.seed, k, label, spec))
+        const ImageSize size = image_size(options, k);
+        return jpeg ? encoder.encode(
+                          synthetic_image(options.seed, k, label, SyntheticImageSpec{size.height, size.width, options.classes}))
                     : encode_npy(make_features(options.seed, k, label));
       },
       [&](uint64_t k, const at::Tensor& payload) {
@@ -337,8 +360,7 @@ int make_shards(std::string_view kind, const std::string& out, const Options& op
           ++shard;
         }
       });
-  const std::string content = jpeg ? "jpg " + std::to_string(options.height) + "x" + std::to_string(options.width) +
-                                         " q" + std::to_string(options.quality)
+  const std::string content = jpeg ? "jpg " + image_size_text(options) + " q" + std::to_string(options.quality)
                                    : "npy float32 [" + std::to_string(kFeatures) + "]";
   std::printf("wrote %llu samples to %s: %llu tar shards %s .. %s, %s (%s + cls, %llu classes, seed %llu) in %.2f s\n",
               static_cast<unsigned long long>(options.samples), out.c_str(),
@@ -353,7 +375,6 @@ int make_shards(std::string_view kind, const std::string& out, const Options& op
 int make_image_folder(const std::string& out, const Options& options) {
   const Clock::time_point start = Clock::now();
   const JpegEncoder encoder({.quality = options.quality});
-  const SyntheticImageSpec spec{options.height, options.width, options.classes};
   const int key_width = std::max(6, digits(options.samples - 1));
   // Wide enough that sorted names are in label order (ImageFolder numbers classes by sorted name);
   // only classes that get a sample have a folder (ImageFolder refuses an empty one).
@@ -368,16 +389,19 @@ int make_image_folder(const std::string& out, const Options& options) {
   uint64_t bytes = 0;
   make_in_order(
       options.samples,
-      [&](uint64_t k) { return encoder.encode(synthetic_image(options.seed, k, k % options.classes, spec)); },
+      [&](uint64_t k) {
+        const ImageSize size = image_size(options, k);
+        return encoder.encode(synthetic_image(options.seed, k, k % options.classes,
+                                              SyntheticImageSpec{size.height, size.width, options.classes}));
+      },
       [&](uint64_t k, const at::Tensor& jpeg) {
         AtomicFile::write_whole(folder(k % options.classes) + "/" + padded(k, key_width) + ".jpg", view(jpeg));
         bytes += static_cast<uint64_t>(jpeg.numel());
       });
-  std::printf("wrote %llu images to %s: %llu class folders %s .. %s, %s (jpg %lldx%lld q%d, seed %llu) in %.2f s\n",
+  std::printf("wrote %llu images to %s: %llu class folders %s .. %s, %s (jpg %s q%d, seed %llu) in %.2f s\n",
               static_cast<unsigned long long>(options.samples), out.c_str(), static_cast<unsigned long long>(folders),
               ("class-" + padded(0, class_width)).c_str(), ("class-" + padded(folders - 1, class_width)).c_str(),
-              size_text(bytes).c_str(), static_cast<long long>(options.height), static_cast<long long>(options.width),
-              options.quality, static_cast<unsigned long long>(options.seed), seconds_since(start));
+              size_text(bytes).c_str(), image_size_text(options).c_str(), options.quality, static_cast<unsigned long long>(options.seed), seconds_since(start));
   return 0;
 }
 

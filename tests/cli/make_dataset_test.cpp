@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -266,6 +267,44 @@ TEST(MakeDataset, ImageFolderHasAClassFolderPerLabelAndEveryFileDecodes) {
     }
   }
   EXPECT_EQ(files, 25u);
+}
+
+// A baseline JPEG's (height, width), read from its SOF0 segment.
+std::pair<int64_t, int64_t> jpeg_size(const at::Tensor& encoded) {
+  const uint8_t* bytes = encoded.data_ptr<uint8_t>();
+  for (int64_t i = 2; i + 8 < encoded.numel();) {
+    if (bytes[i] != 0xFF) break;
+    const int marker = bytes[i + 1];
+    if (marker == 0xC0) return {bytes[i + 5] * 256 + bytes[i + 6], bytes[i + 7] * 256 + bytes[i + 8]};
+    i += 2 + bytes[i + 2] * 256 + bytes[i + 3];
+  }
+  ADD_FAILURE() << "no SOF0 segment";
+  return {0, 0};
+}
+
+TEST(MakeDataset, ImagenetSizesAreMostly500By375AndRepeat) {
+  const TempDir dir("ferry_make_dataset");
+  const std::string out = dir / "imagenet";
+  const Result result = make_dataset({"images", out, "--samples", "40", "--classes", "1", "--image-size", "imagenet"});
+  ASSERT_EQ(result.code, 0) << both(result);
+  EXPECT_TRUE(contains(result.out, "jpg ImageNet-like sizes, mostly 500x375 q90")) << both(result);
+  std::map<std::pair<int64_t, int64_t>, int> sizes;
+  for (const std::string& name : list(out + "/class-000")) {
+    const std::string bytes = read_file(out + "/class-000/" + name);
+    at::Tensor encoded = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+    std::copy(bytes.begin(), bytes.end(), reinterpret_cast<char*>(encoded.data_ptr<uint8_t>()));
+    // Any size: resized so that the shorter side is 300, then the central 300 x 300.
+    const JpegDecoder decoder(JpegDecodeOptions{300, 300, 300});
+    EXPECT_EQ(decoder.decode(encoded, FieldSpec{"image", at::kByte, {300, 300, 3}, std::nullopt, "jpeg"}).size(0), 300);
+    ++sizes[jpeg_size(encoded)];
+  }
+  EXPECT_GT(sizes.size(), 1u) << "one size for 40 images";
+  using Size = std::pair<int64_t, int64_t>;
+  const std::set<Size> known = {Size{375, 500}, Size{333, 500}, Size{500, 375}, Size{500, 333}};
+  for (const auto& [size, count] : sizes) {
+    EXPECT_EQ(known.count(size), 1u) << size.first << "x" << size.second;
+  }
+  EXPECT_GE(sizes[(Size{375, 500})], 20) << "mostly landscape 500 x 375";
 }
 
 TEST(MakeDataset, ImageFolderMakesOnlyClassesThatHaveSamples) {
