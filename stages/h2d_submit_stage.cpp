@@ -7,6 +7,7 @@
 #include "ferry/pipeline/cuda_error.h"
 #include "ferry/pipeline/device_guard.h"
 #include "ferry/pipeline/fault_injection.h"
+#include "ferry/pipeline/host_buffer_ring.h"
 #include "ferry/pipeline/tensor_views.h"
 #include "ferry/pipeline/torch_cuda.h"
 #include "ferry/stages/image_augment.h"
@@ -27,7 +28,7 @@ constexpr size_t kAugmentAlignment = 256;
 }  // namespace
 
 H2DSubmitStage::H2DSubmitStage(at::Device device, const TransferOptions& options, std::shared_ptr<DatasetCache> cache,
-                               std::shared_ptr<const ImageAugment> augment)
+                               std::shared_ptr<const ImageAugment> augment, size_t in_flight)
     : device_(device), options_(options), cache_(std::move(cache)), augment_(std::move(augment)) {
   if (device_.is_cuda()) {
     if (FERRY_WITH_GPU == 0)
@@ -38,7 +39,11 @@ H2DSubmitStage::H2DSubmitStage(at::Device device, const TransferOptions& options
     buffers_ = std::make_unique<BufferCarver>([device = device_.index(), stream = stream_->handle()](size_t bytes) {
       return detail::allocate_device_buffer(device, stream, bytes);
     });
-  } else if (!device_.is_cpu()) {
+  } else if (device_.is_cpu()) {
+    // The batches in flight, the one the consumer holds and one it is about to drop: a consumer that drops
+    // each batch before it takes the next never makes the ring allocate once it has that many.
+    host_buffers_ = std::make_unique<HostBufferRing>(in_flight + 2);
+  } else {
     throw Error("cannot deliver to " + device_.str() + ": only cpu and cuda devices are supported");
   }
 }
@@ -131,8 +136,8 @@ at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaE
   return buffer;
 }
 
-at::Tensor H2DSubmitStage::copy_to_host(BatchWork& work, size_t bytes, const std::optional<Augmented>& augment) const {
-  at::Tensor buffer = at::empty({static_cast<int64_t>(bytes)}, at::kByte);
+at::Tensor H2DSubmitStage::copy_to_host(BatchWork& work, size_t bytes, const std::optional<Augmented>& augment) {
+  at::Tensor buffer = host_buffers_->take(bytes);
   auto* target = static_cast<std::byte*>(buffer.data_ptr());
   std::vector<CopyOp> copies;
   copies.reserve(work.chunks.size());

@@ -14,6 +14,7 @@
 namespace ferry {
 
 class BufferCarver;
+class HostBufferRing;
 class ImageAugment;
 
 /// Moves a packed batch to its device and builds the Batch the consumer gets.
@@ -25,8 +26,8 @@ class ImageAugment;
 /// lease (the slab cannot be reused before the copy has read it). It does not wait: EventWaitStage
 /// does, on another thread. The fields are views into the buffer.
 ///
-/// CPU: copies the slab into a fresh CPU tensor (the slab goes straight back to the pool), so a CPU
-/// pipeline runs exactly the stages a GPU one does.
+/// CPU: copies the slab into a CPU buffer (the slab goes straight back to the pool), so a CPU pipeline
+/// runs exactly the stages a GPU one does; buffers the consumer has dropped are reused (HostBufferRing).
 ///
 /// With a dataset cache (Note [dataset cache]), the batch's cached samples are gathered into the buffer
 /// after the copy, and its other samples kept, on the same stream.
@@ -40,8 +41,9 @@ class ImageAugment;
 class H2DSubmitStage : public BatchStage {
  public:
   /// Creates the copy stream on a CUDA device. Throws ferry::Error when the device is unusable.
+  /// `in_flight`: the pipeline's prefetch (how many batches a CPU pipeline's buffers cycle through).
   H2DSubmitStage(at::Device device, const TransferOptions& options, std::shared_ptr<DatasetCache> cache = nullptr,
-                 std::shared_ptr<const ImageAugment> augment = nullptr);
+                 std::shared_ptr<const ImageAugment> augment = nullptr, size_t in_flight = 4);
   ~H2DSubmitStage() override;
   std::string_view name() const override { return "h2d"; }
   void run(BatchWork& work, const std::atomic<bool>& stop) override;
@@ -59,7 +61,7 @@ class H2DSubmitStage : public BatchStage {
   /// Both: a buffer of `bytes` (at least the layout's), the copies (and the gather, and the augmentation) queued.
   at::Tensor copy_to_device(BatchWork& work, std::shared_ptr<CudaEvent>& ready, size_t bytes,
                             const std::optional<Augmented>& augmented);
-  at::Tensor copy_to_host(BatchWork& work, size_t bytes, const std::optional<Augmented>& augmented) const;
+  at::Tensor copy_to_host(BatchWork& work, size_t bytes, const std::optional<Augmented>& augmented);
   static bool from_host(const BatchWork& work) noexcept { return static_cast<bool>(work.slab) || !work.chunks.empty(); }
 
   at::Device device_;
@@ -67,6 +69,7 @@ class H2DSubmitStage : public BatchStage {
   std::unique_ptr<CudaStream> stream_;  // CUDA devices only
   std::shared_ptr<CudaEventPool> events_;
   std::unique_ptr<BufferCarver> buffers_;  // CUDA devices only
+  std::unique_ptr<HostBufferRing> host_buffers_;  // the CPU only
   std::shared_ptr<DatasetCache> cache_;    // may be null
   std::shared_ptr<const ImageAugment> augment_;  // may be null
 };

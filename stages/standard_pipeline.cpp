@@ -85,7 +85,7 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
   stages.collate = std::move(collate);
   stages.pool = PinnedPool::create(pool_options);
   stages.pack = std::make_unique<PackStage>(stages.pool, options.transfer);
-  stages.h2d = std::make_unique<H2DSubmitStage>(device, options.transfer, cache, augment);
+  stages.h2d = std::make_unique<H2DSubmitStage>(device, options.transfer, cache, augment, options.prefetch);
   stages.cache = cache;
   stages.event_wait = std::make_unique<EventWaitStage>(options.transfer.wait);
   return stages;
