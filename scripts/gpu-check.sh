@@ -81,6 +81,7 @@ for config in configs/*.yaml; do
   [ "$name" = megatron ] && extra=(--set source.prefix=build/gpu/data/tokens)
   [ "$name" = tar ] && extra=(--set "source.shards=build/gpu/data/shards/shard-{000000..000003}.tar")
   [ "$name" = image-folder ] && extra=(--set source.root=build/gpu/data/images)
+  [ "$name" = imagenet-train ] && extra=(--set source.root=build/gpu/data/images)
   ./build/gpu/cli/ferry run "$config" "${extra[@]}" --set stats.progress=off --report "$out/config-$name.json" > "$out/config-$name.txt" 2>&1 || status=1
   echo "--- $name"; grep -E "delivered|rate|bottleneck|pool" "$out/config-$name.txt"
 done
@@ -112,6 +113,9 @@ if [ "$bench" = 1 ]; then
   step "bench/overlap.py (time a training loop waits in next(), simulated 1/5/20 ms steps)"
   PYTHONPATH=build/gpu/python python3 bench/overlap.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data \
     --out "$out/overlap" 2>&1 | tee "$out/overlap.txt" || status=1
+  step "bench/augment.py (training-ready image batches: ferry vs DataLoader + torchvision v2 vs torchvision's GPU decoder)"
+  python3 bench/augment.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data --device cuda \
+    --out "$out/augment" 2> "$out/augment.log" | tee "$out/augment.txt" || { status=1; tail -20 "$out/augment.log"; }
 fi
 step "done (status $status)"
 exit $status

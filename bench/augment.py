@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""bench/augment.py: training-ready image batches (issue 15), ferry beside torch's DataLoader and
+torchvision's GPU decoder, on the same files, cores and device, in one run.
+
+    python3 bench/augment.py --ferry build/gpu/cli/ferry --data build/gpu/bench-data --device cuda \\
+        --out gpu-results/augment [--threads 1,4,16] [--images 8192] [--quick]
+
+Needs a Python with torch, torchvision and numpy. The recipe is configs/imagenet-train.yaml's: images
+decoded to the central 256 x 256 after a resize of the shorter side to 256, then a random-resized crop
+to 224 x 224 (scale 0.08..1, ratio 3/4..4/3), a horizontal flip with probability 0.5, values scaled to
+[0, 1] and normalized with ImageNet's mean and std, delivered on the device as bfloat16 NCHW batches of
+256 with their labels. Two datasets, made with `ferry make-dataset images` when --data lacks them:
+256 x 256 JPEGs and ImageNet-like ones (`--image-size imagenet`: mostly 500 x 375), q90.
+
+For each T in --threads (not above the cores this process may use):
+  ferry cpu     `ferry run configs/imagenet-train.yaml`, decode.threads T: libjpeg-turbo on T threads,
+                the augmentation one kernel per batch on the GPU after the copy;
+  ferry gpu     the same with the jpeg decoder's device: gpu (nvJPEG's hardware decoder), when this
+  ferry auto    build has it, and device: auto (both at once);
+  DataLoader    num_workers T, each sample read and decoded by torchvision.io.decode_jpeg, resized,
+                cropped, flipped, converted and normalized by torchvision.transforms.v2 in the worker
+                (float32), default collate, pin_memory, .to(device, non_blocking=True), then bfloat16 on
+                the device;
+  DataLoader, normalize on GPU: the same but the workers stop at the uint8 crop and flip; the batch is
+                converted and normalized on the device (less host work and a quarter of the bytes);
+  torchvision GPU  T threads read the files; torchvision.io.decode_jpeg(device="cuda") decodes each
+                batch of 256 on the GPU, then the same v2 transforms run on the GPU per image, stacked,
+                converted and normalized.
+
+Rates: images / wall time. ferry's from its report (pipeline start to the last batch ready on the
+device); the others from the loader's start (iter()) to torch.cuda.synchronize() after the last batch.
+CPU: user + system seconds of every process of the loader (ferry's own process; the DataLoader's
+workers and this process) per image, from getrusage. Prints a table per dataset and writes
+OUT/augment.json. --quick: 512 images, T in 1 and 2, for trying it on a small CPU machine (device cpu).
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+import torch
+import torch.utils.data
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(REPO, "configs", "imagenet-train.yaml")
+BATCH = 256
+CROP = 224
+MEAN = [0.485, 0.456, 0.406]
+STD = [0.229, 0.224, 0.225]
+DATASETS = [("256x256", "256"), ("imagenet-like", "imagenet")]
+
+
+def log(message):
+    print(f"augment: {message}", file=sys.stderr, flush=True)
+
+
+def run(command, **kwargs):
+    result = subprocess.run([str(c) for c in command], capture_output=True, text=True, **kwargs)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, command))} exited with {result.returncode}:\n"
+                           f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
+    return result
+
+
+def cpu_seconds():
+    """User + system seconds of this process and of its waited-for children."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def make_images(ferry, root, samples, size):
+    stamp = os.path.join(root, ".augment-bench.json")
+    wanted = {"samples": samples, "image_size": size}
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            if json.load(f) == wanted:
+                return
+        shutil.rmtree(root)  # the stamp says this script made it
+    elif os.path.exists(root) and os.listdir(root):
+        raise RuntimeError(f"{root} exists without {stamp}: remove it or pass another --data")
+    log(f"making {samples} JPEGs ({size}) in {root}")
+    log(run([ferry, "make-dataset", "images", root, "--samples", samples, "--image-size", size]).stdout.strip())
+    with open(stamp, "w") as f:
+        json.dump(wanted, f)
+
+
+def image_files(root):
+    """Files in ferry's image_folder order (class folders by name, files by name), with their labels."""
+    files, labels = [], []
+    classes = sorted(d for d in os.listdir(root) if not d.startswith(".") and os.path.isdir(os.path.join(root, d)))
+    for label, name in enumerate(classes):
+        folder = os.path.join(root, name)
+        for file in sorted(n for n in os.listdir(folder) if n.lower().endswith((".jpg", ".jpeg"))):
+            files.append(os.path.join(folder, file))
+            labels.append(label)
+    return files, labels
+
+
+# ------------------------------------------------------------------------------------------ ferry
+
+def ferry_supports_gpu_decode(ferry):
+    """Whether this ferry build decodes JPEGs on the GPU (`ferry version` says so)."""
+    return "nvjpeg: yes" in run([ferry, "version"]).stdout
+
+
+def ferry_rate(ferry, root, threads, images, device, decode_device, out):
+    report = os.path.join(out, f"ferry-{os.path.basename(root)}-{decode_device}-{threads}.json")
+    command = [ferry, "run", CONFIG, "--set", f"source.root={root}", "--set", f"decode.threads={threads}",
+               "--set", f"transfer.device={device}", "--set", "stats.progress=off", "--set", "sampler.epochs=100",
+               "--set", f"max_batches={images // BATCH}", "--report", report]
+    if decode_device != "cpu":
+        command += ["--set", f"source.image.device={decode_device}"]
+    before = cpu_seconds()
+    run(command)
+    cpu = cpu_seconds() - before
+    with open(report) as f:
+        totals = json.load(f)["totals"]
+    return {"images_per_second": totals["samples_per_second"], "cpu_seconds_per_image": cpu / totals["samples"],
+            "images": totals["samples"]}
+
+
+# ------------------------------------------------------------------------------------- torchvision
+
+def transforms_module():
+    """torchvision.transforms.v2 and its functional module; the v1 API where v2 is missing (torchvision
+    before 0.15, e.g. Debian 12's, for --quick runs): the same crops, flips and normalization."""
+    try:
+        from torchvision.transforms import v2
+        from torchvision.transforms.v2 import functional
+        return v2, functional, "v2"
+    except ImportError:
+        from torchvision import transforms
+        from torchvision.transforms import functional
+        return transforms, functional, "v1"
+
+
+def transforms_v2(normalize_in_worker):
+    v2, _, version = transforms_module()
+    steps = [v2.RandomResizedCrop(CROP, antialias=True), v2.RandomHorizontalFlip(0.5)]
+    if normalize_in_worker:
+        to_float = (v2.ToDtype(torch.float32, scale=True) if version == "v2" else v2.ConvertImageDtype(torch.float32))
+        steps += [to_float, v2.Normalize(MEAN, STD)]
+    return v2.Compose(steps)
+
+
+class AugmentedFiles(torch.utils.data.Dataset):
+    """Sample i: files[i % n] read, decoded by torchvision (CHW uint8), resized so that its shorter side
+    is 256 and its central 256 x 256 kept (the recipe's decode), then `transform`."""
+
+    def __init__(self, files, labels, length, transform):
+        self.files, self.labels, self.length, self.transform = files, labels, length, transform
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, i):
+        from torchvision.io import ImageReadMode, decode_jpeg, read_file
+        _, F, _ = transforms_module()
+        i %= len(self.files)
+        image = decode_jpeg(read_file(self.files[i]), mode=ImageReadMode.RGB)
+        image = F.center_crop(F.resize(image, 256, antialias=True), [256, 256])
+        return self.transform(image), self.labels[i]
+
+
+def normalize_on_device(batch):
+    mean = torch.tensor(MEAN, device=batch.device).view(1, 3, 1, 1)
+    std = torch.tensor(STD, device=batch.device).view(1, 3, 1, 1)
+    return ((batch.float() / 255 - mean) / std).to(torch.bfloat16)
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def dataloader_rate(files, labels, threads, images, device, normalize_in_worker):
+    dataset = AugmentedFiles(files, labels, images, transforms_v2(normalize_in_worker))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=threads,
+                                         pin_memory=device.type == "cuda", persistent_workers=False)
+    before = cpu_seconds()
+    start = time.perf_counter()
+    delivered = 0
+    for batch, label in loader:
+        batch = batch.to(device, non_blocking=True)
+        label = label.to(device, non_blocking=True)
+        batch = batch.to(torch.bfloat16) if normalize_in_worker else normalize_on_device(batch)
+        assert batch.shape[1:] == (3, CROP, CROP), batch.shape
+        delivered += batch.shape[0]
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    # Worker processes are children this process waited for once the loader's iterator ended.
+    return {"images_per_second": delivered / seconds, "cpu_seconds_per_image": (cpu_seconds() - before) / delivered,
+            "images": delivered}
+
+
+def torchvision_gpu_rate(files, labels, threads, images, device):
+    from torchvision.io import ImageReadMode, decode_jpeg, read_file
+    _, F, _ = transforms_module()
+    crop_flip = transforms_v2(normalize_in_worker=False)
+    before = cpu_seconds()
+    start = time.perf_counter()
+    delivered = 0
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        for first in range(0, images, BATCH):
+            names = [files[i % len(files)] for i in range(first, min(images, first + BATCH))]
+            encoded = list(pool.map(read_file, names))
+            decoded = decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
+            out = [crop_flip(F.center_crop(F.resize(image, 256, antialias=True), [256, 256])) for image in decoded]
+            batch = normalize_on_device(torch.stack(out))
+            label = torch.tensor([labels[i % len(files)] for i in range(first, first + len(names))]).to(device)
+            delivered += batch.shape[0]
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    return {"images_per_second": delivered / seconds, "cpu_seconds_per_image": (cpu_seconds() - before) / delivered,
+            "images": delivered}
+
+
+# ------------------------------------------------------------------------------------------- main
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ferry", required=True, help="the ferry command (a build's cli/ferry)")
+    parser.add_argument("--data", required=True, help="where the datasets are (made when missing)")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", default="augment-results")
+    parser.add_argument("--threads", default="1,4,16")
+    parser.add_argument("--images", type=int, default=8192, help="images delivered per measurement")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    device = torch.device(args.device)
+    cores = len(os.sched_getaffinity(0))
+    threads = [1, 2] if args.quick else [int(t) for t in args.threads.split(",")]
+    threads = [t for t in threads if t <= cores]
+    images = 512 if args.quick else args.images
+    samples = 512 if args.quick else 4096
+    gpu_decode = device.type == "cuda" and ferry_supports_gpu_decode(args.ferry)
+    if device.type == "cuda":
+        torch.ones(1, device=device)  # CUDA initialised before any clock starts
+
+    results = []
+    for name, size in DATASETS:
+        root = os.path.join(args.data, f"augment-{name}")
+        make_images(args.ferry, root, samples, size)
+        files, labels = image_files(root)
+        for t in threads:
+            loaders = [("ferry cpu", lambda: ferry_rate(args.ferry, root, t, images, args.device, "cpu", args.out))]
+            if gpu_decode:
+                for mode in ("gpu", "auto"):
+                    loaders.append((f"ferry {mode}",
+                                    lambda mode=mode: ferry_rate(args.ferry, root, t, images, args.device, mode,
+                                                                 args.out)))
+            loaders.append(("DataLoader", lambda: dataloader_rate(files, labels, t, images, device, True)))
+            loaders.append(("DataLoader, normalize on GPU",
+                            lambda: dataloader_rate(files, labels, t, images, device, False)))
+            if device.type == "cuda":
+                loaders.append(("torchvision GPU", lambda: torchvision_gpu_rate(files, labels, t, images, device)))
+            for loader, measure in loaders:
+                log(f"{name}, {loader}, {t} threads")
+                row = {"dataset": name, "loader": loader, "threads": t, **measure()}
+                log(f"  {row['images_per_second']:.0f} images/s, {row['cpu_seconds_per_image'] * 1e3:.2f} ms CPU "
+                    f"an image")
+                results.append(row)
+
+    print(f"torch {torch.__version__}, torchvision transforms {transforms_module()[2]}, device {device}, {cores} cores, "
+          f"{images} images a measurement, batches of {BATCH}, {CROP}x{CROP} bfloat16 NCHW")
+    for name, _ in DATASETS:
+        print(f"\n{name}: images/s (CPU ms an image)")
+        print(f"{'loader':32}" + "".join(f"{f'{t} threads':>22}" for t in threads))
+        for loader in dict.fromkeys(r["loader"] for r in results):
+            cells = []
+            for t in threads:
+                found = [r for r in results if r["dataset"] == name and r["loader"] == loader and r["threads"] == t]
+                cells.append(f"{found[0]['images_per_second']:.0f} ({found[0]['cpu_seconds_per_image'] * 1e3:.2f})"
+                             if found else "-")
+            print(f"{loader:32}" + "".join(f"{c:>22}" for c in cells))
+    with open(os.path.join(args.out, "augment.json"), "w") as f:
+        json.dump({"machine": platform.node(), "device": str(device), "torch": torch.__version__,
+                   "transforms": transforms_module()[2], "cores": cores,
+                   "images": images, "gpu_decode": gpu_decode, "rows": results}, f, indent=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
