@@ -797,6 +797,19 @@ class ConfigLoader {
                       const std::optional<Node>& shape_node, const std::vector<int64_t>& shape) {
     const auto resize = child(node, "resize_shorter");
     const auto crop = child(node, "crop");
+    if (const auto device = child(node, "device")) {
+      if (auto text = choice(*device, key + ".device", {"cpu", "gpu", "auto"})) {
+        if (*text != "cpu" && decoder != "jpeg") {
+          problem(key + ".device", *device,
+                  "device: " + *text + " is the jpeg decoder's (nvJPEG decodes JPEGs); this field's decoder is '" +
+                      decoder + "'");
+        } else {
+          config_.pipeline.decode_devices[field] = *text == "gpu"    ? DecodeDevice::kGpu
+                                                   : *text == "auto" ? DecodeDevice::kAuto
+                                                                     : DecodeDevice::kCpu;
+        }
+      }
+    }
     JpegFieldOptions options;
     bool resize_read = false, crop_read = false;
     if (resize) {
@@ -1443,6 +1456,14 @@ class ConfigLoader {
     // Note [dataset cache]: a cache repeats the first epoch's bytes, so no cached field may be cropped
     // at random (another crop every epoch). Sizes are checked with the source (check_config()).
     if (options.cache.enabled()) {
+      for (const auto& [field, device] : options.decode_devices) {
+        if (device != DecodeDevice::kCpu) {
+          problem_at("cache.memory", "field '" + field + "' is decoded on the GPU (device: " +
+                                         decode_device_name(device) +
+                                         "), which the dataset cache does not support yet: use device: cpu with a "
+                                         "cache, or cache.memory: off");
+        }
+      }
       for (const auto& [field, image] : config_.source.jpeg) {
         if (image.crop == JpegDecodeOptions::Crop::kRandom) {
           problem_at("cache.memory",

@@ -59,6 +59,11 @@ const std::vector<ConfigKey>& config_keys() {
        "Decoders `jpeg`, `png` and `image` only; without resize_shorter and crop every image must already be [H, W] "
        "(tar).",
        "random"},
+      {"source.members[].device", "one of: cpu, gpu, auto", "cpu",
+       "Where a jpeg member is decoded: cpu (libjpeg-turbo on the decode threads), gpu (nvJPEG's hardware decoder "
+       "on the delivery GPU; the images it cannot decode on the CPU), auto (both at once, sharing the images so that "
+       "neither idles; the CPU alone where the build has no nvJPEG) (tar).",
+       "auto"},
       {"source.root", "path", "required (image_folder)",
        "The folder of images, one sub-folder per class: `root/<class>/<file>`. Class folders sorted by name are labels "
        "0, 1, ...; below each, files are found in sub-folders too and sorted by path; hidden files and folders are "
@@ -89,6 +94,11 @@ const std::vector<ConfigKey>& config_keys() {
        "Decoders `jpeg`, `png` and `image` only; without resize_shorter and crop every image must already be [H, W] "
        "(image_folder).",
        "random"},
+      {"source.image.device", "one of: cpu, gpu, auto", "cpu",
+       "Where the jpeg decoder decodes: cpu (libjpeg-turbo on the decode threads), gpu (nvJPEG's hardware decoder on "
+       "the delivery GPU; the images it cannot decode on the CPU), auto (both at once, sharing the images so that "
+       "neither idles; the CPU alone where the build has no nvJPEG) (image_folder).",
+       "auto"},
       {"source.samples", "integer >= 1", "1024", "Samples in the dataset (synthetic).", "10000"},
       {"source.seed", "integer", "0",
        "Seed of the synthetic data: the same seed gives the same bytes on every machine.", "7"},

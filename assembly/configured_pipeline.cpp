@@ -8,6 +8,7 @@
 #include "ferry/assembly/config_loader.h"
 #include "ferry/assembly/pipeline_state_loader.h"
 #include "ferry/io/decoders/decoder_registry.h"
+#include "ferry/io/decoders/nvjpeg_decoder.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/io/util/units.h"
 #include "ferry/pipeline/pinned_pool.h"
@@ -54,10 +55,23 @@ std::shared_ptr<const Source> check_config(const Config& config) {
     add(config.sampler.world_size && !config.sampler.rank ? "sampler.world_size" : "sampler.rank", e.cause());
   }
   const PipelineOptions options = resolve_pipeline_options(config, placement.value_or(Placement{}));
+  std::optional<at::Device> device;
   try {
-    (void)resolve_device(options.device);
+    device = resolve_device(options.device);
   } catch (const Error& e) {
     add("transfer.device", e.cause());
+  }
+  // Note [GPU JPEG decode]: device: gpu needs the decoder in this build and batches on a GPU; auto uses it
+  // where it can and the CPU otherwise.
+  for (const auto& [field, where] : options.decode_devices) {
+    if (where != DecodeDevice::kGpu || !device) continue;
+    const std::string key = config.source.kind == "image_folder" ? "source.image.device" : "source.members";
+    if (!device->is_cuda()) {
+      add(key, "field '" + field + "' is to be decoded on the GPU (device: gpu), but batches go to " + device->str() +
+                   " (transfer.device): deliver them to a CUDA device, or use device: cpu or auto");
+    } else if (const std::string why = detail::NvJpegDecoder::unavailable_reason(); !why.empty()) {
+      add(key, "this build cannot decode JPEGs on the GPU (" + why + "): use device: cpu or auto");
+    }
   }
 
   std::shared_ptr<const Source> source;

@@ -323,6 +323,8 @@ int info(const std::vector<std::string_view>& args) {
   std::printf("  oneTBB        %s\n", TBB_VERSION_STRING);
   std::printf("  CUDA runtime  %s\n", ferry::cuda_runtime_version().c_str());
   std::printf("  CUDA driver   %s\n", ferry::cuda_driver_version().c_str());
+  std::printf("  nvjpeg: %s\n", FERRY_NVJPEG ? "yes (jpeg device: gpu and auto decode on the GPU)"
+                                             : ("no: " + std::string(FERRY_NVJPEG_REASON)).c_str());
   const std::vector<ferry::CudaDeviceInfo> devices = ferry::cuda_devices(/*free_memory=*/true);
   if (devices.empty()) {
     std::printf("  devices       %s\n", ferry::cuda_unavailable_reason().c_str());
@@ -362,7 +364,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (args[0] == "--version" || args[0] == "version") {
-      std::printf("ferry %s (%s build; libtorch %s)\n", FERRY_VERSION, FERRY_BUILD_KIND, FERRY_TORCH_VERSION);
+      std::printf("ferry %s (%s build; libtorch %s; nvjpeg: %s)\n", FERRY_VERSION, FERRY_BUILD_KIND,
+                  FERRY_TORCH_VERSION, FERRY_NVJPEG ? "yes" : "no");
       return 0;
     }
     for (const Command& known : kCommands) {

@@ -119,6 +119,13 @@ void append_body(std::string& text, const PipelineStats& stats) {
           plural(pool.waits, "wait for a slab", "waits for a slab").c_str(), pool.wait_seconds,
           plural(pool.host_alloc_calls, "cudaHostAlloc call", "cudaHostAlloc calls").c_str(),
           plural(pool.allocations_after_start, "allocation", "allocations").c_str());
+  if (const PipelineStats::GpuDecodeStats& gpu = stats.gpu_decode; gpu.enabled) {
+    const uint64_t images = gpu.gpu_images + gpu.cpu_images;
+    appendf(text, "  jpeg       %s on the GPU (%.0f%%), %s on the CPU; the GPU groups took %.3f s (summed over threads)\n",
+            plural(gpu.gpu_images, "image", "images").c_str(),
+            images != 0 ? 100.0 * static_cast<double>(gpu.gpu_images) / static_cast<double>(images) : 0.0,
+            plural(gpu.cpu_images, "image", "images").c_str(), gpu.gpu_group_seconds);
+  }
   if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {
     appendf(text, "  cache      %s memory on %s: %s of %s, %s kept%s\n", cache.memory.c_str(), cache.location.c_str(),
             format_decimal_bytes(static_cast<double>(cache.used_bytes)).c_str(),
@@ -382,6 +389,17 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
       .value(pool.allocations_after_start)
       .end_object();
 
+  if (const PipelineStats::GpuDecodeStats& gpu = stats.gpu_decode; gpu.enabled) {
+    json.key("gpu_decode")
+        .begin_object()
+        .key("gpu_images")
+        .value(gpu.gpu_images)
+        .key("cpu_images")
+        .value(gpu.cpu_images)
+        .key("gpu_group_seconds")
+        .value(seconds_value(gpu.gpu_group_seconds))
+        .end_object();
+  }
   if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {
     json.key("cache")
         .begin_object()

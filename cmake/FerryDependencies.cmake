@@ -148,3 +148,17 @@ else()
   endif()
 endif()
 message(STATUS "ferry: dataset cache gather kernel: ${FERRY_SEGMENT_KERNEL} ${FERRY_SEGMENT_KERNEL_REASON}")
+
+# JPEG decoding on the GPU (jpeg decoder's device: gpu | auto) uses nvJPEG, which the CUDA toolkit ships
+# (CUDA::nvjpeg, found by FindCUDAToolkit) in most installs but not in every distribution's (Debian's has
+# none), and ferry's kernels for the resize after it.
+set(FERRY_NVJPEG 0)
+if(NOT FERRY_SEGMENT_KERNEL)
+  set(FERRY_NVJPEG_REASON "the GPU JPEG decoder needs ferry's CUDA kernels: ${FERRY_SEGMENT_KERNEL_REASON}")
+elseif(NOT TARGET CUDA::nvjpeg)
+  set(FERRY_NVJPEG_REASON "the CUDA toolkit ${CUDAToolkit_VERSION} (${CUDAToolkit_LIBRARY_DIR}) has no nvJPEG library")
+else()
+  set(FERRY_NVJPEG 1)
+  set(FERRY_NVJPEG_REASON "")
+endif()
+message(STATUS "ferry: GPU JPEG decoder (nvJPEG): ${FERRY_NVJPEG} ${FERRY_NVJPEG_REASON}")

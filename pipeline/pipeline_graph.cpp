@@ -1,6 +1,7 @@
 #include "ferry/pipeline/pipeline_graph.h"
 
 #include <cstdio>
+#include <tuple>
 
 #include <oneapi/tbb/info.h>
 
@@ -49,7 +50,9 @@ struct PipelineGraph::Nodes {
         decode(g, p.decode_threads_,
                [&p](const GroupPtr& group) {
                  p.shielded("decode", [&] {
+                   const uint64_t started_ns = p.now_ns();
                    for (SampleWork& sample : group->samples) p.decode(sample);
+                   p.decode_pending(*group, started_ns);
                  });
                  return group;
                }),
@@ -284,15 +287,46 @@ size_t PipelineGraph::group_size(size_t samples) const {
   return std::max<size_t>(1, std::min(wanted, widest));
 }
 
+size_t PipelineGraph::gpu_share(size_t samples) const {
+  const uint64_t gpu_images = gpu_group_images_.load(std::memory_order_relaxed);
+  const uint64_t cpu_images = cpu_sample_images_.load(std::memory_order_relaxed);
+  if (gpu_images < kGroupWarmupSamples || cpu_images < kGroupWarmupSamples) return samples / 2;  // until both are measured
+  const double g = static_cast<double>(gpu_group_ns_.load(std::memory_order_relaxed)) / static_cast<double>(gpu_images);
+  const double c = static_cast<double>(cpu_sample_ns_.load(std::memory_order_relaxed)) / static_cast<double>(cpu_images);
+  // k images on the GPU take k g on the group's thread; the other n - k take (n - k) c / (T - 1) on the
+  // remaining threads. Equal when k = n c / (c + g (T - 1)).
+  const double others = static_cast<double>(std::max<size_t>(1, decode_threads_) - 1);
+  const double k = static_cast<double>(samples) * c / (c + g * others);
+  return std::min(samples, static_cast<size_t>(std::llround(k)));
+}
+
 template <typename Put>
 void PipelineGraph::split(const PlanPtr& plan, Put&& put) {
   const size_t slots = plan->slots();
-  const size_t size = group_size(slots);
-  const size_t groups = (slots + size - 1) / size;
   size_t position = 0;
+  // Note [GPU JPEG decode]: the GPU's share of a plan is one group, so that one call decodes it.
+  const SampleStage::GpuShare share = stages_.decode->gpu_share();
+  if (share != SampleStage::GpuShare::kNone && plan->kind == BatchPlan::Kind::kSamples) {
+    const size_t count = share == SampleStage::GpuShare::kAll ? slots : gpu_share(slots);
+    if (count > 0) {
+      auto group = std::make_shared<SampleGroup>();
+      group->sequence = next_group_sequence_++;
+      group->samples.resize(count);
+      for (SampleWork& sample : group->samples) {
+        sample.plan = plan;
+        sample.position = static_cast<uint32_t>(position++);
+        sample.on_gpu = true;
+      }
+      put(std::move(group));
+    }
+  }
+  const size_t rest = slots - position;
+  if (rest == 0) return;
+  const size_t size = group_size(rest);
+  const size_t groups = (rest + size - 1) / size;
   for (size_t g = 0; g < groups; ++g) {
     // Sizes differ by at most one, so that no group is left with a straggler or two.
-    const size_t count = slots / groups + (g < slots % groups ? 1 : 0);
+    const size_t count = rest / groups + (g < rest % groups ? 1 : 0);
     auto group = std::make_shared<SampleGroup>();
     group->sequence = next_group_sequence_++;
     group->samples.resize(count);
@@ -309,8 +343,43 @@ void PipelineGraph::decode(SampleWork& sample) {
   // still be decoded: those batches are delivered before the error (Note [in-band errors and markers]).
   if (sample.is_marker() || stop_.load(std::memory_order_acquire)) return;
   const ErrorContext where{"decode", sample.index(), sample.plan->epoch, sample.plan->index};
+  const uint64_t start_ns = sample.on_gpu ? 0 : now_ns();
   if (auto error = guarded(kDecode, where, [&] { stages_.decode->run(sample); })) sample.error = std::move(error);
-  if (sample.error && replace_) replace(sample);
+  if (sample.error) sample.pending.clear();
+  if (sample.error && replace_) {
+    sample.on_gpu = false;  // a replacement is decoded here, on the CPU
+    replace(sample);
+  }
+  if (!sample.on_gpu && stages_.decode->gpu_share() == SampleStage::GpuShare::kShare) {
+    cpu_sample_ns_.fetch_add(now_ns() - start_ns, std::memory_order_relaxed);
+    cpu_sample_images_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void PipelineGraph::decode_pending(SampleGroup& group, uint64_t started_ns) {
+  if (group.samples.empty() || !group.samples.front().on_gpu || stop_.load(std::memory_order_acquire)) return;
+  const uint64_t start_ns = now_ns();
+  std::vector<SampleWork*> pending;
+  for (SampleWork& sample : group.samples) {
+    if (!sample.pending.empty() && !sample.error) pending.push_back(&sample);
+  }
+  if (!pending.empty()) {
+    stages_.decode->run_pending(pending, [this](SampleWork& sample, std::exception_ptr failure) {
+      const ErrorContext where{"decode", sample.index(), sample.plan->epoch, sample.plan->index};
+      sample.error = error_from(failure, where);
+      run_.stages[kDecode].not_out.fetch_add(1, std::memory_order_release);
+      if (on_error_ != OnError::kSkip) failed_.store(true, std::memory_order_release);
+      if (replace_) {
+        sample.on_gpu = false;
+        replace(sample);
+      }
+    });
+  }
+  const uint64_t end_ns = now_ns();
+  run_.stages[kDecode].busy_ns.fetch_add(end_ns - start_ns, std::memory_order_relaxed);
+  // gpu_share() weighs the group's whole time per image: its samples' reads and CPU work, and this call.
+  gpu_group_ns_.fetch_add(end_ns - started_ns, std::memory_order_relaxed);
+  gpu_group_images_.fetch_add(group.samples.size(), std::memory_order_relaxed);
 }
 
 // Note [replacing skipped samples]
@@ -569,6 +638,11 @@ PipelineStats PipelineGraph::stats() const {
                                           stages_.h2d->name(), stages_.event_wait->name()},
                                          stages_.pool.get()});
   if (stages_.cache) stats.cache = stages_.cache->stats();
+  if (stages_.decode->gpu_share() != SampleStage::GpuShare::kNone) {
+    stats.gpu_decode.enabled = true;
+    std::tie(stats.gpu_decode.gpu_images, stats.gpu_decode.cpu_images) = stages_.decode->gpu_counts();
+    stats.gpu_decode.gpu_group_seconds = static_cast<double>(gpu_group_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  }
   return stats;
 }
 

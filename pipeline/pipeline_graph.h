@@ -123,6 +123,13 @@ class PipelineGraph {
   static constexpr uint64_t kGroupWarmupSamples = 64;  // decoded before groups grow past one sample
   static constexpr uint64_t kGroupTargetNs = 50'000;
   void decode(SampleWork& sample);
+  /// Decode node, after decode() of each sample of `group`: the GPU part (Note [GPU JPEG decode] in
+  /// io/decoders/nvjpeg_decoder.h), one batched call for the group's pending fields. `started_ns`: when
+  /// the group's task began (now_ns()), for gpu_share()'s measurements.
+  void decode_pending(SampleGroup& group, uint64_t started_ns);
+  /// How many of a plan's `samples` the split node routes to the GPU under GpuShare::kShare: sized from
+  /// the measured cost per image of each path so that the GPU group and the CPU threads finish together.
+  size_t gpu_share(size_t samples) const;
   /// Collate node: hands the sample to the cutter, collates the batches it cuts and appends every item
   /// to `out` (Note [refilling batches] in batch_cutter.cpp).
   void collect(SamplePtr sample, std::vector<WorkPtr>& out);
@@ -168,6 +175,10 @@ class PipelineGraph {
   std::atomic<bool> enough_{false};    // collate has emitted max_batches batches: plan no more
   std::atomic<int64_t> ended_ns_{-1};  // mark_ended(): when the run ended; -1 while it runs
   RunCounters run_;                    // what stats() reports: Note [stats] in run_counters.h
+  // gpu_share()'s measurements: a GPU group's whole task time (reads, GPU decode, fallbacks) per image,
+  // and a CPU-routed sample's decode time, each with its count.
+  std::atomic<uint64_t> gpu_group_ns_{0}, gpu_group_images_{0};
+  std::atomic<uint64_t> cpu_sample_ns_{0}, cpu_sample_images_{0};
 
   BoundedQueue<WorkPtr> in_flight_;  // h2d -> completion thread
   // The serial h2d node runs on any worker thread: push through one lane to keep batch order.

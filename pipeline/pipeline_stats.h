@@ -97,6 +97,15 @@ struct PipelineStats {
   PinnedPoolStats pool;
   /// The dataset cache (Note [dataset cache]); enabled false without one.
   DatasetCacheStats cache;
+  /// JPEG fields decoded on the GPU (Note [GPU JPEG decode] in io/decoders/nvjpeg_decoder.h): how many images
+  /// each path decoded, and the time the GPU groups' tasks took (summed over threads: reads, the GPU's decode,
+  /// CPU fallbacks). enabled false when no field is decoded on the GPU.
+  struct GpuDecodeStats {
+    bool enabled = false;
+    uint64_t gpu_images = 0;
+    uint64_t cpu_images = 0;  // of the same fields: routed to the CPU, or not decodable by the hardware
+    double gpu_group_seconds = 0.0;
+  } gpu_decode;
 
   uint64_t skipped_samples = 0;        // all samples skipped so far
   std::vector<SkippedSample> skipped;  // the first kMaxListedSkips of them

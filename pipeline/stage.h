@@ -1,9 +1,13 @@
 #pragma once
 
 #include <atomic>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "ferry/pipeline/dataset_cache.h"
 #include "ferry/pipeline/pinned_pool.h"
@@ -33,9 +37,25 @@ class BatchSource {
 /// and the sample's identity to the error.
 class SampleStage {
  public:
+  /// Which samples a stage decodes on the GPU (Note [GPU JPEG decode] in io/decoders/nvjpeg_decoder.h):
+  /// none; every one the hardware can (kAll); or a share sized so that the GPU and the CPU threads
+  /// finish together (kShare). The split node routes samples accordingly (SampleWork::on_gpu).
+  enum class GpuShare { kNone, kAll, kShare };
+
   virtual ~SampleStage() = default;
   virtual std::string_view name() const = 0;
   virtual void run(SampleWork& work) = 0;
+  virtual GpuShare gpu_share() const { return GpuShare::kNone; }
+  /// Images of GPU-decoded fields decoded on the GPU and on the CPU so far (thread-safe).
+  virtual std::pair<uint64_t, uint64_t> gpu_counts() const { return {0, 0}; }
+  /// Decodes what run() left pending in `samples` (one group: one batched GPU call), filling their
+  /// fields. Calls `failed(sample, error)` for each sample whose pending field could not be decoded
+  /// anywhere. Called from a decode thread after run() for each of them; blocks until the GPU is done.
+  virtual void run_pending(const std::vector<SampleWork*>& samples,
+                           const std::function<void(SampleWork&, std::exception_ptr)>& failed) {
+    (void)samples;
+    (void)failed;
+  }
 };
 
 /// A stage that works on one batch at a time, called serially, in batch order. `stop` turns true

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -45,6 +46,17 @@ struct BatchPlan {
   ErrorContext where(std::string stage) const { return ErrorContext{std::move(stage), std::nullopt, epoch, index}; }
 };
 
+/// A field the decode stage left for the GPU's JPEG decoder (Note [GPU JPEG decode] in
+/// io/decoders/nvjpeg_decoder.h): the encoded bytes and, in plain numbers, where the field's image
+/// comes from (io's ImageWindow and the shrink before the resize).
+struct PendingImage {
+  size_t field = 0;
+  at::Tensor encoded;  // contiguous uint8 bytes of the file
+  int64_t width = 0, height = 0;
+  int64_t resized_h = 0, resized_w = 0, top = 0, left = 0, out_h = 0, out_w = 0;
+  int64_t shrink = 1;
+};
+
 /// One sample on its way through decode. Owned by one graph node at a time.
 struct SampleWork {
   std::shared_ptr<const BatchPlan> plan;
@@ -61,6 +73,10 @@ struct SampleWork {
   std::optional<uint64_t> replacement;
   std::vector<SkippedSample> skipped;
   bool unskippable = false;
+  /// Note [GPU JPEG decode]: the split node routed this sample's GPU-decodable fields to the GPU; the
+  /// decode stage leaves them in `pending` for its group's batched decode, which fills `fields`.
+  bool on_gpu = false;
+  std::vector<PendingImage> pending;
 
   bool is_marker() const noexcept { return plan->kind != BatchPlan::Kind::kSamples; }
   /// The source index read: the planned sample's, or its replacement's.
@@ -100,6 +116,9 @@ struct BatchWork {
   std::vector<CopyChunk> chunks;                     // pack: one copy each
   std::vector<at::Tensor> direct_sources;            // pack: pinned tensors copied from in place (h2d hands
                                                      // them to the slab's lease)
+  /// pack: samples' fields already on the device (decoded there: Note [GPU JPEG decode]) and their
+  /// offsets in the batch; h2d copies them on the device and hands them to the slab's lease too.
+  std::vector<std::pair<size_t, at::Tensor>> device_sources;
   Batch batch;                                       // h2d: the delivered batch (device views)
   std::optional<Error> error;
 

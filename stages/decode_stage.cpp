@@ -3,6 +3,11 @@
 #include <algorithm>
 #include <sstream>
 
+#include <ATen/ops/empty.h>
+
+#include "ferry/io/decoders/image_window.h"
+#include "ferry/io/decoders/jpeg_decoder.h"
+#include "ferry/io/decoders/nvjpeg_decoder.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/pipeline/error.h"
 
@@ -81,6 +86,130 @@ DecodeStage::DecodeStage(std::shared_ptr<const Source> source, const DecoderRegi
   }
 }
 
+void DecodeStage::use_gpu(std::shared_ptr<detail::NvJpegDecoder> nvjpeg, const std::vector<std::string>& fields,
+                          GpuShare share) {
+  const std::vector<FieldSpec>& specs = source_->fields();
+  on_gpu_.assign(specs.size(), false);
+  for (const std::string& field : fields) {
+    const auto found =
+        std::find_if(specs.begin(), specs.end(), [&](const FieldSpec& spec) { return spec.name == field; });
+    if (found == specs.end()) {
+      throw Error("field '" + field + "' is to be decoded on the GPU, but " + source_->describe() + " has no such field");
+    }
+    const auto i = static_cast<size_t>(found - specs.begin());
+    if (dynamic_cast<const JpegDecoder*>(decoders_[i].get()) == nullptr) {
+      throw Error("field '" + field + "' is to be decoded on the GPU, which the jpeg decoder does; its decoder is '" +
+                  std::string(decoders_[i]->name()) + "'");
+    }
+    on_gpu_[i] = true;
+  }
+  nvjpeg_ = std::move(nvjpeg);
+  share_ = fields.empty() ? GpuShare::kNone : share;
+}
+
+bool DecodeStage::defer(SampleWork& work, size_t i, const at::Tensor& encoded) {
+  const FieldSpec& spec = source_->fields()[i];
+  const auto* jpeg = static_cast<const JpegDecoder*>(decoders_[i].get());
+  const at::Tensor bytes = detail::encoded_image_bytes(encoded, spec, "jpeg", "JPEG");
+  const auto* data = bytes.data_ptr<uint8_t>();
+  const detail::JpegHeader header = detail::read_jpeg_header(data, bytes.numel());
+  const DecodeContext context{work.plan->epoch, work.index()};
+  const detail::ImageWindow window = detail::plan_image_window(
+      "JPEG", header.height, header.width, jpeg->options(), detail::CropSource{&context, data, bytes.numel()}, spec);
+  // Very large images, and files the hardware cannot decode, go to the CPU decoder (which shrinks large
+  // ones while it decodes, and says what is wrong with a file).
+  if (int64_t{header.width} * header.height > detail::kMaxImagePixels) return false;
+  if (!nvjpeg_->supported(data, static_cast<size_t>(bytes.numel()))) return false;
+  PendingImage pending;
+  pending.field = i;
+  pending.encoded = bytes;
+  pending.width = header.width;
+  pending.height = header.height;
+  pending.resized_h = window.resized_h;
+  pending.resized_w = window.resized_w;
+  pending.top = window.top;
+  pending.left = window.left;
+  pending.out_h = window.out_h;
+  pending.out_w = window.out_w;
+  pending.shrink = detail::jpeg_shrink_factor(header.width, header.height, window, jpeg->options());
+  work.pending.push_back(std::move(pending));
+  return true;
+}
+
+void DecodeStage::run_pending(const std::vector<SampleWork*>& samples,
+                              const std::function<void(SampleWork&, std::exception_ptr)>& failed) {
+  std::vector<std::pair<SampleWork*, PendingImage*>> items;
+  int64_t bytes = 0;
+  for (SampleWork* sample : samples) {
+    for (PendingImage& pending : sample->pending) {
+      items.emplace_back(sample, &pending);
+      bytes += pending.out_h * pending.out_w * 3;
+    }
+  }
+  if (items.empty()) return;
+  // One allocation for the group's images; each sample's field is a view of it.
+  const at::Tensor memory = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, nvjpeg_->device()));
+  std::vector<detail::GpuJpegImage> images;
+  std::vector<at::Tensor> views;
+  int64_t offset = 0;
+  for (const auto& [sample, pending] : items) {
+    at::Tensor view = memory.narrow(0, offset, pending->out_h * pending->out_w * 3).view({pending->out_h, pending->out_w, 3});
+    offset += pending->out_h * pending->out_w * 3;
+    detail::GpuJpegImage image;
+    image.data = pending->encoded.data_ptr<uint8_t>();
+    image.size = static_cast<size_t>(pending->encoded.numel());
+    image.width = static_cast<int>(pending->width);
+    image.height = static_cast<int>(pending->height);
+    image.window = detail::ImageWindow{pending->resized_h, pending->resized_w, pending->top, pending->left,
+                                       pending->out_h, pending->out_w};
+    image.shrink = static_cast<int>(pending->shrink);
+    image.out = view.data_ptr<uint8_t>();
+    images.push_back(image);
+    views.push_back(std::move(view));
+  }
+  std::vector<std::string> errors;
+  try {
+    errors = nvjpeg_->decode(images);
+  } catch (...) {
+    // The device itself failed: every image of the group fails with it.
+    std::vector<SampleWork*> done;
+    for (const auto& [sample, pending] : items) {
+      if (std::find(done.begin(), done.end(), sample) != done.end()) continue;
+      done.push_back(sample);
+      sample->pending.clear();
+      failed(*sample, std::current_exception());
+    }
+    return;
+  }
+  const std::vector<FieldSpec>& specs = source_->fields();
+  for (size_t k = 0; k < items.size(); ++k) {
+    SampleWork& sample = *items[k].first;
+    const PendingImage& pending = *items[k].second;
+    const size_t i = pending.field;
+    if (errors[k].empty()) {
+      sample.fields[i] = views[k];
+      gpu_images_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    // The hardware could not decode it: the CPU decoder tries, and says what is wrong if it cannot either.
+    try {
+      sample.fields[i] = decoders_[i]->decode_sample(pending.encoded, specs[i],
+                                                     DecodeContext{sample.plan->epoch, sample.index()});
+      check_decoded(sample.fields[i], specs[i]);
+      cpu_images_.fetch_add(1, std::memory_order_relaxed);
+    } catch (const std::exception& e) {
+      sample.fields[i] = at::Tensor();
+      try {
+        throw Error(sample.key + ": field '" + specs[i].name + "' (decoder 'jpeg'): " + errors[k] +
+                    " on the GPU; on the CPU: " + cause_of(e));
+      } catch (...) {
+        failed(sample, std::current_exception());
+      }
+    }
+  }
+  for (SampleWork* sample : samples) sample->pending.clear();
+}
+
 void DecodeStage::run(SampleWork& work) {
   if (cache_ && cache_->contains(work.index())) {
     work.cached = true;
@@ -94,8 +223,13 @@ void DecodeStage::run(SampleWork& work) {
                 " fields, its schema has " + std::to_string(specs.size()));
   }
   work.fields.resize(specs.size());
+  work.pending.clear();
   for (size_t i = 0; i < specs.size(); ++i) {
     try {
+      if (!on_gpu_.empty() && on_gpu_[i]) {
+        if (work.on_gpu && defer(work, i, encoded.fields[i])) continue;  // run_pending() decodes it
+        cpu_images_.fetch_add(1, std::memory_order_relaxed);
+      }
       work.fields[i] =
           decoders_[i]->decode_sample(encoded.fields[i], specs[i], DecodeContext{work.plan->epoch, work.index()});
       check_decoded(work.fields[i], specs[i]);

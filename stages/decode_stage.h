@@ -1,5 +1,7 @@
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -11,6 +13,10 @@
 #include "ferry/pipeline/stage.h"
 
 namespace ferry {
+
+namespace detail {
+class NvJpegDecoder;
+}
 
 /// Reads a sample from the source and decodes each field with its decoder (see the constructor),
 /// then checks the result against the spec (dtype, fixed dims, max_length), so that a decoder's
@@ -32,10 +38,33 @@ class DecodeStage : public SampleStage {
   /// Each field's decoder, in the source's field order.
   const std::vector<std::shared_ptr<const Decoder>>& decoders() const noexcept { return decoders_; }
 
+  /// Decodes `fields` (by name; each must have a JpegDecoder) with `nvjpeg` where a sample is routed to
+  /// the GPU (Note [GPU JPEG decode]); `share` says which samples the split node routes there. Throws
+  /// ferry::Error naming a field the source lacks or that another decoder decodes. Before the start.
+  void use_gpu(std::shared_ptr<detail::NvJpegDecoder> nvjpeg, const std::vector<std::string>& fields, GpuShare share);
+  GpuShare gpu_share() const override { return share_; }
+  /// run() leaves a GPU-routed sample's GPU fields in SampleWork::pending when the hardware can decode the
+  /// file; this decodes them all in one call and falls back to the CPU for those that fail there.
+  void run_pending(const std::vector<SampleWork*>& samples,
+                   const std::function<void(SampleWork&, std::exception_ptr)>& failed) override;
+  std::pair<uint64_t, uint64_t> gpu_counts() const override {
+    return {gpu_images_.load(std::memory_order_relaxed), cpu_images_.load(std::memory_order_relaxed)};
+  }
+
  private:
+  /// run() for field `i` of a GPU-routed sample: pending (true) or to be decoded on the CPU (false).
+  bool defer(SampleWork& work, size_t i, const at::Tensor& encoded);
+
+
   std::shared_ptr<const Source> source_;
   std::vector<std::shared_ptr<const Decoder>> decoders_;  // one per field
   std::shared_ptr<const DatasetCache> cache_;             // samples it holds are not read (may be null)
+  // Note [GPU JPEG decode]: set by use_gpu() before the start, read-only after it.
+  std::shared_ptr<detail::NvJpegDecoder> nvjpeg_;
+  std::vector<bool> on_gpu_;  // per field
+  GpuShare share_ = GpuShare::kNone;
+  std::atomic<uint64_t> gpu_images_{0};
+  std::atomic<uint64_t> cpu_images_{0};  // of GPU fields
 };
 
 }  // namespace ferry

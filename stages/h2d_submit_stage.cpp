@@ -8,6 +8,7 @@
 #include "ferry/pipeline/device_guard.h"
 #include "ferry/pipeline/fault_injection.h"
 #include "ferry/pipeline/host_buffer_ring.h"
+#include "ferry/pipeline/segment_copy.h"
 #include "ferry/pipeline/tensor_views.h"
 #include "ferry/pipeline/torch_cuda.h"
 #include "ferry/stages/image_augment.h"
@@ -99,6 +100,18 @@ at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaE
   // copied in place — outlive the copies that read them. That holds when a later copy fails too: the
   // earlier ones are queued already.
   auto in_place = std::make_shared<std::vector<at::Tensor>>(std::move(work.direct_sources));
+  // Fields decoded on the device (Note [GPU JPEG decode]) are read by the gather below: kept alike.
+  std::vector<CopySegment> on_device;
+  on_device.reserve(work.device_sources.size());
+  for (auto& [offset, tensor] : work.device_sources) {
+    CopySegment segment;
+    segment.target = static_cast<std::byte*>(buffer.data_ptr()) + offset;
+    segment.source = static_cast<const std::byte*>(tensor.data_ptr());
+    segment.copy_bytes = tensor.nbytes();
+    on_device.push_back(segment);
+    in_place->push_back(std::move(tensor));
+  }
+  work.device_sources.clear();
   auto protect = [&] {
     ready->record(stream_->handle());
     work.slab.attach_event(ready, in_place);
@@ -112,6 +125,7 @@ at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaE
                            : cudaMemcpyAsync(target + chunk.offset, chunk.source, chunk.bytes, cudaMemcpyHostToDevice,
                                              stream_->handle()));
     }
+    copy_segments_on_device(on_device, stream_->handle());
     if (cache_) cache_->serve(work, target, from_host(work), stream_->handle());
     if (augment) {
       const auto images = reinterpret_cast<const uint8_t*>(target + work.layout.fields[augment->field].offset);
@@ -137,6 +151,9 @@ at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaE
 }
 
 at::Tensor H2DSubmitStage::copy_to_host(BatchWork& work, size_t bytes, const std::optional<Augmented>& augment) {
+  if (!work.device_sources.empty()) {
+    throw Error("fields decoded on the GPU need a CUDA delivery device (transfer.device), not the CPU");
+  }
   at::Tensor buffer = host_buffers_->take(bytes);
   auto* target = static_cast<std::byte*>(buffer.data_ptr());
   std::vector<CopyOp> copies;

@@ -34,6 +34,7 @@ void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
   const BatchLayout& layout = work.layout;
   work.chunks.clear();
   work.direct_sources.clear();
+  work.device_sources.clear();
   // Cached samples are gathered on the device (Note [dataset cache]); a batch of them only needs no slab.
   if (std::all_of(work.samples.begin(), work.samples.end(), [](const auto& sample) { return sample->cached; })) return;
   if (layout.total_bytes > pool_->slab_bytes()) {
@@ -83,6 +84,14 @@ void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
       }
       const at::Tensor& tensor = sample->fields[static_cast<size_t>(field.source_field)];
       const size_t bytes = tensor.nbytes();
+      if (tensor.is_cuda()) {  // decoded on the device (Note [GPU JPEG decode]): h2d copies it there
+        if (field.padded && bytes < field.slot_bytes) {
+          throw Error("a field decoded on the GPU cannot be padded (field " + std::to_string(field.source_field) + ")");
+        }
+        work.device_sources.emplace_back(offset, tensor);
+        offset += field.slot_bytes;
+        continue;
+      }
       if (!(field.padded && bytes < field.slot_bytes) && copy_in_place(tensor, offset)) {
         offset += field.slot_bytes;
         continue;

@@ -1,6 +1,7 @@
 #include "ferry/stages/standard_pipeline.h"
 
 #include "ferry/io/decoders/decoder_registry.h"
+#include "ferry/io/decoders/nvjpeg_decoder.h"
 #include "ferry/io/samplers/sequential_sampler.h"
 #include "ferry/pipeline/cuda_device.h"
 #include "ferry/stages/batch_planner.h"
@@ -41,6 +42,30 @@ at::Device resolve_device(const std::string& name) {
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
+void use_gpu_decoder(DecodeStage& decode, const PipelineOptions& options, const at::Device& device) {
+  std::vector<std::string> fields;
+  bool all = true;  // every GPU field wants the GPU for every image it can decode
+  for (const auto& [field, where] : options.decode_devices) {
+    if (where == DecodeDevice::kCpu) continue;
+    if (where == DecodeDevice::kGpu && !device.is_cuda()) {
+      throw Error("field '" + field + "' is to be decoded on the GPU (device: gpu), but batches go to " +
+                  device.str() + ": deliver to a CUDA device (transfer.device), or decode it on the CPU");
+    }
+    fields.push_back(field);
+    all = all && where == DecodeDevice::kGpu;
+  }
+  if (fields.empty()) return;
+  std::shared_ptr<detail::NvJpegDecoder> nvjpeg;
+  try {
+    if (!device.is_cuda()) throw Error("batches go to " + device.str());
+    nvjpeg = std::make_shared<detail::NvJpegDecoder>(device.index());
+  } catch (const Error&) {
+    if (all) throw;
+    return;  // device: auto without a GPU decoder is the CPU alone (the report says so: no image on the GPU)
+  }
+  decode.use_gpu(std::move(nvjpeg), fields, all ? SampleStage::GpuShare::kAll : SampleStage::GpuShare::kShare);
+}
+
 StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOptions& options,
                               std::shared_ptr<const Sampler> sampler, const FieldDecoders& field_decoders) {
   options.check();
@@ -68,6 +93,7 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
   pool_options.pinned = device.is_cuda();
 
   auto decode = std::make_unique<DecodeStage>(source, DecoderRegistry::global(), options.decoders, field_decoders);
+  use_gpu_decoder(*decode, options, device);
   std::shared_ptr<DatasetCache> cache;
   if (options.cache.enabled()) {
     cache = DatasetCache::create(plan_dataset_cache(*source, decode->decoders(), options, device, *sampler,

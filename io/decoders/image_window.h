@@ -55,6 +55,21 @@ struct CropSource {
 ImageWindow plan_image_window(std::string_view format, int64_t height, int64_t width, const ImageDecodeOptions& options,
                               const CropSource& crop, const FieldSpec& spec);
 
+/// What a JPEG's header says (TurboJPEG's tjDecompressHeader3): its size, chroma subsampling (TJSAMP_*)
+/// and colour space (TJCS_*).
+struct JpegHeader {
+  int width = 0, height = 0, subsampling = 0, colorspace = 0;
+};
+
+/// Reads the header of the `size` bytes at `data`. Throws ferry::Error for bytes that are not a JPEG,
+/// for CMYK and YCCK JPEGs (which ferry does not decode) and for one without pixels. Thread-safe.
+JpegHeader read_jpeg_header(const uint8_t* data, int64_t size);
+
+/// How far a JPEG decoder shrinks an image of `width` x `height` in the DCT domain before the bilinear step
+/// for `window` (libjpeg-turbo's scaled IDCTs: 1, 2, 4 or 8): the largest factor that keeps at least the
+/// resized size, when resizing. The GPU decoder averages blocks of the same size (Note [GPU JPEG decode]).
+int jpeg_shrink_factor(int width, int height, const ImageWindow& window, const ImageDecodeOptions& options);
+
 /// `image` (uint8 [h, w, 3], contiguous) shrunk by averaging each `factor` x `factor` block:
 /// [h / factor, w / factor, 3], the rest rows and columns dropped. An area average, for shrinking
 /// by more than the bilinear step can without aliasing. Allocates the result.

@@ -30,6 +30,35 @@ Error turbojpeg_error(tjhandle handle, int64_t bytes, const char* doing) {
 
 }  // namespace
 
+namespace detail {
+
+JpegHeader read_jpeg_header(const uint8_t* data, int64_t size) {
+  tjhandle handle = turbojpeg_handle(TurboJpegRole::kDecompress);
+  JpegHeader header;
+  if (tjDecompressHeader3(handle, data, static_cast<unsigned long>(size), &header.width, &header.height,
+                          &header.subsampling, &header.colorspace) != 0) {
+    throw turbojpeg_error(handle, size, "reading the header");
+  }
+  if (header.colorspace == TJCS_CMYK || header.colorspace == TJCS_YCCK) {
+    throw Error("CMYK JPEG (" + std::to_string(size) +
+                " bytes): ferry decodes RGB and grayscale JPEGs only; converting CMYK needs a colour-management "
+                "system, so convert the dataset to RGB once, offline");
+  }
+  if (header.width <= 0 || header.height <= 0) throw Error("JPEG (" + std::to_string(size) + " bytes) has no pixels");
+  return header;
+}
+
+int jpeg_shrink_factor(int width, int height, const ImageWindow& window, const ImageDecodeOptions& options) {
+  if (options.resize_shorter <= 0) return 1;
+  for (const int denominator : {8, 4, 2}) {
+    const tjscalingfactor factor{1, denominator};
+    if (TJSCALED(width, factor) >= window.resized_w && TJSCALED(height, factor) >= window.resized_h) return denominator;
+  }
+  return 1;
+}
+
+}  // namespace detail
+
 JpegDecoder::JpegDecoder(JpegDecodeOptions options, std::string name) : options_(options), name_(std::move(name)) {
   detail::check_image_options(options_, "jpeg", name_);
 }
@@ -50,17 +79,8 @@ at::Tensor JpegDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& 
   const uint8_t* data = bytes.data_ptr<uint8_t>();
   const auto jpeg_size = static_cast<unsigned long>(size);
 
-  tjhandle handle = turbojpeg_handle(TurboJpegRole::kDecompress);
-  int width = 0, height = 0, subsampling = 0, colorspace = 0;
-  if (tjDecompressHeader3(handle, data, jpeg_size, &width, &height, &subsampling, &colorspace) != 0) {
-    throw turbojpeg_error(handle, size, "reading the header");
-  }
-  if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) {
-    throw Error("CMYK JPEG (" + std::to_string(size) +
-                " bytes): ferry decodes RGB and grayscale JPEGs only; converting CMYK needs a colour-management "
-                "system, so convert the dataset to RGB once, offline");
-  }
-  if (width <= 0 || height <= 0) throw Error("JPEG (" + std::to_string(size) + " bytes) has no pixels");
+  const detail::JpegHeader header = detail::read_jpeg_header(data, size);
+  const int width = header.width, height = header.height;
 
   // Where the output comes from, decided from the header alone, so that a wrong size fails before
   // any pixel is decoded.
@@ -71,18 +91,10 @@ at::Tensor JpegDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& 
   // and 1/8 are libjpeg-turbo's fast scaled IDCTs, and an 8x8 block scaled down is an area average,
   // which is what a large shrink needs (bilinear alone would alias). The bilinear step then does at
   // most a 2x shrink.
-  int decoded_w = width, decoded_h = height;
-  if (options_.resize_shorter > 0) {
-    for (const int denominator : {8, 4, 2}) {
-      const tjscalingfactor factor{1, denominator};
-      const int scaled_w = TJSCALED(width, factor), scaled_h = TJSCALED(height, factor);
-      if (scaled_w >= g.resized_w && scaled_h >= g.resized_h) {
-        decoded_w = scaled_w;
-        decoded_h = scaled_h;
-        break;
-      }
-    }
-  }
+  const int factor = detail::jpeg_shrink_factor(width, height, g, options_);
+  const tjscalingfactor scaling{1, factor};
+  const int decoded_w = TJSCALED(width, scaling), decoded_h = TJSCALED(height, scaling);
+  tjhandle handle = turbojpeg_handle(TurboJpegRole::kDecompress);
   // Checked on what is decoded: a resize may decode a large JPEG at 1/2 to 1/8 of its size.
   if (int64_t{decoded_h} * decoded_w > detail::kMaxImagePixels) {
     throw Error("JPEG of " + std::to_string(width) + " x " + std::to_string(height) + " pixels (" +

@@ -69,7 +69,8 @@ at::Tensor JpegEncoder::encode(const at::Tensor& image) const {
   // other encoders (PIL, OpenCV) use, a little more faithful, and bit-exact across SIMD paths.
   const int status =
       tjCompress2(handle, pixels.data_ptr<uint8_t>(), static_cast<int>(width), 0, static_cast<int>(height), format,
-                  &jpeg.data, &size, subsampling, options_.quality, TJFLAG_ACCURATEDCT);
+                  &jpeg.data, &size, subsampling, options_.quality,
+                  TJFLAG_ACCURATEDCT | (options_.progressive ? TJFLAG_PROGRESSIVE : 0));
   if (status != 0) {
     const std::string message = tjGetErrorStr2(handle);
     discard_turbojpeg_handle(TurboJpegRole::kCompress);

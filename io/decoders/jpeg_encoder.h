@@ -17,9 +17,11 @@ struct JpegEncodeOptions {
   int quality = 90;
   /// For 3-channel (RGB) and 4-channel (CMYK) images; 1-channel images are always gray.
   JpegSubsampling subsampling = JpegSubsampling::k420;
+  /// A progressive JPEG (several scans) instead of a baseline one: what GPU decoders cannot decode.
+  bool progressive = false;
 };
 
-/// An HWC uint8 image in, the bytes of a baseline JPEG file out (a 1-D uint8 tensor, what a Source
+/// An HWC uint8 image in, the bytes of a baseline (or progressive) JPEG file out (a 1-D uint8 tensor, what a Source
 /// hands JpegDecoder), via libjpeg-turbo's TurboJPEG API. Channels: 3 = RGB (stored as YCbCr, as
 /// JPEG files are), 1 = gray, 4 = CMYK (stored as YCCK: only so that tests can make the CMYK files
 /// JpegDecoder refuses). Any strides: a non-contiguous image is copied first.

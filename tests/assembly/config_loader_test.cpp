@@ -297,6 +297,22 @@ augment:
   }
 }
 
+TEST(ConfigLoader, ReadsWhereAJpegFieldIsDecodedAndRefusesItElsewhere) {
+  const std::string folder =
+      "source: {kind: image_folder, root: /tmp, image: {shape: [8, 8, 3], resize_shorter: 8, device: auto}}\n";
+  // parse_config() checks no folder: it only reads.
+  EXPECT_EQ(parse_config(folder, "test.yaml").pipeline.decode_devices.at("image"), DecodeDevice::kAuto);
+  EXPECT_EQ(parse_config(folder, "test.yaml", {"source.image.device=gpu"}).pipeline.decode_devices.at("image"),
+            DecodeDevice::kGpu);
+  EXPECT_NE(problems_of(folder, {"source.image.device=tpu"}).find("source.image.device: expected one of cpu, gpu, auto"),
+            std::string::npos);
+  EXPECT_NE(problems_of(folder, {"source.image.decoder=png"}).find("device: auto is the jpeg decoder's"),
+            std::string::npos)
+      << problems_of(folder, {"source.image.decoder=png"});
+  EXPECT_NE(problems_of(folder, {"cache.memory=device"}).find("is decoded on the GPU (device: auto)"), std::string::npos)
+      << problems_of(folder, {"cache.memory=device"});
+}
+
 TEST(ConfigLoader, AnEmptyFileNamesTheMissingSource) {
   EXPECT_NE(problems_of("").find("source: missing required key"), std::string::npos);
   EXPECT_NE(problems_of("# just a comment\n").find("source: missing required key"), std::string::npos);
@@ -536,7 +552,7 @@ TEST(ConfigLoader, ImageFolderKeysBelongToImageFolderAndItsRootMustExist) {
        "test.yaml:5:15: source.extensions: expected a non-empty list of file extensions, e.g. [jpg, jpeg], found a "
        "list"},
       {folder + "  image: {shape: [8, 8, 3], size: 3}\n",
-       "test.yaml:4:29: source.image.size: unknown key; known in source.image: shape, decoder, resize_shorter, crop"},
+       "test.yaml:4:29: source.image.size: unknown key; known in source.image: shape, decoder, resize_shorter, crop, device"},
       {folder + "  image: {shape: [8, 8, 3]}\n  members: [{name: x, extension: jpg}]\n",
        "test.yaml:5:3: source.members: not a key of source kind 'image_folder' (its keys: kind, root, extensions, "
        "image)"},

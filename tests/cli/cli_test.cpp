@@ -517,6 +517,8 @@ TEST(FerryUsage, VersionNamesTheVersionAndTheBuild) {
     EXPECT_TRUE(result.status.is(0)) << result.status << both(result);
     EXPECT_TRUE(contains(result.out, std::string("ferry ") + FERRY_VERSION + " (")) << both(result);
     EXPECT_TRUE(contains(result.out, std::string("libtorch ") + FERRY_TORCH_VERSION)) << both(result);
+    // Whether the jpeg decoder can use the GPU (bench/augment.py reads it).
+    EXPECT_TRUE(contains(result.out, FERRY_NVJPEG ? "nvjpeg: yes" : "nvjpeg: no")) << both(result);
   }
 }
 

@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <ferry/assembly/config.h>
+#include <ferry/assembly/config_error.h>
 #include <ferry/assembly/config_loader.h>
 #include <ferry/io/decoders/image_decoder.h>
 #include <ferry/io/decoders/jpeg_decoder.h>
@@ -154,6 +155,27 @@ TEST(ImageConfigPipeline, AnImageFolderDeliversEachImageAsTheJpegDecoderMakesIt)
   // A center crop draws nothing: another seed (another order) delivers the same pixels.
   const Delivered again = run(Pipeline::from_yaml(dir / "center.yaml", {"sampler.seed=4"}));
   for (const auto& [index, image] : delivered.images) EXPECT_TRUE(at::equal(image, again.images.at(index))) << index;
+}
+
+// Note [GPU JPEG decode]: device: auto decodes on the CPU where it cannot use the GPU's decoder (here:
+// batches go to the CPU), exactly as device: cpu; device: gpu then refuses to start, naming its key.
+TEST(ImageConfigPipeline, DeviceAutoFallsBackToTheCpuAndDeviceGpuNeedsAGpuDelivery) {
+  const TempDir dir("ferry_image_pipeline");
+  std::mt19937_64 rng(23);
+  const std::vector<Written> written = write_image_folder(dir / "images", rng, 3);
+  write_file(dir / "auto.yaml", image_folder_yaml(dir / "images", "random", 5));
+  const Delivered delivered = run(Pipeline::from_yaml(dir / "auto.yaml", {"source.image.device=auto"}));
+  expect_as_written(delivered, written,
+                    JpegDecodeOptions{.resize_shorter = 40, .crop_height = 32, .crop_width = 32, .crop = Crop::kRandom,
+                                      .seed = 5});
+  try {
+    (void)Pipeline::from_yaml(dir / "auto.yaml", {"source.image.device=gpu"});
+    FAIL() << "device: gpu started with batches going to the CPU";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 1u) << e.what();
+    EXPECT_EQ(e.problems()[0].key, "source.image.device");
+    EXPECT_NE(e.problems()[0].message.find("batches go to cpu"), std::string::npos) << e.what();
+  }
 }
 
 // A folder of JPEGs and PNGs read through decoder `image`: each file decoded by its format's decoder.

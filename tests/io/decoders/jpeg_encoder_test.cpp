@@ -93,6 +93,24 @@ TEST(JpegEncoder, GrayImagesAndGraySubsamplingComeBackAsEqualChannels) {
   EXPECT_FALSE(rgb.select(2, 0).equal(rgb.select(2, 2)));
 }
 
+TEST(JpegEncoder, WritesProgressiveJpegsThatDecodeAsTheBaselineOnesDo) {
+  const at::Tensor image = smooth_image(70, 90, 3, 7);
+  const at::Tensor baseline = JpegEncoder().encode(image);
+  const at::Tensor progressive = JpegEncoder({.progressive = true}).encode(image);
+  // A progressive file's frame header is SOF2 (0xFFC2), a baseline one's SOF0 (0xFFC0).
+  const auto has_marker = [](const at::Tensor& bytes, uint8_t marker) {
+    const uint8_t* data = bytes.data_ptr<uint8_t>();
+    for (int64_t i = 0; i + 1 < bytes.numel(); ++i) {
+      if (data[i] == 0xFF && data[i + 1] == marker) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has_marker(progressive, 0xC2));
+  EXPECT_FALSE(has_marker(baseline, 0xC2));
+  // The same coefficients, scan by scan: the same pixels.
+  EXPECT_TRUE(JpegDecoder().decode(progressive, image_spec(70, 90)).equal(JpegDecoder().decode(baseline, image_spec(70, 90))));
+}
+
 TEST(JpegEncoder, HigherQualityCostsBytesAndBuysAccuracy) {
   const at::Tensor image = smooth_image(128, 128, 3, 7);
   const at::Tensor low = JpegEncoder({.quality = 30}).encode(image);
