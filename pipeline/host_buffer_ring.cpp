@@ -12,6 +12,7 @@ bool free_buffer(const at::Tensor& buffer) { return buffer.use_count() == 1 && b
 }  // namespace
 
 at::Tensor HostBufferRing::take(size_t bytes) {
+  if (!reuses()) return at::empty({static_cast<int64_t>(bytes)}, at::kByte);
   const size_t count = buffers_.size();
   std::optional<size_t> replace;  // a free buffer too small, to make room for the new one
   for (size_t i = 0; i < count; ++i) {

@@ -18,9 +18,28 @@ namespace ferry {
 ///
 /// Serial: one caller at a time (the h2d stage). A buffer's references are dropped on other threads; a
 /// count of one is final, since only the ring could make another.
+///
+/// Under ThreadSanitizer the ring never reuses a buffer: the hand-back is ordered by libtorch's reference
+/// counts, whose atomics are in uninstrumented libc10, so TSan would report the consumer's last read and the
+/// next batch's copy into the same memory as a race (a fresh allocation is new memory to it).
 class HostBufferRing {
  public:
   explicit HostBufferRing(size_t capacity) : capacity_(capacity) {}
+
+  /// Whether this build reuses buffers (not under ThreadSanitizer).
+  static constexpr bool reuses() noexcept {
+#if defined(__SANITIZE_THREAD__)
+    return false;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+    return false;
+#else
+    return true;
+#endif
+#else
+    return true;
+#endif
+  }
 
   /// A 1-D uint8 CPU tensor of at least `bytes`: a free buffer of the ring that is large enough, else a
   /// new one (which replaces the ring's oldest free or smallest buffer when the ring is full). Allocates

@@ -343,14 +343,15 @@ void PipelineGraph::decode(SampleWork& sample) {
   // still be decoded: those batches are delivered before the error (Note [in-band errors and markers]).
   if (sample.is_marker() || stop_.load(std::memory_order_acquire)) return;
   const ErrorContext where{"decode", sample.index(), sample.plan->epoch, sample.plan->index};
-  const uint64_t start_ns = sample.on_gpu ? 0 : now_ns();
+  const bool routed_to_gpu = sample.on_gpu;
+  const uint64_t start_ns = now_ns();
   if (auto error = guarded(kDecode, where, [&] { stages_.decode->run(sample); })) sample.error = std::move(error);
   if (sample.error) sample.pending.clear();
   if (sample.error && replace_) {
     sample.on_gpu = false;  // a replacement is decoded here, on the CPU
     replace(sample);
   }
-  if (!sample.on_gpu && stages_.decode->gpu_share() == SampleStage::GpuShare::kShare) {
+  if (!routed_to_gpu && stages_.decode->gpu_share() == SampleStage::GpuShare::kShare) {
     cpu_sample_ns_.fetch_add(now_ns() - start_ns, std::memory_order_relaxed);
     cpu_sample_images_.fetch_add(1, std::memory_order_relaxed);
   }

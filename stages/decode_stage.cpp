@@ -138,53 +138,59 @@ bool DecodeStage::defer(SampleWork& work, size_t i, const at::Tensor& encoded) {
 
 void DecodeStage::run_pending(const std::vector<SampleWork*>& samples,
                               const std::function<void(SampleWork&, std::exception_ptr)>& failed) {
-  std::vector<std::pair<SampleWork*, PendingImage*>> items;
+  // Taken out of the samples first: failed() may replace a sample, which runs run() on it again.
+  std::vector<std::pair<SampleWork*, PendingImage>> items;
   int64_t bytes = 0;
   for (SampleWork* sample : samples) {
     for (PendingImage& pending : sample->pending) {
-      items.emplace_back(sample, &pending);
       bytes += pending.out_h * pending.out_w * 3;
+      items.emplace_back(sample, std::move(pending));
     }
+    sample->pending.clear();
   }
   if (items.empty()) return;
   // One allocation for the group's images; each sample's field is a view of it.
-  const at::Tensor memory = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, nvjpeg_->device()));
+  const at::Tensor memory =
+      at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, nvjpeg_->device()));
   std::vector<detail::GpuJpegImage> images;
   std::vector<at::Tensor> views;
   int64_t offset = 0;
   for (const auto& [sample, pending] : items) {
-    at::Tensor view = memory.narrow(0, offset, pending->out_h * pending->out_w * 3).view({pending->out_h, pending->out_w, 3});
-    offset += pending->out_h * pending->out_w * 3;
+    const int64_t size = pending.out_h * pending.out_w * 3;
+    at::Tensor view = memory.narrow(0, offset, size).view({pending.out_h, pending.out_w, 3});
+    offset += size;
     detail::GpuJpegImage image;
-    image.data = pending->encoded.data_ptr<uint8_t>();
-    image.size = static_cast<size_t>(pending->encoded.numel());
-    image.width = static_cast<int>(pending->width);
-    image.height = static_cast<int>(pending->height);
-    image.window = detail::ImageWindow{pending->resized_h, pending->resized_w, pending->top, pending->left,
-                                       pending->out_h, pending->out_w};
-    image.shrink = static_cast<int>(pending->shrink);
+    image.data = pending.encoded.data_ptr<uint8_t>();
+    image.size = static_cast<size_t>(pending.encoded.numel());
+    image.width = static_cast<int>(pending.width);
+    image.height = static_cast<int>(pending.height);
+    image.window = detail::ImageWindow{pending.resized_h, pending.resized_w, pending.top,
+                                       pending.left,      pending.out_h,     pending.out_w};
+    image.shrink = static_cast<int>(pending.shrink);
     image.out = view.data_ptr<uint8_t>();
     images.push_back(image);
     views.push_back(std::move(view));
   }
+  std::vector<SampleWork*> done;  // samples that failed: their other images are left alone
+  const auto fail = [&](SampleWork& sample, std::exception_ptr error) {
+    done.push_back(&sample);
+    failed(sample, std::move(error));
+  };
   std::vector<std::string> errors;
   try {
     errors = nvjpeg_->decode(images);
   } catch (...) {
     // The device itself failed: every image of the group fails with it.
-    std::vector<SampleWork*> done;
-    for (const auto& [sample, pending] : items) {
-      if (std::find(done.begin(), done.end(), sample) != done.end()) continue;
-      done.push_back(sample);
-      sample->pending.clear();
-      failed(*sample, std::current_exception());
+    for (const auto& item : items) {
+      if (std::find(done.begin(), done.end(), item.first) == done.end()) fail(*item.first, std::current_exception());
     }
     return;
   }
   const std::vector<FieldSpec>& specs = source_->fields();
   for (size_t k = 0; k < items.size(); ++k) {
     SampleWork& sample = *items[k].first;
-    const PendingImage& pending = *items[k].second;
+    if (std::find(done.begin(), done.end(), &sample) != done.end()) continue;
+    const PendingImage& pending = items[k].second;
     const size_t i = pending.field;
     if (errors[k].empty()) {
       sample.fields[i] = views[k];
@@ -193,21 +199,16 @@ void DecodeStage::run_pending(const std::vector<SampleWork*>& samples,
     }
     // The hardware could not decode it: the CPU decoder tries, and says what is wrong if it cannot either.
     try {
-      sample.fields[i] = decoders_[i]->decode_sample(pending.encoded, specs[i],
-                                                     DecodeContext{sample.plan->epoch, sample.index()});
+      sample.fields[i] =
+          decoders_[i]->decode_sample(pending.encoded, specs[i], DecodeContext{sample.plan->epoch, sample.index()});
       check_decoded(sample.fields[i], specs[i]);
       cpu_images_.fetch_add(1, std::memory_order_relaxed);
     } catch (const std::exception& e) {
       sample.fields[i] = at::Tensor();
-      try {
-        throw Error(sample.key + ": field '" + specs[i].name + "' (decoder 'jpeg'): " + errors[k] +
-                    " on the GPU; on the CPU: " + cause_of(e));
-      } catch (...) {
-        failed(sample, std::current_exception());
-      }
+      fail(sample, std::make_exception_ptr(Error(sample.key + ": field '" + specs[i].name + "' (decoder 'jpeg'): " +
+                                                 errors[k] + " on the GPU; on the CPU: " + cause_of(e))));
     }
   }
-  for (SampleWork* sample : samples) sample->pending.clear();
 }
 
 void DecodeStage::run(SampleWork& work) {

@@ -55,6 +55,11 @@ void use_gpu_decoder(DecodeStage& decode, const PipelineOptions& options, const 
     all = all && where == DecodeDevice::kGpu;
   }
   if (fields.empty()) return;
+  if (options.cache.enabled()) {
+    throw Error("field '" + fields.front() +
+                "' is to be decoded on the GPU, which the dataset cache does not support yet: decode it on the CPU, "
+                "or turn the cache off");
+  }
   std::shared_ptr<detail::NvJpegDecoder> nvjpeg;
   try {
     if (!device.is_cuda()) throw Error("batches go to " + device.str());

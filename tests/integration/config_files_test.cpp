@@ -203,7 +203,9 @@ TEST(ShippedConfigs, EachValidates) {
     std::vector<std::string> overrides;
     if (path.find("/megatron.yaml") != std::string::npos) overrides.push_back("source.prefix=" + tokens);
     if (path.find("/tar.yaml") != std::string::npos) overrides.push_back("source.shards=" + shards);
-    if (path.find("/image-folder.yaml") != std::string::npos) overrides.push_back("source.root=" + images);
+    if (path.find("/image-folder.yaml") != std::string::npos || path.find("/imagenet-train.yaml") != std::string::npos) {
+      overrides.push_back("source.root=" + images);
+    }
     EXPECT_NO_THROW(check_config(load_config(path, overrides)));
   }
 }
