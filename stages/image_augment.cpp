@@ -1,7 +1,7 @@
 #include "ferry/stages/image_augment.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include <c10/util/BFloat16.h>

@@ -42,6 +42,10 @@ at::Device resolve_device(const std::string& name) {
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
+namespace {
+
+// Note [GPU JPEG decode]: hands the decode stage the GPU decoder for the fields options.decode_devices sends
+// there. device: gpu without one fails; auto without one decodes on the CPU (the report then has no jpeg line).
 void use_gpu_decoder(DecodeStage& decode, const PipelineOptions& options, const at::Device& device) {
   std::vector<std::string> fields;
   bool all = true;  // every GPU field wants the GPU for every image it can decode
@@ -66,10 +70,12 @@ void use_gpu_decoder(DecodeStage& decode, const PipelineOptions& options, const 
     nvjpeg = std::make_shared<detail::NvJpegDecoder>(device.index());
   } catch (const Error&) {
     if (all) throw;
-    return;  // device: auto without a GPU decoder is the CPU alone (the report says so: no image on the GPU)
+    return;
   }
   decode.use_gpu(std::move(nvjpeg), fields, all ? SampleStage::GpuShare::kAll : SampleStage::GpuShare::kShare);
 }
+
+}  // namespace
 
 StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOptions& options,
                               std::shared_ptr<const Sampler> sampler, const FieldDecoders& field_decoders) {
