@@ -40,12 +40,13 @@ import os
 import platform
 import resource
 import shutil
-import subprocess
 import sys
 import time
 
 import torch
 import torch.utils.data
+
+from bench_support import image_files, run  # bench/, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPO, "configs", "imagenet-train.yaml")
@@ -58,14 +59,6 @@ DATASETS = [("256x256", "256"), ("imagenet-like", "imagenet")]
 
 def log(message):
     print(f"augment: {message}", file=sys.stderr, flush=True)
-
-
-def run(command, **kwargs):
-    result = subprocess.run([str(c) for c in command], capture_output=True, text=True, **kwargs)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, command))} exited with {result.returncode}:\n"
-                           f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
-    return result
 
 
 def cpu_seconds():
@@ -88,18 +81,6 @@ def make_images(ferry, root, samples, size):
     log(run([ferry, "make-dataset", "images", root, "--samples", samples, "--image-size", size]).stdout.strip())
     with open(stamp, "w") as f:
         json.dump(wanted, f)
-
-
-def image_files(root):
-    """Files in ferry's image_folder order (class folders by name, files by name), with their labels."""
-    files, labels = [], []
-    classes = sorted(d for d in os.listdir(root) if not d.startswith(".") and os.path.isdir(os.path.join(root, d)))
-    for label, name in enumerate(classes):
-        folder = os.path.join(root, name)
-        for file in sorted(n for n in os.listdir(folder) if n.lower().endswith((".jpg", ".jpeg"))):
-            files.append(os.path.join(folder, file))
-            labels.append(label)
-    return files, labels
 
 
 # ------------------------------------------------------------------------------------------ ferry

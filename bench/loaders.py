@@ -44,7 +44,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import time
 import warnings
@@ -55,6 +54,7 @@ import torch.utils.data
 from PIL import Image
 
 from batch_digest import fields_digest, indices_digest  # bench/, beside this script
+from bench_support import image_files, run
 
 SEQ_LEN = 2048
 WINDOW = SEQ_LEN + 1  # configs/megatron.yaml: add_extra_token
@@ -73,15 +73,6 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
 
 def log(message):
     print(f"loaders: {message}", file=sys.stderr, flush=True)
-
-
-def run(command, **kwargs):
-    """Runs a command; on failure raises with its output, which says why."""
-    result = subprocess.run([str(c) for c in command], capture_output=True, text=True, **kwargs)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, command))} exited with {result.returncode}:\n"
-                           f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
-    return result
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -117,23 +108,6 @@ def make_tokens(ferry, prefix, documents):
     log(result.stdout.strip())
     with open(stamp, "w") as f:
         json.dump(wanted, f)
-
-
-def image_files(root):
-    """The files in ferry's image_folder order: class folders by name, files by path within each."""
-    files, labels = [], []
-    classes = sorted(d for d in os.listdir(root) if not d.startswith(".") and os.path.isdir(os.path.join(root, d)))
-    for label, name in enumerate(classes):
-        folder = os.path.join(root, name)
-        found = []
-        for here, dirs, names in os.walk(folder):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            found += [os.path.relpath(os.path.join(here, n), folder) for n in names
-                      if not n.startswith(".") and n.lower().endswith((".jpg", ".jpeg"))]
-        for relative in sorted(found, key=lambda p: p.encode()):
-            files.append(os.path.join(folder, relative))
-            labels.append(label)
-    return files, labels
 
 
 def read_token_index(prefix):

@@ -304,38 +304,29 @@ template <typename Put>
 void PipelineGraph::split(const PlanPtr& plan, Put&& put) {
   const size_t slots = plan->slots();
   size_t position = 0;
-  // Note [GPU JPEG decode]: the GPU's share of a plan is one group, so that one call decodes it.
-  const SampleStage::GpuShare share = stages_.decode->gpu_share();
-  if (share != SampleStage::GpuShare::kNone && plan->kind == BatchPlan::Kind::kSamples) {
-    const size_t count = share == SampleStage::GpuShare::kAll ? slots : gpu_share(slots);
-    if (count > 0) {
-      auto group = std::make_shared<SampleGroup>();
-      group->sequence = next_group_sequence_++;
-      group->samples.resize(count);
-      for (SampleWork& sample : group->samples) {
-        sample.plan = plan;
-        sample.position = static_cast<uint32_t>(position++);
-        sample.on_gpu = true;
-      }
-      put(std::move(group));
-    }
-  }
-  const size_t rest = slots - position;
-  if (rest == 0) return;
-  const size_t size = group_size(rest);
-  const size_t groups = (rest + size - 1) / size;
-  for (size_t g = 0; g < groups; ++g) {
-    // Sizes differ by at most one, so that no group is left with a straggler or two.
-    const size_t count = rest / groups + (g < rest % groups ? 1 : 0);
+  auto put_group = [&](size_t count, bool on_gpu) {
     auto group = std::make_shared<SampleGroup>();
     group->sequence = next_group_sequence_++;
     group->samples.resize(count);
     for (SampleWork& sample : group->samples) {
       sample.plan = plan;
       sample.position = static_cast<uint32_t>(position++);
+      sample.on_gpu = on_gpu;
     }
     put(std::move(group));
+  };
+  // Note [GPU JPEG decode]: the GPU's share of a plan is one group, so that one call decodes it.
+  const SampleStage::GpuShare share = stages_.decode->gpu_share();
+  if (share != SampleStage::GpuShare::kNone && plan->kind == BatchPlan::Kind::kSamples) {
+    const size_t count = share == SampleStage::GpuShare::kAll ? slots : gpu_share(slots);
+    if (count > 0) put_group(count, /*on_gpu=*/true);
   }
+  const size_t rest = slots - position;
+  if (rest == 0) return;
+  const size_t size = group_size(rest);
+  const size_t groups = (rest + size - 1) / size;
+  // Sizes differ by at most one, so that no group is left with a straggler or two.
+  for (size_t g = 0; g < groups; ++g) put_group(rest / groups + (g < rest % groups ? 1 : 0), /*on_gpu=*/false);
 }
 
 void PipelineGraph::decode(SampleWork& sample) {
