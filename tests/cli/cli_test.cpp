@@ -597,7 +597,7 @@ TEST(FerryResume, ANewProcessContinuesBitForBitWhereTheLastStopped) {
 // The same for every dataset kind, each made by `ferry make-dataset`, shuffled, with what makes the
 // kind's order hard to resume: tar shards through a shard-order shuffle and a shuffle buffer, random
 // crops, and an image folder holding a damaged JPEG that `on_error: skip` skips (so batches are
-// filled from later samples and the saved position is no multiple of the batch size).
+// filled from later samples and the saved position is no multiple of the batch size), also augmented.
 TEST(FerryResume, EveryDatasetKindResumesBitForBitInANewProcess) {
   const TempDir dir;
   const auto make = [&](std::vector<std::string> args) {
@@ -641,6 +641,14 @@ TEST(FerryResume, EveryDatasetKindResumesBitForBitInANewProcess) {
          args.insert(args.end(), images.begin(), images.end());
          return args;
        }()},
+      // Training-ready batches (augment): random-resized crops and flips drawn per (seed, epoch, sample).
+      {"imagenet_train",
+       [&] {
+         std::vector<std::string> args = {configs + "imagenet-train.yaml", "--set", "source.root=" + dir / "images",
+                                          "--set", "augment.random_resized_crop.size=[24,20]"};
+         args.insert(args.end(), images.begin(), images.end());
+         return args;
+       }()},
   };
   for (const Kind& kind : kinds) {
     SCOPED_TRACE(kind.name);
@@ -668,7 +676,7 @@ TEST(FerryResume, EveryDatasetKindResumesBitForBitInANewProcess) {
       ASSERT_TRUE(second.status.is(0)) << second.status << both(second);
       EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), expected);
     }
-    if (kind.name == "image_folder") {
+    if (kind.name == "image_folder" || kind.name == "imagenet_train") {
       EXPECT_TRUE(contains(full.err, "broken.jpg")) << "the damaged image was not reported as skipped" << both(full);
     }
   }
