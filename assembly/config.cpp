@@ -48,7 +48,7 @@ std::string Config::where(std::string_view key) const {
 
 Placement resolve_placement(const SamplerConfig& sampler, const std::optional<TorchrunEnv>& env) {
   Placement placement;
-  if (env) placement = Placement{env->rank, env->world_size, env->local_rank, true};
+  if (env) placement = Placement{env->rank, env->world_size, env->local_rank, true, env->local_world_size};
   // The config wins over the environment: a job may shard differently from how it was launched.
   if (env && sampler.world_size && !sampler.rank && *sampler.world_size != env->world_size) {
     // torchrun's RANK numbers its own WORLD_SIZE processes; it says nothing about another split.
@@ -71,6 +71,8 @@ PipelineOptions resolve_pipeline_options(const Config& config, const Placement& 
   // samples] in pipeline/pipeline_graph.cpp).
   options.skip_replaces = placement.world_size > 1;
   if (!placement.torchrun) return options;
+  // decode.threads: auto takes this process's share of the host's cores, not all of them each.
+  options.local_processes = static_cast<size_t>(placement.local_world_size);
   // Under torchrun each process drives the GPU of its LOCAL_RANK; "auto" on a machine without one
   // stays "auto" (the CPU).
   const std::string rank_device = "cuda:" + std::to_string(placement.local_rank);

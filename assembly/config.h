@@ -98,8 +98,9 @@ struct Config {
 struct Placement {
   uint64_t rank = 0;
   uint64_t world_size = 1;
-  uint64_t local_rank = 0;  // torchrun's LOCAL_RANK: which GPU "cuda" means
-  bool torchrun = false;    // launched by torchrun (its variables are set)
+  uint64_t local_rank = 0;        // torchrun's LOCAL_RANK: which GPU "cuda" means
+  bool torchrun = false;          // launched by torchrun (its variables are set)
+  uint64_t local_world_size = 1;  // torchrun's LOCAL_WORLD_SIZE: the processes sharing this host's cores
 };
 
 /// Throws ferry::Error for a malformed torchrun environment (see torchrun_env()).

@@ -149,7 +149,7 @@ const std::vector<ConfigKey>& config_keys() {
       // decode
       {"decode", "mapping", "", "Turning stored samples into tensors.", "{threads: 8}"},
       {"decode.threads", "auto or integer 1..1024", "auto",
-       "Samples decoded at once. auto: the hardware threads minus two (at least 1).", "8"},
+       "Samples decoded at once. auto: the hardware threads minus two (at least 1), divided among the job's processes on this machine under torchrun (LOCAL_WORLD_SIZE).", "8"},
       {"decode.on_error", "one of: fail, skip", "fail",
        "A sample that cannot be read or decoded: fail the run (naming the sample), or skip it: fill its batch from the "
        "next samples, log it on stderr, count it and list it in the report.",

@@ -55,6 +55,16 @@ std::optional<TorchrunEnv> torchrun_env(const EnvLookup& lookup) {
       reject("LOCAL_RANK", local_rank, "must be less than WORLD_SIZE=" + std::to_string(env.world_size));
     }
   }
+  if (const char* local_world_size = lookup("LOCAL_WORLD_SIZE")) {
+    env.local_world_size = parse("LOCAL_WORLD_SIZE", local_world_size);
+    if (env.local_world_size == 0 || env.local_world_size > env.world_size) {
+      reject("LOCAL_WORLD_SIZE", local_world_size, "expected 1..WORLD_SIZE=" + std::to_string(env.world_size));
+    }
+    if (local_rank && env.local_rank >= env.local_world_size) {
+      reject("LOCAL_RANK", local_rank,
+             "must be less than LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size));
+    }
+  }
   return env;
 }
 

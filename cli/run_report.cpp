@@ -141,8 +141,13 @@ void append_body(std::string& text, const PipelineStats& stats) {
               cache.last_move_seconds);
     }
   }
-  appendf(text, "  settings   %s, prefetch %zu\n",
-          plural(stats.decode_threads, "decode thread", "decode threads").c_str(), stats.prefetch);
+  const std::string shared =
+      stats.decode_threads_shared_by > 1
+          ? " (auto: this machine's cores shared by " + std::to_string(stats.decode_threads_shared_by) +
+                " processes of the job, LOCAL_WORLD_SIZE)"
+          : "";
+  appendf(text, "  settings   %s%s, prefetch %zu\n",
+          plural(stats.decode_threads, "decode thread", "decode threads").c_str(), shared.c_str(), stats.prefetch);
 
   if (stats.skipped_samples == 0) {
     text += "  skipped    none\n";
@@ -309,6 +314,8 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
       .begin_object()
       .key("decode_threads")
       .value(stats.decode_threads)
+      .key("decode_threads_shared_by")
+      .value(stats.decode_threads_shared_by)
       .key("prefetch")
       .value(stats.prefetch)
       .end_object();

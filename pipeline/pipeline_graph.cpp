@@ -106,6 +106,7 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
     : stages_(std::move(stages)),
       prefetch_(options.prefetch),
       decode_threads_(options.resolved_decode_threads()),
+      decode_threads_shared_by_(options.decode_threads == 0 ? std::max<size_t>(1, options.local_processes) : 1),
       on_error_(options.on_error),
       replace_(options.on_error == OnError::kSkip && options.skip_replaces),
       device_(options.device),
@@ -630,6 +631,7 @@ PipelineStats PipelineGraph::stats() const {
                                           stages_.h2d->name(), stages_.event_wait->name()},
                                          stages_.pool.get()});
   if (stages_.cache) stats.cache = stages_.cache->stats();
+  stats.decode_threads_shared_by = decode_threads_shared_by_;
   if (stages_.decode->gpu_share() != SampleStage::GpuShare::kNone) {
     stats.gpu_decode.enabled = true;
     std::tie(stats.gpu_decode.gpu_images, stats.gpu_decode.cpu_images) = stages_.decode->gpu_counts();

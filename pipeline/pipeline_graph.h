@@ -164,6 +164,7 @@ class PipelineGraph {
   StageSet stages_;
   const size_t prefetch_;
   const size_t decode_threads_;
+  const size_t decode_threads_shared_by_;  // PipelineStats::decode_threads_shared_by
   const OnError on_error_;
   const bool replace_;  // on_error: skip with skip_replaces
   const std::string device_;

@@ -56,7 +56,8 @@ const char* augment_layout_name(AugmentOptions::Layout layout) noexcept {
 
 size_t PipelineOptions::resolved_decode_threads() const {
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
-  const size_t threads = decode_threads != 0 ? decode_threads : (hardware > 2 ? hardware - 2 : 1);
+  const size_t share = std::max<size_t>(1, local_processes);
+  const size_t threads = decode_threads != 0 ? decode_threads : std::max<size_t>(1, (hardware > 2 ? hardware - 2 : 1) / share);
   // Samples in flight: the batches the tokens allow (prefetch), each batch_size samples at most.
   const size_t in_flight = std::max<size_t>(prefetch, 1) * std::max<size_t>(batch_size, 1);
   return std::min(threads, in_flight);

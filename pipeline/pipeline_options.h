@@ -151,8 +151,12 @@ struct PipelineOptions {
   /// What decides which samples each batch holds ("sampler.seed" -> "1234", ...), as the config layer
   /// sees it. Carried into PipelineState, so that a resume with another order is refused.
   std::map<std::string, std::string> order;
-  /// Concurrent decode tasks; 0: the machine's hardware threads minus two (at least 1).
+  /// Concurrent decode tasks; 0: the machine's hardware threads minus two (at least 1), divided among
+  /// `local_processes`.
   size_t decode_threads = 0;
+  /// Processes of one job on this machine that share its cores (torchrun's LOCAL_WORLD_SIZE; the config
+  /// layer sets it): decode_threads 0 gives each its share.
+  size_t local_processes = 1;
   /// Batches in flight, from planning to the consumer's hands: bounds memory and keeps the device fed.
   size_t prefetch = 3;
   /// "auto" (the first GPU if this build and machine have one, else the CPU), "cpu", "cuda", "cuda:N".

@@ -73,6 +73,8 @@ struct PipelineStats {
 
   std::string device;
   size_t decode_threads = 0;
+  /// decode.threads auto under torchrun: the processes on this machine that shared its cores (1 otherwise).
+  size_t decode_threads_shared_by = 1;
   size_t prefetch = 0;
   double elapsed_seconds = 0.0;  // wall time of the run
   uint64_t batches = 0;          // handed to the consumer

@@ -82,6 +82,20 @@ TEST(TorchrunEnv, RejectsInconsistentValuesNamingTheVariable) {
   expect_rejected({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}}, "LOCAL_RANK='2'");
 }
 
+TEST(TorchrunEnv, ReadsLocalWorldSizeAndChecksItAgainstTheRanks) {
+  EXPECT_EQ(read({{"RANK", "3"}, {"WORLD_SIZE", "8"}})->local_world_size, 1u);  // unset: one per machine
+  const auto env = read({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}});
+  ASSERT_TRUE(env.has_value());
+  EXPECT_EQ(env->local_world_size, 4u);
+  expect_rejected({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "0"}},
+                  "LOCAL_WORLD_SIZE='0': expected 1..WORLD_SIZE=2");
+  expect_rejected({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "3"}}, "LOCAL_WORLD_SIZE='3'");
+  expect_rejected({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "two"}},
+                  "LOCAL_WORLD_SIZE='two': expected a non-negative integer");
+  expect_rejected({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "3"}, {"LOCAL_WORLD_SIZE", "2"}},
+                  "LOCAL_RANK='3': must be less than LOCAL_WORLD_SIZE=2");
+}
+
 TEST(TorchrunEnv, RejectsAPartialSetNamingTheMissingVariable) {
   expect_rejected({{"RANK", "0"}}, "WORLD_SIZE is not set");
   expect_rejected({{"LOCAL_RANK", "0"}}, "WORLD_SIZE is not set");

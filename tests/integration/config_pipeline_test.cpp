@@ -23,6 +23,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -68,6 +69,7 @@ class ScopedTorchrunEnv {
       ::setenv("RANK", std::to_string(env->rank).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(env->world_size).c_str(), 1);
       ::setenv("LOCAL_RANK", std::to_string(env->local_rank).c_str(), 1);
+      if (env->local_world_size > 1) ::setenv("LOCAL_WORLD_SIZE", std::to_string(env->local_world_size).c_str(), 1);
     }
   }
   // Raw strings, for malformed launches.
@@ -90,7 +92,7 @@ class ScopedTorchrunEnv {
   }
 
  private:
-  static constexpr const char* kNames[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK"};
+  static constexpr const char* kNames[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
   std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
 };
 
@@ -557,6 +559,32 @@ TEST(ConfigPipeline, RanksTogetherCoverEachSampleExactlyOncePerEpoch) {
       }
     }
   }
+}
+
+// Under torchrun, decode.threads: auto takes this process's share of the machine's cores
+// (LOCAL_WORLD_SIZE processes share them), and the stats say so; a number given is taken as it is.
+TEST(ConfigPipeline, TorchrunDecodeThreadsAutoShareTheMachinesCores) {
+  const SyntheticOptions data = small_dataset(40, 5);
+  const TempYaml file(source_yaml(data) + "batch_size: 64\nprefetch: 64\ntransfer: {device: cpu}\n");
+  const size_t hardware = std::max(1u, std::thread::hardware_concurrency());
+  const size_t spare = hardware > 2 ? hardware - 2 : 1;
+  {
+    const ScopedTorchrunEnv torchrun(TorchrunEnv{0, 2, 0, 2});
+    Pipeline pipeline = Pipeline::from_yaml(file.path());
+    const PipelineStats stats = pipeline.stats();
+    EXPECT_EQ(stats.decode_threads_shared_by, 2u);
+    EXPECT_EQ(stats.decode_threads, std::max<size_t>(1, spare / 2));
+  }
+  {
+    const ScopedTorchrunEnv torchrun(TorchrunEnv{0, 2, 0, 2});
+    Pipeline pipeline = Pipeline::from_yaml(file.path(), {"decode.threads=3"});
+    EXPECT_EQ(pipeline.stats().decode_threads_shared_by, 1u);
+    EXPECT_EQ(pipeline.stats().decode_threads, 3u);
+  }
+  const ScopedTorchrunEnv no_torchrun(std::nullopt);
+  Pipeline alone = Pipeline::from_yaml(file.path());
+  EXPECT_EQ(alone.stats().decode_threads_shared_by, 1u);
+  EXPECT_EQ(alone.stats().decode_threads, spare);
 }
 
 // Under torchrun, with sampler.rank/world_size left unset, a pipeline delivers the shard of $RANK

@@ -415,6 +415,17 @@ TEST(Pipeline, RunsNoMoreDecodeThreadsThanSamplesInFlight) {
   EXPECT_EQ(pipeline.stats().decode_threads, 8u);
   options.decode_threads = 3;
   EXPECT_EQ(options.resolved_decode_threads(), 3u);
+  // auto shares the machine's spare hardware threads among the job's processes on it (LOCAL_WORLD_SIZE);
+  // a number given is taken as it is.
+  options.prefetch = 1024;
+  options.decode_threads = 0;
+  const size_t hardware = std::max(1u, std::thread::hardware_concurrency());
+  const size_t spare = hardware > 2 ? hardware - 2 : 1;
+  EXPECT_EQ(options.resolved_decode_threads(), spare);
+  options.local_processes = 4;
+  EXPECT_EQ(options.resolved_decode_threads(), std::max<size_t>(1, spare / 4));
+  options.decode_threads = 3;
+  EXPECT_EQ(options.resolved_decode_threads(), 3u);
 }
 
 TEST(Pipeline, IsMovableWhileRunning) {
