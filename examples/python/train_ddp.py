@@ -99,16 +99,24 @@ def main():
     dist.destroy_process_group()
 
 
+# Tensors handed to a collective stay referenced here for the process's life: with gloo, torch 1.13 hangs
+# at shutdown when a worker thread drops the last reference to a Python-owned tensor (it waits for the GIL)
+# while the main thread, holding the GIL, tears the process group down and waits for that worker.
+_HANDED_TO_COLLECTIVES = []
+
+
 def check_epoch(epoch, seen, rank, world, samples):
     """All ranks' sample indices of one epoch: every sample exactly once, plus the padding that gives
     every rank the same number (samples repeated from the epoch's start, fewer than `world`)."""
-    gathered = [None] * world
-    dist.all_gather_object(gathered, seen)
+    local = torch.tensor(seen, dtype=torch.int64)  # as many on every rank: the padding evens them out
+    gathered = [torch.empty_like(local) for _ in range(world)]
+    _HANDED_TO_COLLECTIVES.extend([local, *gathered])
+    dist.all_gather(gathered, local)
     if rank != 0:
         return
     counts = {}
     for indices in gathered:
-        for index in indices:
+        for index in indices.tolist():
             counts[index] = counts.get(index, 0) + 1
     missing = samples - len(counts)
     repeated = sum(count - 1 for count in counts.values())

@@ -42,7 +42,13 @@ def launch(log, *args):
                    LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(WORLD))
         processes.append(subprocess.Popen([sys.executable, EXAMPLE, *args, "--samples", str(SAMPLES), "--log", log],
                                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs = [p.communicate(timeout=300)[0] for p in processes]
+    try:
+        outputs = [p.communicate(timeout=180)[0] for p in processes]
+    finally:
+        for p in processes:  # a rank that hangs must not outlive the test
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     for rank, (process, output) in enumerate(zip(processes, outputs)):
         assert process.returncode == 0, f"rank {rank}:\n{output[-3000:]}"
     logs = []
