@@ -37,9 +37,10 @@ namespace ferry::detail {
 //    them into the batch's buffer with the gather kernel, on the copy stream; the slab's lease keeps them
 //    until that copy's event has completed (Note [direct copies]).
 // nvJPEG's IDCT and colour conversion differ slightly from libjpeg-turbo's: the same file can differ by a
-// few levels per pixel between the paths (image_folder tests bound it). Under `device: gpu` which path
-// decodes a file depends on the file only, so runs repeat byte for byte; under `auto` it depends on
-// timing, so they repeat up to that difference. Crops, flips and order never depend on the path.
+// few levels per pixel between the paths (tests/cuda/jpeg_gpu_cuda_test.cpp measures and bounds it).
+// Under `device: gpu` which path decodes a file depends on the file only, so runs repeat byte for byte;
+// under `auto` it depends on timing, so they repeat up to that difference. Crops, flips and order never
+// depend on the path.
 
 /// One image for NvJpegDecoder::decode(): its encoded bytes (host memory), its size, the window the field
 /// keeps and the shrink before the resize (jpeg_shrink_factor()), and where the window goes (device
