@@ -17,6 +17,7 @@
 #include <ferry/pipeline/segment_copy.h>
 #include <ferry/stages/image_augment.h>
 #include <ferry/stages/standard_pipeline.h>
+#include "tests/support/image_checks.h"
 
 namespace ferry {
 namespace {
@@ -28,15 +29,6 @@ class ImageAugmentCuda : public ::testing::Test {
     if (const std::string why = segment_kernel_reason(); !why.empty()) GTEST_SKIP() << why;
   }
 };
-
-double tolerance(at::ScalarType dtype, double value) {
-  const double magnitude = std::max(1.0, std::fabs(value));
-  switch (dtype) {
-    case at::kHalf: return magnitude * std::ldexp(1.0, -10);
-    case at::kBFloat16: return magnitude * std::ldexp(1.0, -7);
-    default: return magnitude * 1e-5;
-  }
-}
 
 // Checks every element; returns the largest difference (printed by the tests: the measured bound).
 double expect_close(const at::Tensor& device, const at::Tensor& host, at::ScalarType dtype, const std::string& what) {
@@ -50,7 +42,7 @@ double expect_close(const at::Tensor& device, const at::Tensor& host, at::Scalar
   for (int64_t i = 0; i < d.numel(); ++i) {
     const double difference = std::fabs(dp[i] - hp[i]);
     largest = std::max(largest, difference);
-    if (difference > tolerance(dtype, hp[i])) {
+    if (difference > testing::augment_tolerance(dtype, hp[i])) {
       ADD_FAILURE() << what << ", element " << i << ": " << dp[i] << " on the GPU, " << hp[i] << " on the host";
       return difference;
     }

@@ -298,26 +298,25 @@ TEST(ConfigPipeline, ConfigErrorsStartNoThread) {
   EXPECT_EQ(testing::thread_count(), threads_before) << "a bad torchrun environment started a thread";
 }
 
-// Random datasets (all dtypes, ranks 0-3, empty dims, variable lengths, value ranges) written as YAML,
-// loaded by Pipeline::from_yaml with decode.threads 1, 2 and 4: the batches come in sequential order,
-// cut as batch_size/drop_last say, padded with the config's pad values, every byte the source's.
-// A pad value the field's dtype cannot hold is reported at the key that sets it (it was reported at
-// source.fields), and a fixed-length field, never padded, does not care.
+// The one problem check_config() finds in a CPU config of `data`'s source followed by `tail`; nullopt
+// when it finds none (more than one fails the test).
+std::optional<ConfigProblem> the_problem(const SyntheticOptions& data, const std::string& tail) {
+  const TempYaml file(source_yaml(data) + "transfer: {device: cpu}\n" + tail);
+  try {
+    (void)check_config(load_config(file.path()));
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.problems().size(), 1u) << e.what();
+    return e.problems().at(0);
+  }
+  return std::nullopt;
+}
+
 TEST(ConfigPipeline, AnAugmentFieldThatIsNotAnImageIsReportedAtItsKey) {
   SyntheticOptions data;
   data.samples = 10;
   data.fields = {SyntheticField{"image", at::kByte, {6, 5, 3}, false, 0, 0, std::nullopt},
                  SyntheticField{"depth", at::kFloat, {6, 5, 3}, false, 0, 0, std::nullopt}};
-  const auto problem = [&](const std::string& augment) -> std::optional<ConfigProblem> {
-    const TempYaml file(source_yaml(data) + "transfer: {device: cpu}\n" + augment);
-    try {
-      (void)check_config(load_config(file.path()));
-    } catch (const ConfigError& e) {
-      EXPECT_EQ(e.problems().size(), 1u) << e.what();
-      return e.problems().at(0);
-    }
-    return std::nullopt;
-  };
+  const auto problem = [&](const std::string& augment) { return the_problem(data, augment); };
   EXPECT_FALSE(problem("augment: {field: image, flip: 0.5}\n"));
   const auto missing = problem("augment: {field: photo}\n");
   ASSERT_TRUE(missing);
@@ -329,22 +328,18 @@ TEST(ConfigPipeline, AnAugmentFieldThatIsNotAnImageIsReportedAtItsKey) {
   EXPECT_NE(floats->message.find("field 'depth' must be uint8 images"), std::string::npos) << floats->message;
 }
 
+// Random datasets (all dtypes, ranks 0-3, empty dims, variable lengths, value ranges) written as YAML,
+// loaded by Pipeline::from_yaml with decode.threads 1, 2 and 4: the batches come in sequential order,
+// cut as batch_size/drop_last say, padded with the config's pad values, every byte the source's.
+// A pad value the field's dtype cannot hold is reported at the key that sets it (it was reported at
+// source.fields), and a fixed-length field, never padded, does not care.
 TEST(ConfigPipeline, APadValueThatDoesNotFitIsReportedAtItsKey) {
   SyntheticOptions data;
   data.samples = 10;
   data.fields = {SyntheticField{"image", at::kByte, {4}, false, 0, 0, std::nullopt},
                  SyntheticField{"tokens", at::kByte, {}, true, 1, 8, std::nullopt},
                  SyntheticField{"ids", at::kInt, {}, true, 1, 8, std::nullopt}};
-  const auto problem = [&](const std::string& collate) -> std::optional<ConfigProblem> {
-    const TempYaml file(source_yaml(data) + "transfer: {device: cpu}\n" + collate);
-    try {
-      (void)check_config(load_config(file.path()));
-    } catch (const ConfigError& e) {
-      EXPECT_EQ(e.problems().size(), 1u) << e.what();
-      return e.problems().at(0);
-    }
-    return std::nullopt;
-  };
+  const auto problem = [&](const std::string& collate) { return the_problem(data, collate); };
   const auto general = problem("collate: {pad_value: 300}\n");
   ASSERT_TRUE(general);
   EXPECT_EQ(general->key, "collate.pad_value");

@@ -9,6 +9,7 @@
 #include <ferry/io/formats/synthetic_source.h>
 #include <ferry/stages/image_augment.h>
 #include <ferry/stages/standard_pipeline.h>
+#include "tests/support/image_checks.h"
 
 namespace ferry {
 namespace {
@@ -133,18 +134,6 @@ at::Tensor reference(const at::Tensor& image, const AugmentDraw& draw, const Aug
   return resized.to(at::kFloat).contiguous();  // upsample may answer in channels-last strides
 }
 
-// The output's rounding step at `value`: 2^-23 relative for float32 (times a few: the order of the
-// float operations differs from libtorch's), 2^-10 for float16, 2^-7 for bfloat16 — half of it from
-// rounding to the type, the rest for a float that differs by an ulp landing on the other side.
-double tolerance(at::ScalarType dtype, double value) {
-  const double magnitude = std::max(1.0, std::fabs(value));
-  switch (dtype) {
-    case at::kHalf: return magnitude * std::ldexp(1.0, -10);
-    case at::kBFloat16: return magnitude * std::ldexp(1.0, -7);
-    default: return magnitude * 1e-5;
-  }
-}
-
 TEST(ImageAugment, HostOutputMatchesLibtorchsResizeFlipAndNormalizeInEveryDtypeAndLayout) {
   std::mt19937_64 rng(7);
   const AugmentOptions::DType dtypes[] = {AugmentOptions::DType::kFloat32, AugmentOptions::DType::kFloat16,
@@ -187,7 +176,7 @@ TEST(ImageAugment, HostOutputMatchesLibtorchsResizeFlipAndNormalizeInEveryDtypeA
       const float* w = want.data_ptr<float>();
       const float* h = have.data_ptr<float>();
       for (int64_t i = 0; i < want.numel(); ++i) {
-        ASSERT_LE(std::fabs(h[i] - w[i]), tolerance(augment.dtype(), w[i])) << "element " << i;
+        ASSERT_LE(std::fabs(h[i] - w[i]), testing::augment_tolerance(augment.dtype(), w[i])) << "element " << i;
       }
     }
   }
@@ -290,7 +279,7 @@ TEST(ImageAugmentPipeline, DeliversEachSampleAugmentedFromItsOwnImageAndTheSameA
         const float* w = want.data_ptr<float>();
         const float* h = have.data_ptr<float>();
         for (int64_t i = 0; i < want.numel(); ++i) {
-          ASSERT_LE(std::fabs(h[i] - w[i]), tolerance(at::kBFloat16, w[i])) << "batch " << b << " sample " << s;
+          ASSERT_LE(std::fabs(h[i] - w[i]), testing::augment_tolerance(at::kBFloat16, w[i])) << "batch " << b << " sample " << s;
         }
       }
       if (first.size() < batches.size()) {

@@ -37,6 +37,15 @@ double mean_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().mean().item<double>();
 }
 
+double augment_tolerance(at::ScalarType dtype, double value) {
+  const double magnitude = std::max(1.0, std::fabs(value));
+  switch (dtype) {
+    case at::kHalf: return magnitude * std::ldexp(1.0, -10);
+    case at::kBFloat16: return magnitude * std::ldexp(1.0, -7);
+    default: return magnitude * 1e-5;
+  }
+}
+
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 namespace ferry::testing {
 
@@ -15,6 +16,13 @@ at::Tensor test_image(int64_t height, int64_t width, int channels, uint64_t seed
 at::Tensor reference_resize(const at::Tensor& image, int64_t out_h, int64_t out_w);
 
 double mean_abs_diff(const at::Tensor& a, const at::Tensor& b);
+
+/// How far an augmented value (Note [image augment]) may stray from a reference of `value` in a float
+/// computed otherwise: a few float32 ulps (1e-5 relative) where only the order of the float operations
+/// differs (libtorch's, or nvcc's fused multiply-adds); one ulp of float16 (2^-10) or bfloat16 (2^-7) once
+/// rounded to those, where a float an ulp away can land on the neighbouring value. Relative to |value|,
+/// at least 1.
+double augment_tolerance(at::ScalarType dtype, double value);
 
 /// A uint8 HWC RGB image as PNG bytes (libpng's simplified writer), as a 1-D uint8 tensor.
 at::Tensor encode_png(const at::Tensor& rgb);
