@@ -39,14 +39,13 @@ import json
 import os
 import platform
 import resource
-import shutil
 import sys
 import time
 
 import torch
 import torch.utils.data
 
-from bench_support import image_files, run  # bench/, beside this script
+from bench_support import image_files, make_image_folder, run  # bench/, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPO, "configs", "imagenet-train.yaml")
@@ -65,22 +64,6 @@ def cpu_seconds():
     """User + system seconds of this process and of its waited-for children."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def make_images(ferry, root, samples, size):
-    stamp = os.path.join(root, ".augment-bench.json")
-    wanted = {"samples": samples, "image_size": size}
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            if json.load(f) == wanted:
-                return
-        shutil.rmtree(root)  # the stamp says this script made it
-    elif os.path.exists(root) and os.listdir(root):
-        raise RuntimeError(f"{root} exists without {stamp}: remove it or pass another --data")
-    log(f"making {samples} JPEGs ({size}) in {root}")
-    log(run([ferry, "make-dataset", "images", root, "--samples", samples, "--image-size", size]).stdout.strip())
-    with open(stamp, "w") as f:
-        json.dump(wanted, f)
 
 
 # ------------------------------------------------------------------------------------------ ferry
@@ -228,7 +211,7 @@ def main():
     results = []
     for name, size in DATASETS:
         root = os.path.join(args.data, f"augment-{name}")
-        make_images(args.ferry, root, samples, size)
+        make_image_folder(args.ferry, root, samples, size, ".augment-bench.json", log)
         files, labels = image_files(root)
         for t in threads:
             loaders = [("ferry cpu", lambda: ferry_rate(args.ferry, root, t, images, args.device, "cpu", args.out))]

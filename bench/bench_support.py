@@ -1,6 +1,8 @@
-"""What the Python benchmarks share: running a command (its output in the error when it fails) and listing an
-image folder in ferry's image_folder order. Used by bench/loaders.py and bench/augment.py."""
+"""What the Python benchmarks share: running a command (its output in the error when it fails), making an
+image folder once and listing it in ferry's image_folder order. Used by bench/loaders.py and bench/augment.py."""
+import json
 import os
+import shutil
 import subprocess
 
 
@@ -28,3 +30,22 @@ def image_files(root):
             files.append(os.path.join(folder, relative))
             labels.append(label)
     return files, labels
+
+
+def make_image_folder(ferry, root, samples, image_size, stamp_name, log):
+    """`ferry make-dataset images ROOT` with `samples` images of `image_size` (N, HxW or imagenet), unless
+    ROOT already holds what a run with the same settings made (ROOT/stamp_name records them)."""
+    stamp = os.path.join(root, stamp_name)
+    wanted = {"samples": samples, "image_size": image_size}
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            if json.load(f) == wanted:
+                return
+        log(f"{root} was made by an earlier run with other settings: making it again")
+        shutil.rmtree(root)  # the stamp says a benchmark made it
+    elif os.path.exists(root) and os.listdir(root):
+        raise RuntimeError(f"{root} exists without {stamp}: remove it or pass another --data")
+    log(f"making {samples} JPEGs ({image_size}) in {root}")
+    log(run([ferry, "make-dataset", "images", root, "--samples", samples, "--image-size", image_size]).stdout.strip())
+    with open(stamp, "w") as f:
+        json.dump(wanted, f)

@@ -43,7 +43,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import sys
 import time
 import warnings
@@ -54,7 +53,7 @@ import torch.utils.data
 from PIL import Image
 
 from batch_digest import fields_digest, indices_digest  # bench/, beside this script
-from bench_support import image_files, run
+from bench_support import image_files, make_image_folder, run
 
 SEQ_LEN = 2048
 WINDOW = SEQ_LEN + 1  # configs/megatron.yaml: add_extra_token
@@ -79,21 +78,7 @@ def log(message):
 
 def make_images(ferry, root, samples):
     """ferry make-dataset images ROOT (class-000/000000.jpg, ...), unless ROOT already holds it."""
-    stamp = os.path.join(root, ".loaders-bench.json")
-    wanted = {"samples": samples, "image_size": IMAGE_SIZE}
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            if json.load(f) == wanted:
-                return
-        log(f"{root} was made by an earlier run with other settings: making it again")
-        shutil.rmtree(root)  # the stamp says this script made it
-    elif os.path.exists(root) and os.listdir(root):
-        raise RuntimeError(f"{root} exists without {stamp}: remove it or pass another --data")
-    log(f"making {samples} JPEGs of {IMAGE_SIZE}x{IMAGE_SIZE} in {root}")
-    result = run([ferry, "make-dataset", "images", root, "--samples", samples, "--image-size", IMAGE_SIZE])
-    log(result.stdout.strip())
-    with open(stamp, "w") as f:
-        json.dump(wanted, f)
+    make_image_folder(ferry, root, samples, IMAGE_SIZE, ".loaders-bench.json", log)
 
 
 def make_tokens(ferry, prefix, documents):
