@@ -1185,6 +1185,19 @@ class ConfigLoader {
     }
   }
 
+  // A [min, max] pair with 0 < min <= max (<= `most`, when given).
+  std::optional<std::pair<double, double>> positive_range(const Node& node, const std::string& key,
+                                                          std::optional<double> most) {
+    const std::string what =
+        "[min, max] with 0 < min <= max" + (most ? " <= " + number_text(*most) : std::string());
+    auto range = pair(node, key, what);
+    if (range && !(range->first > 0 && range->first <= range->second && (!most || range->second <= *most))) {
+      expected(key, node, what);
+      return std::nullopt;
+    }
+    return range;
+  }
+
   // Three numbers, one per channel.
   std::optional<std::array<double, 3>> triple(const Node& node, const std::string& key, bool positive) {
     const std::string what = positive ? "a list of 3 numbers > 0 (R, G, B)" : "a list of 3 numbers (R, G, B)";
@@ -1237,25 +1250,13 @@ class ConfigLoader {
           }
         }
         if (const auto value = child(*crop, "scale")) {
-          const std::string what = "[min, max] with 0 < min <= max <= 1";
-          if (auto range = pair(*value, "augment.random_resized_crop.scale", what)) {
-            if (range->first > 0 && range->first <= range->second && range->second <= 1) {
-              augment.scale_min = range->first;
-              augment.scale_max = range->second;
-            } else {
-              expected("augment.random_resized_crop.scale", *value, what);
-            }
+          if (auto range = positive_range(*value, "augment.random_resized_crop.scale", 1.0)) {
+            std::tie(augment.scale_min, augment.scale_max) = *range;
           }
         }
         if (const auto value = child(*crop, "ratio")) {
-          const std::string what = "[min, max] with 0 < min <= max";
-          if (auto range = pair(*value, "augment.random_resized_crop.ratio", what)) {
-            if (range->first > 0 && range->first <= range->second) {
-              augment.ratio_min = range->first;
-              augment.ratio_max = range->second;
-            } else {
-              expected("augment.random_resized_crop.ratio", *value, what);
-            }
+          if (auto range = positive_range(*value, "augment.random_resized_crop.ratio", std::nullopt)) {
+            std::tie(augment.ratio_min, augment.ratio_max) = *range;
           }
         }
       }
