@@ -112,14 +112,14 @@ bool DecodeStage::defer(SampleWork& work, size_t i, const at::Tensor& encoded) {
   const auto* jpeg = static_cast<const JpegDecoder*>(decoders_[i].get());
   const at::Tensor bytes = detail::encoded_image_bytes(encoded, spec, "jpeg", "JPEG");
   const auto* data = bytes.data_ptr<uint8_t>();
+  // Files the hardware cannot decode, and very large images, go to the CPU decoder (which says what is
+  // wrong with a file, and shrinks large ones while it decodes); it reads the header itself.
+  if (!nvjpeg_->supported(data, static_cast<size_t>(bytes.numel()))) return false;
   const detail::JpegHeader header = detail::read_jpeg_header(data, bytes.numel());
+  if (int64_t{header.width} * header.height > detail::kMaxImagePixels) return false;
   const DecodeContext context{work.plan->epoch, work.index()};
   const detail::ImageWindow window = detail::plan_image_window(
       "JPEG", header.height, header.width, jpeg->options(), detail::CropSource{&context, data, bytes.numel()}, spec);
-  // Very large images, and files the hardware cannot decode, go to the CPU decoder (which shrinks large
-  // ones while it decodes, and says what is wrong with a file).
-  if (int64_t{header.width} * header.height > detail::kMaxImagePixels) return false;
-  if (!nvjpeg_->supported(data, static_cast<size_t>(bytes.numel()))) return false;
   PendingImage pending;
   pending.field = i;
   pending.encoded = bytes;
