@@ -62,7 +62,8 @@ at::Tensor JpegEncoder::encode(const at::Tensor& image) const {
   const int format = channels == 3 ? TJPF_RGB : channels == 1 ? TJPF_GRAY : TJPF_CMYK;
   const int subsampling = channels == 1 ? TJSAMP_GRAY : turbojpeg_subsampling(options_.subsampling);
 
-  tjhandle handle = turbojpeg_handle(TurboJpegRole::kCompress);
+  const TurboJpegRole role = options_.progressive ? TurboJpegRole::kCompressProgressive : TurboJpegRole::kCompress;
+  tjhandle handle = turbojpeg_handle(role);
   TurboBuffer jpeg;
   unsigned long size = 0;
   // TJFLAG_ACCURATEDCT: TurboJPEG compresses with the fast DCT unless told; the accurate one is what
@@ -73,7 +74,7 @@ at::Tensor JpegEncoder::encode(const at::Tensor& image) const {
                   TJFLAG_ACCURATEDCT | (options_.progressive ? TJFLAG_PROGRESSIVE : 0));
   if (status != 0) {
     const std::string message = tjGetErrorStr2(handle);
-    discard_turbojpeg_handle(TurboJpegRole::kCompress);
+    discard_turbojpeg_handle(role);
     throw Error("jpeg encoder: TurboJPEG failed on a " + shape_text(image) + " image: " + message);
   }
   at::Tensor bytes = at::empty({static_cast<int64_t>(size)}, at::kByte);

@@ -22,6 +22,11 @@ namespace {
 // damaged one (a test saw "Bogus Huffman table definition" for a good file after bad ones), and no
 // state of a failed compression should leak into the next either. Bad data is rare, so the cost of
 // a new handle then does not matter. A handle is also destroyed when its thread exits.
+//
+// Progressive and baseline compression never share a handle: TurboJPEG 2.1 sets a progressive scan
+// script in libjpeg's compressor and does not clear it, so a baseline file compressed after a
+// progressive one on the same handle came out corrupt ("bad Huffman code"; the test
+// JpegEncoder.BaselineProgressiveAndGrayFilesInTurnEachDecode).
 struct Deleter {
   void operator()(void* handle) const noexcept { tjDestroy(handle); }
 };
@@ -29,15 +34,21 @@ using Handle = std::unique_ptr<void, Deleter>;
 
 Handle& slot(TurboJpegRole role) {
   thread_local Handle compressor;
+  thread_local Handle progressive_compressor;
   thread_local Handle decompressor;
-  return role == TurboJpegRole::kCompress ? compressor : decompressor;
+  switch (role) {
+    case TurboJpegRole::kCompress: return compressor;
+    case TurboJpegRole::kCompressProgressive: return progressive_compressor;
+    case TurboJpegRole::kDecompress: break;
+  }
+  return decompressor;
 }
 
 }  // namespace
 
 tjhandle turbojpeg_handle(TurboJpegRole role) {
   Handle& handle = slot(role);
-  const bool compress = role == TurboJpegRole::kCompress;
+  const bool compress = role != TurboJpegRole::kDecompress;
   if (!handle) handle.reset(compress ? tjInitCompress() : tjInitDecompress());
   if (!handle) {
     throw Error(std::string("TurboJPEG cannot create a ") + (compress ? "compressor" : "decompressor") + ": " +

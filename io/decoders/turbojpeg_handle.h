@@ -6,7 +6,9 @@
 namespace ferry {
 
 /// What a TurboJPEG handle is made for.
-enum class TurboJpegRole { kCompress, kDecompress };
+/// kCompressProgressive has a handle of its own: libjpeg-turbo 2.1 keeps a progressive compression's
+/// scan script in the handle, and a baseline file compressed next with that handle is corrupt.
+enum class TurboJpegRole { kCompress, kCompressProgressive, kDecompress };
 
 /// This thread's TurboJPEG handle for `role` (Note [TurboJPEG handle per thread] in the .cpp), made
 /// on first use and kept until discarded or the thread exits. Throws ferry::Error when TurboJPEG

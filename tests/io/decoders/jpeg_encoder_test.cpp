@@ -111,6 +111,33 @@ TEST(JpegEncoder, WritesProgressiveJpegsThatDecodeAsTheBaselineOnesDo) {
   EXPECT_TRUE(JpegDecoder().decode(progressive, image_spec(70, 90)).equal(JpegDecoder().decode(baseline, image_spec(70, 90))));
 }
 
+// One thread's encoder handle writes baseline, progressive and gray files in turn (as test folders are
+// made): each file is whole, whatever the handle wrote before it.
+TEST(JpegEncoder, BaselineProgressiveAndGrayFilesInTurnEachDecode) {
+  std::mt19937_64 rng(41);
+  for (int k = 0; k < 60; ++k) {
+    const int64_t height = 40 + static_cast<int64_t>(rng() % 80), width = 40 + static_cast<int64_t>(rng() % 80);
+    JpegEncodeOptions options;
+    options.progressive = k % 5 == 4;
+    if (k % 7 == 6) options.subsampling = JpegSubsampling::kGray;
+    const at::Tensor image = smooth_image(height, width, 3, rng());
+    const at::Tensor file = JpegEncoder(options).encode(image);
+    const at::Tensor again = JpegEncoder(options).encode(image);
+    EXPECT_TRUE(file.equal(again)) << "file " << k << ": the same image and options, other bytes";
+    at::Tensor decoded;
+    EXPECT_NO_THROW(decoded = JpegDecoder().decode(file, image_spec(height, width))) << "file " << k;
+    if (!decoded.defined()) continue;
+    // A gray file holds the image's luma (BT.601), decoded into three equal channels.
+    const at::Tensor expected =
+        options.subsampling != JpegSubsampling::kGray
+            ? image
+            : (image.to(at::kFloat).matmul(at::tensor({0.299f, 0.587f, 0.114f})).round().to(at::kByte))
+                  .unsqueeze(2)
+                  .expand({height, width, 3});
+    EXPECT_LT(mean_abs_diff(decoded, expected), 3) << "file " << k;
+  }
+}
+
 TEST(JpegEncoder, HigherQualityCostsBytesAndBuysAccuracy) {
   const at::Tensor image = smooth_image(128, 128, 3, 7);
   const at::Tensor low = JpegEncoder({.quality = 30}).encode(image);
