@@ -7,6 +7,7 @@
 
 #include "ferry/io/decoders/image_window.h"
 #include "ferry/io/decoders/jpeg_decoder.h"
+#include "ferry/io/decoders/jpeg_markers.h"
 #include "ferry/io/decoders/nvjpeg_decoder.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/pipeline/error.h"
@@ -112,9 +113,11 @@ bool DecodeStage::defer(SampleWork& work, size_t i, const at::Tensor& encoded) {
   const auto* jpeg = static_cast<const JpegDecoder*>(decoders_[i].get());
   const at::Tensor bytes = detail::encoded_image_bytes(encoded, spec, "jpeg", "JPEG");
   const auto* data = bytes.data_ptr<uint8_t>();
-  // Files the hardware cannot decode, and very large images, go to the CPU decoder (which says what is
-  // wrong with a file, and shrinks large ones while it decodes); it reads the header itself.
-  if (!nvjpeg_->supported(data, static_cast<size_t>(bytes.numel()))) return false;
+  // Files the hardware cannot decode, files cut short or with stray bytes (which the hardware would
+  // decode into made-up pixels without a word), and very large images go to the CPU decoder, which
+  // says what is wrong with a file and shrinks large ones while it decodes; it reads the header itself.
+  const auto size = static_cast<size_t>(bytes.numel());
+  if (!detail::jpeg_segments_complete(data, size) || !nvjpeg_->supported(data, size)) return false;
   const detail::JpegHeader header = detail::read_jpeg_header(data, bytes.numel());
   if (int64_t{header.width} * header.height > detail::kMaxImagePixels) return false;
   const DecodeContext context{work.plan->epoch, work.index()};
