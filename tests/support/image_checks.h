@@ -19,7 +19,7 @@ double mean_abs_diff(const at::Tensor& a, const at::Tensor& b);
 
 /// How far an augmented value (Note [image augment]) may stray from a reference of `value` in a float
 /// computed otherwise: a few float32 ulps (1e-5 relative) where only the order of the float operations
-/// differs (libtorch's, or nvcc's fused multiply-adds); one ulp of float16 (2^-10) or bfloat16 (2^-7) once
+/// differs (libtorch's); one ulp of float16 (2^-10) or bfloat16 (2^-7) once
 /// rounded to those, where a float an ulp away can land on the neighbouring value. Relative to |value|,
 /// at least 1.
 double augment_tolerance(at::ScalarType dtype, double value);
