@@ -33,11 +33,16 @@ def main():
     parser.add_argument("--resume", action="store_true", help="continue from --log's saved state")
     args = parser.parse_args()
 
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available() and local_rank >= torch.cuda.device_count():
+        sys.exit(f"local rank {local_rank} has no GPU of its own: this machine has {torch.cuda.device_count()}; "
+                 "start at most that many processes a machine (torchrun --nproc-per-node), or hide the GPUs "
+                 "(CUDA_VISIBLE_DEVICES=) to train on the CPU")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(local_rank)
 
     config = {
         "source": {"kind": "synthetic", "samples": args.samples, "seed": 1,
@@ -84,7 +89,7 @@ def main():
             if args.stop_after and taken == args.stop_after:
                 break
             if not (args.resume and epoch == first):  # a resumed epoch's first part came before
-                check_epoch(epoch, seen, rank, world, args.samples)
+                check_epoch(epoch, seen, rank, world, args.samples, batches.device)
         accuracy = (logits.argmax(1) == y).float().mean().item()
         if args.stop_after and state:
             with open(state, "w") as f:
@@ -105,10 +110,12 @@ def main():
 _HANDED_TO_COLLECTIVES = []
 
 
-def check_epoch(epoch, seen, rank, world, samples):
+def check_epoch(epoch, seen, rank, world, samples, device):
     """All ranks' sample indices of one epoch: every sample exactly once, plus the padding that gives
-    every rank the same number (samples repeated from the epoch's start, fewer than `world`)."""
-    local = torch.tensor(seen, dtype=torch.int64)  # as many on every rank: the padding evens them out
+    every rank the same number (samples repeated from the epoch's start, fewer than `world`). The indices
+    travel on `device`, the batches': NCCL gathers only CUDA tensors."""
+    # As many on every rank: the padding evens them out.
+    local = torch.tensor(seen, dtype=torch.int64, device=device)
     gathered = [torch.empty_like(local) for _ in range(world)]
     _HANDED_TO_COLLECTIVES.extend([local, *gathered])
     dist.all_gather(gathered, local)

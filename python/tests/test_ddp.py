@@ -1,7 +1,7 @@
-"""examples/python/train_ddp.py on 2 processes with the gloo backend (issue 16's test for a machine
-without GPUs): every rank delivers the same number of batches; across ranks each sample appears exactly
-once per epoch apart from the padding; training converges; a run stopped and resumed in new processes
-continues exactly, per rank.
+"""examples/python/train_ddp.py on 2 processes: with NCCL, one GPU each, where the machine has 2 GPUs,
+else with the gloo backend on the CPU (the GPUs hidden). Every rank delivers the same number of
+batches; across ranks each sample appears exactly once per epoch apart from the padding; training
+converges; a run stopped and resumed in new processes continues exactly, per rank.
 
 The processes get torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT) from this test directly: Debian's torch 1.13 torchrun fails under Python 3.11 before it
@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 import torch.distributed as dist
 
 SOURCE_DIR = os.environ.get("FERRY_SOURCE_DIR",
@@ -22,7 +23,10 @@ EXAMPLE = os.path.join(SOURCE_DIR, "examples", "python", "train_ddp.py")
 WORLD = 2
 SAMPLES = 4001  # odd: the second rank's last batch gets one padding sample
 
-pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+# One GPU for each rank, or none: two ranks on one GPU is not what DDP runs.
+ON_GPUS = torch.cuda.is_available() and torch.cuda.device_count() >= WORLD and dist.is_nccl_available()
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not (ON_GPUS or dist.is_gloo_available()),
                                 reason="this torch has no torch.distributed with gloo")
 
 
@@ -40,6 +44,8 @@ def launch(log, *args):
     for rank in range(WORLD):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(WORLD),
                    LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(WORLD))
+        if not ON_GPUS:
+            env["CUDA_VISIBLE_DEVICES"] = ""
         processes.append(subprocess.Popen([sys.executable, EXAMPLE, *args, "--samples", str(SAMPLES), "--log", log],
                                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     try:
@@ -75,6 +81,9 @@ def test_every_rank_gets_its_share_once_per_epoch_and_training_converges(tmp_pat
                         counts[index] = counts.get(index, 0) + 1
         assert sorted(counts) == list(range(SAMPLES)), f"epoch {epoch}: samples missing"
         assert sum(counts.values()) == SAMPLES + 1, f"epoch {epoch}: more than the one padding sample"
+    if ON_GPUS:  # each rank's batches arrive on its own GPU (transfer.device auto: cuda:LOCAL_RANK)
+        for rank in range(WORLD):
+            assert f"on cuda:{rank} (nccl)" in outputs[rank], outputs[rank][-500:]
     # The example's own all-gather check passed on rank 0, every epoch.
     assert outputs[0].count("samples once across 2 ranks (1 padding)") == 3, outputs[0]
     # Gradients are averaged across the ranks: both models learn, and the loss falls.
