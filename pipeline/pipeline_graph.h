@@ -123,6 +123,8 @@ class PipelineGraph {
   static constexpr uint64_t kGroupWarmupSamples = 64;  // decoded before groups grow past one sample
   static constexpr uint64_t kGroupTargetNs = 50'000;
   void decode(SampleWork& sample);
+  /// Decode node: decode() of each sample of `group`; a GPU group's samples on several threads at once.
+  void decode_samples(SampleGroup& group);
   /// Decode node, after decode() of each sample of `group`: the GPU part (Note [GPU JPEG decode] in
   /// io/decoders/nvjpeg_decoder.h), one batched call for the group's pending fields. `started_ns`: when
   /// the group's task began (now_ns()), for gpu_share()'s measurements.

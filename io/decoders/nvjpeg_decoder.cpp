@@ -58,14 +58,33 @@ bool in_place(const GpuJpegImage& image) {
 }  // namespace
 
 // The library handle, and the pool of workers idle between decode() calls.
+// Parsed-stream objects for supported() are pooled too: nvjpegJpegStreamCreate allocates, and every
+// GPU-routed image is asked about, from every decode thread at once.
 struct NvJpegDecoder::Library {
   nvjpegHandle_t handle = nullptr;
   std::mutex mutex;
   std::vector<std::unique_ptr<Worker>> idle;  // guarded by mutex
+  std::vector<nvjpegJpegStream_t> streams;    // guarded by mutex
+
+  nvjpegJpegStream_t take_stream() {
+    {
+      std::lock_guard lock(mutex);
+      if (!streams.empty()) {
+        nvjpegJpegStream_t stream = streams.back();
+        streams.pop_back();
+        return stream;
+      }
+    }
+    nvjpegJpegStream_t stream = nullptr;
+    return nvjpegJpegStreamCreate(handle, &stream) == NVJPEG_STATUS_SUCCESS ? stream : nullptr;
+  }
+  void give_stream(nvjpegJpegStream_t stream) {
+    std::lock_guard lock(mutex);
+    streams.push_back(stream);
+  }
 };
 
-// What one decode() call uses alone: a decoding state, a stream, a parsed-stream object for supported(),
-// and scratch device memory for images that are resized afterwards (grown as needed, never shrunk).
+// What one decode() call uses alone: a decoding state, a stream, and scratch device memory for images that are resized afterwards (grown as needed, never shrunk).
 struct NvJpegDecoder::Worker {
   nvjpegHandle_t handle = nullptr;
   nvjpegJpegState_t state = nullptr;
@@ -116,6 +135,7 @@ NvJpegDecoder::NvJpegDecoder(int device) : device_(device), library_(std::make_u
 NvJpegDecoder::~NvJpegDecoder() {
   DeviceGuard guard(device_);
   library_->idle.clear();
+  for (nvjpegJpegStream_t stream : library_->streams) (void)nvjpegJpegStreamDestroy(stream);
   if (library_->handle != nullptr) (void)nvjpegDestroy(library_->handle);
 }
 
@@ -139,13 +159,13 @@ void NvJpegDecoder::release(std::unique_ptr<Worker> worker) {
 }
 
 bool NvJpegDecoder::supported(const uint8_t* data, size_t size) const {
-  nvjpegJpegStream_t stream = nullptr;
-  if (nvjpegJpegStreamCreate(library_->handle, &stream) != NVJPEG_STATUS_SUCCESS) return false;
+  nvjpegJpegStream_t stream = library_->take_stream();
+  if (stream == nullptr) return false;
   int answer = -1;
   if (nvjpegJpegStreamParseHeader(library_->handle, data, size, stream) == NVJPEG_STATUS_SUCCESS) {
     if (nvjpegDecodeBatchedSupported(library_->handle, stream, &answer) != NVJPEG_STATUS_SUCCESS) answer = -1;
   }
-  (void)nvjpegJpegStreamDestroy(stream);
+  library_->give_stream(stream);
   return answer == 0;  // nvJPEG says 0 for "supported"
 }
 

@@ -22,7 +22,8 @@ namespace ferry::detail {
 //  * The split node puts a plan's GPU-routed samples in one group (under `auto` a share of them, sized so
 //    that the CPU threads and the hardware finish together: PipelineGraph::split), so that one task hands
 //    the hardware a whole batch.
-//  * The task reads every sample and asks the decode stage for each field; a GPU field's JPEG header is
+//  * The task reads the samples, on every idle decode thread at once (PipelineGraph::decode_samples),
+//    and asks the decode stage for each field; a GPU field's JPEG header is
 //    read on the CPU (TurboJPEG), the window the field keeps is planned exactly as on the CPU path
 //    (plan_image_window: the same resize, center or random crop), and nvJPEG is asked whether its
 //    hardware can decode the file (nvjpegDecodeBatchedSupported: baseline, YCbCr or grayscale, usual
