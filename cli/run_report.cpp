@@ -85,6 +85,10 @@ void append_body(std::string& text, const PipelineStats& stats) {
   appendf(text, "  rate       %.0f samples/s, %.1f batches/s, %.3f GB/s to %s\n",
           per(static_cast<double>(stats.samples), seconds), per(static_cast<double>(stats.batches), seconds),
           per(static_cast<double>(stats.bytes), seconds) / 1e9, stats.device.c_str());
+  if (stats.batches >= 2 && stats.first_batch_samples != 0) {
+    appendf(text, "  start      first batch after %.3f s; %.0f samples/s after it\n", stats.first_batch_seconds,
+            stats.samples_per_second_after_first_batch());
+  }
   appendf(text, "  bottleneck %s\n", bottleneck_summary(stats).c_str());
   appendf(text, "  per batch  %s\n", per_batch_summary(stats).c_str());
 
@@ -339,6 +343,10 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
       .value(seconds_value(stats.seconds_per_batch()))
       .key("batch_latency_seconds")
       .value(seconds_value(stats.batch_latency_seconds()))
+      .key("first_batch_seconds")
+      .value(seconds_value(stats.first_batch_seconds))
+      .key("samples_per_second_after_first_batch")
+      .value(stats.samples_per_second_after_first_batch())
       .end_object();
   json.key("bottleneck").value(bottleneck_summary(stats));
   json.key("per_batch").value(per_batch_summary(stats));

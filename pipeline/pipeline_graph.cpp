@@ -1,5 +1,6 @@
 #include "ferry/pipeline/pipeline_graph.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <tuple>
 
@@ -615,6 +616,15 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
         std::lock_guard lock(consumer_mutex_);
         last_delivered_ =
             Delivered{delivery.batch.sequence(), delivery.batch.epoch(), delivery.batch.index(), delivery.next};
+      }
+      if (run_.first_batch_samples.load(std::memory_order_relaxed) == 0) {
+        // One consumer thread wins; its samples are stored before its time, so that a snapshot that
+        // sees the time (acquire) sees them too.
+        uint64_t none = 0;
+        const uint64_t samples = std::max<uint64_t>(1, delivery.batch.batch_size());
+        if (run_.first_batch_samples.compare_exchange_strong(none, samples, std::memory_order_acq_rel)) {
+          run_.first_batch_ns.store(std::max<uint64_t>(1, now_ns()), std::memory_order_release);
+        }
       }
       run_.delivered_batches.fetch_add(1, std::memory_order_relaxed);
       run_.delivered_samples.fetch_add(delivery.batch.batch_size(), std::memory_order_relaxed);

@@ -86,6 +86,12 @@ double PipelineStats::busy_per_batch_seconds(const StageStats& stage) const {
   return batches == 0 ? 0.0 : stage.busy_seconds / static_cast<double>(batches);
 }
 
+double PipelineStats::samples_per_second_after_first_batch() const {
+  const double since = elapsed_seconds - first_batch_seconds;
+  if (batches < 2 || first_batch_samples == 0 || !std::isfinite(since) || since <= 0.0) return 0.0;
+  return static_cast<double>(samples - std::min(samples, first_batch_samples)) / since;
+}
+
 double PipelineStats::batch_latency_seconds() const { return in_flight.mean * seconds_per_batch(); }
 
 double PipelineStats::consumer_wait_share() const { return share(consumer_wait_seconds, elapsed_seconds); }

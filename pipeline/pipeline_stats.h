@@ -80,6 +80,10 @@ struct PipelineStats {
   uint64_t batches = 0;          // handed to the consumer
   uint64_t samples = 0;
   uint64_t bytes = 0;  // field bytes handed to the consumer
+  /// When the first batch was handed to the consumer (seconds from the start; 0 before it), and its
+  /// samples: the start-up cost (opening files, a GPU decoder's set-up) apart from the steady rate.
+  double first_batch_seconds = 0.0;
+  uint64_t first_batch_samples = 0;
 
   /// The planner: in = samples planned, out = batches planned; blocked downstream = time all
   /// `prefetch` tokens were held by batches the consumer had not taken while the planner had more
@@ -116,6 +120,9 @@ struct PipelineStats {
   double consumer_wait_per_batch_seconds() const;
   /// Note [per-batch cost]: wall time per batch delivered (1 / the batch rate; 0 before the first). Pure.
   double seconds_per_batch() const;
+  /// Samples per second after the first batch: the samples since it over the time since it (0 before a
+  /// second batch). The steady rate, without the start-up that first_batch_seconds measures. Pure.
+  double samples_per_second_after_first_batch() const;
   /// A stage's busy time (summed over its threads) per batch delivered (0 before the first). Pure.
   double busy_per_batch_seconds(const StageStats& stage) const;
   /// How long a batch took on average from its plan to the consumer's hands, by Little's law: batches

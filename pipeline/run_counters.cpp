@@ -22,6 +22,10 @@ PipelineStats RunCounters::snapshot(const Setting& setting) const {
   stats.prefetch = setting.prefetch;
   stats.elapsed_seconds = wall;
   stats.batches = delivered_batches.load(std::memory_order_relaxed);
+  if (const uint64_t first = first_batch_ns.load(std::memory_order_acquire); first != 0) {
+    stats.first_batch_seconds = static_cast<double>(first) * 1e-9;
+    stats.first_batch_samples = first_batch_samples.load(std::memory_order_relaxed);
+  }
   stats.samples = delivered_samples.load(std::memory_order_relaxed);
   stats.bytes = delivered_bytes.load(std::memory_order_relaxed);
   stats.consumer_wait_seconds = static_cast<double>(consumer_wait_ns.load(std::memory_order_relaxed)) * 1e-9;

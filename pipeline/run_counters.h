@@ -70,6 +70,10 @@ class RunCounters {
   Occupancy ready;      // batches pushed towards the consumer, not yet taken
   // The consumer.
   std::atomic<uint64_t> delivered_batches{0};
+  // The first batch handed over: its samples (stored first, by the one consumer thread that wins) and
+  // when (run time; 0 until then).
+  std::atomic<uint64_t> first_batch_samples{0};
+  std::atomic<uint64_t> first_batch_ns{0};
   std::atomic<uint64_t> delivered_samples{0};
   std::atomic<uint64_t> delivered_bytes{0};
   std::atomic<uint64_t> consumer_wait_ns{0};

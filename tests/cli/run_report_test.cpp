@@ -262,6 +262,8 @@ PipelineStats full_stats() {
   stats.prefetch = 3;
   stats.elapsed_seconds = 2.0;
   stats.batches = 40;
+  stats.first_batch_seconds = 0.5;
+  stats.first_batch_samples = 32;
   stats.samples = 1280;
   stats.bytes = 3'000'000'000ull;
   stats.planner.name = "plan";
@@ -367,6 +369,10 @@ TEST(RunReport, JsonHoldsTheStatsInTheDocumentedOrder) {
   EXPECT_EQ(json["per_batch"].text, per_batch_summary(stats));
   EXPECT_DOUBLE_EQ(json["totals"]["seconds_per_batch"].number(), stats.elapsed_seconds / 10.0);
   EXPECT_DOUBLE_EQ(json["totals"]["batch_latency_seconds"].number(), stats.batch_latency_seconds());
+  EXPECT_GT(stats.first_batch_seconds, 0.0);
+  EXPECT_DOUBLE_EQ(json["totals"]["first_batch_seconds"].number(), stats.first_batch_seconds);
+  EXPECT_DOUBLE_EQ(json["totals"]["samples_per_second_after_first_batch"].number(),
+                   stats.samples_per_second_after_first_batch());
   EXPECT_EQ(json["settings"]["decode_threads"].u64(), 2u);
 
   const Json& planner = json["planner"];
@@ -517,8 +523,8 @@ TEST(RunReport, TheSchemaCheckRejectsBrokenReports) {
     EXPECT_NE(at, std::string::npos) << from;
     return at == std::string::npos ? text : text.replace(at, from.size(), to);
   };
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 4,", ""), "missing.json"), 1);
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 4,", "\"format_version\": 4, \"extra\": 2,"), "extra.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 5,", ""), "missing.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 5,", "\"format_version\": 5, \"extra\": 2,"), "extra.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": \"40\""), "type.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": -40"), "negative.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"wall_seconds\": 2", "\"wall_seconds\": NaN"), "nan.json"), 1);

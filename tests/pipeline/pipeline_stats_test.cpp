@@ -387,6 +387,39 @@ TEST(PipelineStats, TheClockStopsAtTheEndOfTheRun) {
   EXPECT_EQ(later.in_flight.mean, at_end.in_flight.mean);
 }
 
+// The first batch's time and samples, and the steady rate after it: from a run, and from numbers.
+TEST(PipelineStats, TheFirstBatchSeparatesTheStartFromTheSteadyRate) {
+  auto source = std::make_shared<const SyntheticSource>(small_dataset(43));
+  PipelineOptions options;
+  options.device = "cpu";
+  options.batch_size = 8;
+  Pipeline pipeline = make_pipeline(source, options);
+  EXPECT_EQ(pipeline.stats().first_batch_seconds, 0.0) << "before any batch";
+  size_t taken = 0;
+  for (const Batch& batch : pipeline) {
+    (void)batch;
+    if (++taken == 1) {
+      const PipelineStats first = pipeline.stats();
+      EXPECT_GT(first.first_batch_seconds, 0.0);
+      EXPECT_EQ(first.first_batch_samples, 8u);
+      EXPECT_EQ(first.samples_per_second_after_first_batch(), 0.0) << "one batch: no steady rate yet";
+    }
+  }
+  const PipelineStats stats = pipeline.stats();
+  EXPECT_LE(stats.first_batch_seconds, stats.elapsed_seconds);
+  EXPECT_EQ(stats.first_batch_samples, 8u);
+
+  PipelineStats numbers;
+  numbers.elapsed_seconds = 3.0;
+  numbers.first_batch_seconds = 1.0;
+  numbers.first_batch_samples = 100;
+  numbers.batches = 11;
+  numbers.samples = 1100;
+  EXPECT_DOUBLE_EQ(numbers.samples_per_second_after_first_batch(), 500.0);  // 1000 samples in 2 s
+  numbers.first_batch_seconds = 3.0;  // the first batch at the very end: no time after it
+  EXPECT_EQ(numbers.samples_per_second_after_first_batch(), 0.0);
+}
+
 TEST(PipelineStats, CloseStopsTheClockToo) {
   auto source = std::make_shared<const SyntheticSource>(small_dataset(400));
   PipelineOptions options;
