@@ -29,6 +29,9 @@ For each T in --threads (not above the cores this process may use):
 
 Rates: images / wall time. ferry's from its report (pipeline start to the last batch ready on the
 device); the others from the loader's start (iter()) to torch.cuda.synchronize() after the last batch.
+A second table gives each loader's rate after its first batch (the images after it over the time after
+it) and when that batch came: the steady rate apart from the start-up (worker processes, nvJPEG's
+set-up, which took about a second on an H200 and dominated runs of 8192 images).
 CPU: user + system seconds of every process of the loader (ferry's own process; the DataLoader's
 workers and this process) per image, from getrusage. Prints a table per dataset and writes
 OUT/augment.json. --quick: 512 images, T in 1 and 2, for trying it on a small CPU machine (device cpu).
@@ -86,7 +89,8 @@ def ferry_rate(ferry, root, threads, images, device, decode_device, out):
     with open(report) as f:
         totals = json.load(f)["totals"]
     return {"images_per_second": totals["samples_per_second"], "cpu_seconds_per_image": cpu / totals["samples"],
-            "images": totals["samples"]}
+            "images": totals["samples"], "first_batch_seconds": totals["first_batch_seconds"],
+            "images_per_second_after_first_batch": totals["samples_per_second_after_first_batch"]}
 
 
 # ------------------------------------------------------------------------------------- torchvision
@@ -143,24 +147,43 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
+class LoaderClock:
+    """A loader's clock, started at iter(): the rate over the run and the rate after the first batch (the
+    steady one, without start-up: worker processes, a GPU decoder's set-up), as ferry's report has them."""
+
+    def __init__(self, device):
+        self.device, self.start, self.first, self.first_images, self.images = device, time.perf_counter(), None, 0, 0
+
+    def batch(self, images):
+        if self.first is None:
+            synchronize(self.device)
+            self.first, self.first_images = time.perf_counter() - self.start, images
+        self.images += images
+
+    def result(self, cpu_before):
+        synchronize(self.device)
+        seconds = time.perf_counter() - self.start
+        after = seconds - (self.first or 0.0)
+        steady = (self.images - self.first_images) / after if self.first is not None and after > 0 else 0.0
+        # Worker processes are children this process waited for once the loader's iterator ended.
+        return {"images_per_second": self.images / seconds,
+                "cpu_seconds_per_image": (cpu_seconds() - cpu_before) / self.images, "images": self.images,
+                "first_batch_seconds": self.first or 0.0, "images_per_second_after_first_batch": steady}
+
+
 def dataloader_rate(files, labels, threads, images, device, normalize_in_worker):
     dataset = AugmentedFiles(files, labels, images, transforms_v2(normalize_in_worker))
     loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=threads,
                                          pin_memory=device.type == "cuda", persistent_workers=False)
     before = cpu_seconds()
-    start = time.perf_counter()
-    delivered = 0
+    clock = LoaderClock(device)
     for batch, label in loader:
         batch = batch.to(device, non_blocking=True)
         label = label.to(device, non_blocking=True)
         batch = batch.to(torch.bfloat16) if normalize_in_worker else normalize_on_device(batch)
         assert batch.shape[1:] == (3, CROP, CROP), batch.shape
-        delivered += batch.shape[0]
-    synchronize(device)
-    seconds = time.perf_counter() - start
-    # Worker processes are children this process waited for once the loader's iterator ended.
-    return {"images_per_second": delivered / seconds, "cpu_seconds_per_image": (cpu_seconds() - before) / delivered,
-            "images": delivered}
+        clock.batch(batch.shape[0])
+    return clock.result(before)
 
 
 def torchvision_gpu_rate(files, labels, threads, images, device):
@@ -168,8 +191,7 @@ def torchvision_gpu_rate(files, labels, threads, images, device):
     _, F, _ = transforms_module()
     crop_flip = transforms_v2(normalize_in_worker=False)
     before = cpu_seconds()
-    start = time.perf_counter()
-    delivered = 0
+    clock = LoaderClock(device)
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         for first in range(0, images, BATCH):
             names = [files[i % len(files)] for i in range(first, min(images, first + BATCH))]
@@ -178,11 +200,8 @@ def torchvision_gpu_rate(files, labels, threads, images, device):
             out = [crop_flip(F.center_crop(F.resize(image, 256, antialias=True), [256, 256])) for image in decoded]
             batch = normalize_on_device(torch.stack(out))
             label = torch.tensor([labels[i % len(files)] for i in range(first, first + len(names))]).to(device)
-            delivered += batch.shape[0]
-    synchronize(device)
-    seconds = time.perf_counter() - start
-    return {"images_per_second": delivered / seconds, "cpu_seconds_per_image": (cpu_seconds() - before) / delivered,
-            "images": delivered}
+            clock.batch(batch.shape[0])
+    return clock.result(before)
 
 
 # ------------------------------------------------------------------------------------------- main
@@ -234,16 +253,20 @@ def main():
 
     print(f"torch {torch.__version__}, torchvision transforms {transforms_module()[2]}, device {device}, {cores} cores, "
           f"{images} images a measurement, batches of {BATCH}, {CROP}x{CROP} bfloat16 NCHW")
+    tables = [("images/s (CPU ms an image)",
+               lambda r: f"{r['images_per_second']:.0f} ({r['cpu_seconds_per_image'] * 1e3:.2f})"),
+              ("after the first batch: images/s (first batch after s)",
+               lambda r: f"{r['images_per_second_after_first_batch']:.0f} ({r['first_batch_seconds']:.2f})")]
     for name, _ in DATASETS:
-        print(f"\n{name}: images/s (CPU ms an image)")
-        print(f"{'loader':32}" + "".join(f"{f'{t} threads':>22}" for t in threads))
-        for loader in dict.fromkeys(r["loader"] for r in results):
-            cells = []
-            for t in threads:
-                found = [r for r in results if r["dataset"] == name and r["loader"] == loader and r["threads"] == t]
-                cells.append(f"{found[0]['images_per_second']:.0f} ({found[0]['cpu_seconds_per_image'] * 1e3:.2f})"
-                             if found else "-")
-            print(f"{loader:32}" + "".join(f"{c:>22}" for c in cells))
+        for title, cell in tables:
+            print(f"\n{name}: {title}")
+            print(f"{'loader':32}" + "".join(f"{f'{t} threads':>22}" for t in threads))
+            for loader in dict.fromkeys(r["loader"] for r in results):
+                cells = []
+                for t in threads:
+                    found = [r for r in results if r["dataset"] == name and r["loader"] == loader and r["threads"] == t]
+                    cells.append(cell(found[0]) if found else "-")
+                print(f"{loader:32}" + "".join(f"{c:>22}" for c in cells))
     with open(os.path.join(args.out, "augment.json"), "w") as f:
         json.dump({"machine": platform.node(), "device": str(device), "torch": torch.__version__,
                    "transforms": transforms_module()[2], "cores": cores,
