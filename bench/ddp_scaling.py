@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""bench/ddp_scaling.py: data-parallel loading on 1, 2 and 4 GPUs, one process per GPU as torchrun
+starts them (issue 16), ferry beside torch's DataLoader, in one run.
+
+    python3 bench/ddp_scaling.py --ferry build/gpu/cli/ferry --data build/gpu/bench-data \\
+        --out gpu-results/ddp-scaling [--gpus 1,2,4] [--batches 48] [--quick]
+
+Needs a Python with torch, numpy and pillow, and ferry's package on PYTHONPATH. For each N in --gpus
+(those this machine has; with no GPU, or --quick, N in 1 and 2 on the CPU) the harness starts N rank
+processes with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT). Each rank loads --batches batches onto cuda:LOCAL_RANK and trains nothing; the ranks do not
+communicate, so what is measured is the loaders, as DDP would drive them, with the machine's cores
+shared among the ranks:
+
+  ferry       ferry.Pipeline, decode.threads auto (the cores / LOCAL_WORLD_SIZE), transfer.device auto
+              (cuda:LOCAL_RANK); ferry shards by RANK and WORLD_SIZE itself;
+  DataLoader  num_workers = cores / N, a DistributedSampler for the rank's share, pin_memory, each batch
+              .to(cuda:LOCAL_RANK, non_blocking=True).
+
+Workloads, as bench/loaders.py has them: images (256 x 256 JPEGs, decoded to HWC uint8, batches of 256;
+the DataLoader decodes with PIL) and tokens (configs/megatron.yaml's windows of 2049 tokens, batches of
+32; the DataLoader reads the same .bin through numpy.memmap).
+
+Rates: each rank notes when it started (before its loader is made) and when its last batch was on its
+device (torch.cuda.synchronize()); the aggregate rate is all ranks' samples over the span from the first
+start to the last end. Scaling efficiency = rate(N) / (N x rate(1)) for the same loader. CPU: user +
+system seconds of every rank process and its workers over the same span (not the interpreter's start),
+per sample. Prints a table per workload and writes
+OUT/ddp-scaling.json. --quick: little data, a check that it runs, not a measurement.
+"""
+import argparse
+import json
+import os
+import platform
+import resource
+import socket
+import subprocess
+import sys
+import time
+
+import torch
+import torch.utils.data
+
+import loaders  # bench/, beside this script: the datasets and their makers
+
+BATCHES = {"images": 256, "tokens": loaders.TOKEN_BATCH}
+
+
+def log(message):
+    print(f"ddp_scaling: {message}", file=sys.stderr, flush=True)
+
+
+def cpu_seconds():
+    """User + system seconds of this process and of its waited-for children (a DataLoader's workers, once
+    its iterator is gone)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------------------- one rank
+
+def ferry_loader(args, device, batch):
+    import ferry
+    overrides = {"decode.threads": "auto", "transfer.device": "auto" if device.type == "cuda" else "cpu",
+                 "max_batches": args.batches, "stats.progress": "off"}
+    if args.workload == "images":
+        config = {"source": {"kind": "image_folder", "root": args.root, "image": {"shape": [256, 256, 3]}},
+                  "batch_size": batch, "prefetch": 4, "sampler": {"shuffle": False, "epochs": 1000}}
+    else:
+        config = os.path.join(loaders.REPO, "configs", "megatron.yaml")
+        overrides.update({"source.prefix": args.root, "sampler.epochs": 1000, "batch_size": batch})
+    with ferry.Pipeline(config, overrides=overrides) as pipeline:
+        for batch in pipeline.batches():  # across epochs, up to max_batches
+            yield batch["image" if args.workload == "images" else "tokens"]
+
+
+def dataloader_loader(args, device, batch):
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    wanted = args.batches * batch * world
+    if args.workload == "images":
+        files, labels = loaders.image_files(args.root)
+        dataset = loaders.ImageFiles(files, labels, wanted)
+    else:
+        dtype, total = loaders.read_token_index(args.root)
+        dataset = loaders.TokenWindows(args.root, dtype, total, wide=False)
+    sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=world, rank=rank,
+                                                  shuffle=args.workload == "tokens", seed=loaders.TOKEN_SEED)
+    workers = max(1, len(os.sched_getaffinity(0)) // int(os.environ["LOCAL_WORLD_SIZE"]))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch, sampler=sampler, num_workers=workers,
+                                         pin_memory=device.type == "cuda", drop_last=True)
+    for taken, data in enumerate(loader):
+        if taken == args.batches:
+            break
+        yield (data[0] if args.workload == "images" else data).to(device, non_blocking=True)
+
+
+def rank_main(args):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.ones(1, device=device)  # CUDA initialised before the clock starts, for both loaders
+    batch = BATCHES[args.workload] if not args.quick else 32
+    make = ferry_loader if args.loader == "ferry" else dataloader_loader
+    cpu = cpu_seconds()
+    start = time.time()
+    first, samples = None, 0
+    for tensor in make(args, device, batch):
+        samples += tensor.shape[0]
+        if first is None:
+            first = time.time()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    end = time.time()
+    print(json.dumps({"rank": int(os.environ["RANK"]), "start": start, "first": first, "end": end,
+                      "samples": samples, "cpu_seconds": cpu_seconds() - cpu, "device": str(device)}), flush=True)
+
+
+# ------------------------------------------------------------------------------------------- harness
+
+def launch(args, loader, workload, root, world):
+    """Starts `world` ranks of one loader; returns their results."""
+    port = str(free_port())
+    command = [sys.executable, os.path.abspath(__file__), "--rank-of", loader, "--workload", workload,
+               "--root", root, "--batches", str(args.batches)] + (["--quick"] if args.quick else [])
+    processes = []
+    for rank in range(world):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(world),
+                   LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+        if args.device == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = []
+    for rank, process in enumerate(processes):
+        out, err = process.communicate(timeout=args.timeout)
+        if process.returncode != 0:
+            for other in processes:
+                other.kill()
+            raise RuntimeError(f"{loader} rank {rank} of {world} exited with {process.returncode}:\n{err[-3000:]}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+def measure(args, loader, workload, root, world):
+    ranks = launch(args, loader, workload, root, world)
+    cpu = sum(r["cpu_seconds"] for r in ranks)
+    samples = sum(r["samples"] for r in ranks)
+    span = max(r["end"] for r in ranks) - min(r["start"] for r in ranks)
+    return {"workload": workload, "loader": loader, "gpus": world, "samples": samples,
+            "samples_per_second": samples / span, "seconds": span,
+            "first_batch_seconds": max(r["first"] - r["start"] for r in ranks),
+            "cpu_seconds_per_sample": cpu / samples, "devices": [r["device"] for r in ranks]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ferry", help="the ferry command (a build's cli/ferry), to make the datasets")
+    parser.add_argument("--data", help="where the datasets are (made when missing)")
+    parser.add_argument("--out", default="ddp-scaling")
+    parser.add_argument("--gpus", default="1,2,4")
+    parser.add_argument("--batches", type=int, default=48, help="batches each rank loads")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds a rank may take")
+    parser.add_argument("--quick", action="store_true")
+    # A rank process (started by the harness):
+    parser.add_argument("--rank-of", choices=["ferry", "DataLoader"], help=argparse.SUPPRESS)
+    parser.add_argument("--workload", choices=["images", "tokens"], help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rank_of:
+        args.loader = args.rank_of
+        return rank_main(args)
+    if not args.ferry or not args.data:
+        parser.error("--ferry and --data are needed")
+
+    gpus = torch.cuda.device_count()
+    args.device = "cuda" if gpus > 0 and not args.quick else "cpu"
+    worlds = [1, 2] if args.device == "cpu" else [n for n in map(int, args.gpus.split(",")) if n <= gpus]
+    if args.quick:
+        args.batches = min(args.batches, 8)
+    os.makedirs(args.out, exist_ok=True)
+    images = os.path.join(args.data, "images")
+    loaders.make_images(args.ferry, images, 512 if args.quick else 4096)
+    tokens = os.path.join(args.data, "tokens")
+    loaders.make_tokens(args.ferry, tokens, 4000 if args.quick else 320000)
+
+    rows = []
+    for workload, root in (("images", images), ("tokens", tokens)):
+        for loader in ("ferry", "DataLoader"):
+            for world in worlds:
+                log(f"{workload}, {loader}, {world} rank(s)")
+                row = measure(args, loader, workload, root, world)
+                log(f"  {row['samples_per_second']:.0f} samples/s, {row['cpu_seconds_per_sample'] * 1e3:.3f} ms CPU a sample")
+                rows.append(row)
+    for row in rows:
+        one = next(r for r in rows if r["workload"] == row["workload"] and r["loader"] == row["loader"] and r["gpus"] == 1)
+        row["scaling_efficiency"] = row["samples_per_second"] / (row["gpus"] * one["samples_per_second"])
+
+    cores = len(os.sched_getaffinity(0))
+    print(f"torch {torch.__version__}, {args.device} ({gpus} GPUs), {cores} cores shared by the ranks, "
+          f"{args.batches} batches a rank")
+    for workload, unit, scale in (("images", "images/s", 1), ("tokens", "M tokens/s", loaders.WINDOW / 1e6)):
+        print(f"\n{workload}: aggregate {unit} (scaling efficiency; CPU ms a sample)")
+        print(f"{'loader':12}" + "".join(f"{f'{n} rank(s)':>30}" for n in worlds))
+        for loader in ("ferry", "DataLoader"):
+            cells = []
+            for n in worlds:
+                r = next(r for r in rows if r["workload"] == workload and r["loader"] == loader and r["gpus"] == n)
+                cells.append(f"{r['samples_per_second'] * scale:.{0 if scale == 1 else 2}f} "
+                             f"({r['scaling_efficiency']:.2f}; {r['cpu_seconds_per_sample'] * 1e3:.3f})")
+            print(f"{loader:12}" + "".join(f"{c:>30}" for c in cells))
+    with open(os.path.join(args.out, "ddp-scaling.json"), "w") as f:
+        json.dump({"machine": platform.node(), "device": args.device, "gpus": gpus, "cores": cores,
+                   "torch": torch.__version__, "batches_per_rank": args.batches, "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
