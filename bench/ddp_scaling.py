@@ -185,7 +185,7 @@ def main():
         args.batches = min(args.batches, 8)
     os.makedirs(args.out, exist_ok=True)
     images = os.path.join(args.data, "images")
-    loaders.make_images(args.ferry, images, 512 if args.quick else 4096)
+    loaders.make_images(args.ferry, images, 512 if args.quick else 8192)  # as bench/loaders.py makes it
     tokens = os.path.join(args.data, "tokens")
     loaders.make_tokens(args.ferry, tokens, 4000 if args.quick else 320000)
 

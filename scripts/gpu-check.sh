@@ -116,6 +116,11 @@ if [ "$bench" = 1 ]; then
   step "bench/augment.py (training-ready image batches: ferry vs DataLoader + torchvision v2 vs torchvision's GPU decoder)"
   python3 bench/augment.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data --device cuda \
     --out "$out/augment" 2> "$out/augment.log" | tee "$out/augment.txt" || { status=1; tail -20 "$out/augment.log"; }
+  if [ "$(nvidia-smi --list-gpus | wc -l)" -ge 2 ]; then
+    step "bench/ddp_scaling.py (one ferry per rank vs one DataLoader per rank, 1/2/4 GPUs)"
+    PYTHONPATH=build/gpu/python python3 bench/ddp_scaling.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data \
+      --out "$out/ddp-scaling" 2> "$out/ddp-scaling.log" | tee "$out/ddp-scaling.txt" || { status=1; tail -20 "$out/ddp-scaling.log"; }
+  fi
 fi
 step "done (status $status)"
 exit $status
