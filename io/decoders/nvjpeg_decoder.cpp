@@ -1,6 +1,7 @@
 #include "ferry/io/decoders/nvjpeg_decoder.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <mutex>
 
 #include "ferry/build_config.h"
@@ -63,7 +64,9 @@ bool in_place(const GpuJpegImage& image) {
 struct NvJpegDecoder::Library {
   nvjpegHandle_t handle = nullptr;
   std::mutex mutex;
+  std::condition_variable returned;           // a worker went back to idle
   std::vector<std::unique_ptr<Worker>> idle;  // guarded by mutex
+  size_t workers = 0;                         // made so far, at most kMaxWorkers; guarded by mutex
   std::vector<nvjpegJpegStream_t> streams;    // guarded by mutex
 
   nvjpegJpegStream_t take_stream() {
@@ -84,7 +87,8 @@ struct NvJpegDecoder::Library {
   }
 };
 
-// What one decode() call uses alone: a decoding state, a stream, and scratch device memory for images that are resized afterwards (grown as needed, never shrunk).
+// What one decode() call uses alone: a decoding state, a stream, and scratch device memory for images
+// that are resized afterwards (grown as needed, never shrunk).
 struct NvJpegDecoder::Worker {
   nvjpegHandle_t handle = nullptr;
   nvjpegJpegState_t state = nullptr;
@@ -143,19 +147,33 @@ std::string NvJpegDecoder::unavailable_reason() { return ""; }
 
 std::unique_ptr<NvJpegDecoder::Worker> NvJpegDecoder::acquire() {
   {
-    std::lock_guard lock(library_->mutex);
+    std::unique_lock lock(library_->mutex);
+    // At most kMaxWorkers decode at once; a call beyond them waits for one to come back. Each call
+    // holds its worker only while it decodes, never while it waits for anything else, so a wait ends.
+    library_->returned.wait(lock, [&] { return !library_->idle.empty() || library_->workers < kMaxWorkers; });
     if (!library_->idle.empty()) {
       std::unique_ptr<Worker> worker = std::move(library_->idle.back());
       library_->idle.pop_back();
       return worker;
     }
+    ++library_->workers;
   }
-  return std::make_unique<Worker>(library_->handle, device_);  // CUDA calls outside the lock
+  try {
+    return std::make_unique<Worker>(library_->handle, device_);  // CUDA calls outside the lock
+  } catch (...) {
+    std::lock_guard lock(library_->mutex);
+    --library_->workers;
+    library_->returned.notify_one();
+    throw;
+  }
 }
 
 void NvJpegDecoder::release(std::unique_ptr<Worker> worker) {
-  std::lock_guard lock(library_->mutex);
-  library_->idle.push_back(std::move(worker));
+  {
+    std::lock_guard lock(library_->mutex);
+    library_->idle.push_back(std::move(worker));
+  }
+  library_->returned.notify_one();
 }
 
 bool NvJpegDecoder::supported(const uint8_t* data, size_t size) const {

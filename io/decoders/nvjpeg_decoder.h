@@ -55,9 +55,9 @@ struct GpuJpegImage {
   uint8_t* out = nullptr;
 };
 
-/// nvJPEG's hardware decoder on one GPU (Note [GPU JPEG decode]). Owns the library handle and, per thread
-/// that decodes at once, a decoding state, a stream and a scratch buffer (kept in a pool; no CUDA call is
-/// made under its lock). Thread-safe.
+/// nvJPEG's hardware decoder on one GPU (Note [GPU JPEG decode]). Owns the library handle and, per call
+/// that decodes at once (at most kMaxWorkers), a decoding state, a stream and a scratch buffer (kept in a
+/// pool; no CUDA call is made under its lock). Thread-safe.
 class NvJpegDecoder {
  public:
   /// For CUDA device `device`. Throws ferry::Error where this build has no nvJPEG (available() says why)
@@ -77,10 +77,16 @@ class NvJpegDecoder {
 
   /// Decodes `images` and writes each window to its `out`. Blocks until the device has finished. Returns,
   /// per image, "" or why it could not be decoded (nvJPEG's status). Throws ferry::CudaError for a
-  /// failure of the device itself. Thread-safe: concurrent calls use separate states and streams.
+  /// failure of the device itself. Thread-safe: concurrent calls use separate states and streams, at most
+  /// kMaxWorkers at once (a call beyond them waits for one).
   std::vector<std::string> decode(std::span<const GpuJpegImage> images);
 
   struct Worker;
+
+  /// Decoding states in use at once. Each concurrent decode() call had its own state before: with prefetch
+  /// 16, sixteen states, each with its own set-up and allocations, made the GPU groups take 31 s summed
+  /// against 4.9 s with prefetch 4 (2xH200, 32 768 images). Four is what the prefetch-4 runs used.
+  static constexpr size_t kMaxWorkers = 4;
 
  private:
   std::unique_ptr<Worker> acquire();
