@@ -29,7 +29,6 @@
 #include <latch>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -37,6 +36,7 @@
 #include <turbojpeg.h>
 
 #include <ferry/io/decoders/jpeg_decoder.h>
+#include "bench_args.h"
 
 namespace {
 
@@ -219,38 +219,18 @@ int main(int argc, char** argv) {
   double seconds = 0.5;
   size_t repeats = 5;
   size_t limit = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(std::string(flag) + " needs a value");
-      return argv[++i];
-    };
-    try {
-      if (flag == "--max-threads") {
-        max_threads = std::stoul(value());
-      } else if (flag == "--seconds") {
-        seconds = std::stod(value());
-      } else if (flag == "--repeats") {
-        repeats = std::stoul(value());
-      } else if (flag == "--limit") {
-        limit = std::stoul(value());
-      } else if (flag == "--json") {
-        json_path = value();
-      } else if (!flag.empty() && flag[0] != '-' && folder.empty()) {
-        folder = flag;
-      } else {
-        std::fprintf(stderr, "jpeg_decode: unknown option %s\n", argv[i]);
-        return 2;
-      }
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "jpeg_decode: %s: %s\n", argv[i], e.what());
-      return 2;
-    }
-  }
-  if (folder.empty() || max_threads == 0 || !(seconds > 0) || repeats == 0) {
-    std::fprintf(stderr,
-                 "usage: jpeg_decode DIR [--max-threads N] [--seconds S] [--repeats R] [--limit N] [--json PATH]\n");
-    return 2;
+  bench::BenchArgs args("jpeg_decode",
+                        "jpeg_decode DIR [--max-threads N] [--seconds S] [--repeats R] [--limit N] [--json PATH]");
+  args.value("--max-threads", max_threads)
+      .value("--seconds", seconds)
+      .value("--repeats", repeats)
+      .value("--limit", limit)
+      .value("--json", json_path)
+      .positional(folder)
+      .parse(argc, argv);
+  if (folder.empty()) args.fail("a folder of JPEGs is needed");
+  if (max_threads == 0 || !(seconds > 0) || repeats == 0) {
+    args.fail("--max-threads, --seconds and --repeats must be above 0");
   }
   try {
     const std::vector<Image> images = load_images(folder, limit);

@@ -20,7 +20,6 @@
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -32,6 +31,7 @@
 #include <ferry/pipeline/cuda_stream.h>
 #include <ferry/pipeline/device_guard.h>
 #include <ferry/stages/standard_pipeline.h>
+#include "bench_args.h"
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>
@@ -155,32 +155,13 @@ int main(int argc, char** argv) {
   size_t batches = 20000;
   size_t prefetch = 16;
   size_t decode_threads = std::min<size_t>(16, static_cast<size_t>(tbb::info::default_concurrency()));
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "latency: %s needs a value\n", argv[i]);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (arg == "--device") {
-      device_name = value();
-    } else if (arg == "--json") {
-      json_path = value();
-    } else if (arg == "--batches") {
-      batches = std::stoul(value());
-    } else if (arg == "--prefetch") {
-      prefetch = std::stoul(value());
-    } else if (arg == "--decode-threads") {
-      decode_threads = std::stoul(value());
-    } else {
-      std::fprintf(stderr,
-                   "usage: latency [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] "
-                   "[--decode-threads N]\n");
-      return 2;
-    }
-  }
+  bench::BenchArgs("latency", "latency [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N]")
+      .value("--device", device_name)
+      .value("--json", json_path)
+      .value("--batches", batches)
+      .value("--prefetch", prefetch)
+      .value("--decode-threads", decode_threads)
+      .parse(argc, argv);
   const at::Device device = ferry::resolve_device(device_name);
   const std::vector<Case> cases = {{"tokens 32 x 2049 uint16", at::kShort, 2049}, {"small 32 x 1 KiB", at::kByte, 1024}};
   std::printf("bench/latency on %s (%s), %zu batches, prefetch %zu, %zu decode threads\n\n", device.str().c_str(),

@@ -16,7 +16,6 @@
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -30,6 +29,7 @@
 #include <ferry/pipeline/device_guard.h>
 #include <ferry/stages/parallel_copy.h>
 #include <ferry/stages/standard_pipeline.h>
+#include "bench_args.h"
 
 #if FERRY_HAVE_CUDART
 #include <cuda_runtime_api.h>
@@ -205,29 +205,16 @@ int main(int argc, char** argv) {
   size_t prefetch = 3;
   size_t decode_threads = 0;
   bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(std::string(flag) + " needs a value");
-      return argv[++i];
-    };
-    if (flag == "--device") {
-      device_name = value();
-    } else if (flag == "--json") {
-      json_path = value();
-    } else if (flag == "--batches") {
-      batches = std::stoul(value());
-    } else if (flag == "--prefetch") {
-      prefetch = std::stoul(value());
-    } else if (flag == "--decode-threads") {
-      decode_threads = std::stoul(value());
-    } else if (flag == "--quick") {
-      quick = true;
-    } else {
-      std::fprintf(stderr, "transfer: unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
+  bench::BenchArgs("transfer",
+                   "transfer [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N] "
+                   "[--quick]")
+      .value("--device", device_name)
+      .value("--json", json_path)
+      .value("--batches", batches)
+      .value("--prefetch", prefetch)
+      .value("--decode-threads", decode_threads)
+      .flag("--quick", quick)
+      .parse(argc, argv);
   try {
     const at::Device device = ferry::resolve_device(device_name);
     std::vector<Case> cases = {{"a) 4 x 16 MiB", 4, 16 * kMiB},

@@ -1,0 +1,109 @@
+#pragma once
+
+// What the C++ benchmarks share: their command-line options. Each benchmark names its options once,
+// with where each value goes; parse() reads argv and, for an unknown option, a missing value or a value
+// that is not a number, prints the problem and the usage and exits with status 2 (no exception escapes
+// to terminate the program).
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <stdexcept>
+#include <type_traits>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace bench {
+
+class BenchArgs {
+ public:
+  /// `program`: the name errors start with; `usage`: the line printed after an error.
+  BenchArgs(std::string program, std::string usage) : program_(std::move(program)), usage_(std::move(usage)) {}
+
+  /// `--name VALUE` into `out`.
+  BenchArgs& value(const std::string& name, std::string& out) {
+    return add(name, true, [&out](const std::string& text) { out = text; });
+  }
+  BenchArgs& value(const std::string& name, size_t& out) {
+    return add(name, true, [&out](const std::string& text) { out = to_number<size_t>(text); });
+  }
+  BenchArgs& value(const std::string& name, double& out) {
+    return add(name, true, [&out](const std::string& text) { out = to_number<double>(text); });
+  }
+  /// `--name` alone sets `out`.
+  BenchArgs& flag(const std::string& name, bool& out) {
+    return add(name, false, [&out](const std::string&) { out = true; });
+  }
+  /// A word that is not an option, at most once.
+  BenchArgs& positional(std::string& out) {
+    positional_ = &out;
+    return *this;
+  }
+
+  void parse(int argc, char** argv) const {
+    bool positional_seen = false;
+    for (int i = 1; i < argc; ++i) {
+      const std::string word = argv[i];
+      if (positional_ != nullptr && !positional_seen && !word.empty() && word[0] != '-') {
+        *positional_ = word;
+        positional_seen = true;
+        continue;
+      }
+      const Option* option = find(word);
+      if (option == nullptr) fail("unknown option " + word);
+      if (option->takes_value && i + 1 >= argc) fail(word + " needs a value");
+      try {
+        option->set(option->takes_value ? std::string(argv[++i]) : std::string());
+      } catch (const std::exception&) {
+        fail(word + ": " + argv[i] + " is not a number");
+      }
+    }
+  }
+
+  /// Prints "<program>: <problem>" and the usage; exits with status 2.
+  [[noreturn]] void fail(const std::string& problem) const {
+    std::fprintf(stderr, "%s: %s\nusage: %s\n", program_.c_str(), problem.c_str(), usage_.c_str());
+    std::exit(2);
+  }
+
+ private:
+  struct Option {
+    std::string name;
+    bool takes_value = false;
+    std::function<void(const std::string&)> set;
+  };
+
+  BenchArgs& add(const std::string& name, bool takes_value, std::function<void(const std::string&)> set) {
+    options_.push_back(Option{name, takes_value, std::move(set)});
+    return *this;
+  }
+
+  const Option* find(const std::string& name) const {
+    for (const Option& option : options_) {
+      if (option.name == name) return &option;
+    }
+    return nullptr;
+  }
+
+  // The whole text must be a number (std::stoul alone takes "12abc" as 12 and "-1" as a huge count).
+  template <typename T>
+  static T to_number(const std::string& text) {
+    size_t used = 0;
+    if (text.empty() || text[0] == '-') throw std::invalid_argument(text);
+    T number;
+    if constexpr (std::is_same_v<T, double>) {
+      number = std::stod(text, &used);
+    } else {
+      number = static_cast<T>(std::stoull(text, &used));
+    }
+    if (used != text.size()) throw std::invalid_argument(text);
+    return number;
+  }
+
+  std::string program_, usage_;
+  std::vector<Option> options_;
+  std::string* positional_ = nullptr;
+};
+
+}  // namespace bench
