@@ -7,6 +7,7 @@
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/info.h>
 #include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
 
 namespace ferry::detail {
 namespace {
@@ -301,8 +302,11 @@ size_t PipelineGraph::gpu_share(size_t samples) const {
   if (gpu_images < kGroupWarmupSamples || cpu_images < kGroupWarmupSamples) return samples / 2;  // until both are measured
   const double g = static_cast<double>(gpu_group_ns_.load(std::memory_order_relaxed)) / static_cast<double>(gpu_images);
   const double c = static_cast<double>(cpu_sample_ns_.load(std::memory_order_relaxed)) / static_cast<double>(cpu_images);
-  // k images on the GPU take k g on the group's thread; the other n - k take (n - k) c / (T - 1) on the
-  // remaining threads. Equal when k = n c / (c + g (T - 1)).
+  // The model: k images on the GPU take k g on the group's thread; the other n - k take (n - k) c / (T - 1)
+  // on the remaining threads. Equal when k = n c / (c + g (T - 1)). It no longer fits: a group's reads now
+  // run on several threads (decode_samples), several groups decode at once, and g averages in the GPU
+  // decoder's start-up; on two H200s it gave the GPU 2-7% of the images and `auto` ran slower than
+  // `cpu`. To be replaced by the hardware's measured time per image after warm-up.
   const double others = static_cast<double>(std::max<size_t>(1, decode_threads_) - 1);
   const double k = static_cast<double>(samples) * c / (c + g * others);
   return std::min(samples, static_cast<size_t>(std::llround(k)));
@@ -315,6 +319,7 @@ void PipelineGraph::split(const PlanPtr& plan, Put&& put) {
   auto put_group = [&](size_t count, bool on_gpu) {
     auto group = std::make_shared<SampleGroup>();
     group->sequence = next_group_sequence_++;
+    group->on_gpu = on_gpu;
     group->samples.resize(count);
     for (SampleWork& sample : group->samples) {
       sample.plan = plan;
@@ -361,18 +366,23 @@ void PipelineGraph::decode_samples(SampleGroup& group) {
   // hardware checks run on every idle decode thread, not one after another before the hardware starts:
   // the GPU path's CPU work was 0.32 ms an image on the H200 (bench/augment.py), up to 80 ms for a batch
   // of 256 on one thread. Each sample is its own, as in groups that different threads decode at once.
-  if (!group.samples.empty() && group.samples.front().on_gpu) {
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, group.samples.size(), kGpuGroupReadGrain),
-                      [&](const tbb::blocked_range<size_t>& range) {
-                        for (size_t i = range.begin(); i != range.end(); ++i) decode(group.samples[i]);
-                      });
+  // Isolated: while it waits for its parts, this thread takes no other group's task (which could
+  // block it in the GPU decoder's queue for states, NvJpegDecoder::kMaxWorkers).
+  if (group.on_gpu) {
+    tbb::this_task_arena::isolate([&] {
+      tbb::parallel_for(tbb::blocked_range<size_t>(0, group.samples.size(), kGpuGroupReadGrain),
+                        [&](const tbb::blocked_range<size_t>& range) {
+                          for (size_t i = range.begin(); i != range.end(); ++i) decode(group.samples[i]);
+                        });
+    });
     return;
   }
   for (SampleWork& sample : group.samples) decode(sample);
 }
 
 void PipelineGraph::decode_pending(SampleGroup& group, uint64_t started_ns) {
-  if (group.samples.empty() || !group.samples.front().on_gpu || stop_.load(std::memory_order_acquire)) return;
+  // The group's flag, not its first sample's: a sample replaced after a failure was decoded on the CPU.
+  if (!group.on_gpu || stop_.load(std::memory_order_acquire)) return;
   const uint64_t start_ns = now_ns();
   std::vector<SampleWork*> pending;
   for (SampleWork& sample : group.samples) {

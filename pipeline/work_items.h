@@ -91,6 +91,9 @@ struct SampleWork {
 /// group's ownership (never stored in the group itself, which would keep it alive forever).
 struct SampleGroup {
   uint64_t sequence = 0;
+  // Routed to the GPU decoder by the split node (Note [GPU JPEG decode]). Set once: a sample's own
+  // on_gpu turns false when a CPU-decoded replacement takes its place, the group's does not.
+  bool on_gpu = false;
   std::vector<SampleWork> samples;  // in plan order
 };
 

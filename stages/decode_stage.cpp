@@ -113,9 +113,10 @@ bool DecodeStage::defer(SampleWork& work, size_t i, const at::Tensor& encoded) {
   const auto* jpeg = static_cast<const JpegDecoder*>(decoders_[i].get());
   const at::Tensor bytes = detail::encoded_image_bytes(encoded, spec, "jpeg", "JPEG");
   const auto* data = bytes.data_ptr<uint8_t>();
-  // Files the hardware cannot decode, files cut short or with stray bytes (which the hardware would
-  // decode into made-up pixels without a word), and very large images go to the CPU decoder, which
-  // says what is wrong with a file and shrinks large ones while it decodes; it reads the header itself.
+  // Files the hardware cannot decode, files cut short or with stray bytes between header segments (which
+  // the hardware would decode into made-up pixels without a word; jpeg_markers.h says what the check
+  // cannot see), and very large images go to the CPU decoder, which says what is wrong with a file and
+  // shrinks large ones while it decodes; it reads the header itself.
   const auto size = static_cast<size_t>(bytes.numel());
   if (!detail::jpeg_segments_complete(data, size) || !nvjpeg_->supported(data, size)) return false;
   const detail::JpegHeader header = detail::read_jpeg_header(data, bytes.numel());

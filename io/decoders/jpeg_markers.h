@@ -9,11 +9,13 @@ namespace ferry::detail {
 /// lengths fit in the file, with each scan's entropy-coded data followed by a marker, up to an EOI.
 /// Bytes after the EOI are allowed (libjpeg ignores them too).
 ///
-/// Why: nvJPEG's hardware decoder decodes a file cut short, or one with bytes between its segments,
-/// without an error and delivers made-up pixels for what is missing; libjpeg-turbo stops with an error
-/// or a warning there, which ferry refuses (Note [GPU JPEG decode]). A file that fails this check goes
-/// to the CPU decoder, which says what is wrong with it. It does not see damage inside entropy-coded
-/// data that keeps the structure (a flipped bit); only decoding its Huffman codes would.
+/// Why: nvJPEG's hardware decoder decodes a file cut short, or one with bytes between its header
+/// segments, without an error and delivers made-up pixels for what is missing; libjpeg-turbo stops with
+/// an error or a warning there, which ferry refuses (Note [GPU JPEG decode]). A file that fails this
+/// check goes to the CPU decoder, which says what is wrong with it. What it cannot see, since only
+/// decoding the Huffman codes would: damage inside a scan's data that keeps the structure (a flipped
+/// bit), stray bytes right after a scan's data (they read as more data), and a scan cut short in a
+/// file that still ends with an EOI.
 bool jpeg_segments_complete(const uint8_t* data, size_t size);
 
 }  // namespace ferry::detail
