@@ -5,6 +5,8 @@
 // that is not a number, prints the problem and the usage and exits with status 2 (no exception escapes
 // to terminate the program).
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -28,6 +30,7 @@ class BenchArgs {
   BenchArgs& value(const std::string& name, size_t& out) {
     return add(name, true, [&out](const std::string& text) { out = to_number<size_t>(text); });
   }
+  /// A finite number >= 0 (no benchmark takes a negative one; inf would run for ever).
   BenchArgs& value(const std::string& name, double& out) {
     return add(name, true, [&out](const std::string& text) { out = to_number<double>(text); });
   }
@@ -55,8 +58,8 @@ class BenchArgs {
       if (option->takes_value && i + 1 >= argc) fail(word + " needs a value");
       try {
         option->set(option->takes_value ? std::string(argv[++i]) : std::string());
-      } catch (const std::exception&) {
-        fail(word + ": " + argv[i] + " is not a number");
+      } catch (const std::invalid_argument& wanted) {
+        fail(word + " takes " + wanted.what() + ", not '" + argv[i] + "'");
       }
     }
   }
@@ -86,18 +89,18 @@ class BenchArgs {
     return nullptr;
   }
 
-  // The whole text must be a number (std::stoul alone takes "12abc" as 12 and "-1" as a huge count).
+  // The whole text must be the number: std::stoul alone takes "12abc" as 12, and " -1" or "-1" as a
+  // huge count; std::stod takes "inf" and "nan". from_chars reads no sign, space or prefix for unsigned.
   template <typename T>
   static T to_number(const std::string& text) {
-    size_t used = 0;
-    if (text.empty() || text[0] == '-') throw std::invalid_argument(text);
-    T number;
-    if constexpr (std::is_same_v<T, double>) {
-      number = std::stod(text, &used);
-    } else {
-      number = static_cast<T>(std::stoull(text, &used));
+    constexpr const char* kWanted = std::is_floating_point_v<T> ? "a finite number >= 0" : "a whole number >= 0";
+    T number{};
+    const char* end = text.data() + text.size();
+    const auto [stop, error] = std::from_chars(text.data(), end, number);
+    if (text.empty() || error != std::errc() || stop != end) throw std::invalid_argument(kWanted);
+    if constexpr (std::is_floating_point_v<T>) {
+      if (!std::isfinite(number) || number < 0 || text[0] == '-') throw std::invalid_argument(kWanted);
     }
-    if (used != text.size()) throw std::invalid_argument(text);
     return number;
   }
 
