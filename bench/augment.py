@@ -31,7 +31,8 @@ Rates: images / wall time. ferry's from its report (pipeline start to the last b
 device); the others from the loader's start (iter()) to torch.cuda.synchronize() after the last batch.
 A second table gives each loader's rate after its first batch (the images after it over the time after
 it) and when that batch came: the steady rate apart from the start-up (worker processes, nvJPEG's
-set-up, which took about a second on an H200 and dominated runs of 8192 images).
+set-up, which took about a second on an H200 and dominated runs of 8192 images). ferry's first batch
+is timed when the consumer has it (ready on its stream), the others' after a device synchronize.
 CPU: user + system seconds of every process of the loader (ferry's own process; the DataLoader's
 workers and this process) per image, from getrusage. Prints a table per dataset and writes
 OUT/augment.json. --quick: 512 images, T in 1 and 2, for trying it on a small CPU machine (device cpu).

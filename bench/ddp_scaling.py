@@ -21,21 +21,25 @@ Workloads, as bench/loaders.py has them: images (256 x 256 JPEGs, decoded to HWC
 the DataLoader decodes with PIL) and tokens (configs/megatron.yaml's windows of 2049 tokens, batches of
 32; the DataLoader reads the same .bin through numpy.memmap).
 
-Rates: each rank notes when it started (before its loader is made) and when its last batch was on its
-device (torch.cuda.synchronize()); the aggregate rate is all ranks' samples over the span from the first
-start to the last end. Scaling efficiency = rate(N) / (N x rate(1)) for the same loader. CPU: user +
+Rates: the ranks start together (each, once imported and with CUDA initialised, waits at a barrier
+that the harness opens when all are there); each notes when its last batch was on its device
+(torch.cuda.synchronize()); the aggregate rate is all ranks' samples over the span from the barrier to
+the last end. The loaders are made after the barrier, so their start-up counts. Scaling efficiency = rate(N) / (N x rate(1)) for the same loader. CPU: user +
 system seconds of every rank process and its workers over the same span (not the interpreter's start),
 per sample. Prints a table per workload and writes
 OUT/ddp-scaling.json. --quick: little data, a check that it runs, not a measurement.
 """
 import argparse
+import importlib
 import json
 import os
 import platform
 import resource
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -66,7 +70,7 @@ def free_port():
 # ------------------------------------------------------------------------------------------- one rank
 
 def ferry_loader(args, device, batch):
-    import ferry
+    import ferry  # imported before the barrier (rank_main), so this is a lookup
     overrides = {"decode.threads": "auto", "transfer.device": "auto" if device.type == "cuda" else "cpu",
                  "max_batches": args.batches, "stats.progress": "off"}
     if args.workload == "images":
@@ -108,6 +112,13 @@ def rank_main(args):
         torch.ones(1, device=device)  # CUDA initialised before the clock starts, for both loaders
     batch = BATCHES[args.workload] if not args.quick else 32
     make = ferry_loader if args.loader == "ferry" else dataloader_loader
+    if args.loader == "ferry":
+        importlib.import_module("ferry")  # before the clock: importing is not the loader's work
+    # The barrier: say this rank is ready, wait until the harness says go.
+    open(os.path.join(args.barrier, f"ready-{os.environ['RANK']}"), "w").close()
+    go = os.path.join(args.barrier, "go")
+    while not os.path.exists(go):
+        time.sleep(0.001)
     cpu = cpu_seconds()
     start = time.time()
     first, samples = None, 0
@@ -125,10 +136,11 @@ def rank_main(args):
 # ------------------------------------------------------------------------------------------- harness
 
 def launch(args, loader, workload, root, world):
-    """Starts `world` ranks of one loader; returns their results."""
+    """Starts `world` ranks of one loader, opens their barrier once all are ready; returns their results."""
     port = str(free_port())
+    barrier = tempfile.mkdtemp(prefix="ddp-scaling-")
     command = [sys.executable, os.path.abspath(__file__), "--rank-of", loader, "--workload", workload,
-               "--root", root, "--batches", str(args.batches)] + (["--quick"] if args.quick else [])
+               "--root", root, "--batches", str(args.batches), "--barrier", barrier] + (["--quick"] if args.quick else [])
     processes = []
     for rank in range(world):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(world),
@@ -136,15 +148,26 @@ def launch(args, loader, workload, root, world):
         if args.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
         processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    results = []
-    for rank, process in enumerate(processes):
-        out, err = process.communicate(timeout=args.timeout)
-        if process.returncode != 0:
-            for other in processes:
-                other.kill()
-            raise RuntimeError(f"{loader} rank {rank} of {world} exited with {process.returncode}:\n{err[-3000:]}")
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    return results
+    try:
+        deadline = time.time() + args.timeout
+        while sum(name.startswith("ready-") for name in os.listdir(barrier)) < world:
+            if time.time() > deadline or any(p.poll() is not None for p in processes):
+                raise RuntimeError(f"{loader}: not every one of {world} ranks reached the barrier")
+            time.sleep(0.01)
+        open(os.path.join(barrier, "go"), "w").close()
+        results = []
+        for rank, process in enumerate(processes):
+            out, err = process.communicate(timeout=max(1.0, deadline - time.time()))
+            if process.returncode != 0:
+                raise RuntimeError(f"{loader} rank {rank} of {world} exited with {process.returncode}:\n{err[-3000:]}")
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        return results
+    finally:
+        for process in processes:  # a rank that failed or hangs must not outlive the measurement
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        shutil.rmtree(barrier, ignore_errors=True)
 
 
 def measure(args, loader, workload, root, world):
@@ -154,7 +177,7 @@ def measure(args, loader, workload, root, world):
     span = max(r["end"] for r in ranks) - min(r["start"] for r in ranks)
     return {"workload": workload, "loader": loader, "gpus": world, "samples": samples,
             "samples_per_second": samples / span, "seconds": span,
-            "first_batch_seconds": max(r["first"] - r["start"] for r in ranks),
+            "first_batch_seconds": max((r["first"] or r["end"]) - r["start"] for r in ranks),
             "cpu_seconds_per_sample": cpu / samples, "devices": [r["device"] for r in ranks]}
 
 
@@ -171,6 +194,7 @@ def main():
     parser.add_argument("--rank-of", choices=["ferry", "DataLoader"], help=argparse.SUPPRESS)
     parser.add_argument("--workload", choices=["images", "tokens"], help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--barrier", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_of:
         args.loader = args.rank_of
@@ -180,7 +204,8 @@ def main():
 
     gpus = torch.cuda.device_count()
     args.device = "cuda" if gpus > 0 and not args.quick else "cpu"
-    worlds = [1, 2] if args.device == "cpu" else [n for n in map(int, args.gpus.split(",")) if n <= gpus]
+    # 1 always: the scaling efficiency is against it.
+    worlds = [1, 2] if args.device == "cpu" else sorted({1} | {n for n in map(int, args.gpus.split(",")) if n <= gpus})
     if args.quick:
         args.batches = min(args.batches, 8)
     os.makedirs(args.out, exist_ok=True)
