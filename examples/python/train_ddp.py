@@ -62,7 +62,7 @@ def main():
     with ferry.Pipeline(config, state=saved) as batches:
         model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 2))
         if args.resume and model_path:
-            model.load_state_dict(torch.load(model_path))
+            model.load_state_dict(torch.load(model_path, map_location="cpu"))  # rank 0 saved it from its GPU
         model = model.to(batches.device)
         ddp = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[batches.device.index] if batches.device.type == "cuda" else None)

@@ -27,7 +27,7 @@ SAMPLES = 4001  # odd: the second rank's last batch gets one padding sample
 ON_GPUS = torch.cuda.is_available() and torch.cuda.device_count() >= WORLD and dist.is_nccl_available()
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not (ON_GPUS or dist.is_gloo_available()),
-                                reason="this torch has no torch.distributed with gloo")
+                                reason="this torch has no torch.distributed with gloo (nor NCCL and a GPU per rank)")
 
 
 def free_port():
