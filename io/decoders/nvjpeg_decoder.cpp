@@ -99,7 +99,12 @@ struct NvJpegDecoder::Worker {
   Worker(nvjpegHandle_t library, int device) : handle(library) {
     DeviceGuard guard(device);
     FERRY_NVJPEG_CHECK(nvjpegJpegStateCreate(handle, &state));
-    FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    try {
+      FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    } catch (...) {  // a constructor that throws runs no destructor
+      (void)nvjpegJpegStateDestroy(state);
+      throw;
+    }
   }
   ~Worker() {
     if (scratch != nullptr) (void)cudaFree(scratch);
