@@ -17,6 +17,13 @@
 // neighbour or a clock change hits both alike; the table shows the median, the JSON every round.
 // Scaling efficiency is rate(T) / (T x rate(1)) of the same decoder. Before timing, the first images
 // are decoded both ways and compared byte for byte. Prints a table; writes JSON with --json.
+//
+// Where the build has nvJPEG and there is a GPU (unless --no-gpu): nvJPEG's hardware decoder as the
+// pipeline uses it (ferry::detail::NvJpegDecoder, Note [GPU JPEG decode]), on the files it can decode,
+// each at its own size into device memory, in batches of --gpu-batch (default 256): the time to make the
+// decoder, the first batch (its decoding state and allocations), then the rate with 1, 2 and 4 callers
+// decoding batches at once (at most NvJpegDecoder::kMaxWorkers at a time). The pipeline's own start-up
+// and rates are in its report; this separates the hardware's part.
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -36,6 +43,9 @@
 #include <turbojpeg.h>
 
 #include <ferry/io/decoders/jpeg_decoder.h>
+#include <ferry/io/decoders/jpeg_markers.h>
+#include <ferry/io/decoders/nvjpeg_decoder.h>
+#include <ferry/pipeline/cuda_device.h>
 #include "bench_args.h"
 
 namespace {
@@ -185,6 +195,87 @@ double timed_rate(size_t threads, double seconds, size_t image_count,
   return static_cast<double>(total) / std::chrono::duration<double>(last - start).count();
 }
 
+double milliseconds_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// What measure_nvjpeg() found; `why` says why it did not run.
+struct GpuResult {
+  std::string why;
+  size_t decodable = 0;  // files the hardware takes
+  size_t batch = 0;
+  double create_ms = 0, first_batch_ms = 0;
+  std::vector<std::pair<size_t, double>> rates;  // (callers at once, images/s)
+};
+
+GpuResult measure_nvjpeg(const std::vector<Image>& images, double seconds, size_t batch) {
+  GpuResult result;
+  result.batch = batch;
+  if (std::string why = ferry::detail::NvJpegDecoder::unavailable_reason(); !why.empty()) {
+    result.why = why;
+    return result;
+  }
+  if (ferry::cuda_device_count() == 0) {
+    result.why = ferry::cuda_unavailable_reason();
+    return result;
+  }
+  const Clock::time_point made = Clock::now();
+  ferry::detail::NvJpegDecoder nvjpeg(0);
+  result.create_ms = milliseconds_since(made);
+  std::vector<const Image*> usable;
+  size_t max_pixels = 0;
+  for (const Image& image : images) {
+    const auto* data = image.bytes.data_ptr<uint8_t>();
+    const auto size = static_cast<size_t>(image.bytes.numel());
+    if (!ferry::detail::jpeg_segments_complete(data, size) || !nvjpeg.supported(data, size)) continue;
+    usable.push_back(&image);
+    max_pixels = std::max(max_pixels, static_cast<size_t>(image.width) * static_cast<size_t>(image.height));
+  }
+  result.decodable = usable.size();
+  if (usable.empty()) {
+    result.why = "the hardware decodes none of these files";
+    return result;
+  }
+  // Batch b: `batch` consecutive decodable files from b * batch on (wrapping), each into its own place
+  // in the caller's device buffer.
+  const size_t batches = std::max<size_t>(1, usable.size() / batch);
+  auto decode_batch = [&](uint8_t* out, size_t b) {
+    std::vector<ferry::detail::GpuJpegImage> list(batch);
+    size_t offset = 0;
+    for (size_t k = 0; k < batch; ++k) {
+      const Image& image = *usable[(b * batch + k) % usable.size()];
+      ferry::detail::GpuJpegImage& g = list[k];
+      g.data = image.bytes.data_ptr<uint8_t>();
+      g.size = static_cast<size_t>(image.bytes.numel());
+      g.width = image.width;
+      g.height = image.height;
+      g.window = ferry::detail::ImageWindow{image.height, image.width, 0, 0, image.height, image.width};
+      g.out = out + offset;
+      offset += static_cast<size_t>(image.width) * static_cast<size_t>(image.height) * 3;
+    }
+    const std::vector<std::string> errors = nvjpeg.decode(list);
+    for (size_t k = 0; k < errors.size(); ++k) {
+      if (!errors[k].empty()) throw std::runtime_error(usable[(b * batch + k) % usable.size()]->path + ": " + errors[k]);
+    }
+  };
+  const auto buffer_bytes = static_cast<int64_t>(batch * max_pixels * 3);
+  auto device_buffer = [&] {
+    return at::empty({buffer_bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, 0));
+  };
+  at::Tensor first = device_buffer();
+  const Clock::time_point started = Clock::now();
+  decode_batch(first.data_ptr<uint8_t>(), 0);
+  result.first_batch_ms = milliseconds_since(started);
+  for (const size_t callers : {1, 2, 4}) {
+    auto worker = [&](size_t) -> std::function<void(size_t)> {
+      auto out = std::make_shared<at::Tensor>(device_buffer());
+      return [&, out](size_t b) { decode_batch(out->data_ptr<uint8_t>(), b); };
+    };
+    result.rates.emplace_back(callers, timed_rate(callers, seconds, batches, worker) * static_cast<double>(batch));
+  }
+  return result;
+}
+
 // The decoders must agree before their speeds are compared.
 void check_same_pixels(const std::vector<Image>& images, const ferry::JpegDecoder& decoder, size_t count) {
   TjHandle handle;
@@ -219,9 +310,14 @@ int main(int argc, char** argv) {
   double seconds = 0.5;
   size_t repeats = 5;
   size_t limit = 0;
+  size_t gpu_batch = 256;
+  bool no_gpu = false;
   bench::BenchArgs args("jpeg_decode",
-                        "jpeg_decode DIR [--max-threads N] [--seconds S] [--repeats R] [--limit N] [--json PATH]");
+                        "jpeg_decode DIR [--max-threads N] [--seconds S] [--repeats R] [--limit N] [--json PATH] "
+                        "[--gpu-batch N] [--no-gpu]");
   args.value("--max-threads", max_threads)
+      .value("--gpu-batch", gpu_batch)
+      .flag("--no-gpu", no_gpu)
       .value("--seconds", seconds)
       .value("--repeats", repeats)
       .value("--limit", limit)
@@ -229,8 +325,8 @@ int main(int argc, char** argv) {
       .positional(folder)
       .parse(argc, argv);
   if (folder.empty()) args.fail("a folder of JPEGs is needed");
-  if (max_threads == 0 || !(seconds > 0) || repeats == 0) {
-    args.fail("--max-threads, --seconds and --repeats must be above 0");
+  if (max_threads == 0 || !(seconds > 0) || repeats == 0 || gpu_batch == 0) {
+    args.fail("--max-threads, --seconds, --repeats and --gpu-batch must be above 0");
   }
   try {
     const std::vector<Image> images = load_images(folder, limit);
@@ -300,6 +396,20 @@ int main(int argc, char** argv) {
         "(scaling: rate / (threads x the same decoder's 1-thread rate); ferry/base: ferry per thread as a share\n"
         " of the baseline, plain tjDecompress2 on 1 thread)\n");
 
+    GpuResult gpu;
+    gpu.why = "--no-gpu";
+    if (!no_gpu) gpu = measure_nvjpeg(images, seconds * static_cast<double>(repeats), gpu_batch);
+    if (!gpu.why.empty()) {
+      std::printf("\nnvJPEG: not measured: %s\n", gpu.why.c_str());
+    } else {
+      std::printf("\nnvJPEG hardware decoder on cuda:0, %zu of the %zu files (those it decodes), batches of %zu, each "
+                  "image at its own size:\n  made in %.1f ms; first batch %.1f ms (decoding state, allocations)\n",
+                  gpu.decodable, images.size(), gpu.batch, gpu.create_ms, gpu.first_batch_ms);
+      for (const auto& [callers, rate] : gpu.rates) {
+        std::printf("  %zu caller%s at once: %.0f images/s\n", callers, callers == 1 ? "" : "s", rate);
+      }
+    }
+
     if (!json_path.empty()) {
       std::ofstream out(json_path);
       out << "{\n  \"benchmark\": \"jpeg_decode\",\n  \"folder\": " << json_string(folder)
@@ -321,7 +431,15 @@ int main(int argc, char** argv) {
             << ", \"ferry_rounds\": " << json_list(p.ferry_rounds)
             << ", \"plain_rounds\": " << json_list(p.plain_rounds) << "}" << (i + 1 < points.size() ? "," : "") << "\n";
       }
-      out << "  ]\n}\n";
+      out << "  ],\n  \"nvjpeg\": {\"measured\": " << (gpu.why.empty() ? "true" : "false")
+          << ", \"why_not\": " << json_string(gpu.why) << ", \"decodable_files\": " << gpu.decodable
+          << ", \"batch\": " << gpu.batch << ", \"create_ms\": " << gpu.create_ms
+          << ", \"first_batch_ms\": " << gpu.first_batch_ms << ", \"rates\": [";
+      for (size_t i = 0; i < gpu.rates.size(); ++i) {
+        out << (i ? ", " : "") << "{\"callers\": " << gpu.rates[i].first
+            << ", \"images_per_second\": " << gpu.rates[i].second << "}";
+      }
+      out << "]}\n}\n";
       if (!out.flush()) throw std::runtime_error("cannot write " + json_path);
       std::printf("wrote %s\n", json_path.c_str());
     }
