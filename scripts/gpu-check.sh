@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The whole GPU check in one call, for the GPU machine (see ../shared/device/README.md):
+# The whole GPU check, for the GPU machine (see ../shared/device/README.md):
 # configure a GPU build (fails unless CUDA toolkit and a CUDA libtorch are found), build, run every
 # test, then the benchmarks, the demo and the example. Logs and results go to $OUT (or ./gpu-results).
 #
-#   source .deps/device-env.sh; scripts/gpu-check.sh [--no-bench] [--no-sanitize] [--no-tests]
+#   source .deps/device-env.sh; scripts/gpu-check.sh [--no-bench] [--no-sanitize] [--no-tests] [--only=NAME,...]
 #
 # --no-sanitize skips the compute-sanitizer step (memcheck, racecheck and synccheck over every binary
 # of cuda-labelled tests; a few minutes). --no-tests skips ctest.
@@ -12,8 +12,13 @@
 # and build 2 minutes, ctest about 7). Split it over calls on the same warm machine (the next call
 # within 30 s of the last; the build is kept, so it is only checked again):
 #   scripts/gpu-check.sh --no-bench --no-sanitize     # build and every test
-#   scripts/gpu-check.sh --no-tests --no-sanitize     # the runs and benchmarks
 #   scripts/gpu-check.sh --no-tests --no-bench        # compute-sanitizer
+#   scripts/gpu-check.sh --no-tests --no-sanitize --only=runs,transfer,loaders,python_iteration,start_copy
+#   scripts/gpu-check.sh --no-tests --no-sanitize --only=jpeg_decode,latency,overlap,augment,ddp_scaling
+# --only=NAME,... runs only those of the runs (info, demo, configs, examples: "runs") and benchmarks
+# (transfer, loaders, python_iteration, start_copy, jpeg_decode, latency, overlap, augment, ddp_scaling;
+# the last only where there are 2 or more GPUs). All the benchmarks at once would outlast a call too
+# (by this session's runs of them one at a time).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-results}
@@ -21,16 +26,26 @@ mkdir -p "$out"
 bench=1
 sanitize=1
 tests=1
+only=""
 for arg in "$@"; do
   case "$arg" in
     --no-bench) bench=0 ;;
     --no-sanitize) sanitize=0 ;;
     --no-tests) tests=0 ;;
+    --only=*) only=${arg#--only=} ;;
     *) echo "gpu-check: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+for name in ${only//,/ }; do
+  case "$name" in
+    runs|transfer|loaders|python_iteration|start_copy|jpeg_decode|latency|overlap|augment|ddp_scaling) ;;
+    *) echo "gpu-check: --only: no step named $name" >&2; exit 2 ;;
   esac
 done
 status=0
 step() { echo "=== $* ($(date +%T))"; }
+# Whether the benchmark (or the runs) named $1 is asked for: all of them without --only.
+want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 
 step configure
 # The Python package must build there too (torch 2.11's Python beside Debian's 1.13 here).
@@ -75,59 +90,83 @@ if [ "$sanitize" = 1 ]; then
 fi
 
 if [ "$bench" = 1 ]; then
-  step info
-  ./build/gpu/cli/ferry info --bandwidth 2>&1 | tee "$out/info.txt" || status=1
+  if want runs; then
+    step info
+    ./build/gpu/cli/ferry info --bandwidth 2>&1 | tee "$out/info.txt" || status=1
 
-  step demo
-  ./build/gpu/cli/ferry run --report "$out/demo.json" > "$out/demo.txt" 2>&1 || status=1
-  tail -24 "$out/demo.txt"
+    step demo
+    ./build/gpu/cli/ferry run --report "$out/demo.json" > "$out/demo.txt" 2>&1 || status=1
+    tail -24 "$out/demo.txt"
 
-  step "shipped configs (ferry run, device auto = cuda:0)"
-  ./build/gpu/cli/ferry make-dataset tokens build/gpu/data/tokens --documents 20000 || status=1
-  rm -rf build/gpu/data/shards build/gpu/data/images
-  ./build/gpu/cli/ferry make-dataset tar build/gpu/data/shards --samples 4000 || status=1
-  ./build/gpu/cli/ferry make-dataset images build/gpu/data/images --samples 4000 || status=1
-  for config in configs/*.yaml; do
-    name=$(basename "$config" .yaml)
-    extra=()
-    [ "$name" = megatron ] && extra=(--set source.prefix=build/gpu/data/tokens)
-    [ "$name" = tar ] && extra=(--set "source.shards=build/gpu/data/shards/shard-{000000..000003}.tar")
-    [ "$name" = image-folder ] && extra=(--set source.root=build/gpu/data/images)
-    [ "$name" = imagenet-train ] && extra=(--set source.root=build/gpu/data/images)
-    ./build/gpu/cli/ferry run "$config" "${extra[@]}" --set stats.progress=off --report "$out/config-$name.json" > "$out/config-$name.txt" 2>&1 || status=1
-    echo "--- $name"; grep -E "delivered|rate|bottleneck|pool" "$out/config-$name.txt"
-  done
+    step "shipped configs (ferry run, device auto = cuda:0)"
+    ./build/gpu/cli/ferry make-dataset tokens build/gpu/data/tokens --documents 20000 || status=1
+    rm -rf build/gpu/data/shards build/gpu/data/images
+    ./build/gpu/cli/ferry make-dataset tar build/gpu/data/shards --samples 4000 || status=1
+    ./build/gpu/cli/ferry make-dataset images build/gpu/data/images --samples 4000 || status=1
+    for config in configs/*.yaml; do
+      name=$(basename "$config" .yaml)
+      extra=()
+      [ "$name" = megatron ] && extra=(--set source.prefix=build/gpu/data/tokens)
+      [ "$name" = tar ] && extra=(--set "source.shards=build/gpu/data/shards/shard-{000000..000003}.tar")
+      [ "$name" = image-folder ] && extra=(--set source.root=build/gpu/data/images)
+      [ "$name" = imagenet-train ] && extra=(--set source.root=build/gpu/data/images)
+      ./build/gpu/cli/ferry run "$config" "${extra[@]}" --set stats.progress=off --report "$out/config-$name.json" > "$out/config-$name.txt" 2>&1 || status=1
+      echo "--- $name"; grep -E "delivered|rate|start |bottleneck|pool" "$out/config-$name.txt"
+    done
 
-  step example
-  ./build/gpu/examples/train 2 > "$out/train.txt" 2>&1 || status=1
-  tail -2 "$out/train.txt"
-  PYTHONPATH=build/gpu/python python3 examples/python/train.py 2 > "$out/train-python.txt" 2>&1 || status=1
-  tail -1 "$out/train-python.txt"
+    step example
+    ./build/gpu/examples/train 2 > "$out/train.txt" 2>&1 || status=1
+    tail -2 "$out/train.txt"
+    PYTHONPATH=build/gpu/python python3 examples/python/train.py 2 > "$out/train-python.txt" 2>&1 || status=1
+    tail -1 "$out/train-python.txt"
+  fi
 
-  step bench/transfer
-  ./build/gpu/bench/transfer --json "$out/transfer.json" > "$out/transfer.txt" 2>&1 || status=1
-  cat "$out/transfer.txt"
-  step "bench/transfer --prefetch 6"
-  ./build/gpu/bench/transfer --prefetch 6 --json "$out/transfer-prefetch6.json" > "$out/transfer-prefetch6.txt" 2>&1 || status=1
-  grep -E "^[a-d]\)|link|pack alone" "$out/transfer-prefetch6.txt"
-  step "bench/loaders.py (ferry vs torch DataLoader; makes build/gpu/bench-data first)"
-  python3 bench/loaders.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data --device cuda --out "$out/loaders" \
-    2> "$out/loaders.log" | tee "$out/loaders.txt" || { status=1; tail -20 "$out/loaders.log"; }
-  step "bench/python_iteration.py (Python iteration vs the C++ iterator)"
-  PYTHONPATH=build/gpu/python python3 bench/python_iteration.py --out "$out/python-iteration" 2>&1 | tee "$out/python-iteration.txt" || status=1
-  step "bench/start_copy.py (start_copy vs .to() per tensor and cat + one copy)"
-  PYTHONPATH=build/gpu/python python3 bench/start_copy.py --out "$out/start-copy" 2>&1 | tee "$out/start-copy.txt" || status=1
-  step bench/jpeg_decode
-  ./build/gpu/bench/jpeg_decode build/gpu/bench-data/images --json "$out/jpeg_decode.json" 2>&1 | tee "$out/jpeg_decode.txt" || status=1
-  step "bench/latency (the per-batch cost of small batches vs a plain copy loop)"
-  ./build/gpu/bench/latency --json "$out/latency.json" 2>&1 | tee "$out/latency.txt" || status=1
-  step "bench/overlap.py (time a training loop waits in next(), simulated 1/5/20 ms steps)"
-  PYTHONPATH=build/gpu/python python3 bench/overlap.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data \
-    --out "$out/overlap" 2>&1 | tee "$out/overlap.txt" || status=1
-  step "bench/augment.py (training-ready image batches: ferry vs DataLoader + torchvision v2 vs torchvision's GPU decoder)"
-  python3 bench/augment.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data --device cuda \
-    --out "$out/augment" 2> "$out/augment.log" | tee "$out/augment.txt" || { status=1; tail -20 "$out/augment.log"; }
-  if [ "$(nvidia-smi --list-gpus | wc -l)" -ge 2 ]; then
+  if want transfer; then
+    step bench/transfer
+    ./build/gpu/bench/transfer --json "$out/transfer.json" > "$out/transfer.txt" 2>&1 || status=1
+    cat "$out/transfer.txt"
+    step "bench/transfer --prefetch 6"
+    ./build/gpu/bench/transfer --prefetch 6 --json "$out/transfer-prefetch6.json" > "$out/transfer-prefetch6.txt" 2>&1 || status=1
+    grep -E "^[a-d]\)|link|pack alone" "$out/transfer-prefetch6.txt"
+  fi
+  if want loaders; then
+    step "bench/loaders.py (ferry vs torch DataLoader; makes build/gpu/bench-data first)"
+    python3 bench/loaders.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data --device cuda --out "$out/loaders" \
+      2> "$out/loaders.log" | tee "$out/loaders.txt" || { status=1; tail -20 "$out/loaders.log"; }
+  fi
+  if want python_iteration; then
+    step "bench/python_iteration.py (Python iteration vs the C++ iterator)"
+    PYTHONPATH=build/gpu/python python3 bench/python_iteration.py --out "$out/python-iteration" 2>&1 | tee "$out/python-iteration.txt" || status=1
+  fi
+  if want start_copy; then
+    step "bench/start_copy.py (start_copy vs .to() per tensor and cat + one copy)"
+    PYTHONPATH=build/gpu/python python3 bench/start_copy.py --out "$out/start-copy" 2>&1 | tee "$out/start-copy.txt" || status=1
+  fi
+  if want jpeg_decode; then
+    step "bench/jpeg_decode (libjpeg-turbo per thread, and nvJPEG's hardware alone)"
+    # bench/loaders.py's image folder when it ran; else a folder of its own (loaders.py owns its folder).
+    jpegs=build/gpu/bench-data/images
+    if [ ! -d "$jpegs" ]; then
+      jpegs=build/gpu/data/jpeg-bench
+      [ -d "$jpegs" ] || ./build/gpu/cli/ferry make-dataset images "$jpegs" --samples 8192 > /dev/null || status=1
+    fi
+    ./build/gpu/bench/jpeg_decode "$jpegs" --json "$out/jpeg_decode.json" 2>&1 | tee "$out/jpeg_decode.txt" || status=1
+  fi
+  if want latency; then
+    step "bench/latency (the per-batch cost of small batches vs a plain copy loop)"
+    ./build/gpu/bench/latency --json "$out/latency.json" 2>&1 | tee "$out/latency.txt" || status=1
+  fi
+  if want overlap; then
+    step "bench/overlap.py (time a training loop waits in next(), simulated 1/5/20 ms steps)"
+    PYTHONPATH=build/gpu/python python3 bench/overlap.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data \
+      --out "$out/overlap" 2>&1 | tee "$out/overlap.txt" || status=1
+  fi
+  if want augment; then
+    step "bench/augment.py (training-ready image batches: ferry vs DataLoader + torchvision v2 vs torchvision's GPU decoder)"
+    python3 bench/augment.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data --device cuda \
+      --out "$out/augment" 2> "$out/augment.log" | tee "$out/augment.txt" || { status=1; tail -20 "$out/augment.log"; }
+  fi
+  if want ddp_scaling && [ "$(nvidia-smi --list-gpus | wc -l)" -ge 2 ]; then
     step "bench/ddp_scaling.py (one ferry per rank vs one DataLoader per rank, 1/2/4 GPUs)"
     PYTHONPATH=build/gpu/python python3 bench/ddp_scaling.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data \
       --out "$out/ddp-scaling" 2> "$out/ddp-scaling.log" | tee "$out/ddp-scaling.txt" || { status=1; tail -20 "$out/ddp-scaling.log"; }
