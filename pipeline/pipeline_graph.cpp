@@ -206,11 +206,19 @@ std::optional<Error> PipelineGraph::guarded(StageId id, const ErrorContext& wher
   // it, and one that sees a failure also sees its run, so items_out never exceeds items_in.
   // (On x86 a relaxed and a release add are the same instruction.)
   counter.items.fetch_add(1, std::memory_order_release);
-  if (error || stop_.load(std::memory_order_acquire)) counter.not_out.fetch_add(1, std::memory_order_release);
+  if (error) {
+    count_failure(id);
+  } else if (stop_.load(std::memory_order_acquire)) {
+    counter.not_out.fetch_add(1, std::memory_order_release);
+  }
+  return error;
+}
+
+void PipelineGraph::count_failure(StageId id) {
+  run_.stages[id].not_out.fetch_add(1, std::memory_order_release);
   // A failure ends planning: nothing planned after it could be delivered. Except a sample that
   // on_error: skip will drop (decode is the only sample stage): the run goes on without it.
-  if (error && !(id == kDecode && on_error_ == OnError::kSkip)) failed_.store(true, std::memory_order_release);
-  return error;
+  if (!(id == kDecode && on_error_ == OnError::kSkip)) failed_.store(true, std::memory_order_release);
 }
 
 template <typename Body>
@@ -299,9 +307,11 @@ size_t PipelineGraph::group_size(size_t samples) const {
 size_t PipelineGraph::gpu_share(size_t samples) const {
   const uint64_t gpu_images = gpu_group_images_.load(std::memory_order_relaxed);
   const uint64_t cpu_images = cpu_sample_images_.load(std::memory_order_relaxed);
-  if (gpu_images < kGroupWarmupSamples || cpu_images < kGroupWarmupSamples) return samples / 2;  // until both are measured
+  if (gpu_images < kGroupWarmupSamples || cpu_images < kGroupWarmupSamples)
+    return samples / 2;  // until both are measured
   const double g = static_cast<double>(gpu_group_ns_.load(std::memory_order_relaxed)) / static_cast<double>(gpu_images);
-  const double c = static_cast<double>(cpu_sample_ns_.load(std::memory_order_relaxed)) / static_cast<double>(cpu_images);
+  const double c =
+      static_cast<double>(cpu_sample_ns_.load(std::memory_order_relaxed)) / static_cast<double>(cpu_images);
   // The model: k images on the GPU take k g on the group's thread; the other n - k take (n - k) c / (T - 1)
   // on the remaining threads. Equal when k = n c / (c + g (T - 1)). It no longer fits: a group's reads now
   // run on several threads (decode_samples), several groups decode at once, and g averages in the GPU
@@ -350,15 +360,18 @@ void PipelineGraph::decode(SampleWork& sample) {
   const bool routed_to_gpu = sample.on_gpu;
   const uint64_t start_ns = now_ns();
   if (auto error = guarded(kDecode, where, [&] { stages_.decode->run(sample); })) sample.error = std::move(error);
-  if (sample.error) sample.pending.clear();
-  if (sample.error && replace_) {
-    sample.on_gpu = false;  // a replacement is decoded here, on the CPU
-    replace(sample);
-  }
+  if (sample.error) decode_failed(sample);
   if (!routed_to_gpu && stages_.decode->gpu_share() == SampleStage::GpuShare::kShare) {
     cpu_sample_ns_.fetch_add(now_ns() - start_ns, std::memory_order_relaxed);
     cpu_sample_images_.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+void PipelineGraph::decode_failed(SampleWork& sample) {
+  sample.pending.clear();
+  if (!replace_) return;
+  sample.on_gpu = false;  // a replacement is decoded here, on the CPU
+  replace(sample);
 }
 
 void PipelineGraph::decode_samples(SampleGroup& group) {
@@ -392,12 +405,8 @@ void PipelineGraph::decode_pending(SampleGroup& group, uint64_t started_ns) {
     stages_.decode->run_pending(pending, [this](SampleWork& sample, std::exception_ptr failure) {
       const ErrorContext where{"decode", sample.index(), sample.plan->epoch, sample.plan->index};
       sample.error = error_from(failure, where);
-      run_.stages[kDecode].not_out.fetch_add(1, std::memory_order_release);
-      if (on_error_ != OnError::kSkip) failed_.store(true, std::memory_order_release);
-      if (replace_) {
-        sample.on_gpu = false;
-        replace(sample);
-      }
+      count_failure(kDecode);
+      decode_failed(sample);
     });
   }
   const uint64_t end_ns = now_ns();

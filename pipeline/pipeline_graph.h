@@ -144,6 +144,12 @@ class PipelineGraph {
   void record_skipped(const SkippedSample& skipped);
   /// Decode node, skip_replaces: reads the epoch's next samples in place of the failed one.
   void replace(SampleWork& sample);
+  /// Decode node, for a sample whose decode failed (sample.error set), on the CPU or on the GPU: drops
+  /// its GPU work and, under skip_replaces, decodes a replacement here, on the CPU.
+  void decode_failed(SampleWork& sample);
+  /// An item of stage `id` that failed: it does not come out, and the run stops planning, except for a
+  /// sample that on_error: skip drops.
+  void count_failure(StageId id);
   static constexpr uint64_t kMaxReplacementTries = 100;
   /// A kToken item's token, given back by the completion thread (no batch will be taken).
   void return_token();

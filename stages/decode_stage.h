@@ -55,7 +55,6 @@ class DecodeStage : public SampleStage {
   /// run() for field `i` of a GPU-routed sample: pending (true) or to be decoded on the CPU (false).
   bool defer(SampleWork& work, size_t i, const at::Tensor& encoded);
 
-
   std::shared_ptr<const Source> source_;
   std::vector<std::shared_ptr<const Decoder>> decoders_;  // one per field
   std::shared_ptr<const DatasetCache> cache_;             // samples it holds are not read (may be null)
