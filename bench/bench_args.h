@@ -11,8 +11,8 @@
 #include <cstdlib>
 #include <functional>
 #include <stdexcept>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 

@@ -255,7 +255,8 @@ GpuResult measure_nvjpeg(const std::vector<Image>& images, double seconds, size_
     }
     const std::vector<std::string> errors = nvjpeg.decode(list);
     for (size_t k = 0; k < errors.size(); ++k) {
-      if (!errors[k].empty()) throw std::runtime_error(usable[(b * batch + k) % usable.size()]->path + ": " + errors[k]);
+      if (!errors[k].empty())
+        throw std::runtime_error(usable[(b * batch + k) % usable.size()]->path + ": " + errors[k]);
     }
   };
   const auto buffer_bytes = static_cast<int64_t>(batch * max_pixels * 3);
@@ -402,9 +403,10 @@ int main(int argc, char** argv) {
     if (!gpu.why.empty()) {
       std::printf("\nnvJPEG: not measured: %s\n", gpu.why.c_str());
     } else {
-      std::printf("\nnvJPEG hardware decoder on cuda:0, %zu of the %zu files (those it decodes), batches of %zu, each "
-                  "image at its own size:\n  made in %.1f ms; first batch %.1f ms (decoding state, allocations)\n",
-                  gpu.decodable, images.size(), gpu.batch, gpu.create_ms, gpu.first_batch_ms);
+      std::printf(
+          "\nnvJPEG hardware decoder on cuda:0, %zu of the %zu files (those it decodes), batches of %zu, each "
+          "image at its own size:\n  made in %.1f ms; first batch %.1f ms (decoding state, allocations)\n",
+          gpu.decodable, images.size(), gpu.batch, gpu.create_ms, gpu.first_batch_ms);
       for (const auto& [callers, rate] : gpu.rates) {
         std::printf("  %zu caller%s at once: %.0f images/s\n", callers, callers == 1 ? "" : "s", rate);
       }
