@@ -264,6 +264,19 @@ SyntheticOptions small_dataset(uint64_t samples) {
   return options;
 }
 
+// Options for a CPU pipeline in batches of `batch_size`; tests set the rest.
+PipelineOptions cpu_options(size_t batch_size) {
+  PipelineOptions options;
+  options.device = "cpu";
+  options.batch_size = batch_size;
+  return options;
+}
+
+// A pipeline over small_dataset(samples).
+Pipeline small_pipeline(uint64_t samples, const PipelineOptions& options) {
+  return make_pipeline(std::make_shared<const SyntheticSource>(small_dataset(samples)), options);
+}
+
 // Structure and counts only: timings are whatever the machine gives, so the only time checks are
 // identities that hold for any measured values.
 void expect_consistent(const StageStats& stage, double wall) {
@@ -291,14 +304,11 @@ struct Shape {
 class PipelineStatsAfterARun : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(PipelineStatsAfterARun, CountEveryItemInAndOutOfEveryStage) {
-  auto source = std::make_shared<const SyntheticSource>(small_dataset(203));
-  PipelineOptions options;
-  options.device = "cpu";
-  options.batch_size = 8;
+  PipelineOptions options = cpu_options(8);
   options.epochs = 2;
   options.decode_threads = GetParam().decode_threads;
   options.prefetch = GetParam().prefetch;
-  Pipeline pipeline = make_pipeline(source, options);
+  Pipeline pipeline = small_pipeline(203, options);
   uint64_t batches = 0;
   uint64_t samples = 0;
   for (const Batch& batch : pipeline) {
@@ -372,11 +382,7 @@ INSTANTIATE_TEST_SUITE_P(Threads, PipelineStatsAfterARun,
                          });
 
 TEST(PipelineStats, TheClockStopsAtTheEndOfTheRun) {
-  auto source = std::make_shared<const SyntheticSource>(small_dataset(40));
-  PipelineOptions options;
-  options.device = "cpu";
-  options.batch_size = 8;
-  Pipeline pipeline = make_pipeline(source, options);
+  Pipeline pipeline = small_pipeline(40, cpu_options(8));
   for (const Batch& batch : pipeline) (void)batch;
   const PipelineStats at_end = pipeline.stats();
   std::this_thread::sleep_for(20ms);
@@ -389,11 +395,7 @@ TEST(PipelineStats, TheClockStopsAtTheEndOfTheRun) {
 
 // The first batch's time and samples, and the steady rate after it: from a run, and from numbers.
 TEST(PipelineStats, TheFirstBatchSeparatesTheStartFromTheSteadyRate) {
-  auto source = std::make_shared<const SyntheticSource>(small_dataset(43));
-  PipelineOptions options;
-  options.device = "cpu";
-  options.batch_size = 8;
-  Pipeline pipeline = make_pipeline(source, options);
+  Pipeline pipeline = small_pipeline(43, cpu_options(8));
   EXPECT_EQ(pipeline.stats().first_batch_seconds, 0.0) << "before any batch";
   size_t taken = 0;
   for (const Batch& batch : pipeline) {
@@ -421,11 +423,7 @@ TEST(PipelineStats, TheFirstBatchSeparatesTheStartFromTheSteadyRate) {
 }
 
 TEST(PipelineStats, CloseStopsTheClockToo) {
-  auto source = std::make_shared<const SyntheticSource>(small_dataset(400));
-  PipelineOptions options;
-  options.device = "cpu";
-  options.batch_size = 4;
-  Pipeline pipeline = make_pipeline(source, options);
+  Pipeline pipeline = small_pipeline(400, cpu_options(4));
   ASSERT_TRUE(pipeline.next());
   pipeline.close();
   const double at_close = pipeline.stats().elapsed_seconds;
@@ -437,12 +435,9 @@ TEST(PipelineStats, CloseStopsTheClockToo) {
 // A consumer that does not take batches leaves every token held by a ready batch: the planner has
 // to wait, the ready queue is full, and that time is the pipeline waiting for the consumer.
 TEST(PipelineStats, APausedConsumerShowsAsPlanningBlockedOnTokens) {
-  auto source = std::make_shared<const SyntheticSource>(small_dataset(400));
-  PipelineOptions options;
-  options.device = "cpu";
-  options.batch_size = 4;
+  PipelineOptions options = cpu_options(4);
   options.prefetch = 3;
-  Pipeline pipeline = make_pipeline(source, options);
+  Pipeline pipeline = small_pipeline(400, options);
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   // Waits (not sleep-and-hope) until a ready batch holds every token, then leaves it so a while.
   auto wait_until_tokens_run_out = [&](uint64_t taken) {
@@ -477,12 +472,9 @@ TEST(PipelineStats, APausedConsumerShowsAsPlanningBlockedOnTokens) {
 // stats() is meant for a progress line or a Python monitor on another thread: it must be safe while
 // the pipeline runs, and its counts never run backwards or contradict each other.
 TEST(PipelineStats, ASnapshotFromAnotherThreadWhileRunningIsConsistent) {
-  auto source = std::make_shared<const SyntheticSource>(small_dataset(2000));
-  PipelineOptions options;
-  options.device = "cpu";
-  options.batch_size = 4;
+  PipelineOptions options = cpu_options(4);
   options.decode_threads = 4;
-  Pipeline pipeline = make_pipeline(source, options);
+  Pipeline pipeline = small_pipeline(2000, options);
   std::atomic<bool> done{false};
   std::atomic<int> snapshots{0};
   std::thread watcher([&] {
