@@ -118,17 +118,28 @@ void append_body(std::string& text, const PipelineStats& stats) {
   const PinnedPoolStats& pool = stats.pool;
   appendf(text, "  pool       %zu slabs x %s (%s), peak %s leased, %s\n", pool.slab_count,
           format_decimal_bytes(static_cast<double>(pool.slab_bytes)).c_str(), pool.pinned ? "pinned" : "pageable",
-          format_decimal_bytes(static_cast<double>(pool.peak_bytes)).c_str(), plural(pool.leases, "lease", "leases").c_str());
+          format_decimal_bytes(static_cast<double>(pool.peak_bytes)).c_str(),
+          plural(pool.leases, "lease", "leases").c_str());
   appendf(text, "             %s (%.3f s), %s at start-up, %s after start-up\n",
           plural(pool.waits, "wait for a slab", "waits for a slab").c_str(), pool.wait_seconds,
           plural(pool.host_alloc_calls, "cudaHostAlloc call", "cudaHostAlloc calls").c_str(),
           plural(pool.allocations_after_start, "allocation", "allocations").c_str());
   if (const PipelineStats::GpuDecodeStats& gpu = stats.gpu_decode; gpu.enabled) {
     const uint64_t images = gpu.gpu_images + gpu.cpu_images;
-    appendf(text, "  jpeg       %s on the GPU (%.0f%%), %s on the CPU; the GPU groups took %.3f s (summed over threads)\n",
+    appendf(text,
+            "  jpeg       %s on the GPU (%.0f%%), %s on the CPU; the GPU groups took %.3f s (summed over threads)\n",
             plural(gpu.gpu_images, "image", "images").c_str(),
             images != 0 ? 100.0 * static_cast<double>(gpu.gpu_images) / static_cast<double>(images) : 0.0,
             plural(gpu.cpu_images, "image", "images").c_str(), gpu.gpu_group_seconds);
+    if (!gpu.unavailable.empty()) {
+      appendf(text, "             the GPU decoder did not start: %s\n", gpu.unavailable.c_str());
+    } else if (gpu.ready_seconds > 0.0) {
+      appendf(text, "             the GPU decoder was ready after %.3f s and busy %.3f s (%.0f%% of the run)\n",
+              gpu.ready_seconds, gpu.busy_seconds,
+              stats.elapsed_seconds > 0.0 ? 100.0 * gpu.busy_seconds / stats.elapsed_seconds : 0.0);
+    } else {
+      appendf(text, "             the GPU decoder was still starting\n");
+    }
   }
   if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {
     appendf(text, "  cache      %s memory on %s: %s of %s, %s kept%s\n", cache.memory.c_str(), cache.location.c_str(),
@@ -145,11 +156,10 @@ void append_body(std::string& text, const PipelineStats& stats) {
               cache.last_move_seconds);
     }
   }
-  const std::string shared =
-      stats.decode_threads_shared_by > 1
-          ? " (auto: this machine's cores shared by " + std::to_string(stats.decode_threads_shared_by) +
-                " processes of the job, LOCAL_WORLD_SIZE)"
-          : "";
+  const std::string shared = stats.decode_threads_shared_by > 1 ? " (auto: this machine's cores shared by " +
+                                                                      std::to_string(stats.decode_threads_shared_by) +
+                                                                      " processes of the job, LOCAL_WORLD_SIZE)"
+                                                                : "";
   appendf(text, "  settings   %s%s, prefetch %zu\n",
           plural(stats.decode_threads, "decode thread", "decode threads").c_str(), shared.c_str(), stats.prefetch);
 
@@ -413,6 +423,12 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
         .value(gpu.cpu_images)
         .key("gpu_group_seconds")
         .value(seconds_value(gpu.gpu_group_seconds))
+        .key("ready_seconds")
+        .value(seconds_value(gpu.ready_seconds))
+        .key("busy_seconds")
+        .value(seconds_value(gpu.busy_seconds))
+        .key("unavailable")
+        .value(gpu.unavailable)
         .end_object();
   }
   if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {

@@ -55,13 +55,9 @@ struct PipelineGraph::Nodes {
                   p.split(plan, [&](GroupPtr group) { std::get<0>(ports).try_put(std::move(group)); });
                 });
               }),
-        decode(g, p.decode_threads_,
+        decode(g, p.decode_threads_ + p.gpu_groups_,
                [&p](const GroupPtr& group) {
-                 p.shielded("decode", [&] {
-                   const uint64_t started_ns = p.now_ns();
-                   p.decode_samples(*group);
-                   p.decode_pending(*group, started_ns);
-                 });
+                 p.shielded("decode", [&] { p.decode_group(*group); });
                  return group;
                }),
         reorder(g, [](const GroupPtr& group) -> size_t { return group->sequence; }),
@@ -115,6 +111,7 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
       prefetch_(options.prefetch),
       decode_threads_(options.resolved_decode_threads()),
       decode_threads_shared_by_(options.decode_threads == 0 ? std::max<size_t>(1, options.local_processes) : 1),
+      gpu_groups_(stages_.decode ? stages_.decode->gpu_groups() : 0),
       on_error_(options.on_error),
       replace_(options.on_error == OnError::kSkip && options.skip_replaces),
       device_(options.device),
@@ -129,11 +126,11 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
   if (!stages_.batches || !stages_.decode || !stages_.collate || !stages_.pack || !stages_.h2d || !stages_.event_wait) {
     throw Error("a pipeline needs every stage: batches, decode, collate, pack, h2d and event_wait");
   }
-  // Decode runs decode_threads_ tasks at once beside the serial nodes; give the pipeline's arena that
-  // many slots. oneTBB's default thread limit is the core count: raise it where more decode threads
-  // were asked for (I/O-bound decoders want more threads than cores).
-  // (The limit counts one external thread beside the workers, hence the + 1.)
-  const size_t slots = decode_threads_ + kSerialNodes;
+  // Decode runs decode_threads_ tasks at once beside the serial nodes (and gpu_groups_ more, which wait
+  // on the GPU decoder); give the pipeline's arena that many slots. oneTBB's default thread limit is the
+  // core count: raise it where more decode threads were asked for (I/O-bound decoders want more threads
+  // than cores). (The limit counts one external thread beside the workers, hence the + 1.)
+  const size_t slots = decode_threads_ + gpu_groups_ + kSerialNodes;
   if (slots + 1 > static_cast<size_t>(tbb::info::default_concurrency())) {
     parallelism_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, slots + 1);
   }
@@ -304,32 +301,42 @@ size_t PipelineGraph::group_size(size_t samples) const {
   return std::max<size_t>(1, std::min(wanted, widest));
 }
 
-size_t PipelineGraph::gpu_share(size_t samples) const {
-  const uint64_t gpu_images = gpu_group_images_.load(std::memory_order_relaxed);
-  const uint64_t cpu_images = cpu_sample_images_.load(std::memory_order_relaxed);
-  if (gpu_images < kGroupWarmupSamples || cpu_images < kGroupWarmupSamples)
-    return samples / 2;  // until both are measured
-  const double g = static_cast<double>(gpu_group_ns_.load(std::memory_order_relaxed)) / static_cast<double>(gpu_images);
-  const double c =
-      static_cast<double>(cpu_sample_ns_.load(std::memory_order_relaxed)) / static_cast<double>(cpu_images);
-  // The model: k images on the GPU take k g on the group's thread; the other n - k take (n - k) c / (T - 1)
-  // on the remaining threads. Equal when k = n c / (c + g (T - 1)). It no longer fits: a group's reads now
-  // run on several threads (decode_samples), several groups decode at once, and g averages in the GPU
-  // decoder's start-up; on two H200s it gave the GPU 2-7% of the images and `auto` ran slower than
-  // `cpu`. To be replaced by the hardware's measured time per image after warm-up.
-  const double others = static_cast<double>(std::max<size_t>(1, decode_threads_) - 1);
-  const double k = static_cast<double>(samples) * c / (c + g * others);
-  return std::min(samples, static_cast<size_t>(std::llround(k)));
+// Note [sharing images between the GPU and the CPU]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Under `auto` the GPU's hardware decoder and the CPU threads decode one stream of images, and neither
+// should idle while the other has work. No share is planned ahead: the split node cuts a plan into
+// groups of about kGpuGroup images, and each group's task, when it starts, goes to the GPU if the GPU
+// decoder is ready and has room (fewer groups in it than its warm decoding states plus a few being read:
+// DecodeStage::gpu_room), else decodes on the CPU threads. A group on either path is decoded by every
+// idle decode thread at once (decode_samples), so a plan's few large groups still spread over the cores.
+// So the GPU takes as much as it turns around, the CPU the rest. While the GPU decoder starts (in the
+// background, about a second: NvJpegDecoder::Start) the CPU decodes everything, as it does where the GPU
+// decoder fails to start.
+// The first version planned each plan's GPU share ahead from measured times per image. On two H200s it
+// gave the GPU 2-7% of the images and ran slower than `cpu`: it counted the decoder's start-up as its
+// speed, and knew neither how several groups share the hardware nor the threads that wait on it. This
+// one, on one H200 (ImageNet recipe, 16 threads, 256 x 256): 45k images/s against `cpu`'s 31k, 69% of
+// them on the GPU (docs/performance-notes.md).
+// Which path decodes an image depends on timing, never what is decoded from it or where it lands (Note
+// [GPU JPEG decode] says how close the two paths' pixels are).
+bool PipelineGraph::claim_gpu() {
+  const size_t room = std::min(gpu_groups_, stages_.decode->gpu_room());
+  size_t in_flight = gpu_groups_in_flight_.load(std::memory_order_relaxed);
+  while (in_flight < room) {
+    if (gpu_groups_in_flight_.compare_exchange_weak(in_flight, in_flight + 1, std::memory_order_acq_rel)) return true;
+  }
+  return false;
 }
 
 template <typename Put>
 void PipelineGraph::split(const PlanPtr& plan, Put&& put) {
   const size_t slots = plan->slots();
   size_t position = 0;
-  auto put_group = [&](size_t count, bool on_gpu) {
+  auto put_group = [&](size_t count, bool on_gpu, bool gpu_candidate = false) {
     auto group = std::make_shared<SampleGroup>();
     group->sequence = next_group_sequence_++;
     group->on_gpu = on_gpu;
+    group->gpu_candidate = gpu_candidate;
     group->samples.resize(count);
     for (SampleWork& sample : group->samples) {
       sample.plan = plan;
@@ -338,11 +345,15 @@ void PipelineGraph::split(const PlanPtr& plan, Put&& put) {
     }
     put(std::move(group));
   };
-  // Note [GPU JPEG decode]: the GPU's share of a plan is one group, so that one call decodes it.
   const SampleStage::GpuShare share = stages_.decode->gpu_share();
-  if (share != SampleStage::GpuShare::kNone && plan->kind == BatchPlan::Kind::kSamples) {
-    const size_t count = share == SampleStage::GpuShare::kAll ? slots : gpu_share(slots);
-    if (count > 0) put_group(count, /*on_gpu=*/true);
+  if (plan->kind == BatchPlan::Kind::kSamples && share != SampleStage::GpuShare::kNone) {
+    // Note [GPU JPEG decode]: groups of about kGpuGroup images, sizes equal within one. Under `gpu` each
+    // goes to the GPU; under `auto` each goes where there is room when its task starts (Note [sharing
+    // images between the GPU and the CPU]).
+    const bool all = share == SampleStage::GpuShare::kAll;
+    const size_t groups = (slots + kGpuGroup - 1) / kGpuGroup;
+    for (size_t g = 0; g < groups; ++g) put_group(slots / groups + (g < slots % groups ? 1 : 0), all, !all);
+    return;
   }
   const size_t rest = slots - position;
   if (rest == 0) return;
@@ -357,14 +368,8 @@ void PipelineGraph::decode(SampleWork& sample) {
   // still be decoded: those batches are delivered before the error (Note [in-band errors and markers]).
   if (sample.is_marker() || stop_.load(std::memory_order_acquire)) return;
   const ErrorContext where{"decode", sample.index(), sample.plan->epoch, sample.plan->index};
-  const bool routed_to_gpu = sample.on_gpu;
-  const uint64_t start_ns = now_ns();
   if (auto error = guarded(kDecode, where, [&] { stages_.decode->run(sample); })) sample.error = std::move(error);
   if (sample.error) decode_failed(sample);
-  if (!routed_to_gpu && stages_.decode->gpu_share() == SampleStage::GpuShare::kShare) {
-    cpu_sample_ns_.fetch_add(now_ns() - start_ns, std::memory_order_relaxed);
-    cpu_sample_images_.fetch_add(1, std::memory_order_relaxed);
-  }
 }
 
 void PipelineGraph::decode_failed(SampleWork& sample) {
@@ -374,14 +379,30 @@ void PipelineGraph::decode_failed(SampleWork& sample) {
   replace(sample);
 }
 
+void PipelineGraph::decode_group(SampleGroup& group) {
+  const uint64_t started_ns = now_ns();
+  const bool claimed = group.gpu_candidate && claim_gpu();
+  if (claimed) group.on_gpu = true;
+  for (SampleWork& sample : group.samples) sample.on_gpu = group.on_gpu;
+  struct Release {  // the GPU's room goes back however the task ends
+    std::atomic<size_t>* in_flight;
+    ~Release() {
+      if (in_flight != nullptr) in_flight->fetch_sub(1, std::memory_order_acq_rel);
+    }
+  } release{claimed ? &gpu_groups_in_flight_ : nullptr};
+  decode_samples(group);
+  decode_pending(group, started_ns);
+}
+
 void PipelineGraph::decode_samples(SampleGroup& group) {
-  // A GPU group is a whole plan's share (Note [GPU JPEG decode]). Its samples' reads, headers and
-  // hardware checks run on every idle decode thread, not one after another before the hardware starts:
-  // the GPU path's CPU work was 0.32 ms an image on the H200 (bench/augment.py), up to 80 ms for a batch
-  // of 256 on one thread. Each sample is its own, as in groups that different threads decode at once.
-  // Isolated: while it waits for its parts, this thread takes no other group's task (which could
-  // block it in the GPU decoder's queue for states, NvJpegDecoder::kMaxWorkers).
-  if (group.on_gpu) {
+  // A GPU group is a large part of a plan (Note [GPU JPEG decode]). Its samples' reads,
+  // headers and hardware checks run on every idle decode thread, not one after another before the
+  // hardware starts: the GPU path's CPU work was 0.32 ms an image on the H200 (bench/augment.py), up to
+  // 80 ms for a batch of 256 on one thread. A group `auto` left to the CPU is decoded the same way
+  // (Note [sharing images between the GPU and the CPU]). Each sample is its own, as in groups that
+  // different threads decode at once. Isolated: while it waits for its parts, this thread takes no other
+  // group's task (which could block it in the GPU decoder's queue for states, NvJpegDecoder::kMaxWorkers).
+  if (group.on_gpu || group.gpu_candidate) {
     tbb::this_task_arena::isolate([&] {
       tbb::parallel_for(tbb::blocked_range<size_t>(0, group.samples.size(), kGpuGroupReadGrain),
                         [&](const tbb::blocked_range<size_t>& range) {
@@ -411,9 +432,8 @@ void PipelineGraph::decode_pending(SampleGroup& group, uint64_t started_ns) {
   }
   const uint64_t end_ns = now_ns();
   run_.stages[kDecode].busy_ns.fetch_add(end_ns - start_ns, std::memory_order_relaxed);
-  // gpu_share() weighs the group's whole time per image: its samples' reads and CPU work, and this call.
+  // The group's whole time: its samples' reads and CPU work, and this call.
   gpu_group_ns_.fetch_add(end_ns - started_ns, std::memory_order_relaxed);
-  gpu_group_images_.fetch_add(group.samples.size(), std::memory_order_relaxed);
 }
 
 // Note [replacing skipped samples]
@@ -682,11 +702,8 @@ PipelineStats PipelineGraph::stats() const {
                                          stages_.pool.get()});
   if (stages_.cache) stats.cache = stages_.cache->stats();
   stats.decode_threads_shared_by = decode_threads_shared_by_;
-  if (stages_.decode->gpu_share() != SampleStage::GpuShare::kNone) {
-    stats.gpu_decode.enabled = true;
-    std::tie(stats.gpu_decode.gpu_images, stats.gpu_decode.cpu_images) = stages_.decode->gpu_counts();
-    stats.gpu_decode.gpu_group_seconds = static_cast<double>(gpu_group_ns_.load(std::memory_order_relaxed)) * 1e-9;
-  }
+  stats.gpu_decode = stages_.decode->gpu_stats();
+  stats.gpu_decode.gpu_group_seconds = static_cast<double>(gpu_group_ns_.load(std::memory_order_relaxed)) * 1e-9;
   return stats;
 }
 

@@ -123,15 +123,23 @@ class PipelineGraph {
   static constexpr uint64_t kGroupWarmupSamples = 64;  // decoded before groups grow past one sample
   static constexpr uint64_t kGroupTargetNs = 50'000;
   void decode(SampleWork& sample);
-  /// Decode node: decode() of each sample of `group`; a GPU group's samples on several threads at once.
+  /// Decode node: where the group is decoded (claim_gpu() for a GPU candidate), then decode_samples() and
+  /// decode_pending().
+  void decode_group(SampleGroup& group);
+  /// decode() of each sample of `group`; a GPU group's samples on several threads at once.
   void decode_samples(SampleGroup& group);
   /// Decode node, after decode() of each sample of `group`: the GPU part (Note [GPU JPEG decode] in
   /// io/decoders/nvjpeg_decoder.h), one batched call for the group's pending fields. `started_ns`: when
-  /// the group's task began (now_ns()), for gpu_share()'s measurements.
+  /// the group's task began (now_ns()), for the report's gpu_group_seconds.
   void decode_pending(SampleGroup& group, uint64_t started_ns);
-  /// How many of a plan's `samples` the split node routes to the GPU under GpuShare::kShare: sized from
-  /// the measured cost per image of each path so that the GPU group and the CPU threads finish together.
-  size_t gpu_share(size_t samples) const;
+  /// Decode node, GpuShare::kShare: whether the group starting now goes to the GPU, which then has one
+  /// group more in it (Note [sharing images between the GPU and the CPU] in the .cpp).
+  bool claim_gpu();
+  /// Images of a GPU-bound group: enough for the hardware to work on many at once (bench/jpeg_decode on
+  /// an H200, 4 callers: 65k images/s in batches of 64, 68k in batches of 256), few enough that a plan
+  /// makes several groups, which the GPU's decoding states take on at once while the next ones are read.
+  /// With one group a plan, `gpu` decoded 44k images/s at prefetch 4 (ImageNet recipe, 256 x 256).
+  static constexpr size_t kGpuGroup = 64;
   /// Collate node: hands the sample to the cutter, collates the batches it cuts and appends every item
   /// to `out` (Note [refilling batches] in batch_cutter.cpp).
   void collect(SamplePtr sample, std::vector<WorkPtr>& out);
@@ -173,21 +181,20 @@ class PipelineGraph {
   const size_t prefetch_;
   const size_t decode_threads_;
   const size_t decode_threads_shared_by_;  // PipelineStats::decode_threads_shared_by
+  const size_t gpu_groups_;                // SampleStage::gpu_groups(): decode threads that wait on the GPU
   const OnError on_error_;
   const bool replace_;  // on_error: skip with skip_replaces
   const std::string device_;
   const std::chrono::steady_clock::time_point started_;
   BatchCutter cutter_;  // touched only by the serial collate node
 
-  std::atomic<bool> stop_{false};      // close() was called
-  std::atomic<bool> failed_{false};    // a stage failed: plan no more
-  std::atomic<bool> enough_{false};    // collate has emitted max_batches batches: plan no more
-  std::atomic<int64_t> ended_ns_{-1};  // mark_ended(): when the run ended; -1 while it runs
-  RunCounters run_;                    // what stats() reports: Note [stats] in run_counters.h
-  // gpu_share()'s measurements: a GPU group's whole task time (reads, GPU decode, fallbacks) per image,
-  // and a CPU-routed sample's decode time, each with its count.
-  std::atomic<uint64_t> gpu_group_ns_{0}, gpu_group_images_{0};
-  std::atomic<uint64_t> cpu_sample_ns_{0}, cpu_sample_images_{0};
+  std::atomic<bool> stop_{false};                // close() was called
+  std::atomic<bool> failed_{false};              // a stage failed: plan no more
+  std::atomic<bool> enough_{false};              // collate has emitted max_batches batches: plan no more
+  std::atomic<int64_t> ended_ns_{-1};            // mark_ended(): when the run ended; -1 while it runs
+  RunCounters run_;                              // what stats() reports: Note [stats] in run_counters.h
+  std::atomic<uint64_t> gpu_group_ns_{0};        // GPU groups' task time, summed (the report's)
+  std::atomic<size_t> gpu_groups_in_flight_{0};  // claim_gpu()'s, at most gpu_groups_
 
   BoundedQueue<WorkPtr> in_flight_;  // h2d -> completion thread
   // The serial h2d node runs on any worker thread: push through one lane to keep batch order.

@@ -104,13 +104,21 @@ struct PipelineStats {
   /// The dataset cache (Note [dataset cache]); enabled false without one.
   DatasetCacheStats cache;
   /// JPEG fields decoded on the GPU (Note [GPU JPEG decode] in io/decoders/nvjpeg_decoder.h): how many images
-  /// each path decoded, and the time the GPU groups' tasks took (summed over threads: reads, the GPU's decode,
-  /// CPU fallbacks). enabled false when no field is decoded on the GPU.
+  /// each path decoded, when the GPU decoder was ready and how busy it was, and the time the GPU groups'
+  /// tasks took (summed over threads: reads, the GPU's decode, CPU fallbacks). enabled false when no field
+  /// is decoded on the GPU.
   struct GpuDecodeStats {
     bool enabled = false;
     uint64_t gpu_images = 0;
     uint64_t cpu_images = 0;  // of the same fields: routed to the CPU, or not decodable by the hardware
     double gpu_group_seconds = 0.0;
+    /// Seconds from the GPU decoder's start (as the pipeline is made) until it could take images (under
+    /// `auto` it starts in the background while the CPU decodes); 0 while it cannot.
+    double ready_seconds = 0.0;
+    /// Seconds during which the GPU decoder had images in its hardware (wall time, not summed).
+    double busy_seconds = 0.0;
+    /// Why the GPU decoded nothing under `auto` (its background start failed); "" otherwise.
+    std::string unavailable;
   } gpu_decode;
 
   uint64_t skipped_samples = 0;        // all samples skipped so far

@@ -38,16 +38,24 @@ class BatchSource {
 class SampleStage {
  public:
   /// Which samples a stage decodes on the GPU (Note [GPU JPEG decode] in io/decoders/nvjpeg_decoder.h):
-  /// none; every one the hardware can (kAll); or a share sized so that the GPU and the CPU threads
-  /// finish together (kShare). The split node routes samples accordingly (SampleWork::on_gpu).
+  /// none; every one the hardware can (kAll); or those of the groups the GPU has room for when their task
+  /// starts, the CPU threads decoding the rest (kShare; Note [sharing images between the GPU and the CPU]
+  /// in pipeline_graph.cpp). The decode node routes samples accordingly (SampleWork::on_gpu).
   enum class GpuShare { kNone, kAll, kShare };
 
   virtual ~SampleStage() = default;
   virtual std::string_view name() const = 0;
   virtual void run(SampleWork& work) = 0;
   virtual GpuShare gpu_share() const { return GpuShare::kNone; }
-  /// Images of GPU-decoded fields decoded on the GPU and on the CPU so far (thread-safe).
-  virtual std::pair<uint64_t, uint64_t> gpu_counts() const { return {0, 0}; }
+  /// Groups the GPU takes at once (0 without GPU decoding). The decode node gets as many threads more:
+  /// a GPU group's thread mostly sleeps until the hardware is done.
+  virtual size_t gpu_groups() const { return 0; }
+  /// Groups the GPU can take at once now, at most gpu_groups(): under kShare its decoder starts in the
+  /// background, 0 until it is ready (the CPU decodes everything meanwhile). Thread-safe.
+  virtual size_t gpu_room() const { return 0; }
+  /// The GPU decoder's counts and times so far, for PipelineStats::gpu_decode (thread-safe; all zero
+  /// without GPU decoding). gpu_group_seconds is the pipeline's to fill.
+  virtual PipelineStats::GpuDecodeStats gpu_stats() const { return {}; }
   /// Decodes what run() left pending in `samples` (one group: one batched GPU call), filling their
   /// fields. Calls `failed(sample, error)` for each sample whose pending field could not be decoded
   /// anywhere. Called from a decode thread after run() for each of them; blocks until the GPU is done.

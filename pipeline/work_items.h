@@ -91,9 +91,11 @@ struct SampleWork {
 /// group's ownership (never stored in the group itself, which would keep it alive forever).
 struct SampleGroup {
   uint64_t sequence = 0;
-  // Routed to the GPU decoder by the split node (Note [GPU JPEG decode]). Set once: a sample's own
-  // on_gpu turns false when a CPU-decoded replacement takes its place, the group's does not.
+  // Routed to the GPU decoder (Note [GPU JPEG decode]): by the split node under `gpu`, by the decode node
+  // when the task starts under `auto` (gpu_candidate). Set once: a sample's own on_gpu turns false when a
+  // CPU-decoded replacement takes its place, the group's does not.
   bool on_gpu = false;
+  bool gpu_candidate = false;       // `auto`: decoded on the GPU if it has room when the task starts
   std::vector<SampleWork> samples;  // in plan order
 };
 
@@ -122,7 +124,7 @@ struct BatchWork {
   /// pack: samples' fields already on the device (decoded there: Note [GPU JPEG decode]) and their
   /// offsets in the batch; h2d copies them on the device and hands them to the slab's lease too.
   std::vector<std::pair<size_t, at::Tensor>> device_sources;
-  Batch batch;                                       // h2d: the delivered batch (device views)
+  Batch batch;  // h2d: the delivered batch (device views)
   std::optional<Error> error;
 
   bool is_marker() const noexcept { return kind != Kind::kBatch; }

@@ -47,9 +47,9 @@ class DecodeStage : public SampleStage {
   /// file; this decodes them all in one call and falls back to the CPU for those that fail there.
   void run_pending(const std::vector<SampleWork*>& samples,
                    const std::function<void(SampleWork&, std::exception_ptr)>& failed) override;
-  std::pair<uint64_t, uint64_t> gpu_counts() const override {
-    return {gpu_images_.load(std::memory_order_relaxed), cpu_images_.load(std::memory_order_relaxed)};
-  }
+  size_t gpu_groups() const override;
+  size_t gpu_room() const override;
+  PipelineStats::GpuDecodeStats gpu_stats() const override;
 
  private:
   /// run() for field `i` of a GPU-routed sample: pending (true) or to be decoded on the CPU (false).

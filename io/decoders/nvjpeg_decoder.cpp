@@ -1,6 +1,7 @@
 #include "ferry/io/decoders/nvjpeg_decoder.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -11,12 +12,24 @@
 #include <cuda_runtime_api.h>
 #include <nvjpeg.h>
 
+#include <ATen/ops/arange.h>
+
 #include "ferry/io/decoders/image_resize_kernel.h"
+#include "ferry/io/decoders/jpeg_encoder.h"
 #include "ferry/pipeline/cuda_error.h"
 #include "ferry/pipeline/device_guard.h"
 #endif
 
 namespace ferry::detail {
+namespace {
+
+uint64_t steady_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+}  // namespace
 
 #if FERRY_NVJPEG
 
@@ -68,6 +81,9 @@ struct NvJpegDecoder::Library {
   std::vector<std::unique_ptr<Worker>> idle;  // guarded by mutex
   size_t workers = 0;                         // made so far, at most kMaxWorkers; guarded by mutex
   std::vector<nvjpegJpegStream_t> streams;    // guarded by mutex
+  size_t in_hardware = 0;                     // decode() calls between acquire and their wait; guarded by mutex
+  uint64_t busy_since_ns = 0;                 // when in_hardware last became 1; guarded by mutex
+  std::string failure;                        // why a background start failed; guarded by mutex
 
   nvjpegJpegStream_t take_stream() {
     {
@@ -93,6 +109,9 @@ struct NvJpegDecoder::Worker {
   nvjpegHandle_t handle = nullptr;
   nvjpegJpegState_t state = nullptr;
   cudaStream_t stream = nullptr;
+  // Waited on with cudaEventBlockingSync: cudaStreamSynchronize spins on its core for the whole decode
+  // (the runtime's default while there are fewer contexts than cores), a core the CPU decoders want.
+  cudaEvent_t done = nullptr;
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
 
@@ -101,15 +120,23 @@ struct NvJpegDecoder::Worker {
     FERRY_NVJPEG_CHECK(nvjpegJpegStateCreate(handle, &state));
     try {
       FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventBlockingSync | cudaEventDisableTiming));
     } catch (...) {  // a constructor that throws runs no destructor
+      if (stream != nullptr) (void)cudaStreamDestroy(stream);
       (void)nvjpegJpegStateDestroy(state);
       throw;
     }
   }
   ~Worker() {
     if (scratch != nullptr) (void)cudaFree(scratch);
+    if (done != nullptr) (void)cudaEventDestroy(done);
     if (stream != nullptr) (void)cudaStreamDestroy(stream);
     if (state != nullptr) (void)nvjpegJpegStateDestroy(state);
+  }
+  // Until the work queued on the stream so far has finished, the thread asleep.
+  void wait() {
+    FERRY_CUDA_CHECK(cudaEventRecord(done, stream));
+    FERRY_CUDA_CHECK(cudaEventSynchronize(done));
   }
   void* scratch_of(size_t bytes) {
     if (bytes <= scratch_bytes) return scratch;
@@ -131,17 +158,97 @@ struct NvJpegDecoder::Worker {
   }
 };
 
-NvJpegDecoder::NvJpegDecoder(int device) : device_(device), library_(std::make_unique<Library>()) {
+NvJpegDecoder::NvJpegDecoder(int device, Start start)
+    : device_(device), library_(std::make_unique<Library>()), made_ns_(steady_ns()) {
+  if (start == Start::kNow) {
+    create();
+    ready_ns_.store(steady_ns() - made_ns_, std::memory_order_relaxed);
+    warm_workers_.store(kMaxWorkers, std::memory_order_relaxed);  // each made, cold, by its first call
+    ready_.store(true, std::memory_order_release);
+    return;
+  }
+  starter_ = std::thread([this] {
+    try {
+      create();
+      warm();  // ready with its first warm state
+    } catch (const std::exception& e) {
+      // Once ready, a state that fails to warm is left to decode() calls, which make it cold and report
+      // what goes wrong with it there.
+      std::lock_guard lock(library_->mutex);
+      if (!ready()) library_->failure = cause_of(e);
+    }
+  });
+}
+
+void NvJpegDecoder::create() {
   DeviceGuard guard(device_);
   const nvjpegStatus_t status = nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &library_->handle);
   if (status != NVJPEG_STATUS_SUCCESS) {
+    library_->handle = nullptr;
     throw Error("decoding JPEGs on cuda:" + std::to_string(device_) +
                 " needs nvJPEG's hardware decoder (A100, H100 and newer): " + failed("nvjpegCreateEx", status) +
                 "; use the jpeg decoder's device: cpu");
   }
 }
 
+// A decoding state's first decode makes its allocations: 0.39 s for a batch of 256 on an H200
+// (bench/jpeg_decode), a second batch 9 ms. Here every state pays it before any decode() call gets it, one
+// after another on the background thread (on threads of their own they finished no sooner, and took
+// cores from the CPU decoders): the decoder is ready with its first warm state, and each later one is
+// there for decode() calls as soon as it is warm. All kMaxWorkers are counted as made from the start, so
+// that no decode() call makes a cold one meanwhile.
+void NvJpegDecoder::warm() {
+  constexpr int64_t kSide = 256;
+  constexpr size_t kImages = 64;
+  // A gradient, so that the file has real coefficients to decode.
+  const at::Tensor ramp = at::arange(kSide * kSide * 3, at::kInt).remainder(251).to(at::kByte);
+  const at::Tensor jpeg = JpegEncoder().encode(ramp.view({kSide, kSide, 3}));
+  const auto window_bytes = static_cast<size_t>((kSide - 1) * (kSide - 1) * 3);
+  std::vector<GpuJpegImage> images(kImages);
+  DeviceGuard guard(device_);
+  struct Output {
+    void* memory = nullptr;
+    ~Output() { (void)cudaFree(memory); }
+  } output;
+  FERRY_CUDA_CHECK(cudaMalloc(&output.memory, window_bytes * kImages));
+  for (size_t k = 0; k < kImages; ++k) {
+    GpuJpegImage& image = images[k];
+    image.data = jpeg.data_ptr<uint8_t>();
+    image.size = static_cast<size_t>(jpeg.numel());
+    image.width = image.height = static_cast<int>(kSide);
+    image.window = ImageWindow{kSide, kSide, 0, 0, kSide - 1, kSide - 1};  // resized: the scratch path too
+    image.out = static_cast<uint8_t*>(output.memory) + k * window_bytes;
+  }
+  size_t unmade = kMaxWorkers;
+  {
+    std::lock_guard lock(library_->mutex);
+    library_->workers += unmade;
+  }
+  try {
+    for (; unmade > 0; --unmade) {
+      auto worker = std::make_unique<Worker>(library_->handle, device_);
+      for (const std::string& error : decode_on(*worker, images)) {
+        if (!error.empty()) throw Error("warming nvJPEG up: " + error);
+      }
+      release(std::move(worker));
+      warm_workers_.fetch_add(1, std::memory_order_acq_rel);
+      if (!ready()) {
+        ready_ns_.store(steady_ns() - made_ns_, std::memory_order_relaxed);
+        ready_.store(true, std::memory_order_release);
+      }
+    }
+  } catch (...) {
+    {
+      std::lock_guard lock(library_->mutex);
+      library_->workers -= unmade;  // decode() calls may make them (cold) after all
+    }
+    library_->returned.notify_all();
+    throw;
+  }
+}
+
 NvJpegDecoder::~NvJpegDecoder() {
+  if (starter_.joinable()) starter_.join();
   DeviceGuard guard(device_);
   library_->idle.clear();
   for (nvjpegJpegStream_t stream : library_->streams) (void)nvjpegJpegStreamDestroy(stream);
@@ -182,6 +289,7 @@ void NvJpegDecoder::release(std::unique_ptr<Worker> worker) {
 }
 
 bool NvJpegDecoder::supported(const uint8_t* data, size_t size) const {
+  if (!ready()) return false;
   nvjpegJpegStream_t stream = library_->take_stream();
   if (stream == nullptr) return false;
   int answer = -1;
@@ -192,9 +300,27 @@ bool NvJpegDecoder::supported(const uint8_t* data, size_t size) const {
   return answer == 0;  // nvJPEG says 0 for "supported"
 }
 
+std::string NvJpegDecoder::failure() const {
+  std::lock_guard lock(library_->mutex);
+  return library_->failure;
+}
+
+void NvJpegDecoder::mark_busy(bool starting) noexcept {
+  std::lock_guard lock(library_->mutex);
+  if (starting) {
+    if (library_->in_hardware++ == 0) library_->busy_since_ns = steady_ns();
+  } else if (--library_->in_hardware == 0) {
+    busy_ns_.fetch_add(steady_ns() - library_->busy_since_ns, std::memory_order_relaxed);
+  }
+}
+
 std::vector<std::string> NvJpegDecoder::decode(std::span<const GpuJpegImage> images) {
-  std::vector<std::string> errors(images.size());
-  if (images.empty()) return errors;
+  if (images.empty()) return {};
+  if (!ready()) {
+    const std::string why = failure();
+    throw Error("nvJPEG's decoder on cuda:" + std::to_string(device_) + " is not ready" +
+                (why.empty() ? std::string(": it is still starting") : ": " + why));
+  }
   DeviceGuard guard(device_);
   std::unique_ptr<Worker> worker = acquire();
   struct Return {  // the worker goes back to the pool however this call ends
@@ -204,7 +330,16 @@ std::vector<std::string> NvJpegDecoder::decode(std::span<const GpuJpegImage> ima
       if (worker) decoder.release(std::move(worker));
     }
   } give_back{*this, worker};
+  mark_busy(true);
+  struct Leave {
+    NvJpegDecoder& decoder;
+    ~Leave() { decoder.mark_busy(false); }
+  } leave{*this};
+  return decode_on(*worker, images);
+}
 
+std::vector<std::string> NvJpegDecoder::decode_on(Worker& worker, std::span<const GpuJpegImage> images) {
+  std::vector<std::string> errors(images.size());
   // Where each image is decoded: in place, or at its offset in the scratch memory.
   std::vector<size_t> offsets(images.size(), 0);
   size_t scratch = 0;
@@ -214,7 +349,7 @@ std::vector<std::string> NvJpegDecoder::decode(std::span<const GpuJpegImage> ima
     scratch +=
         (size_t{3} * static_cast<size_t>(images[i].width) * static_cast<size_t>(images[i].height) + 255) / 256 * 256;
   }
-  auto* base = static_cast<unsigned char*>(scratch != 0 ? worker->scratch_of(scratch) : nullptr);
+  auto* base = static_cast<unsigned char*>(scratch != 0 ? worker.scratch_of(scratch) : nullptr);
   std::vector<const unsigned char*> data(images.size());
   std::vector<size_t> lengths(images.size());
   std::vector<nvjpegImage_t> outputs(images.size());
@@ -228,16 +363,16 @@ std::vector<std::string> NvJpegDecoder::decode(std::span<const GpuJpegImage> ima
 
   // One batched call; if it fails, one call per image, so that only the damaged ones fail.
   std::vector<bool> decoded(images.size(), true);
-  if (worker->decode(data, lengths, outputs, 0, images.size()) != NVJPEG_STATUS_SUCCESS) {
-    FERRY_CUDA_CHECK(cudaStreamSynchronize(worker->stream));
+  if (worker.decode(data, lengths, outputs, 0, images.size()) != NVJPEG_STATUS_SUCCESS) {
+    worker.wait();
     for (size_t i = 0; i < images.size(); ++i) {
-      const nvjpegStatus_t status = worker->decode(data, lengths, outputs, i, 1);
+      const nvjpegStatus_t status = worker.decode(data, lengths, outputs, i, 1);
       if (status != NVJPEG_STATUS_SUCCESS) {
         errors[i] = failed("nvjpegDecodeBatched", status);
         decoded[i] = false;
       }
       // A failed call may leave work queued on the stream: wait before the next image reuses the state.
-      FERRY_CUDA_CHECK(cudaStreamSynchronize(worker->stream));
+      worker.wait();
     }
   }
 
@@ -260,10 +395,10 @@ std::vector<std::string> NvJpegDecoder::decode(std::span<const GpuJpegImage> ima
     jobs.push_back(job);
   }
   for (size_t first = 0; first < jobs.size(); first += kResizeJobsPerLaunch) {
-    launch_resize_kernel(jobs.data() + first, std::min(kResizeJobsPerLaunch, jobs.size() - first), worker->stream);
+    launch_resize_kernel(jobs.data() + first, std::min(kResizeJobsPerLaunch, jobs.size() - first), worker.stream);
   }
   // The scratch memory is reused by the next call and the outputs are read on other streams: wait here.
-  FERRY_CUDA_CHECK(cudaStreamSynchronize(worker->stream));
+  worker.wait();
   return errors;
 }
 
@@ -272,7 +407,7 @@ std::vector<std::string> NvJpegDecoder::decode(std::span<const GpuJpegImage> ima
 struct NvJpegDecoder::Library {};
 struct NvJpegDecoder::Worker {};
 
-NvJpegDecoder::NvJpegDecoder(int device) : device_(device) {
+NvJpegDecoder::NvJpegDecoder(int device, Start /*start*/) : device_(device), made_ns_(steady_ns()) {
   throw Error("decoding JPEGs on the GPU needs a ferry build with nvJPEG: " + unavailable_reason() +
               "; use the jpeg decoder's device: cpu");
 }
@@ -280,6 +415,14 @@ NvJpegDecoder::NvJpegDecoder(int device) : device_(device) {
 NvJpegDecoder::~NvJpegDecoder() = default;
 
 std::string NvJpegDecoder::unavailable_reason() { return FERRY_NVJPEG_REASON; }
+
+std::string NvJpegDecoder::failure() const { return unavailable_reason(); }
+
+void NvJpegDecoder::create() {}
+
+void NvJpegDecoder::warm() {}
+
+void NvJpegDecoder::mark_busy(bool /*starting*/) noexcept {}
 
 std::unique_ptr<NvJpegDecoder::Worker> NvJpegDecoder::acquire() { return nullptr; }
 
@@ -291,6 +434,20 @@ std::vector<std::string> NvJpegDecoder::decode(std::span<const GpuJpegImage> ima
   return std::vector<std::string>(images.size(), "this build has no nvJPEG: " + unavailable_reason());
 }
 
+std::vector<std::string> NvJpegDecoder::decode_on(Worker& /*worker*/, std::span<const GpuJpegImage> images) {
+  return decode(images);
+}
+
 #endif
+
+double NvJpegDecoder::ready_seconds() const noexcept {
+  return ready() ? static_cast<double>(ready_ns_.load(std::memory_order_relaxed)) * 1e-9 : 0.0;
+}
+
+size_t NvJpegDecoder::room() const noexcept { return ready() ? warm_workers_.load(std::memory_order_acquire) : 0; }
+
+double NvJpegDecoder::busy_seconds() const noexcept {
+  return static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9;
+}
 
 }  // namespace ferry::detail

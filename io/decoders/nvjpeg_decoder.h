@@ -1,10 +1,12 @@
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ferry/io/decoders/image_window.h"
@@ -19,9 +21,10 @@ namespace ferry::detail {
 // an A100 or H100), which works beside the CPU cores rather than on them. Where it happens: in the
 // decode node, as with the CPU decoder, so that a failure stays the sample's own (on_error: skip drops
 // or replaces it as it does any other sample) and the order, the cutter and resumption see nothing new.
-//  * The split node puts a plan's GPU-routed samples in one group (under `auto` a share of them, sized so
-//    that the CPU threads and the hardware finish together: PipelineGraph::split), so that one task hands
-//    the hardware a whole batch.
+//  * The split node cuts a plan into groups of about PipelineGraph::kGpuGroup images, so that one task
+//    hands the hardware many images at once. Under `gpu` each group is decoded on the GPU; under `auto`
+//    where there is room when its task starts (Note [sharing images between the GPU and the CPU] in
+//    pipeline_graph.cpp).
 //  * The task reads the samples, on every idle decode thread at once (PipelineGraph::decode_samples),
 //    and asks the decode stage for each field; a GPU field's JPEG header is
 //    read on the CPU (TurboJPEG), the window the field keeps is planned exactly as on the CPU path
@@ -60,10 +63,17 @@ struct GpuJpegImage {
 /// pool; no CUDA call is made under its lock). Thread-safe.
 class NvJpegDecoder {
  public:
-  /// For CUDA device `device`. Throws ferry::Error where this build has no nvJPEG (available() says why)
-  /// or the device has no hardware JPEG decoder.
-  explicit NvJpegDecoder(int device);
-  ~NvJpegDecoder();
+  /// kNow: made in the constructor, which throws if it cannot be; each decoding state makes its
+  /// allocations in its first call. kInBackground: made, and each decoding state warmed with a first
+  /// decode, on a thread of its own while the caller goes on (`auto`, where the CPU decodes everything
+  /// until ready()); ready() with the first warm state; a failure leaves it never ready (failure() says
+  /// why) or with fewer states.
+  enum class Start { kNow, kInBackground };
+
+  /// For CUDA device `device`. Throws ferry::Error where this build has no nvJPEG (unavailable_reason()
+  /// says why), and under kNow where the device has no hardware JPEG decoder.
+  explicit NvJpegDecoder(int device, Start start = Start::kNow);
+  ~NvJpegDecoder();  // waits for a background start (at most about a second)
   NvJpegDecoder(const NvJpegDecoder&) = delete;
   NvJpegDecoder& operator=(const NvJpegDecoder&) = delete;
 
@@ -71,30 +81,56 @@ class NvJpegDecoder {
   static std::string unavailable_reason();
   int device() const noexcept { return device_; }
 
+  /// Whether decode() can start at once: always after a kNow construction; after a background start,
+  /// once it has finished. Thread-safe.
+  bool ready() const noexcept { return ready_.load(std::memory_order_acquire); }
+  /// decode() calls that find a warm decoding state now: 0 before ready(), kMaxWorkers after a kNow
+  /// construction, the states warmed so far after a background start. Thread-safe.
+  size_t room() const noexcept;
+  /// Why a background start failed; "" if it did not (or has not finished). Thread-safe.
+  std::string failure() const;
+  /// Seconds from the construction until ready() (0 while not ready).
+  double ready_seconds() const noexcept;
+  /// Seconds during which at least one decode() call was in the hardware: how busy the GPU decoder was.
+  double busy_seconds() const noexcept;
+
   /// Whether the hardware decodes these bytes. Never throws: bytes nvJPEG cannot parse are "no" (the CPU
-  /// decoder then says what is wrong with them). Thread-safe; does not block on the GPU.
+  /// decoder then says what is wrong with them), and so is everything before ready(). Thread-safe; does
+  /// not block on the GPU.
   bool supported(const uint8_t* data, size_t size) const;
 
-  /// Decodes `images` and writes each window to its `out`. Blocks until the device has finished. Returns,
-  /// per image, "" or why it could not be decoded (nvJPEG's status). Throws ferry::CudaError for a
-  /// failure of the device itself. Thread-safe: concurrent calls use separate states and streams, at most
-  /// kMaxWorkers at once (a call beyond them waits for one).
+  /// Decodes `images` and writes each window to its `out`. Blocks until the device has finished (in the
+  /// operating system, not spinning: the waiting thread leaves its core to the CPU decoders). Returns, per
+  /// image, "" or why it could not be decoded (nvJPEG's status). Throws ferry::CudaError for a failure of
+  /// the device itself, and ferry::Error before ready(). Thread-safe: concurrent calls use separate states
+  /// and streams, at most kMaxWorkers at once (a call beyond them waits for one).
   std::vector<std::string> decode(std::span<const GpuJpegImage> images);
 
   struct Worker;
 
   /// Decoding states in use at once. Each concurrent decode() call had its own state before: with prefetch
   /// 16, sixteen states, each with its own set-up and allocations, made the GPU groups take 31 s summed
-  /// against 4.9 s with prefetch 4 (2xH200, 32 768 images). Four is what the prefetch-4 runs used.
+  /// against 4.9 s with prefetch 4 (2xH200, 32 768 images). bench/jpeg_decode on an H200: 1 caller 38k
+  /// images/s, 2 callers 61k, 4 callers 70k (batches of 256).
   static constexpr size_t kMaxWorkers = 4;
 
  private:
+  void create();  // the library handle
+  void warm();    // kMaxWorkers workers, each after a first decode; sets ready_ after the first
   std::unique_ptr<Worker> acquire();
   void release(std::unique_ptr<Worker> worker);
+  std::vector<std::string> decode_on(Worker& worker, std::span<const GpuJpegImage> images);
+  void mark_busy(bool starting) noexcept;  // a decode() call enters (true) or leaves (false) the hardware
 
   struct Library;
   const int device_;
   std::unique_ptr<Library> library_;
+  const uint64_t made_ns_;  // steady clock, at construction
+  std::atomic<bool> ready_{false};
+  std::atomic<uint64_t> ready_ns_{0};  // since made_ns_
+  std::atomic<uint64_t> busy_ns_{0};   // finished busy spells
+  std::atomic<size_t> warm_workers_{0};
+  std::thread starter_;  // Start::kInBackground
 };
 
 }  // namespace ferry::detail

@@ -433,6 +433,44 @@ TEST(RunReport, TheCacheHasALineAndAnObjectOnlyWhenThereIsOne) {
   EXPECT_EQ(report_text("t", RunInfo{}, none).find("cache "), std::string::npos);
 }
 
+TEST(RunReport, GpuDecodingHasLinesAndAnObjectOnlyWhenAJpegFieldUsesTheGpu) {
+  PipelineStats stats = full_stats();
+  stats.elapsed_seconds = 4.0;
+  stats.gpu_decode.enabled = true;
+  stats.gpu_decode.gpu_images = 750;
+  stats.gpu_decode.cpu_images = 250;
+  stats.gpu_decode.gpu_group_seconds = 6.5;
+  stats.gpu_decode.ready_seconds = 1.25;
+  stats.gpu_decode.busy_seconds = 3.0;
+  const Json json = JsonReader::parse(json_of(RunInfo{}, stats));
+  const Json& gpu = json["gpu_decode"];
+  EXPECT_EQ(gpu["gpu_images"].u64(), 750u);
+  EXPECT_EQ(gpu["cpu_images"].u64(), 250u);
+  EXPECT_DOUBLE_EQ(gpu["gpu_group_seconds"].number(), 6.5);
+  EXPECT_DOUBLE_EQ(gpu["ready_seconds"].number(), 1.25);
+  EXPECT_DOUBLE_EQ(gpu["busy_seconds"].number(), 3.0);
+  EXPECT_EQ(gpu["unavailable"].text, "");
+  EXPECT_EQ(check_schema(json_of(RunInfo{}, stats), "report_gpu_decode.json"), 0);
+  std::string text = report_text("t", RunInfo{}, stats);
+  EXPECT_NE(text.find("jpeg       750 images on the GPU (75%), 250 images on the CPU"), std::string::npos) << text;
+  EXPECT_NE(text.find("the GPU decoder was ready after 1.250 s and busy 3.000 s (75% of the run)"), std::string::npos)
+      << text;
+
+  // Under auto, a decoder still starting, and one that failed to start, say so.
+  stats.gpu_decode.ready_seconds = 0.0;
+  stats.gpu_decode.busy_seconds = 0.0;
+  EXPECT_NE(report_text("t", RunInfo{}, stats).find("the GPU decoder was still starting"), std::string::npos);
+  stats.gpu_decode.unavailable = "no hardware JPEG decoder on cuda:0";
+  text = report_text("t", RunInfo{}, stats);
+  EXPECT_NE(text.find("the GPU decoder did not start: no hardware JPEG decoder on cuda:0"), std::string::npos) << text;
+  EXPECT_EQ(JsonReader::parse(json_of(RunInfo{}, stats))["gpu_decode"]["unavailable"].text,
+            "no hardware JPEG decoder on cuda:0");
+
+  stats.gpu_decode = PipelineStats::GpuDecodeStats{};
+  EXPECT_EQ(json_of(RunInfo{}, stats).find("\"gpu_decode\""), std::string::npos);
+  EXPECT_EQ(report_text("t", RunInfo{}, stats).find("jpeg  "), std::string::npos);
+}
+
 TEST(RunReport, JsonEscapesStringsAndCountsUnlistedSkips) {
   RunInfo info;
   info.ferry_version = "0.1.0";
@@ -523,8 +561,8 @@ TEST(RunReport, TheSchemaCheckRejectsBrokenReports) {
     EXPECT_NE(at, std::string::npos) << from;
     return at == std::string::npos ? text : text.replace(at, from.size(), to);
   };
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 5,", ""), "missing.json"), 1);
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 5,", "\"format_version\": 5, \"extra\": 2,"), "extra.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 6,", ""), "missing.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 6,", "\"format_version\": 6, \"extra\": 2,"), "extra.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": \"40\""), "type.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": -40"), "negative.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"wall_seconds\": 2", "\"wall_seconds\": NaN"), "nan.json"), 1);

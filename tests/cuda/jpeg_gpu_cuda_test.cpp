@@ -8,12 +8,15 @@
 // each test prints what it measured, and docs/config.md states the measured figures.
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -179,11 +182,23 @@ std::string folder_yaml(const std::string& root, const std::string& device, int 
          "decode: {threads: " + std::to_string(threads) + "}\n";
 }
 
+// Every image a run delivers, by (epoch, sample). `wait_for_gpu`: under `auto`, after the first batch,
+// waits until the GPU decoder has started (in the background; the CPU decodes everything until then), so
+// that the later batches' groups can go to it.
 std::map<std::pair<uint64_t, uint64_t>, at::Tensor> run_all(const std::string& yaml_path,
-                                                            PipelineStats* stats = nullptr) {
+                                                            PipelineStats* stats = nullptr, bool wait_for_gpu = false) {
   std::map<std::pair<uint64_t, uint64_t>, at::Tensor> images;
   Pipeline pipeline = Pipeline::from_yaml(yaml_path);
+  bool first = true;
   while (auto batch = pipeline.next()) {
+    if (std::exchange(first, false) && wait_for_gpu) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (pipeline.stats().gpu_decode.ready_seconds == 0.0 && pipeline.stats().gpu_decode.unavailable.empty() &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      EXPECT_EQ(pipeline.stats().gpu_decode.unavailable, "");
+    }
     const at::Tensor batch_images = (*batch)["image"].cpu();
     for (size_t row = 0; row < batch->batch_size(); ++row) {
       images[{batch->epoch(), batch->sample_indices()[row]}] = batch_images[static_cast<int64_t>(row)].clone();
@@ -202,7 +217,7 @@ TEST_F(JpegGpuCuda, AFolderDecodesCompletelyUnderGpuAndAutoWithProgressiveAndGra
     SCOPED_TRACE("device: " + device);
     std::ofstream(dir / "run.yaml") << folder_yaml(dir / "images", device, 4);
     PipelineStats stats;
-    const auto images = run_all(dir / "run.yaml", &stats);
+    const auto images = run_all(dir / "run.yaml", &stats, /*wait_for_gpu=*/device == "auto");
     ASSERT_EQ(images.size(), 2 * files.size()) << "every sample of both epochs";
     Difference difference;
     for (const auto& [key, image] : images) {

@@ -1,0 +1,162 @@
+// Note [sharing images between the GPU and the CPU], on a machine without a GPU: a stand-in for the GPU
+// decoder (a decode stage that says GpuShare::kShare, takes a group's samples as pending and decodes them
+// in run_pending after a pause, as the hardware would) shows how the decode node routes groups. Before
+// the stand-in is ready every sample is decoded on the CPU; once it is, it gets groups, never more at
+// once than its room; every delivered byte equals the source's, in the sampler's order, at every thread
+// count. The real decoder's pixels and speed are tests/cuda/jpeg_gpu_cuda_test.cpp's and bench/'s.
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <ferry/io/formats/synthetic_source.h>
+#include <ferry/pipeline/pipeline.h>
+#include <ferry/pipeline/stage.h>
+#include <ferry/stages/standard_pipeline.h>
+#include "tests/support/reference_batch.h"
+
+namespace ferry {
+namespace {
+
+using namespace std::chrono_literals;
+
+SyntheticOptions dataset(uint64_t samples) {
+  SyntheticOptions options;
+  options.seed = 11;
+  options.samples = samples;
+  options.fields = {
+      SyntheticField{"image", at::kByte, {3, 8, 8}, false, 0, 0, std::nullopt},
+      SyntheticField{"tokens", at::kInt, {}, true, 1, 30, std::nullopt},
+  };
+  return options;
+}
+
+// Wraps the real decode stage. A GPU-routed sample is read here but left pending; run_pending() decodes
+// the group after a pause, counting how many groups are "in the hardware" at once.
+class StandInGpuDecode : public SampleStage {
+ public:
+  static constexpr size_t kRoom = 2;
+
+  explicit StandInGpuDecode(std::unique_ptr<SampleStage> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return inner_->name(); }
+  GpuShare gpu_share() const override { return GpuShare::kShare; }
+  size_t gpu_groups() const override { return kRoom; }
+  size_t gpu_room() const override { return ready.load() ? kRoom : 0; }
+
+  void run(SampleWork& work) override {
+    if (!work.on_gpu) {
+      inner_->run(work);
+      cpu_samples.fetch_add(1);
+      return;
+    }
+    EXPECT_TRUE(ready.load()) << "a sample went to the GPU before it was ready";
+    work.pending.push_back(PendingImage{});
+  }
+
+  void run_pending(const std::vector<SampleWork*>& samples,
+                   const std::function<void(SampleWork&, std::exception_ptr)>& failed) override {
+    (void)failed;
+    const size_t now = ++in_hardware;
+    size_t seen = most_at_once.load();
+    while (now > seen && !most_at_once.compare_exchange_weak(seen, now)) {
+    }
+    std::this_thread::sleep_for(2ms);
+    for (SampleWork* sample : samples) {
+      sample->pending.clear();
+      inner_->run(*sample);
+      gpu_samples.fetch_add(1);
+    }
+    --in_hardware;
+    gpu_groups_done.fetch_add(1);
+  }
+
+  std::atomic<bool> ready{false};
+  std::atomic<size_t> in_hardware{0}, most_at_once{0};
+  std::atomic<uint64_t> cpu_samples{0}, gpu_samples{0}, gpu_groups_done{0};
+
+ private:
+  std::unique_ptr<SampleStage> inner_;
+};
+
+struct Delivered {
+  uint64_t batches = 0;
+  uint64_t samples = 0;
+};
+
+// Runs 2 epochs of `source` in batches of 200 (groups of about 64: 4 a plan) with `threads` decode
+// threads, checking every batch; `ready_after` batches taken, the stand-in becomes ready.
+Delivered run_shared(const std::shared_ptr<const SyntheticSource>& source, size_t threads, uint64_t ready_after,
+                     StandInGpuDecode** stand_in_out, std::unique_ptr<Pipeline>& keep) {
+  PipelineOptions options;
+  options.device = "cpu";
+  options.batch_size = 200;
+  options.epochs = 2;
+  options.decode_threads = threads;
+  options.prefetch = 2;
+  StageSet stages = make_standard_stages(source, options);
+  auto stand_in = std::make_unique<StandInGpuDecode>(std::move(stages.decode));
+  StandInGpuDecode* raw = stand_in.get();
+  *stand_in_out = raw;
+  if (ready_after == 0) raw->ready = true;
+  stages.decode = std::move(stand_in);
+  keep = std::make_unique<Pipeline>(std::move(stages), options);
+  Delivered run;
+  while (auto batch = keep->next()) {
+    EXPECT_EQ(testing::compare_with_reference(*batch, *source), "") << "batch " << run.batches;
+    EXPECT_EQ(batch->index(), run.batches % 10) << "batches in the sampler's order";
+    ++run.batches;
+    run.samples += batch->batch_size();
+    if (run.batches == ready_after) raw->ready = true;
+  }
+  return run;
+}
+
+class GpuSharing : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(GpuSharing, BeforeTheGpuIsReadyTheCpuDecodesEverything) {
+  const auto source = std::make_shared<const SyntheticSource>(dataset(2000));
+  StandInGpuDecode* stand_in = nullptr;
+  std::unique_ptr<Pipeline> pipeline;
+  const Delivered run = run_shared(source, GetParam(), /*ready_after=*/1000, &stand_in, pipeline);
+  EXPECT_EQ(run.batches, 20u);
+  EXPECT_EQ(run.samples, 4000u);
+  EXPECT_EQ(stand_in->gpu_samples.load(), 0u);
+  EXPECT_EQ(stand_in->cpu_samples.load(), 4000u);
+}
+
+TEST_P(GpuSharing, OnceReadyTheGpuTakesGroupsNeverMoreThanItsRoomAtOnce) {
+  const auto source = std::make_shared<const SyntheticSource>(dataset(2000));
+  StandInGpuDecode* stand_in = nullptr;
+  std::unique_ptr<Pipeline> pipeline;
+  const Delivered run = run_shared(source, GetParam(), /*ready_after=*/0, &stand_in, pipeline);
+  EXPECT_EQ(run.samples, 4000u);
+  EXPECT_EQ(stand_in->gpu_samples.load() + stand_in->cpu_samples.load(), 4000u) << "each sample decoded once";
+  EXPECT_GT(stand_in->gpu_groups_done.load(), 0u);
+  EXPECT_LE(stand_in->most_at_once.load(), StandInGpuDecode::kRoom);
+}
+
+TEST_P(GpuSharing, TheGpuJoinsWhenItBecomesReadyMidRun) {
+  const auto source = std::make_shared<const SyntheticSource>(dataset(2000));
+  StandInGpuDecode* stand_in = nullptr;
+  std::unique_ptr<Pipeline> pipeline;
+  const Delivered run = run_shared(source, GetParam(), /*ready_after=*/3, &stand_in, pipeline);
+  EXPECT_EQ(run.samples, 4000u);
+  EXPECT_EQ(stand_in->gpu_samples.load() + stand_in->cpu_samples.load(), 4000u);
+  // Batches 0..3 and the prefetched ones were planned and begun on the CPU; most of the rest can go to
+  // the GPU once it is ready (how many depends on timing).
+  EXPECT_GT(stand_in->gpu_samples.load(), 0u);
+  EXPECT_GE(stand_in->cpu_samples.load(), 3u * 200u);
+}
+
+INSTANTIATE_TEST_SUITE_P(DecodeThreads, GpuSharing, ::testing::Values(1, 2, 4, 8),
+                         [](const ::testing::TestParamInfo<size_t>& threads) {
+                           return std::to_string(threads.param) + "_threads";
+                         });
+
+}  // namespace
+}  // namespace ferry
