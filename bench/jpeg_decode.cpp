@@ -22,7 +22,7 @@
 // pipeline uses it (ferry::detail::NvJpegDecoder, Note [GPU JPEG decode]), on the files it can decode,
 // each at its own size into device memory, in batches of --gpu-batch (default 256): the time to make the
 // decoder, the first batch (its decoding state and allocations), the same for a decoder started in the
-// background as `auto` starts it (made, every decoding state warmed with a first decode), then the rate
+// background as `auto` starts it (ready once made and its first decoding state warmed), then the rate
 // with 1, 2 and 4 callers decoding batches at once (at most NvJpegDecoder::kMaxWorkers at a time), with
 // the CPU time per image it cost this process. The pipeline's own start-up and rates are in its report;
 // this separates the hardware's part.
@@ -218,8 +218,8 @@ struct GpuResult {
   size_t decodable = 0;  // files the hardware takes
   size_t batch = 0;
   double create_ms = 0, first_batch_ms = 0;
-  // NvJpegDecoder::Start::kInBackground, as `auto` starts it: until ready (made, every state warmed),
-  // then its first batch.
+  // NvJpegDecoder::Start::kInBackground, as `auto` starts it: until ready (made, its first decoding state
+  // warmed), then its first batch.
   double background_ready_ms = 0, first_batch_after_warm_ms = 0;
   struct Rate {
     size_t callers = 0;
@@ -452,10 +452,10 @@ int main(int argc, char** argv) {
       std::printf(
           "\nnvJPEG hardware decoder on cuda:0, %zu of the %zu files (those it decodes), batches of %zu, each "
           "image at its own size:\n  made in %.1f ms; first batch %.1f ms (decoding state, allocations)\n"
-          "  started in the background as `auto` does (made, %zu states warmed): ready after %.1f ms; first batch "
-          "then %.1f ms\n",
-          gpu.decodable, images.size(), gpu.batch, gpu.create_ms, gpu.first_batch_ms,
-          ferry::detail::NvJpegDecoder::kMaxWorkers, gpu.background_ready_ms, gpu.first_batch_after_warm_ms);
+          "  started in the background as `auto` does (made, its first decoding state warmed): ready after %.1f "
+          "ms; first batch then %.1f ms\n",
+          gpu.decodable, images.size(), gpu.batch, gpu.create_ms, gpu.first_batch_ms, gpu.background_ready_ms,
+          gpu.first_batch_after_warm_ms);
       for (const GpuResult::Rate& rate : gpu.rates) {
         std::printf("  %zu caller%s at once: %.0f images/s, %.3f ms CPU an image\n", rate.callers,
                     rate.callers == 1 ? "" : "s", rate.images_per_second, rate.cpu_ms_per_image);
