@@ -225,7 +225,7 @@ void NvJpegDecoder::warm() {
     library_->workers += unmade;
   }
   try {
-    for (; unmade > 0; --unmade) {
+    for (; unmade > 0 && !stopping_.load(std::memory_order_acquire); --unmade) {
       auto worker = std::make_unique<Worker>(library_->handle, device_);
       for (const std::string& error : decode_on(*worker, images)) {
         if (!error.empty()) throw Error("warming nvJPEG up: " + error);
@@ -248,6 +248,7 @@ void NvJpegDecoder::warm() {
 }
 
 NvJpegDecoder::~NvJpegDecoder() {
+  stopping_.store(true, std::memory_order_release);
   if (starter_.joinable()) starter_.join();
   DeviceGuard guard(device_);
   library_->idle.clear();
