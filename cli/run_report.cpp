@@ -134,9 +134,12 @@ void append_body(std::string& text, const PipelineStats& stats) {
     if (!gpu.unavailable.empty()) {
       appendf(text, "             the GPU decoder did not start: %s\n", gpu.unavailable.c_str());
     } else if (gpu.ready_seconds > 0.0) {
-      appendf(text, "             the GPU decoder was ready after %.3f s and busy %.3f s (%.0f%% of the run)\n",
+      appendf(text,
+              "             the GPU decoder was ready after %.3f s and busy %.3f s (%.0f%% of the run); its %zu "
+              "decoding states in use %.0f%% of the time\n",
               gpu.ready_seconds, gpu.busy_seconds,
-              stats.elapsed_seconds > 0.0 ? 100.0 * gpu.busy_seconds / stats.elapsed_seconds : 0.0);
+              stats.elapsed_seconds > 0.0 ? 100.0 * gpu.busy_seconds / stats.elapsed_seconds : 0.0, gpu.states,
+              100.0 * stats.gpu_decoder_share());
     } else {
       appendf(text, "             the GPU decoder was still starting\n");
     }
@@ -427,6 +430,10 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
         .value(seconds_value(gpu.ready_seconds))
         .key("busy_seconds")
         .value(seconds_value(gpu.busy_seconds))
+        .key("decoding_states")
+        .value(static_cast<uint64_t>(gpu.states))
+        .key("state_busy_seconds")
+        .value(seconds_value(gpu.state_busy_seconds))
         .key("unavailable")
         .value(gpu.unavailable)
         .end_object();

@@ -92,6 +92,11 @@ double PipelineStats::samples_per_second_after_first_batch() const {
   return static_cast<double>(samples - std::min(samples, first_batch_samples)) / since;
 }
 
+double PipelineStats::gpu_decoder_share() const {
+  if (!gpu_decode.enabled || gpu_decode.states == 0 || !std::isfinite(elapsed_seconds)) return 0.0;
+  return share(gpu_decode.state_busy_seconds, elapsed_seconds * static_cast<double>(gpu_decode.states));
+}
+
 double PipelineStats::batch_latency_seconds() const { return in_flight.mean * seconds_per_batch(); }
 
 double PipelineStats::consumer_wait_share() const { return share(consumer_wait_seconds, elapsed_seconds); }
@@ -115,7 +120,16 @@ std::string bottleneck_summary(const PipelineStats& stats) {
   // With the consumer slow, every token sits in a ready batch it has not taken: the stages idle.
   // (All tokens in use alone says nothing: a slow stage holds them too.) Compared with the busiest
   // stage so that a pipeline both saturated and waited on names whichever holds the run back more.
+  // The GPU decoder (Note [GPU JPEG decode]) works beside decode's threads, which do not count the time
+  // they sleep on it as busy: it is a stage of its own here.
+  const double gpu = stats.gpu_decoder_share();
   const double consumer = stats.waited_for_consumer_share();
+  if (gpu >= kSaturated && gpu > top_share && gpu >= consumer) {
+    std::string line = "the GPU decoder is the bottleneck: its " + std::to_string(stats.gpu_decode.states) +
+                       " decoding states were in use " + percent(gpu) + " of the time";
+    if (top < chain.size()) line += ", " + chain[top]->name + " was " + percent(top_share) + " busy";
+    return line;
+  }
   if (consumer >= kSaturated && consumer >= top_share) {
     return "the consumer is the bottleneck: the pipeline waited " + percent(consumer) +
            " of the time for it to take batches";

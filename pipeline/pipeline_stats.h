@@ -117,6 +117,10 @@ struct PipelineStats {
     double ready_seconds = 0.0;
     /// Seconds during which the GPU decoder had images in its hardware (wall time, not summed).
     double busy_seconds = 0.0;
+    /// Its decoding states (calls it runs at once), and the seconds each was in use, summed: over states x
+    /// elapsed_seconds, the share of its capacity used (gpu_decoder_share()).
+    size_t states = 0;
+    double state_busy_seconds = 0.0;
     /// Why the GPU decoded nothing under `auto` (its background start failed); "" otherwise.
     std::string unavailable;
   } gpu_decode;
@@ -128,6 +132,9 @@ struct PipelineStats {
   double consumer_wait_per_batch_seconds() const;
   /// Note [per-batch cost]: wall time per batch delivered (1 / the batch rate; 0 before the first). Pure.
   double seconds_per_batch() const;
+  /// The share of the GPU decoder's capacity used: its decoding states' busy time over states x the run's
+  /// time (0 without GPU decoding). Pure.
+  double gpu_decoder_share() const;
   /// Samples per second after the first batch: the samples since it over the time since it (0 before a
   /// second batch). The steady rate, without the start-up that first_batch_seconds measures. Pure.
   double samples_per_second_after_first_batch() const;

@@ -134,6 +134,8 @@ PipelineStats::GpuDecodeStats DecodeStage::gpu_stats() const {
   stats.cpu_images = cpu_images_.load(std::memory_order_relaxed);
   stats.ready_seconds = nvjpeg_->ready_seconds();
   stats.busy_seconds = nvjpeg_->busy_seconds();
+  stats.states = detail::NvJpegDecoder::kMaxWorkers;
+  stats.state_busy_seconds = nvjpeg_->state_busy_seconds();
   stats.unavailable = nvjpeg_->failure();
   return stats;
 }

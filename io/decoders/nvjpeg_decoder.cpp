@@ -83,6 +83,7 @@ struct NvJpegDecoder::Library {
   std::vector<nvjpegJpegStream_t> streams;    // guarded by mutex
   size_t in_hardware = 0;                     // decode() calls between acquire and their wait; guarded by mutex
   uint64_t busy_since_ns = 0;                 // when in_hardware last became 1; guarded by mutex
+  uint64_t changed_ns = 0;                    // when in_hardware last changed; guarded by mutex
   std::string failure;                        // why a background start failed; guarded by mutex
 
   nvjpegJpegStream_t take_stream() {
@@ -308,10 +309,15 @@ std::string NvJpegDecoder::failure() const {
 
 void NvJpegDecoder::mark_busy(bool starting) noexcept {
   std::lock_guard lock(library_->mutex);
+  Library& l = *library_;
+  const uint64_t now = steady_ns();
+  // The states in use, integrated over time.
+  state_busy_ns_.fetch_add(l.in_hardware * (now - l.changed_ns), std::memory_order_relaxed);
+  l.changed_ns = now;
   if (starting) {
-    if (library_->in_hardware++ == 0) library_->busy_since_ns = steady_ns();
-  } else if (--library_->in_hardware == 0) {
-    busy_ns_.fetch_add(steady_ns() - library_->busy_since_ns, std::memory_order_relaxed);
+    if (l.in_hardware++ == 0) l.busy_since_ns = now;
+  } else if (--l.in_hardware == 0) {
+    busy_ns_.fetch_add(now - l.busy_since_ns, std::memory_order_relaxed);
   }
 }
 
@@ -449,6 +455,10 @@ size_t NvJpegDecoder::room() const noexcept { return ready() ? warm_workers_.loa
 
 double NvJpegDecoder::busy_seconds() const noexcept {
   return static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9;
+}
+
+double NvJpegDecoder::state_busy_seconds() const noexcept {
+  return static_cast<double>(state_busy_ns_.load(std::memory_order_relaxed)) * 1e-9;
 }
 
 }  // namespace ferry::detail

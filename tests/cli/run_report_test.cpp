@@ -442,6 +442,8 @@ TEST(RunReport, GpuDecodingHasLinesAndAnObjectOnlyWhenAJpegFieldUsesTheGpu) {
   stats.gpu_decode.gpu_group_seconds = 6.5;
   stats.gpu_decode.ready_seconds = 1.25;
   stats.gpu_decode.busy_seconds = 3.0;
+  stats.gpu_decode.states = 4;
+  stats.gpu_decode.state_busy_seconds = 8.0;
   const Json json = JsonReader::parse(json_of(RunInfo{}, stats));
   const Json& gpu = json["gpu_decode"];
   EXPECT_EQ(gpu["gpu_images"].u64(), 750u);
@@ -449,11 +451,15 @@ TEST(RunReport, GpuDecodingHasLinesAndAnObjectOnlyWhenAJpegFieldUsesTheGpu) {
   EXPECT_DOUBLE_EQ(gpu["gpu_group_seconds"].number(), 6.5);
   EXPECT_DOUBLE_EQ(gpu["ready_seconds"].number(), 1.25);
   EXPECT_DOUBLE_EQ(gpu["busy_seconds"].number(), 3.0);
+  EXPECT_EQ(gpu["decoding_states"].u64(), 4u);
+  EXPECT_DOUBLE_EQ(gpu["state_busy_seconds"].number(), 8.0);
   EXPECT_EQ(gpu["unavailable"].text, "");
   EXPECT_EQ(check_schema(json_of(RunInfo{}, stats), "report_gpu_decode.json"), 0);
   std::string text = report_text("t", RunInfo{}, stats);
   EXPECT_NE(text.find("jpeg       750 images on the GPU (75%), 250 images on the CPU"), std::string::npos) << text;
-  EXPECT_NE(text.find("the GPU decoder was ready after 1.250 s and busy 3.000 s (75% of the run)"), std::string::npos)
+  EXPECT_NE(text.find("the GPU decoder was ready after 1.250 s and busy 3.000 s (75% of the run); its 4 decoding "
+                      "states in use 50% of the time"),
+            std::string::npos)
       << text;
 
   // Under auto, a decoder still starting, and one that failed to start, say so.

@@ -103,6 +103,28 @@ TEST(BottleneckSummary, TheLastStageIsWaitedForByTheConsumer) {
             "event-wait is the bottleneck: 95% busy (1 thread), the consumer waits 70% of the time for it");
 }
 
+TEST(BottleneckSummary, NamesTheGpuDecoderWhenItsStatesAreBusierThanAnyStage) {
+  PipelineStats stats = idle_run(10.0, 16);
+  set_times(stats, "decode", 64.0);  // 40% of 16 threads x 10 s
+  stats.gpu_decode.enabled = true;
+  stats.gpu_decode.states = 4;
+  stats.gpu_decode.busy_seconds = 9.9;
+  stats.gpu_decode.state_busy_seconds = 34.0;  // 85% of 4 states x 10 s
+  EXPECT_DOUBLE_EQ(stats.gpu_decoder_share(), 0.85);
+  EXPECT_EQ(bottleneck_summary(stats),
+            "the GPU decoder is the bottleneck: its 4 decoding states were in use 85% of the time, decode was 40% "
+            "busy");
+  // Busy (a call in it) is not full: one state in use all the time is a quarter of its capacity, and a
+  // saturated stage is named instead.
+  stats.gpu_decode.state_busy_seconds = 10.0;
+  set_times(stats, "decode", 150.0);
+  EXPECT_EQ(bottleneck_summary(stats).rfind("decode is the bottleneck: 94% busy (16 threads)", 0), 0u)
+      << bottleneck_summary(stats);
+  // Without GPU decoding the share is 0 whatever the numbers say.
+  stats.gpu_decode.enabled = false;
+  EXPECT_EQ(stats.gpu_decoder_share(), 0.0);
+}
+
 TEST(BottleneckSummary, ASlowPlannerIsWaitedForByDecode) {
   PipelineStats stats = idle_run(10.0, 2);
   set_times(stats, "plan", 8.0);
