@@ -34,8 +34,11 @@ it) and when that batch came: the steady rate apart from the start-up (worker pr
 set-up, which took about a second on an H200 and dominated runs of 8192 images). ferry's first batch
 is timed when the consumer has it (ready on its stream), the others' after a device synchronize.
 CPU: user + system seconds of every process of the loader (ferry's own process; the DataLoader's
-workers and this process) per image, from getrusage. Prints a table per dataset and writes
-OUT/augment.json. --quick: 512 images, T in 1 and 2, for trying it on a small CPU machine (device cpu).
+workers and this process) per image, from getrusage. Then ferry alone, at the largest T, over
+--long-images (default 131072): its steady rate and the share of images the GPU decoded, since under
+`auto` the GPU decoder starts in the background and joins after a run of 8192 images is over. Prints the
+tables per dataset and writes OUT/augment.json. --quick: 512 images (2048 in the long runs), T in 1 and
+2, for trying it on a small CPU machine (device cpu).
 """
 import argparse
 import concurrent.futures
@@ -88,10 +91,14 @@ def ferry_rate(ferry, root, threads, images, device, decode_device, out):
     run(command)
     cpu = cpu_seconds() - before
     with open(report) as f:
-        totals = json.load(f)["totals"]
+        document = json.load(f)
+    totals = document["totals"]
+    gpu = document.get("gpu_decode")  # present where a jpeg field is decoded on the GPU
+    decoded = gpu["gpu_images"] + gpu["cpu_images"] if gpu else 0
     return {"images_per_second": totals["samples_per_second"], "cpu_seconds_per_image": cpu / totals["samples"],
             "images": totals["samples"], "first_batch_seconds": totals["first_batch_seconds"],
-            "images_per_second_after_first_batch": totals["samples_per_second_after_first_batch"]}
+            "images_per_second_after_first_batch": totals["samples_per_second_after_first_batch"],
+            "gpu_share": gpu["gpu_images"] / decoded if decoded else 0.0}
 
 
 # ------------------------------------------------------------------------------------- torchvision
@@ -200,7 +207,8 @@ def torchvision_gpu_rate(files, labels, threads, images, device):
             decoded = decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
             out = [crop_flip(F.center_crop(F.resize(image, 256, antialias=True), [256, 256])) for image in decoded]
             batch = normalize_on_device(torch.stack(out))
-            label = torch.tensor([labels[i % len(files)] for i in range(first, first + len(names))]).to(device)
+            # The labels go to the device too, as every other loader delivers them.
+            torch.tensor([labels[i % len(files)] for i in range(first, first + len(names))]).to(device)
             clock.batch(batch.shape[0])
     return clock.result(before)
 
@@ -215,6 +223,8 @@ def main():
     parser.add_argument("--out", default="augment-results")
     parser.add_argument("--threads", default="1,4,16")
     parser.add_argument("--images", type=int, default=8192, help="images delivered per measurement")
+    parser.add_argument("--long-images", type=int, default=131072,
+                        help="images of ferry's long runs, at the largest thread count (0: none)")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -223,12 +233,14 @@ def main():
     threads = [1, 2] if args.quick else [int(t) for t in args.threads.split(",")]
     threads = [t for t in threads if t <= cores]
     images = 512 if args.quick else args.images
+    long_images = 2048 if args.quick else args.long_images
     samples = 512 if args.quick else 4096
     gpu_decode = device.type == "cuda" and ferry_supports_gpu_decode(args.ferry)
     if device.type == "cuda":
         torch.ones(1, device=device)  # CUDA initialised before any clock starts
 
     results = []
+    long_rows = []
     for name, size in DATASETS:
         root = os.path.join(args.data, f"augment-{name}")
         make_image_folder(args.ferry, root, samples, size, ".augment-bench.json", log)
@@ -251,6 +263,15 @@ def main():
                 log(f"  {row['images_per_second']:.0f} images/s, {row['cpu_seconds_per_image'] * 1e3:.2f} ms CPU "
                     f"an image")
                 results.append(row)
+        # ferry's steady state: `auto`'s GPU decoder starts in the background (about a second on an
+        # H200), after a run of --images is over; these runs are long enough to show both paths at work.
+        if long_images > 0 and threads:
+            modes = ["cpu"] + (["gpu", "auto"] if gpu_decode else [])
+            for mode in modes:
+                log(f"{name}, ferry {mode}, {threads[-1]} threads, {long_images} images")
+                long_rows.append({"dataset": name, "loader": f"ferry {mode}", "threads": threads[-1],
+                                  **ferry_rate(args.ferry, root, threads[-1], long_images, args.device, mode,
+                                               args.out)})
 
     print(f"torch {torch.__version__}, torchvision transforms {transforms_module()[2]}, device {device}, {cores} cores, "
           f"{images} images a measurement, batches of {BATCH}, {CROP}x{CROP} bfloat16 NCHW")
@@ -268,10 +289,19 @@ def main():
                     found = [r for r in results if r["dataset"] == name and r["loader"] == loader and r["threads"] == t]
                     cells.append(cell(found[0]) if found else "-")
                 print(f"{loader:32}" + "".join(f"{c:>22}" for c in cells))
+        rows = [r for r in long_rows if r["dataset"] == name]
+        if rows:
+            print(f"\n{name}: ferry over {long_images} images, {rows[0]['threads']} threads")
+            print(f"{'loader':32}{'images/s':>12}{'after the first batch':>24}{'first batch (s)':>17}"
+                  f"{'on the GPU':>12}")
+            for r in rows:
+                print(f"{r['loader']:32}{r['images_per_second']:>12.0f}{r['images_per_second_after_first_batch']:>24.0f}"
+                      f"{r['first_batch_seconds']:>17.2f}{r['gpu_share'] * 100:>11.0f}%")
     with open(os.path.join(args.out, "augment.json"), "w") as f:
         json.dump({"machine": platform.node(), "device": str(device), "torch": torch.__version__,
                    "transforms": transforms_module()[2], "cores": cores,
-                   "images": images, "gpu_decode": gpu_decode, "rows": results}, f, indent=2)
+                   "images": images, "gpu_decode": gpu_decode, "rows": results,
+                   "long_images": long_images, "long_rows": long_rows}, f, indent=2)
 
 
 if __name__ == "__main__":
