@@ -341,7 +341,6 @@ void PipelineGraph::split(const PlanPtr& plan, Put&& put) {
     for (SampleWork& sample : group->samples) {
       sample.plan = plan;
       sample.position = static_cast<uint32_t>(position++);
-      sample.on_gpu = on_gpu;
     }
     put(std::move(group));
   };
@@ -355,12 +354,11 @@ void PipelineGraph::split(const PlanPtr& plan, Put&& put) {
     for (size_t g = 0; g < groups; ++g) put_group(slots / groups + (g < slots % groups ? 1 : 0), all, !all);
     return;
   }
-  const size_t rest = slots - position;
-  if (rest == 0) return;
-  const size_t size = group_size(rest);
-  const size_t groups = (rest + size - 1) / size;
+  if (slots == 0) return;
+  const size_t size = group_size(slots);
+  const size_t groups = (slots + size - 1) / size;
   // Sizes differ by at most one, so that no group is left with a straggler or two.
-  for (size_t g = 0; g < groups; ++g) put_group(rest / groups + (g < rest % groups ? 1 : 0), /*on_gpu=*/false);
+  for (size_t g = 0; g < groups; ++g) put_group(slots / groups + (g < slots % groups ? 1 : 0), /*on_gpu=*/false);
 }
 
 void PipelineGraph::decode(SampleWork& sample) {
@@ -383,6 +381,7 @@ void PipelineGraph::decode_group(SampleGroup& group) {
   const uint64_t started_ns = now_ns();
   const bool claimed = group.gpu_candidate && claim_gpu();
   if (claimed) group.on_gpu = true;
+  // The samples follow their group (DecodeStage::run reads theirs), here only: a replacement clears its own.
   for (SampleWork& sample : group.samples) sample.on_gpu = group.on_gpu;
   struct Release {  // the GPU's room goes back however the task ends
     std::atomic<size_t>* in_flight;

@@ -164,8 +164,7 @@ NvJpegDecoder::NvJpegDecoder(int device, Start start)
   if (start == Start::kNow) {
     create();
     ready_ns_.store(steady_ns() - made_ns_, std::memory_order_relaxed);
-    warm_workers_.store(kMaxWorkers, std::memory_order_relaxed);  // each made, cold, by its first call
-    ready_.store(true, std::memory_order_release);
+    warm_workers_.store(kMaxWorkers, std::memory_order_release);  // each made, cold, by its first call
     return;
   }
   starter_ = std::thread([this] {
@@ -232,11 +231,9 @@ void NvJpegDecoder::warm() {
         if (!error.empty()) throw Error("warming nvJPEG up: " + error);
       }
       release(std::move(worker));
-      warm_workers_.fetch_add(1, std::memory_order_acq_rel);
-      if (!ready()) {
+      if (warm_workers_.load(std::memory_order_relaxed) == 0)
         ready_ns_.store(steady_ns() - made_ns_, std::memory_order_relaxed);
-        ready_.store(true, std::memory_order_release);
-      }
+      warm_workers_.fetch_add(1, std::memory_order_acq_rel);  // ready() with the first
     }
   } catch (...) {
     {
@@ -451,7 +448,7 @@ double NvJpegDecoder::ready_seconds() const noexcept {
   return ready() ? static_cast<double>(ready_ns_.load(std::memory_order_relaxed)) * 1e-9 : 0.0;
 }
 
-size_t NvJpegDecoder::room() const noexcept { return ready() ? warm_workers_.load(std::memory_order_acquire) : 0; }
+size_t NvJpegDecoder::room() const noexcept { return warm_workers_.load(std::memory_order_acquire); }
 
 double NvJpegDecoder::busy_seconds() const noexcept {
   return static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9;

@@ -83,7 +83,7 @@ class NvJpegDecoder {
 
   /// Whether decode() can be called: always after a kNow construction; after a background start, once
   /// its first decoding state is warm. Thread-safe.
-  bool ready() const noexcept { return ready_.load(std::memory_order_acquire); }
+  bool ready() const noexcept { return room() > 0; }
   /// decode() calls that find a warm decoding state now: 0 before ready(), kMaxWorkers after a kNow
   /// construction, the states warmed so far after a background start. Thread-safe.
   size_t room() const noexcept;
@@ -120,7 +120,7 @@ class NvJpegDecoder {
 
  private:
   void create();  // the library handle
-  void warm();    // kMaxWorkers workers, each after a first decode; sets ready_ after the first
+  void warm();    // kMaxWorkers workers, each after a first decode; ready() after the first
   std::unique_ptr<Worker> acquire();
   void release(std::unique_ptr<Worker> worker);
   std::vector<std::string> decode_on(Worker& worker, std::span<const GpuJpegImage> images);
@@ -129,14 +129,13 @@ class NvJpegDecoder {
   struct Library;
   const int device_;
   std::unique_ptr<Library> library_;
-  const uint64_t made_ns_;  // steady clock, at construction
-  std::atomic<bool> ready_{false};
+  const uint64_t made_ns_;                  // steady clock, at construction
   std::atomic<uint64_t> ready_ns_{0};       // since made_ns_
   std::atomic<uint64_t> busy_ns_{0};        // finished busy spells
   std::atomic<uint64_t> state_busy_ns_{0};  // decoding states in use, integrated over time
-  std::atomic<size_t> warm_workers_{0};
-  std::atomic<bool> stopping_{false};  // the destructor runs: warm no more states
-  std::thread starter_;                // Start::kInBackground
+  std::atomic<size_t> warm_workers_{0};     // room(); ready() once above 0
+  std::atomic<bool> stopping_{false};       // the destructor runs: warm no more states
+  std::thread starter_;                     // Start::kInBackground
 };
 
 }  // namespace ferry::detail

@@ -83,15 +83,19 @@ class StandInGpuDecode : public SampleStage {
   std::unique_ptr<SampleStage> inner_;
 };
 
+// What a run delivered, and where the stand-in says its samples were decoded.
 struct Delivered {
   uint64_t batches = 0;
   uint64_t samples = 0;
+  uint64_t cpu_samples = 0, gpu_samples = 0, gpu_groups = 0;
+  size_t most_at_once = 0;  // groups in the stand-in's "hardware" at once
 };
 
-// Runs 2 epochs of `source` in batches of 200 (groups of about 64: 4 a plan) with `threads` decode
-// threads, checking every batch; `ready_after` batches taken, the stand-in becomes ready.
-Delivered run_shared(const std::shared_ptr<const SyntheticSource>& source, size_t threads, uint64_t ready_after,
-                     StandInGpuDecode** stand_in_out, std::unique_ptr<Pipeline>& keep) {
+// Runs 2 epochs of 2000 samples in batches of 200 (groups of about 64: 4 a plan) with `threads` decode
+// threads, checking every batch against the source; `ready_after` batches taken, the stand-in becomes
+// ready (0: from the start).
+Delivered run_shared(size_t threads, uint64_t ready_after) {
+  const auto source = std::make_shared<const SyntheticSource>(dataset(2000));
   PipelineOptions options;
   options.device = "cpu";
   options.batch_size = 200;
@@ -99,58 +103,52 @@ Delivered run_shared(const std::shared_ptr<const SyntheticSource>& source, size_
   options.decode_threads = threads;
   options.prefetch = 2;
   StageSet stages = make_standard_stages(source, options);
-  auto stand_in = std::make_unique<StandInGpuDecode>(std::move(stages.decode));
-  StandInGpuDecode* raw = stand_in.get();
-  *stand_in_out = raw;
-  if (ready_after == 0) raw->ready = true;
-  stages.decode = std::move(stand_in);
-  keep = std::make_unique<Pipeline>(std::move(stages), options);
+  auto owned = std::make_unique<StandInGpuDecode>(std::move(stages.decode));
+  StandInGpuDecode& stand_in = *owned;
+  if (ready_after == 0) stand_in.ready = true;
+  stages.decode = std::move(owned);
+  Pipeline pipeline(std::move(stages), options);
   Delivered run;
-  while (auto batch = keep->next()) {
+  while (auto batch = pipeline.next()) {
     EXPECT_EQ(testing::compare_with_reference(*batch, *source), "") << "batch " << run.batches;
     EXPECT_EQ(batch->index(), run.batches % 10) << "batches in the sampler's order";
     ++run.batches;
     run.samples += batch->batch_size();
-    if (run.batches == ready_after) raw->ready = true;
+    if (run.batches == ready_after) stand_in.ready = true;
   }
+  run.cpu_samples = stand_in.cpu_samples.load();
+  run.gpu_samples = stand_in.gpu_samples.load();
+  run.gpu_groups = stand_in.gpu_groups_done.load();
+  run.most_at_once = stand_in.most_at_once.load();
   return run;
 }
 
 class GpuSharing : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(GpuSharing, BeforeTheGpuIsReadyTheCpuDecodesEverything) {
-  const auto source = std::make_shared<const SyntheticSource>(dataset(2000));
-  StandInGpuDecode* stand_in = nullptr;
-  std::unique_ptr<Pipeline> pipeline;
-  const Delivered run = run_shared(source, GetParam(), /*ready_after=*/1000, &stand_in, pipeline);
+  const Delivered run = run_shared(GetParam(), /*ready_after=*/1000);
   EXPECT_EQ(run.batches, 20u);
   EXPECT_EQ(run.samples, 4000u);
-  EXPECT_EQ(stand_in->gpu_samples.load(), 0u);
-  EXPECT_EQ(stand_in->cpu_samples.load(), 4000u);
+  EXPECT_EQ(run.gpu_samples, 0u);
+  EXPECT_EQ(run.cpu_samples, 4000u);
 }
 
 TEST_P(GpuSharing, OnceReadyTheGpuTakesGroupsNeverMoreThanItsRoomAtOnce) {
-  const auto source = std::make_shared<const SyntheticSource>(dataset(2000));
-  StandInGpuDecode* stand_in = nullptr;
-  std::unique_ptr<Pipeline> pipeline;
-  const Delivered run = run_shared(source, GetParam(), /*ready_after=*/0, &stand_in, pipeline);
+  const Delivered run = run_shared(GetParam(), /*ready_after=*/0);
   EXPECT_EQ(run.samples, 4000u);
-  EXPECT_EQ(stand_in->gpu_samples.load() + stand_in->cpu_samples.load(), 4000u) << "each sample decoded once";
-  EXPECT_GT(stand_in->gpu_groups_done.load(), 0u);
-  EXPECT_LE(stand_in->most_at_once.load(), StandInGpuDecode::kRoom);
+  EXPECT_EQ(run.gpu_samples + run.cpu_samples, 4000u) << "each sample decoded once";
+  EXPECT_GT(run.gpu_groups, 0u);
+  EXPECT_LE(run.most_at_once, StandInGpuDecode::kRoom);
 }
 
 TEST_P(GpuSharing, TheGpuJoinsWhenItBecomesReadyMidRun) {
-  const auto source = std::make_shared<const SyntheticSource>(dataset(2000));
-  StandInGpuDecode* stand_in = nullptr;
-  std::unique_ptr<Pipeline> pipeline;
-  const Delivered run = run_shared(source, GetParam(), /*ready_after=*/3, &stand_in, pipeline);
+  const Delivered run = run_shared(GetParam(), /*ready_after=*/3);
   EXPECT_EQ(run.samples, 4000u);
-  EXPECT_EQ(stand_in->gpu_samples.load() + stand_in->cpu_samples.load(), 4000u);
+  EXPECT_EQ(run.gpu_samples + run.cpu_samples, 4000u);
   // Batches 0..3 and the prefetched ones were planned and begun on the CPU; most of the rest can go to
   // the GPU once it is ready (how many depends on timing).
-  EXPECT_GT(stand_in->gpu_samples.load(), 0u);
-  EXPECT_GE(stand_in->cpu_samples.load(), 3u * 200u);
+  EXPECT_GT(run.gpu_samples, 0u);
+  EXPECT_GE(run.cpu_samples, 3u * 200u);
 }
 
 INSTANTIATE_TEST_SUITE_P(DecodeThreads, GpuSharing, ::testing::Values(1, 2, 4, 8),
