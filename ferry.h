@@ -14,6 +14,7 @@
 #include "ferry/pipeline/batch.h"
 #include "ferry/pipeline/error.h"
 #include "ferry/pipeline/pipeline.h"
+#include "ferry/pipeline/pipeline_group.h"
 #include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/pipeline_state.h"
 #include "ferry/pipeline/pipeline_stats.h"

@@ -79,6 +79,10 @@ struct Config {
   SourceConfig source;
   SamplerConfig sampler;
   PipelineOptions pipeline;
+  /// transfer.devices: one process feeding several devices ("cpu", "cuda:N", or the one entry "all":
+  /// every visible GPU), a pipeline each (Note [one process, several devices] in
+  /// pipeline/pipeline_group.h; make_pipeline_group()). Empty: one device, pipeline.device.
+  std::vector<std::string> devices;
   StatsConfig stats;
 
   /// Where the config came from ("configs/demo.yaml", "<built-in demo>").

@@ -1295,6 +1295,56 @@ class ConfigLoader {
     }
   }
 
+  // transfer.devices: `all`, or a list of cpu and cuda:N (each GPU once; cpu may repeat: a host share).
+  void read_devices(const Node& transfer, const Node& value) {
+    const std::string what = "all, or a list of devices such as [cuda:0, cuda:1]";
+    if (const auto device = child(transfer, "device")) {
+      // The one given by --set wins over the file's (a config made for one GPU, run on several); both in
+      // the same place is a contradiction.
+      const bool device_set = location("transfer.device", *device).rfind("--set ", 0) == 0;
+      const bool devices_set = location("transfer.devices", value).rfind("--set ", 0) == 0;
+      if (device_set && !devices_set) return;
+      if (device_set == devices_set) {
+        problem("transfer.devices", value,
+                "transfer.device is set too: give one device (transfer.device) or several (transfer.devices)");
+        return;
+      }
+    }
+    if (value.IsScalar()) {
+      if (value.Scalar() == "all") {
+        note("transfer.devices", value);
+        config_.devices = {"all"};
+      } else {
+        expected("transfer.devices", value, what);
+      }
+      return;
+    }
+    if (!value.IsSequence() || value.size() == 0) {
+      expected("transfer.devices", value, what);
+      return;
+    }
+    note("transfer.devices", value);
+    std::vector<std::string> devices;
+    std::string listed;
+    for (size_t i = 0; i < value.size(); ++i) {
+      const std::string key = "transfer.devices[" + std::to_string(i) + "]";
+      const auto device = scalar(value[i], key, "cpu or cuda:N");
+      if (!device) continue;
+      const bool numbered = device->rfind("cuda:", 0) == 0 && device->size() > 5 && device->size() <= 9 &&
+                            device->find_first_not_of("0123456789", 5) == std::string::npos;
+      if (*device != "cpu" && !numbered) {
+        expected(key, value[i], "cpu or cuda:N (a GPU by its number: in a list, cuda alone is ambiguous)");
+      } else if (numbered && std::find(devices.begin(), devices.end(), *device) != devices.end()) {
+        problem(key, value[i], *device + " is listed twice: each GPU gets one share of every step");
+      } else {
+        devices.push_back(*device);
+      }
+      listed += (listed.empty() ? "" : ", ") + *device;
+    }
+    config_.values["transfer.devices"] = "[" + listed + "]";
+    config_.devices = std::move(devices);
+  }
+
   void read_transfer(const Node& node) {
     if (!mapping(node, "transfer", "transfer")) return;
     PipelineOptions& options = config_.pipeline;
@@ -1312,6 +1362,7 @@ class ConfigLoader {
         }
       }
     }
+    if (const auto value = child(node, "devices")) read_devices(node, *value);
     if (const auto value = child(node, "stream_priority")) {
       if (auto text = choice(*value, "transfer.stream_priority", {"normal", "high"}))
         transfer.high_priority_stream = *text == "high";

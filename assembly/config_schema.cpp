@@ -183,6 +183,14 @@ const std::vector<ConfigKey>& config_keys() {
        "Where batches are delivered. auto: cuda:0 (cuda:$LOCAL_RANK under torchrun) when this build and machine have a "
        "GPU, else cpu. cuda means cuda:$LOCAL_RANK under torchrun.",
        "cuda:0"},
+      {"transfer.devices", "all, or a list of cpu and cuda:N", "none: one device, transfer.device",
+       "One process feeding several devices: a pipeline per device (its own pinned pool, copy stream and ready "
+       "queue), decoding on one shared pool of `decode.threads`. Each step takes the next len(devices) x batch_size "
+       "samples and gives every device its batch_size share (every N-th sample, as N data-parallel ranks would get "
+       "them); iteration yields one batch per device (C++ BatchGroup, Python a list of batches). all: every visible "
+       "GPU. cpu may be listed more than once (a host share, e.g. to try a config on a machine without GPUs). Not "
+       "with transfer.device.",
+       "[cuda:0, cuda:1]"},
       {"transfer.stream_priority", "one of: normal, high", "normal",
        "Priority of ferry's copy stream; high lets its copies start ahead of other streams' queued work.", "high"},
       {"transfer.wait", "one of: poll, spin", "poll",

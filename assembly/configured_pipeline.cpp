@@ -11,6 +11,7 @@
 #include "ferry/io/decoders/nvjpeg_decoder.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/io/util/units.h"
+#include "ferry/pipeline/cuda_device.h"
 #include "ferry/pipeline/pinned_pool.h"
 #include "ferry/stages/batch_planner.h"
 #include "ferry/stages/collate_stage.h"
@@ -54,12 +55,30 @@ std::shared_ptr<const Source> check_config(const Config& config) {
   } catch (const Error& e) {
     add(config.sampler.world_size && !config.sampler.rank ? "sampler.world_size" : "sampler.rank", e.cause());
   }
-  const PipelineOptions options = resolve_pipeline_options(config, placement.value_or(Placement{}));
+  // transfer.devices: every device must be usable; the checks below look at the first device's pipeline
+  // (the others differ only in their device and their share of the samples, which is as large).
+  std::vector<std::string> devices;
+  try {
+    devices = group_devices(config);
+  } catch (const Error& e) {
+    add("transfer.devices", e.cause());
+  }
+  Config first = config;
+  if (!config.devices.empty() && !devices.empty()) first.pipeline.device = devices.front();
+  if (placement && !config.devices.empty() && !devices.empty()) placement = group_placement(config, 0);
+  const PipelineOptions options = resolve_pipeline_options(first, placement.value_or(Placement{}));
   std::optional<at::Device> device;
   try {
     device = resolve_device(options.device);
   } catch (const Error& e) {
-    add("transfer.device", e.cause());
+    add(config.devices.empty() ? "transfer.device" : "transfer.devices", e.cause());
+  }
+  for (size_t d = 1; d < devices.size(); ++d) {
+    try {
+      (void)resolve_device(devices[d]);
+    } catch (const Error& e) {
+      add("transfer.devices", e.cause());
+    }
   }
   // Note [GPU JPEG decode]: device: gpu needs the decoder in this build and batches on a GPU; auto uses it
   // where it can and the CPU otherwise.
@@ -199,12 +218,17 @@ Pipeline make_pipeline(const Config& config, const std::optional<PipelineState>&
   return make_pipeline(config, check_config(config), resume);
 }
 
-Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> source,
-                       const std::optional<PipelineState>& resume) {
+namespace {
+
+// The stages and options of the pipeline `config` describes at `placement`, delivering to `device` ("" : the
+// config's transfer.device), resumed at `resume`: what make_pipeline() starts, or a group's part.
+PipelineGroup::Part configured_part(const Config& config, const Placement& placement, const std::string& device,
+                                    std::shared_ptr<const Source> source, const std::optional<PipelineState>& resume) {
   if (!source) throw Error("make_pipeline: no source (pass what check_config() returned)");
-  const Placement placement = resolve_placement(config.sampler, torchrun_env());
-  PipelineOptions options = resolve_pipeline_options(config, placement);
-  options.order = batch_order(config, placement, *source);
+  Config placed = config;
+  if (!device.empty()) placed.pipeline.device = device;
+  PipelineOptions options = resolve_pipeline_options(placed, placement);
+  options.order = batch_order(placed, placement, *source);
   if (resume) {
     // Another order would deliver other samples under the same batch numbers: refuse, key by key.
     // Both ways: a key only the saved run had (a setting this config leaves at its default) differs too.
@@ -225,14 +249,78 @@ Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> sourc
     }
     if (!problems.empty()) throw ConfigError(std::move(problems));
   }
-  std::shared_ptr<const Sampler> sampler = make_sampler(config.sampler, placement, *source);
+  std::shared_ptr<const Sampler> sampler = make_sampler(placed.sampler, placement, *source);
   if (resume) {
     check_resume_state(*resume, options, *sampler);
     options.first_batch = resume->next_batch;
     options.start = resume->next;
   }
-  const FieldDecoders field_decoders = make_field_decoders(config, *source);
-  return make_pipeline(std::move(source), std::move(options), std::move(sampler), field_decoders);
+  const FieldDecoders field_decoders = make_field_decoders(placed, *source);
+  PipelineGroup::Part part;
+  part.stages = make_standard_stages(std::move(source), options, std::move(sampler), field_decoders);
+  part.options = std::move(options);
+  return part;
+}
+
+}  // namespace
+
+Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> source,
+                       const std::optional<PipelineState>& resume) {
+  const Placement placement = resolve_placement(config.sampler, torchrun_env());
+  PipelineGroup::Part part = configured_part(config, placement, "", std::move(source), resume);
+  return Pipeline(std::move(part.stages), std::move(part.options));
+}
+
+std::vector<std::string> group_devices(const Config& config) {
+  if (config.devices.empty()) return {config.pipeline.device};
+  if (config.devices.size() == 1 && config.devices.front() == "all") {
+    if (!gpu_build()) throw Error("transfer.devices: all needs GPU support, but this is a " + build_description());
+    const int count = cuda_device_count();
+    if (count == 0) throw Error("transfer.devices: all found no GPU: " + cuda_unavailable_reason());
+    std::vector<std::string> devices;
+    for (int index = 0; index < count; ++index) devices.push_back("cuda:" + std::to_string(index));
+    return devices;
+  }
+  return config.devices;
+}
+
+Placement group_placement(const Config& config, size_t device) {
+  Placement placement = resolve_placement(config.sampler, torchrun_env());
+  if (config.devices.empty()) return placement;
+  const uint64_t devices = group_devices(config).size();
+  placement.rank = placement.rank * devices + device;
+  placement.world_size *= devices;
+  return placement;
+}
+
+PipelineGroup make_pipeline_group(const Config& config, std::shared_ptr<const Source> source,
+                                  const std::vector<PipelineState>& resume) {
+  if (!source) throw Error("make_pipeline_group: no source (pass what check_config() returned)");
+  const std::vector<std::string> devices = group_devices(config);
+  if (!resume.empty() && resume.size() != devices.size()) {
+    const std::string origin = resume.front().origin.empty() ? "the saved state" : resume.front().origin;
+    throw ConfigError({{origin, "devices",
+                        "the saved state holds " + std::to_string(resume.size()) + " device" +
+                            (resume.size() == 1 ? "'s" : "s'") + " states, and this config feeds " +
+                            std::to_string(devices.size()) + " (" + [&] {
+                              std::string list;
+                              for (const std::string& device : devices) list += (list.empty() ? "" : ", ") + device;
+                              return list;
+                            }() + "): resume with the same transfer.devices"}});
+  }
+  std::vector<PipelineGroup::Part> parts;
+  parts.reserve(devices.size());
+  for (size_t d = 0; d < devices.size(); ++d) {
+    const std::optional<PipelineState> state = resume.empty() ? std::nullopt : std::optional(resume[d]);
+    parts.push_back(configured_part(config, group_placement(config, d), config.devices.empty() ? "" : devices[d],
+                                    source, state));
+  }
+  // One pool of decode threads for the whole group: decode.threads (auto: this process's share of the
+  // cores), at most the samples the group's pipelines have in flight together.
+  PipelineOptions whole = parts.front().options;
+  whole.batch_size *= parts.size();
+  const size_t threads = whole.resolved_decode_threads();
+  return PipelineGroup(std::move(parts), threads);
 }
 
 uint64_t planned_batches(const Config& config, const PipelineOptions& options, const Source& source) {
@@ -242,6 +330,11 @@ uint64_t planned_batches(const Config& config, const PipelineOptions& options, c
 BatchPlanner planner_of(const Config& config, const PipelineOptions& options, const Source& source) {
   const Placement placement = resolve_placement(config.sampler, torchrun_env());
   return BatchPlanner(make_sampler(config.sampler, placement, source), BatchPlanner::Options::of(options));
+}
+
+BatchPlanner planner_of(const Config& config, const PipelineOptions& options, const Source& source, size_t device) {
+  return BatchPlanner(make_sampler(config.sampler, group_placement(config, device), source),
+                      BatchPlanner::Options::of(options));
 }
 
 }  // namespace ferry

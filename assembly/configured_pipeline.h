@@ -3,10 +3,13 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "ferry/assembly/config.h"
 #include "ferry/io/formats/source.h"
 #include "ferry/pipeline/pipeline.h"
+#include "ferry/pipeline/pipeline_group.h"
 #include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/pipeline_state.h"
 #include "ferry/stages/batch_planner.h"
@@ -31,6 +34,25 @@ Pipeline make_pipeline(const Config& config, const std::optional<PipelineState>&
 Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> source,
                        const std::optional<PipelineState>& resume = std::nullopt);
 
+/// The devices a config's group feeds (Note [one process, several devices] in pipeline/pipeline_group.h):
+/// transfer.devices with `all` as every visible GPU (cuda:0, cuda:1, ...); without transfer.devices the one
+/// device transfer.device names. Throws ferry::Error for `all` on a machine or build without a GPU.
+std::vector<std::string> group_devices(const Config& config);
+
+/// Where the `device`-th pipeline of a config's group sits among data-parallel ranks: this process's
+/// placement (the config's rank and world size, else torchrun's), and with transfer.devices' N devices,
+/// rank x N + device among world_size x N. Throws like resolve_placement().
+Placement group_placement(const Config& config, size_t device);
+
+/// A pipeline per device of group_devices(config), decoding on one shared pool of decode.threads (auto:
+/// this process's share of the cores, as for one device), over `source` (check_config(config)'s). Without
+/// transfer.devices, a group of one: the pipeline make_pipeline(config, source) makes. With `resume` (a saved
+/// PipelineGroup::state(), one state per device) it starts at the states' step. Throws ConfigError for an
+/// invalid config, or a state of another order (naming each key) or of another number of devices, and
+/// ferry::Error.
+PipelineGroup make_pipeline_group(const Config& config, std::shared_ptr<const Source> source,
+                                  const std::vector<PipelineState>& resume = {});
+
 /// Batches a pipeline that make_pipeline(config, ...) returned will deliver, from its first batch on
 /// (`options` is its Pipeline::options(), which carries a resume point): its planner's count, for
 /// progress totals and len(). Under `on_error: skip` at most this many (skipped samples can shorten
@@ -40,5 +62,8 @@ uint64_t planned_batches(const Config& config, const PipelineOptions& options, c
 /// The planner such a pipeline runs, to ask it what it plans (total_batches(), batches_in_epoch()):
 /// a twin, not the pipeline's own. Builds the sampler; starts no thread.
 BatchPlanner planner_of(const Config& config, const PipelineOptions& options, const Source& source);
+/// The same for the `device`-th pipeline of make_pipeline_group(config, ...) (each device's planner plans
+/// as many batches: a group's steps).
+BatchPlanner planner_of(const Config& config, const PipelineOptions& options, const Source& source, size_t device);
 
 }  // namespace ferry

@@ -39,7 +39,11 @@ std::optional<uint64_t> whole_number(const std::optional<YAML::Node>& node) {
 }
 
 std::string shown(const YAML::Node& node) {
-  return node.IsScalar() ? "'" + printable(node.Scalar(), 40) + "'" : node.IsMap() ? "a mapping" : "a list";
+  if (!node.IsScalar()) return node.IsMap() ? "a mapping" : "a list";
+  std::string text = "'";  // step by step: gcc 12 warns falsely (-Wrestrict) on "'" + ... once inlined
+  text += printable(node.Scalar(), 40);
+  text += '\'';
+  return text;
 }
 
 // Keys other than `known` in a mapping: a typo, or a state from another program.
@@ -62,22 +66,26 @@ uint64_t saturating_product(uint64_t a, uint64_t b) { return b != 0 && a > UINT6
 
 }  // namespace
 
-PipelineState parse_pipeline_state(std::string_view text, const std::string& origin) {
-  YAML::Node root;
+namespace {
+
+YAML::Node load_state_text(std::string_view text, const std::string& origin) {
   try {
-    root = YAML::Load(std::string(text));  // JSON is YAML
+    return YAML::Load(std::string(text));  // JSON is YAML
   } catch (const YAML::Exception& e) {
     const std::string where =
         e.mark.is_null() ? origin
                          : origin + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
     throw ConfigError({{where, "", "not a saved pipeline state: " + e.msg}});
   }
+}
+
+std::string format_of(const YAML::Node& root) {
   const std::optional<YAML::Node> format = child(root, "format");
-  if (!format || !format->IsScalar() || format->Scalar() != "ferry-state") {
-    throw ConfigError(
-        {{at(origin, root), "format", "not a saved pipeline state (expected \"format\": \"ferry-state\")"}});
-  }
-  std::vector<ConfigProblem> problems;
+  return format && format->IsScalar() ? format->Scalar() : std::string();
+}
+
+// One state object ("format": "ferry-state"); its problems are added to `problems`.
+PipelineState state_from(const YAML::Node& root, const std::string& origin, std::vector<ConfigProblem>& problems) {
   const auto whole = [&](const std::optional<YAML::Node>& node, const YAML::Node& parent, const std::string& key,
                          const std::string& expected) -> std::optional<uint64_t> {
     const std::optional<uint64_t> value = whole_number(node);
@@ -132,13 +140,73 @@ PipelineState parse_pipeline_state(std::string_view text, const std::string& ori
       state.order[entry.first.Scalar()] = entry.second.Scalar();
     }
   }
+  return state;
+}
+
+}  // namespace
+
+PipelineState parse_pipeline_state(std::string_view text, const std::string& origin) {
+  const YAML::Node root = load_state_text(text, origin);
+  if (format_of(root) != "ferry-state") {
+    const std::string hint = format_of(root) == "ferry-states"
+                                 ? " (this is the state of a group of devices: resume it with the same transfer.devices)"
+                                 : "";
+    throw ConfigError({{at(origin, root), "format",
+                        "not a saved pipeline state (expected \"format\": \"ferry-state\")" + hint}});
+  }
+  std::vector<ConfigProblem> problems;
+  PipelineState state = state_from(root, origin, problems);
   if (!problems.empty()) throw ConfigError(std::move(problems));
   return state;
+}
+
+std::vector<PipelineState> parse_pipeline_states(std::string_view text, const std::string& origin) {
+  const YAML::Node root = load_state_text(text, origin);
+  const std::string format = format_of(root);
+  if (format == "ferry-state") return {parse_pipeline_state(text, origin)};
+  if (format != "ferry-states") {
+    throw ConfigError({{at(origin, root), "format",
+                        "not a saved pipeline state (expected \"format\": \"ferry-state\", or \"ferry-states\" for "
+                        "a group of devices)"}});
+  }
+  std::vector<ConfigProblem> problems;
+  unknown_keys(root, {"format", "version", "devices"}, origin, "", problems);
+  const std::optional<YAML::Node> version = child(root, "version");
+  if (!version || whole_number(version) != std::optional<uint64_t>(1)) {
+    problems.push_back({at(origin, version ? *version : root), "version", "expected 1 (this ferry's state format)"});
+  }
+  std::vector<PipelineState> states;
+  const std::optional<YAML::Node> devices = child(root, "devices");
+  if (!devices || !devices->IsSequence() || devices->size() == 0) {
+    problems.push_back({at(origin, devices ? *devices : root), "devices",
+                        "expected a list of states (\"format\": \"ferry-state\"), one per device"});
+  } else {
+    for (size_t d = 0; d < devices->size(); ++d) {
+      const YAML::Node node = (*devices)[d];
+      const std::string prefix = "devices[" + std::to_string(d) + "].";
+      std::vector<ConfigProblem> found;
+      if (format_of(node) != "ferry-state") {
+        found.push_back({at(origin, node), "format", "expected \"format\": \"ferry-state\""});
+      } else {
+        states.push_back(state_from(node, origin, found));
+      }
+      for (ConfigProblem& problem : found) {
+        problem.key.insert(0, prefix);
+        problems.push_back(std::move(problem));
+      }
+    }
+  }
+  if (!problems.empty()) throw ConfigError(std::move(problems));
+  return states;
 }
 
 PipelineState load_pipeline_state(const std::string& path) {
   // A saved state is a few hundred bytes of JSON; 1 MiB refuses the wrong file before reading it all.
   return parse_pipeline_state(read_text_file(path, size_t{1} << 20, "saved pipeline state"), path);
+}
+
+std::vector<PipelineState> load_pipeline_states(const std::string& path) {
+  return parse_pipeline_states(read_text_file(path, size_t{1} << 20, "saved pipeline state"), path);
 }
 
 void check_resume_state(const PipelineState& state, const PipelineOptions& options, const Sampler& sampler) {

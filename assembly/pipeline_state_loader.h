@@ -2,6 +2,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ferry/assembly/config_error.h"
 #include "ferry/io/samplers/sampler.h"
@@ -16,6 +17,10 @@ namespace ferry {
 /// that is not a mapping of strings. The state's `origin` is `path` (or `origin`).
 PipelineState load_pipeline_state(const std::string& path);
 PipelineState parse_pipeline_state(std::string_view text, const std::string& origin);
+/// The same for a group's states (what states_json() wrote: "format": "ferry-states", one state per
+/// device), or one state as a list of one. Problems name the device: devices[1].next_batch.
+std::vector<PipelineState> load_pipeline_states(const std::string& path);
+std::vector<PipelineState> parse_pipeline_states(std::string_view text, const std::string& origin);
 
 /// Checks a state against the run that would resume it (make_pipeline() does): next_batch within
 /// the run's epochs and max_batches; next.epoch within the epochs; next.batch and next.position

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/ddp_scaling.py: data-parallel loading on 1, 2 and 4 GPUs, one process per GPU as torchrun
-starts them (issue 16), ferry beside torch's DataLoader, in one run.
+starts them (issue 16), ferry beside torch's DataLoader, and one ferry process feeding every GPU, in one
+run.
 
     python3 bench/ddp_scaling.py --ferry build/gpu/cli/ferry --data build/gpu/bench-data \\
         --out gpu-results/ddp-scaling [--gpus 1,2,4] [--batches 48] [--quick]
@@ -17,16 +18,23 @@ shared among the ranks:
   DataLoader  num_workers = cores / N, a DistributedSampler for the rank's share, pin_memory, each batch
               .to(cuda:LOCAL_RANK, non_blocking=True).
 
+The third loader is not ranks: ferry-1proc is one process, started without torchrun's environment, that
+feeds all N GPUs through one ferry.Pipeline with transfer.devices [cuda:0, ..., cuda:N-1] (a pipeline per
+GPU, decoding on one shared pool; decode.threads auto, which is then all the cores but two). Each step
+yields a list of N batches, batch i on cuda:i; it loads --batches steps, so as many samples as the N ranks
+of the other two. With N = 1 it is one process with transfer.devices [cuda:0]; on the CPU, [cpu] x N.
+
 Workloads, as bench/loaders.py has them: images (256 x 256 JPEGs, decoded to HWC uint8, batches of 256;
 the DataLoader decodes with PIL) and tokens (configs/megatron.yaml's windows of 2049 tokens, batches of
 32; the DataLoader reads the same .bin through numpy.memmap).
 
 Rates: the ranks start together (each, once imported and with CUDA initialised, waits at a barrier
-that the harness opens when all are there); each notes when its last batch was on its device
-(torch.cuda.synchronize()); the aggregate rate is all ranks' samples over the span from the barrier to
-the last end. The loaders are made after the barrier, so their start-up counts. Scaling efficiency = rate(N) / (N x rate(1)) for the same loader. CPU: user +
-system seconds of every rank process and its workers over the same span (not the interpreter's start),
-per sample. Prints a table per workload and writes
+that the harness opens when all are there; ferry-1proc's one process waits at it the same way); each
+notes when its last batch was on its devices (torch.cuda.synchronize() on each); the aggregate rate is
+all processes' samples over the span from the barrier to the last end. The loaders are made after the
+barrier, so their start-up counts. Scaling efficiency = rate(N) / (N x rate(1)) for the same loader.
+CPU: user + system seconds of every process (rank or ferry-1proc) and its workers over the same span
+(not the interpreter's start), per sample. Prints a table per workload and writes
 OUT/ddp-scaling.json. --quick: little data, a check that it runs, not a measurement.
 """
 import argparse
@@ -48,6 +56,9 @@ import torch.utils.data
 import loaders  # bench/, beside this script: the datasets and their makers
 
 BATCHES = {"images": 256, "tokens": loaders.TOKEN_BATCH}
+LOADERS = ("ferry", "ferry-1proc", "DataLoader")
+# What torchrun sets; ferry-1proc's process must see none of it (ferry would take it for a rank).
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def log(message):
@@ -68,23 +79,43 @@ def free_port():
 
 
 # ------------------------------------------------------------------------------------------- one rank
+# A loader yields steps: a list of tensors, one per device the process feeds (one for a rank).
 
-def ferry_loader(args, device, batch):
-    import ferry  # imported before the barrier (rank_main), so this is a lookup
-    overrides = {"decode.threads": "auto", "transfer.device": "auto" if device.type == "cuda" else "cpu",
-                 "max_batches": args.batches, "stats.progress": "off"}
+def ferry_config(args, batch):
+    """The workload's config and overrides, less transfer (which a rank and ferry-1proc set differently)."""
+    overrides = {"decode.threads": "auto", "max_batches": args.batches, "stats.progress": "off"}
     if args.workload == "images":
         config = {"source": {"kind": "image_folder", "root": args.root, "image": {"shape": [256, 256, 3]}},
                   "batch_size": batch, "prefetch": 4, "sampler": {"shuffle": False, "epochs": 1000}}
     else:
         config = os.path.join(loaders.REPO, "configs", "megatron.yaml")
         overrides.update({"source.prefix": args.root, "sampler.epochs": 1000, "batch_size": batch})
+    return config, overrides
+
+
+def ferry_loader(args, devices, batch):
+    import ferry  # imported before the barrier (rank_main), so this is a lookup
+    config, overrides = ferry_config(args, batch)
+    overrides["transfer.device"] = "auto" if devices[0].type == "cuda" else "cpu"
     with ferry.Pipeline(config, overrides=overrides) as pipeline:
         for batch in pipeline.batches():  # across epochs, up to max_batches
-            yield batch["image" if args.workload == "images" else "tokens"]
+            yield [batch["image" if args.workload == "images" else "tokens"]]
 
 
-def dataloader_loader(args, device, batch):
+def ferry_group_loader(args, devices, batch):
+    """ferry-1proc: one pipeline for every device; a step is a list of batches, batch i on devices[i]."""
+    import ferry
+    config, overrides = ferry_config(args, batch)
+    # An override of transfer.devices wins over the file's transfer.device (configs/megatron.yaml sets it).
+    # max_batches counts each device's batches, so steps.
+    overrides["transfer.devices"] = "[" + ", ".join(str(device) for device in devices) + "]"
+    with ferry.Pipeline(config, overrides=overrides) as pipeline:
+        for step in pipeline.batches():
+            yield [batch["image" if args.workload == "images" else "tokens"] for batch in step]
+
+
+def dataloader_loader(args, devices, batch):
+    device = devices[0]
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     wanted = args.batches * batch * world
     if args.workload == "images":
@@ -101,69 +132,88 @@ def dataloader_loader(args, device, batch):
     for taken, data in enumerate(loader):
         if taken == args.batches:
             break
-        yield (data[0] if args.workload == "images" else data).to(device, non_blocking=True)
+        yield [(data[0] if args.workload == "images" else data).to(device, non_blocking=True)]
 
 
 def rank_main(args):
-    local_rank = int(os.environ["LOCAL_RANK"])
-    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        torch.ones(1, device=device)  # CUDA initialised before the clock starts, for both loaders
+    """One process of the measurement: a rank (torchrun's environment, cuda:LOCAL_RANK), or ferry-1proc's
+    one process (no such environment, cuda:0 .. cuda:N-1 for N = --feeds)."""
+    cuda = torch.cuda.is_available()
+    if args.loader == "ferry-1proc":
+        rank = 0
+        devices = [torch.device("cuda", d) if cuda else torch.device("cpu") for d in range(args.feeds)]
+    else:
+        rank = int(os.environ["RANK"])
+        devices = [torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")]
+    if cuda:
+        torch.cuda.set_device(devices[0])
+        for device in devices:
+            torch.ones(1, device=device)  # CUDA initialised before the clock starts, for every loader and device
     batch = BATCHES[args.workload] if not args.quick else 32
-    make = ferry_loader if args.loader == "ferry" else dataloader_loader
-    if args.loader == "ferry":
+    make = {"ferry": ferry_loader, "ferry-1proc": ferry_group_loader, "DataLoader": dataloader_loader}[args.loader]
+    if args.loader.startswith("ferry"):
         importlib.import_module("ferry")  # before the clock: importing is not the loader's work
-    # The barrier: say this rank is ready, wait until the harness says go.
-    open(os.path.join(args.barrier, f"ready-{os.environ['RANK']}"), "w").close()
+    # The barrier: say this process is ready, wait until the harness says go.
+    open(os.path.join(args.barrier, f"ready-{rank}"), "w").close()
     go = os.path.join(args.barrier, "go")
     while not os.path.exists(go):
         time.sleep(0.001)
     cpu = cpu_seconds()
     start = time.time()
     first, samples = None, 0
-    for tensor in make(args, device, batch):
-        samples += tensor.shape[0]
+    for step in make(args, devices, batch):
+        samples += sum(tensor.shape[0] for tensor in step)
         if first is None:
             first = time.time()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    if cuda:
+        for device in devices:  # the last step's copies, on every device fed
+            torch.cuda.synchronize(device)
     end = time.time()
-    print(json.dumps({"rank": int(os.environ["RANK"]), "start": start, "first": first, "end": end,
-                      "samples": samples, "cpu_seconds": cpu_seconds() - cpu, "device": str(device)}), flush=True)
+    print(json.dumps({"rank": rank, "start": start, "first": first, "end": end, "samples": samples,
+                      "cpu_seconds": cpu_seconds() - cpu, "devices": [str(d) for d in devices]}), flush=True)
 
 
 # ------------------------------------------------------------------------------------------- harness
 
 def launch(args, loader, workload, root, world):
-    """Starts `world` ranks of one loader, opens their barrier once all are ready; returns their results."""
+    """Starts one loader's processes for `world` devices (`world` ranks; ferry-1proc: one process, a world
+    of one without torchrun's environment, feeding them all), opens their barrier once all are ready;
+    returns their results."""
     port = str(free_port())
     barrier = tempfile.mkdtemp(prefix="ddp-scaling-")
     command = [sys.executable, os.path.abspath(__file__), "--rank-of", loader, "--workload", workload,
                "--root", root, "--batches", str(args.batches), "--barrier", barrier] + (["--quick"] if args.quick else [])
+    one = loader == "ferry-1proc"
+    if one:
+        command += ["--feeds", str(world)]
+    count = 1 if one else world
     processes = []
-    for rank in range(world):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(world),
-                   LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    for rank in range(count):
+        # Not the harness's own torchrun variables, if it has any: ferry-1proc must look like a plain process.
+        env = {name: value for name, value in os.environ.items() if name not in TORCHRUN_ENV}
+        if not one:
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(world),
+                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
         if args.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
         processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
         deadline = time.time() + args.timeout
-        while sum(name.startswith("ready-") for name in os.listdir(barrier)) < world:
+        while sum(name.startswith("ready-") for name in os.listdir(barrier)) < count:
             if time.time() > deadline or any(p.poll() is not None for p in processes):
-                raise RuntimeError(f"{loader}: not every one of {world} ranks reached the barrier")
+                raise RuntimeError(f"{loader}: not every one of {count} processes reached the barrier")
             time.sleep(0.01)
         open(os.path.join(barrier, "go"), "w").close()
         results = []
         for rank, process in enumerate(processes):
             out, err = process.communicate(timeout=max(1.0, deadline - time.time()))
             if process.returncode != 0:
-                raise RuntimeError(f"{loader} rank {rank} of {world} exited with {process.returncode}:\n{err[-3000:]}")
+                raise RuntimeError(f"{loader} process {rank} of {count} ({world} devices) exited with "
+                                   f"{process.returncode}:\n{err[-3000:]}")
             results.append(json.loads(out.strip().splitlines()[-1]))
         return results
     finally:
-        for process in processes:  # a rank that failed or hangs must not outlive the measurement
+        for process in processes:  # a process that failed or hangs must not outlive the measurement
             if process.poll() is None:
                 process.kill()
                 process.wait()
@@ -171,14 +221,14 @@ def launch(args, loader, workload, root, world):
 
 
 def measure(args, loader, workload, root, world):
-    ranks = launch(args, loader, workload, root, world)
-    cpu = sum(r["cpu_seconds"] for r in ranks)
-    samples = sum(r["samples"] for r in ranks)
-    span = max(r["end"] for r in ranks) - min(r["start"] for r in ranks)
-    return {"workload": workload, "loader": loader, "gpus": world, "samples": samples,
+    processes = launch(args, loader, workload, root, world)
+    cpu = sum(r["cpu_seconds"] for r in processes)
+    samples = sum(r["samples"] for r in processes)
+    span = max(r["end"] for r in processes) - min(r["start"] for r in processes)
+    return {"workload": workload, "loader": loader, "gpus": world, "processes": len(processes), "samples": samples,
             "samples_per_second": samples / span, "seconds": span,
-            "first_batch_seconds": max((r["first"] or r["end"]) - r["start"] for r in ranks),
-            "cpu_seconds_per_sample": cpu / samples, "devices": [r["device"] for r in ranks]}
+            "first_batch_seconds": max((r["first"] or r["end"]) - r["start"] for r in processes),
+            "cpu_seconds_per_sample": cpu / samples, "devices": [d for r in processes for d in r["devices"]]}
 
 
 def main():
@@ -187,11 +237,13 @@ def main():
     parser.add_argument("--data", help="where the datasets are (made when missing)")
     parser.add_argument("--out", default="ddp-scaling")
     parser.add_argument("--gpus", default="1,2,4")
-    parser.add_argument("--batches", type=int, default=48, help="batches each rank loads")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds a rank may take")
+    parser.add_argument("--batches", type=int, default=48,
+                        help="batches each rank loads (ferry-1proc: steps, a batch for every device each)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds a rank (or ferry-1proc) may take")
     parser.add_argument("--quick", action="store_true")
-    # A rank process (started by the harness):
-    parser.add_argument("--rank-of", choices=["ferry", "DataLoader"], help=argparse.SUPPRESS)
+    # A rank process, or ferry-1proc's one process (started by the harness):
+    parser.add_argument("--rank-of", choices=LOADERS, help=argparse.SUPPRESS)
+    parser.add_argument("--feeds", type=int, default=1, help=argparse.SUPPRESS)  # ferry-1proc's devices
     parser.add_argument("--workload", choices=["images", "tokens"], help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--barrier", help=argparse.SUPPRESS)
@@ -216,9 +268,9 @@ def main():
 
     rows = []
     for workload, root in (("images", images), ("tokens", tokens)):
-        for loader in ("ferry", "DataLoader"):
+        for loader in LOADERS:
             for world in worlds:
-                log(f"{workload}, {loader}, {world} rank(s)")
+                log(f"{workload}, {loader}, {world} device(s)")
                 row = measure(args, loader, workload, root, world)
                 log(f"  {row['samples_per_second']:.0f} samples/s, {row['cpu_seconds_per_sample'] * 1e3:.3f} ms CPU a sample")
                 rows.append(row)
@@ -228,11 +280,11 @@ def main():
 
     cores = len(os.sched_getaffinity(0))
     print(f"torch {torch.__version__}, {args.device} ({gpus} GPUs), {cores} cores shared by the ranks, "
-          f"{args.batches} batches a rank")
+          f"{args.batches} batches a rank (ferry-1proc: steps of a batch a device, one process)")
     for workload, unit, scale in (("images", "images/s", 1), ("tokens", "M tokens/s", loaders.WINDOW / 1e6)):
         print(f"\n{workload}: aggregate {unit} (scaling efficiency; CPU ms a sample)")
-        print(f"{'loader':12}" + "".join(f"{f'{n} rank(s)':>30}" for n in worlds))
-        for loader in ("ferry", "DataLoader"):
+        print(f"{'loader':12}" + "".join(f"{f'{n} device(s)':>30}" for n in worlds))
+        for loader in LOADERS:
             cells = []
             for n in worlds:
                 r = next(r for r in rows if r["workload"] == workload and r["loader"] == loader and r["gpus"] == n)
@@ -241,7 +293,8 @@ def main():
             print(f"{loader:12}" + "".join(f"{c:>30}" for c in cells))
     with open(os.path.join(args.out, "ddp-scaling.json"), "w") as f:
         json.dump({"machine": platform.node(), "device": args.device, "gpus": gpus, "cores": cores,
-                   "torch": torch.__version__, "batches_per_rank": args.batches, "rows": rows}, f, indent=2)
+                   "torch": torch.__version__, "batches_per_rank": args.batches, "loaders": list(LOADERS),
+                   "rows": rows}, f, indent=2)
     return 0
 
 

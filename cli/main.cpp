@@ -195,20 +195,24 @@ int run(const std::vector<std::string_view>& args) {
   std::signal(SIGPIPE, SIG_IGN);
   const ConfigArgs parsed = parse_config_args(args, /*run_flags=*/true);
   const ferry::Config config = load(parsed);
-  std::optional<ferry::PipelineState> resume;
-  if (parsed.resume) resume = ferry::load_pipeline_state(*parsed.resume);
+  std::vector<ferry::PipelineState> resume;  // one state per device (a group's), or none
+  if (parsed.resume) resume = ferry::load_pipeline_states(*parsed.resume);
   if (parsed.save_state) check_writable("--save-state", *parsed.save_state);
 
   const std::shared_ptr<const ferry::Source> source = ferry::check_config(config);  // indexed once
-  ferry::Pipeline pipeline = ferry::make_pipeline(config, source, resume);
-  const ferry::PipelineOptions& options = pipeline.options();
-  const uint64_t total = ferry::planned_batches(config, options, *source);
-  std::fprintf(stderr, "ferry: %s: %s, %llu batches of %zu to %s (%s)\n", config.origin.c_str(),
-               source->describe().c_str(), static_cast<unsigned long long>(total), options.batch_size,
-               options.device.c_str(), ferry::build_description().c_str());
-  if (resume) {
+  // One pipeline, or one per device of transfer.devices (Note [one process, several devices]).
+  ferry::PipelineGroup pipeline = ferry::make_pipeline_group(config, source, resume);
+  const ferry::PipelineOptions& options = pipeline.pipeline(0).options();
+  const uint64_t total = ferry::planner_of(config, options, *source, 0).total_batches();
+  std::string devices = options.device;
+  for (size_t d = 1; d < pipeline.size(); ++d) devices += ", " + pipeline.pipeline(d).options().device;
+  std::fprintf(stderr, "ferry: %s: %s, %llu %s of %zu to %s (%s)\n", config.origin.c_str(),
+               source->describe().c_str(), static_cast<unsigned long long>(total),
+               pipeline.size() == 1 ? "batches" : "steps of a batch", options.batch_size, devices.c_str(),
+               ferry::build_description().c_str());
+  if (!resume.empty()) {
     std::fprintf(stderr, "ferry: resuming %s at batch %llu of the run\n", parsed.resume->c_str(),
-                 static_cast<unsigned long long>(resume->next_batch));
+                 static_cast<unsigned long long>(resume.front().next_batch));
   }
   std::optional<ferry::cli::BatchDigest> digest;
   if (parsed.digest) digest.emplace(*parsed.digest, options.first_batch);
@@ -232,13 +236,16 @@ int run(const std::vector<std::string_view>& args) {
     }
   } join_watcher{done, watcher};
 
-  ferry::cli::ProgressLine progress(stderr, total, config.stats.progress, config.stats.interval);
+  // Progress counts batches, every device's.
+  ferry::cli::ProgressLine progress(stderr, total * pipeline.size(), config.stats.progress, config.stats.interval);
   int status = 0;
   std::optional<std::string> failure;
   try {
-    for (const ferry::Batch& batch : pipeline) {
-      if (digest) digest->add(batch);
-      progress.update(pipeline.stats());
+    for (const ferry::BatchGroup& step : pipeline) {
+      if (digest) {
+        for (const ferry::Batch& batch : step) digest->add(batch);
+      }
+      progress.update(ferry::merged_stats(pipeline.stats()));
     }
     if (digest) digest->finish();
   } catch (const std::exception& e) {
@@ -250,7 +257,8 @@ int run(const std::vector<std::string_view>& args) {
   const int signal = g_signal.load();
   const bool interrupted = signal != 0;
   if (interrupted) status = kSignalled + signal;
-  const ferry::PipelineStats stats = pipeline.stats();
+  std::vector<ferry::PipelineStats> device_stats = pipeline.stats();
+  const ferry::PipelineStats stats = ferry::merged_stats(device_stats);
   progress.finish(stats);
   if (interrupted) {
     std::fprintf(stderr, "ferry: interrupted (%s); stopped cleanly\n", signal == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -266,16 +274,17 @@ int run(const std::vector<std::string_view>& args) {
   info.exit_status = status;
   info.host = ferry::cli::this_host();
   info.config_keys = config.values;
+  if (device_stats.size() > 1) info.devices = std::move(device_stats);
   if (failure) info.error = *failure;
   ferry::cli::print_report(stdout, "ferry run: " + config.origin, info, stats);
   std::fflush(stdout);
   if (parsed.save_state) {
     // Whatever ended the run, the state names the first batch this run did not hand out.
     // Written beside and renamed over: a crash mid-write never loses the state a --resume came from.
-    const ferry::PipelineState state = pipeline.state();
+    const std::vector<ferry::PipelineState> states = pipeline.state();
     const std::string partial = *parsed.save_state + ".partial";
     std::ofstream out(partial);
-    out << state.to_json();
+    out << ferry::states_json(states);
     const bool written = static_cast<bool>(out.flush());
     out.close();
     if (!written || std::rename(partial.c_str(), parsed.save_state->c_str()) != 0) {
@@ -284,7 +293,7 @@ int run(const std::vector<std::string_view>& args) {
       if (status == 0) status = kFailed;
     } else {
       std::fprintf(stderr, "ferry: state saved to %s (next batch %llu)\n", parsed.save_state->c_str(),
-                   static_cast<unsigned long long>(state.next_batch));
+                   static_cast<unsigned long long>(states.front().next_batch));
     }
   }
   if (!config.stats.report_path.empty()) {

@@ -77,6 +77,13 @@ void append_stage_row(std::string& text, const StageStats& stage) {
           100.0 * stage.blocked_downstream_share());
 }
 
+const StageStats* device_stage(const PipelineStats& stats, const std::string& name) {
+  for (const StageStats& stage : stats.stages) {
+    if (stage.name == name) return &stage;
+  }
+  return nullptr;
+}
+
 void append_body(std::string& text, const PipelineStats& stats) {
   const double seconds = stats.elapsed_seconds;
   appendf(text, "  delivered  %llu batches, %llu samples, %s in %.2f s\n",
@@ -258,6 +265,15 @@ std::string report_text(const std::string& title, const RunInfo& info, const Pip
   if (info.interrupted) appendf(text, "  stopped    interrupted: the counts cover the part that ran\n");
   if (!info.error.empty()) appendf(text, "  failed     %s\n", info.error.c_str());
   append_body(text, stats);
+  // A group: each device's share, and how long its completion thread waited on its copies (the copy
+  // engine busy for that device, as the host sees it).
+  for (const PipelineStats& device : info.devices) {
+    const StageStats* copy = device_stage(device, "event-wait");
+    appendf(text, "  device     %s: %llu batches, %.3f GB/s, copies waited on %.1f%% of the run\n",
+            device.device.c_str(), static_cast<unsigned long long>(device.batches),
+            per(static_cast<double>(device.bytes), device.elapsed_seconds) / 1e9,
+            copy ? 100.0 * per(copy->busy_seconds, device.elapsed_seconds) : 0.0);
+  }
   return text;
 }
 
@@ -361,6 +377,29 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
       .key("samples_per_second_after_first_batch")
       .value(stats.samples_per_second_after_first_batch())
       .end_object();
+  json.key("devices").begin_array();
+  for (const PipelineStats& device : info.devices) {
+    const StageStats* submit = device_stage(device, "h2d");
+    const StageStats* copy = device_stage(device, "event-wait");
+    const double wall = seconds_value(device.elapsed_seconds);
+    json.begin_object()
+        .key("device")
+        .value(device.device)
+        .key("batches")
+        .value(device.batches)
+        .key("samples")
+        .value(device.samples)
+        .key("bytes")
+        .value(device.bytes)
+        .key("gigabytes_per_second")
+        .value(per(static_cast<double>(device.bytes), wall) / 1e9)
+        .key("h2d_busy_seconds")
+        .value(seconds_value(submit ? submit->busy_seconds : 0.0))
+        .key("copy_wait_seconds")
+        .value(seconds_value(copy ? copy->busy_seconds : 0.0))
+        .end_object();
+  }
+  json.end_array();
   json.key("bottleneck").value(bottleneck_summary(stats));
   json.key("per_batch").value(per_batch_summary(stats));
 

@@ -44,6 +44,9 @@ struct RunInfo {
   /// The config as it ran: every key it set, by key path ("source.fields[0].dtype"), as written in
   /// the file or by --set (Config::values).
   std::map<std::string, std::string, std::less<>> config_keys;
+  /// A group's devices (transfer.devices), each its own stats, in device order; the report's stats are
+  /// then merged_stats() of them. Empty for one device.
+  std::vector<PipelineStats> devices;
 };
 
 /// The report at the end of `ferry run`, as text: totals, rates, the bottleneck in one line, a
@@ -60,7 +63,7 @@ void print_report(std::FILE* out, const std::string& title, const RunInfo& info,
 /// The report as one JSON document, as docs/report.md describes and docs/report.schema.json
 /// checks: keys always in the same order, every number finite. Bump kReportFormatVersion when a
 /// field changes meaning or goes away (adding a field is a change too: the schema is closed).
-inline constexpr int kReportFormatVersion = 6;
+inline constexpr int kReportFormatVersion = 7;
 void write_report_json(std::ostream& out, const RunInfo& info, const PipelineStats& stats);
 
 }  // namespace ferry::cli

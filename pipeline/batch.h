@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "ferry/pipeline/batch_schema.h"
+#include "ferry/pipeline/pipeline_state.h"
 
 namespace ferry {
 
@@ -21,6 +22,7 @@ struct BatchInfo {
   uint64_t epoch = 0;
   uint64_t index = 0;                    // position within its epoch
   std::vector<uint64_t> sample_indices;  // source indices, in batch order
+  BatchCursor next;                      // where the batch after it starts (PipelineState::next once delivered)
 };
 
 /// One delivered batch: named tensors (at::Tensor is torch::Tensor) on the pipeline's device, plus

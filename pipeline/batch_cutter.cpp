@@ -166,6 +166,7 @@ void BatchCutter::emit_batch(size_t count, bool last_of_epoch, Cut& cut) {
   const SampleWork& last = *work->samples.back();
   work->next = last_of_epoch ? BatchCursor{carry_epoch_ + 1, 0, 0}
                              : BatchCursor{carry_epoch_, next_index_, last.epoch_position() + 1};
+  info.next = work->next;
   if (options_.max_batches != 0 && options_.first_batch + batches_out_ >= options_.max_batches) {
     emit(BatchWork::Kind::kEnd, cut);
     ended_ = true;

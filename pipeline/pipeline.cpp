@@ -4,9 +4,12 @@
 
 namespace ferry {
 
-Pipeline::Pipeline(StageSet stages, PipelineOptions options) : options_(std::move(options)) {
+Pipeline::Pipeline(StageSet stages, PipelineOptions options) : Pipeline(std::move(stages), std::move(options), nullptr) {}
+
+Pipeline::Pipeline(StageSet stages, PipelineOptions options, std::shared_ptr<detail::SharedArena> arena)
+    : options_(std::move(options)) {
   options_.check();
-  graph_ = std::make_unique<detail::PipelineGraph>(std::move(stages), options_);
+  graph_ = std::make_unique<detail::PipelineGraph>(std::move(stages), options_, std::move(arena));
 }
 
 Pipeline::Pipeline(Pipeline&&) noexcept = default;

@@ -17,7 +17,8 @@ namespace ferry {
 
 namespace detail {
 class PipelineGraph;
-}
+class SharedArena;
+}  // namespace detail
 
 /// A running loader: plans batches, decodes samples on decode_threads threads, collates, packs
 /// into pinned slabs, copies to the device and hands out GPU-resident batches in the sampler's
@@ -109,6 +110,10 @@ class Pipeline {
   Iterator end() { return Iterator(); }
 
  private:
+  friend class PipelineGroup;
+  /// A PipelineGroup's pipeline: its graph runs in the group's arena, beside the other devices'.
+  Pipeline(StageSet stages, PipelineOptions options, std::shared_ptr<detail::SharedArena> arena);
+
   PipelineOptions options_;
   std::unique_ptr<detail::PipelineGraph> graph_;
 };

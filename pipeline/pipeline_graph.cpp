@@ -5,7 +5,6 @@
 #include <tuple>
 
 #include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/info.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
@@ -106,7 +105,13 @@ struct PipelineGraph::Nodes {
   tbb::flow::function_node<WorkPtr, tbb::flow::continue_msg> h2d;
 };
 
-PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
+size_t PipelineGraph::arena_slots(size_t decode_threads, size_t gpu_groups) noexcept {
+  // Decode runs decode_threads tasks at once beside the serial nodes, and gpu_groups more, which wait on
+  // the GPU decoder.
+  return decode_threads + gpu_groups + kSerialNodes;
+}
+
+PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options, std::shared_ptr<SharedArena> arena)
     : stages_(std::move(stages)),
       prefetch_(options.prefetch),
       decode_threads_(options.resolved_decode_threads()),
@@ -126,29 +131,16 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options)
   if (!stages_.batches || !stages_.decode || !stages_.collate || !stages_.pack || !stages_.h2d || !stages_.event_wait) {
     throw Error("a pipeline needs every stage: batches, decode, collate, pack, h2d and event_wait");
   }
-  // Decode runs decode_threads_ tasks at once beside the serial nodes (and gpu_groups_ more, which wait
-  // on the GPU decoder); give the pipeline's arena that many slots. oneTBB's default thread limit is the
-  // core count: raise it where more decode threads were asked for (I/O-bound decoders want more threads
-  // than cores). (The limit counts one external thread beside the workers, hence the + 1.)
-  const size_t slots = decode_threads_ + gpu_groups_ + kSerialNodes;
-  if (slots + 1 > static_cast<size_t>(tbb::info::default_concurrency())) {
-    parallelism_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, slots + 1);
-  }
-  // Another tbb::global_control in the process can hold the limit lower (the smallest one wins);
-  // at 1 there is no worker at all and nothing would ever run.
-  if (tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism) < 2) {
-    throw Error(
-        "oneTBB is limited to one thread in this process (a tbb::global_control); the pipeline needs worker threads");
-  }
-  arena_ = std::make_unique<tbb::task_arena>(static_cast<int>(slots), /*reserved_for_masters=*/0);
+  // A pipeline of its own gets an arena of its own; a PipelineGroup's pipelines share one, sized for them all.
+  arena_ = arena ? std::move(arena) : std::make_shared<SharedArena>(arena_slots(decode_threads_, gpu_groups_));
   // A graph belongs to the arena it is built in; its tasks, including those that the consumer's
   // token returns start, run there and never on the consumer's thread.
-  arena_->execute([this] {
+  arena_->arena().execute([this] {
     graph_ = std::make_unique<tbb::flow::graph>();
     nodes_ = std::make_unique<Nodes>(*graph_, *this);
   });
   completion_ = std::thread([this] { shielded("event-wait", [this] { completion_loop(); }); });
-  arena_->execute([this] { nodes_->source.activate(); });
+  arena_->arena().execute([this] { nodes_->source.activate(); });
 }
 
 PipelineGraph::~PipelineGraph() {
@@ -156,7 +148,7 @@ PipelineGraph::~PipelineGraph() {
   while (consumers_inside_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
   if (completion_.joinable()) completion_.join();
   if (graph_) {
-    arena_->execute([this] {
+    arena_->arena().execute([this] {
       graph_->cancel();
       try {
         graph_->wait_for_all();

@@ -11,8 +11,6 @@
 #include <vector>
 
 #include <oneapi/tbb/flow_graph.h>
-#include <oneapi/tbb/global_control.h>
-#include <oneapi/tbb/task_arena.h>
 
 #include "ferry/pipeline/batch.h"
 #include "ferry/pipeline/batch_cutter.h"
@@ -20,6 +18,7 @@
 #include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/pipeline_stats.h"
 #include "ferry/pipeline/run_counters.h"
+#include "ferry/pipeline/shared_arena.h"
 #include "ferry/pipeline/stage.h"
 
 namespace ferry::detail {
@@ -74,7 +73,9 @@ namespace ferry::detail {
 /// before its push, so the count never goes below the queue's true size when the consumer pops at once.
 class PipelineGraph {
  public:
-  PipelineGraph(StageSet stages, const PipelineOptions& options);
+  /// Runs in `arena` when given (a PipelineGroup's, shared with the other devices' pipelines), else in
+  /// an arena of its own of arena_slots() threads.
+  PipelineGraph(StageSet stages, const PipelineOptions& options, std::shared_ptr<SharedArena> arena = nullptr);
   ~PipelineGraph();
   PipelineGraph(const PipelineGraph&) = delete;
   PipelineGraph& operator=(const PipelineGraph&) = delete;
@@ -97,6 +98,9 @@ class PipelineGraph {
     BatchCursor next;  // where the batch after it starts
   };
   std::optional<Delivered> last_delivered() const;
+  /// The arena threads a pipeline needs: `decode_threads` decode tasks, `gpu_groups` tasks waiting on the
+  /// GPU decoder (SampleStage::gpu_groups()) and the serial nodes.
+  static size_t arena_slots(size_t decode_threads, size_t gpu_groups) noexcept;
 
  private:
   using PlanPtr = std::shared_ptr<const BatchPlan>;
@@ -214,8 +218,7 @@ class PipelineGraph {
   std::atomic<int> consumers_inside_{0};
   std::atomic<bool> resumed_wait_{false};  // the last next() timed out: the next call continues its wait
 
-  std::unique_ptr<tbb::global_control> parallelism_;
-  std::unique_ptr<tbb::task_arena> arena_;
+  std::shared_ptr<SharedArena> arena_;
   std::unique_ptr<tbb::flow::graph> graph_;
   std::unique_ptr<Nodes> nodes_;
   std::thread completion_;

@@ -45,4 +45,21 @@ std::string PipelineState::to_json() const {
   return out.str();
 }
 
+std::string states_json(const std::vector<PipelineState>& states) {
+  if (states.size() == 1) return states.front().to_json();
+  std::string out = "{\n  \"format\": \"ferry-states\",\n  \"version\": 1,\n  \"devices\": [\n";
+  for (size_t d = 0; d < states.size(); ++d) {
+    std::string state = states[d].to_json();
+    while (!state.empty() && state.back() == '\n') state.pop_back();
+    // Indented one level, as the list's items.
+    out += "  ";
+    for (const char c : state) {
+      out += c;
+      if (c == '\n') out += "  ";
+    }
+    out += d + 1 < states.size() ? ",\n" : "\n";
+  }
+  return out + "  ]\n}\n";
+}
+
 }  // namespace ferry

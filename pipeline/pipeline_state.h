@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ferry {
 
@@ -40,5 +41,9 @@ struct PipelineState {
   /// "next": {"epoch": ..., "batch": ..., "position": ...}, ...}.
   std::string to_json() const;
 };
+
+/// A PipelineGroup's states (one per device, in device order) as one JSON object: {"format":
+/// "ferry-states", "version": 1, "devices": [state, ...]}; a single state as its own to_json().
+std::string states_json(const std::vector<PipelineState>& states);
 
 }  // namespace ferry

@@ -193,4 +193,90 @@ std::string per_batch_summary(const PipelineStats& stats) {
   return line;
 }
 
+namespace {
+
+void add_stage(StageStats& into, const StageStats& stage, bool shared_threads) {
+  if (!shared_threads) into.threads += stage.threads;
+  into.items += stage.items;
+  into.items_in += stage.items_in;
+  into.items_out += stage.items_out;
+  into.busy_seconds += stage.busy_seconds;
+  into.blocked_downstream_seconds += stage.blocked_downstream_seconds;
+}
+
+void add_occupancy(OccupancyStats& into, const OccupancyStats& occupancy) {
+  into.mean += occupancy.mean;
+  into.peak += occupancy.peak;
+  into.capacity += occupancy.capacity;
+  into.full_seconds = std::max(into.full_seconds, occupancy.full_seconds);
+}
+
+}  // namespace
+
+PipelineStats merged_stats(const std::vector<PipelineStats>& devices) {
+  if (devices.empty()) return {};
+  PipelineStats all = devices.front();
+  if (devices.size() == 1) return all;
+  for (size_t d = 1; d < devices.size(); ++d) {
+    const PipelineStats& one = devices[d];
+    all.device += ", " + one.device;
+    all.elapsed_seconds = std::max(all.elapsed_seconds, one.elapsed_seconds);
+    all.batches += one.batches;
+    all.samples += one.samples;
+    all.bytes += one.bytes;
+    all.first_batch_seconds = std::max(all.first_batch_seconds, one.first_batch_seconds);
+    all.first_batch_samples += one.first_batch_samples;
+    add_stage(all.planner, one.planner, false);
+    for (size_t i = 0; i < all.stages.size() && i < one.stages.size(); ++i) {
+      add_stage(all.stages[i], one.stages[i], /*shared_threads=*/i == 0);  // stages[0] is decode: one pool
+    }
+    all.consumer_wait_seconds += one.consumer_wait_seconds;
+    all.consumer_waits += one.consumer_waits;
+    add_occupancy(all.in_flight, one.in_flight);
+    add_occupancy(all.ready_queue, one.ready_queue);
+    all.ready_queue_peak = all.ready_queue.peak;
+    PinnedPoolStats& pool = all.pool;
+    pool.slab_count += one.pool.slab_count;
+    pool.pinned = pool.pinned && one.pool.pinned;
+    pool.leases += one.pool.leases;
+    pool.waits += one.pool.waits;
+    pool.wait_seconds += one.pool.wait_seconds;
+    pool.host_alloc_calls += one.pool.host_alloc_calls;
+    pool.allocations_after_start += one.pool.allocations_after_start;
+    pool.leased_bytes += one.pool.leased_bytes;
+    pool.peak_bytes += one.pool.peak_bytes;
+    pool.pending += one.pool.pending;
+    DatasetCacheStats& cache = all.cache;
+    cache.capacity_bytes += one.cache.capacity_bytes;
+    cache.used_bytes += one.cache.used_bytes;
+    cache.samples += one.cache.samples;
+    cache.hits += one.cache.hits;
+    cache.misses += one.cache.misses;
+    cache.not_kept += one.cache.not_kept;
+    cache.hit_epochs = std::min(cache.hit_epochs, one.cache.hit_epochs);
+    cache.gathers += one.cache.gathers;
+    cache.timed_gathers += one.cache.timed_gathers;
+    cache.gather_seconds += one.cache.gather_seconds;
+    cache.moves += one.cache.moves;
+    PipelineStats::GpuDecodeStats& gpu = all.gpu_decode;
+    gpu.enabled = gpu.enabled || one.gpu_decode.enabled;
+    gpu.gpu_images += one.gpu_decode.gpu_images;
+    gpu.cpu_images += one.gpu_decode.cpu_images;
+    gpu.gpu_group_seconds += one.gpu_decode.gpu_group_seconds;
+    gpu.ready_seconds = std::max(gpu.ready_seconds, one.gpu_decode.ready_seconds);
+    gpu.busy_seconds += one.gpu_decode.busy_seconds;
+    gpu.states += one.gpu_decode.states;
+    gpu.state_busy_seconds += one.gpu_decode.state_busy_seconds;
+    if (gpu.unavailable.empty()) gpu.unavailable = one.gpu_decode.unavailable;
+    all.skipped_samples += one.skipped_samples;
+    for (const SkippedSample& skipped : one.skipped) {
+      if (all.skipped.size() < PipelineStats::kMaxListedSkips) all.skipped.push_back(skipped);
+    }
+  }
+  // Capacity is wall time x threads: recomputed for the merged threads and the longest device's run.
+  all.planner.account_idle_time(all.elapsed_seconds);
+  for (StageStats& stage : all.stages) stage.account_idle_time(all.elapsed_seconds);
+  return all;
+}
+
 }  // namespace ferry

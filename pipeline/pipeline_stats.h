@@ -155,6 +155,13 @@ struct PipelineStats {
 ///   "decode is the bottleneck: 97% busy (4 threads), collate waits 60% of the time for it"
 ///   "the consumer is the bottleneck: the pipeline waited 80% of the time for it to take batches"
 ///   "no stage is the bottleneck: the busiest, decode, was 12% busy (4 threads); ..."
+/// A PipelineGroup's run as one (Note [one process, several devices] in pipeline_group.h): each device's
+/// counts, bytes and stage times summed, the run's wall time and first batch the longest device's,
+/// the decode stage's threads the shared pool's (every device's pipeline reports the whole pool), the
+/// serial stages' threads one per device; `device` lists the devices. One device's stats come back as
+/// they are.
+PipelineStats merged_stats(const std::vector<PipelineStats>& devices);
+
 std::string bottleneck_summary(const PipelineStats& stats);
 
 /// Note [per-batch cost]

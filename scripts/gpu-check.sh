@@ -167,7 +167,7 @@ if [ "$bench" = 1 ]; then
       --out "$out/augment" 2> "$out/augment.log" | tee "$out/augment.txt" || { status=1; tail -20 "$out/augment.log"; }
   fi
   if want ddp_scaling && [ "$(nvidia-smi --list-gpus | wc -l)" -ge 2 ]; then
-    step "bench/ddp_scaling.py (one ferry per rank vs one DataLoader per rank, 1/2/4 GPUs)"
+    step "bench/ddp_scaling.py (one ferry per rank, one ferry process for all GPUs, one DataLoader per rank; 1/2/4 GPUs)"
     PYTHONPATH=build/gpu/python python3 bench/ddp_scaling.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data \
       --out "$out/ddp-scaling" 2> "$out/ddp-scaling.log" | tee "$out/ddp-scaling.txt" || { status=1; tail -20 "$out/ddp-scaling.log"; }
   fi

@@ -34,8 +34,15 @@ class Pipeline:
     the config's epochs (or past ``max_batches``) raises ``ferry.Error`` saying so.
     :meth:`batches` iterates every batch left in the run instead, across epochs.
 
+    With ``transfer.devices`` (one process feeding several GPUs), each step is instead a list of
+    batches, one per device in the config's order, each on its device and holding its ``batch_size``
+    share of the step's samples (``len()``, epochs and the state count steps)::
+
+        for step in pipeline:                 # transfer.devices: [cuda:0, cuda:1]
+            for device, batch in enumerate(step): ...
+
     The tensors are the C++ pipeline's own (no copy), on the configured device, and ready to use on
-    the current CUDA stream. The pipeline starts working as soon as it is built and keeps
+    the current CUDA stream (each batch on its own device's). The pipeline starts working as soon as it is built and keeps
     ``prefetch`` batches in flight, across epoch boundaries too; its threads never hold the GIL.
 
     Args:
@@ -78,7 +85,7 @@ class Pipeline:
         self._next_epoch = first  # the epoch the next loop delivers
         self._current: int | None = None  # the epoch a loop is delivering, until it ends
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[Union[Batch, list[Batch]]]:
         """One epoch's batches: the epoch after the last loop's (the run's first at first)."""
         epoch = self._next_epoch
         if epoch >= self._impl.epochs:
@@ -92,7 +99,7 @@ class Pipeline:
         self._current = epoch
         return self._epoch(epoch)
 
-    def _epoch(self, epoch: int) -> Iterator[Batch]:
+    def _epoch(self, epoch: int) -> Iterator[Union[Batch, list[Batch]]]:
         next_of = self._impl.next
         try:
             batch = next_of(epoch)
@@ -103,7 +110,7 @@ class Pipeline:
             if self._current == epoch:
                 self._current = None
 
-    def batches(self) -> Iterator[Batch]:
+    def batches(self) -> Iterator[Union[Batch, list[Batch]]]:
         """Every batch left in the run, across epochs (for a loop that counts steps, not epochs)."""
         self._current = None
         self._next_epoch = self._impl.epochs  # the epochs are spoken for
@@ -138,8 +145,18 @@ class Pipeline:
 
     @property
     def device(self) -> torch.device:
-        """Where batches are delivered (``auto`` resolved)."""
-        return torch.device(self._impl.device)
+        """Where batches are delivered (``auto`` resolved). With ``transfer.devices``, see :attr:`devices`."""
+        devices = self.devices
+        if len(devices) != 1:
+            raise _error(f"ferry.Pipeline: {self._impl.origin} feeds {len(devices)} devices (transfer.devices): "
+                         "see .devices")
+        return devices[0]
+
+    @property
+    def devices(self) -> list[torch.device]:
+        """Every device batches are delivered to, in the order of each step's list (one without
+        ``transfer.devices``)."""
+        return [torch.device(name) for name in self._impl.device.split(",")]
 
     @property
     def closed(self) -> bool:

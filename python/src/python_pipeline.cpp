@@ -30,7 +30,7 @@ py::object* g_batch_type = nullptr;
 // A ferry.Batch of `batch`'s own tensors: a dict subclass, filled through the C API, with the
 // batch's place as attributes and its sample indices as raw uint64 bytes (turned into a list only
 // when asked for). Call with the GIL held.
-py::object to_python(const Batch& batch) {
+py::object batch_to_python(const Batch& batch) {
   static PyObject* const epoch_name = PyUnicode_InternFromString("epoch");
   static PyObject* const index_name = PyUnicode_InternFromString("index");
   static PyObject* const sequence_name = PyUnicode_InternFromString("sequence");
@@ -59,8 +59,8 @@ py::object to_python(const Batch& batch) {
 
 PythonPipeline::PythonPipeline(Config config, const std::optional<std::string>& state_json)
     : config_(std::move(config)) {
-  std::optional<PipelineState> resume;
-  if (state_json) resume = parse_pipeline_state(*state_json, "<state_dict>");
+  std::vector<PipelineState> resume;
+  if (state_json) resume = parse_pipeline_states(*state_json, "<state_dict>");
   py::gil_scoped_release unlocked;  // indexing a dataset and starting threads take a while
   source_ = check_config(config_);
   install(build(resume));
@@ -70,7 +70,7 @@ PythonPipeline::~PythonPipeline() {
   // Joining the pipeline's threads needs no Python; other Python threads may run meanwhile. The
   // destructor runs with the GIL held when Python drops the last reference, and without it when the
   // interpreter has gone.
-  std::shared_ptr<Pipeline> pipeline;
+  std::shared_ptr<PipelineGroup> pipeline;
   {
     std::lock_guard lock(handle_);
     pipeline = std::move(pipeline_);
@@ -81,23 +81,26 @@ PythonPipeline::~PythonPipeline() {
   }
 }
 
-std::shared_ptr<Pipeline> PythonPipeline::build(const std::optional<PipelineState>& resume) const {
-  return std::make_shared<Pipeline>(make_pipeline(config_, source_, resume));
+std::shared_ptr<PipelineGroup> PythonPipeline::build(const std::vector<PipelineState>& resume) const {
+  return std::make_shared<PipelineGroup>(make_pipeline_group(config_, source_, resume));
 }
 
-std::shared_ptr<Pipeline> PythonPipeline::install(std::shared_ptr<Pipeline> pipeline) {
-  BatchPlanner planner = planner_of(config_, pipeline->options(), *source_);
+std::shared_ptr<PipelineGroup> PythonPipeline::install(std::shared_ptr<PipelineGroup> pipeline) {
+  // Every device's pipeline plans as many batches: the first one's planner counts the group's steps.
+  BatchPlanner planner = planner_of(config_, pipeline->pipeline(0).options(), *source_, 0);
+  std::string device = pipeline->pipeline(0).options().device;
+  for (size_t d = 1; d < pipeline->size(); ++d) device += "," + pipeline->pipeline(d).options().device;
   std::lock_guard lock(handle_);
   planner_.emplace(std::move(planner));
   pending_epoch_.reset();
-  device_ = pipeline->options().device;
+  device_ = std::move(device);
   final_state_.reset();
   final_stats_.reset();
   std::swap(pipeline_, pipeline);
   return pipeline;
 }
 
-void PythonPipeline::retire(std::shared_ptr<Pipeline> pipeline) {
+void PythonPipeline::retire(std::shared_ptr<PipelineGroup> pipeline) {
   if (!pipeline) return;
   pipeline->close();                    // wakes a next() blocked on another thread
   std::lock_guard consumer(consumer_);  // that next() has left the pipeline
@@ -127,17 +130,24 @@ std::string PythonPipeline::device() const {
   return device_;
 }
 
-std::shared_ptr<Pipeline> PythonPipeline::running() const {
+std::shared_ptr<PipelineGroup> PythonPipeline::running() const {
   std::lock_guard lock(handle_);
   return pipeline_;
 }
 
-std::optional<Batch> PythonPipeline::take(std::unique_lock<std::mutex>& consumer) {
+py::object PythonPipeline::to_python(const BatchGroup& step) const {
+  if (config_.devices.empty()) return batch_to_python(step[0]);
+  py::list batches;
+  for (const Batch& batch : step) batches.append(batch_to_python(batch));
+  return batches;
+}
+
+std::optional<BatchGroup> PythonPipeline::take(std::unique_lock<std::mutex>& consumer) {
   for (;;) {
-    const std::shared_ptr<Pipeline> pipeline = running();
+    const std::shared_ptr<PipelineGroup> pipeline = running();
     if (!pipeline) return std::nullopt;
-    Pipeline::Next got = pipeline->next_for(kSignalPollInterval);
-    if (!got.timed_out) return std::move(got.batch);
+    PipelineGroup::Next got = pipeline->next_for(kSignalPollInterval);
+    if (!got.timed_out) return std::move(got.step);
     // Between two slices: let Python run its signal handlers (Ctrl-C raises KeyboardInterrupt).
     consumer.unlock();
     {
@@ -149,7 +159,7 @@ std::optional<Batch> PythonPipeline::take(std::unique_lock<std::mutex>& consumer
 }
 
 py::object PythonPipeline::next(std::optional<uint64_t> epoch) {
-  std::optional<Batch> batch;
+  std::optional<BatchGroup> batch;
   {
     py::gil_scoped_release unlocked;
     std::unique_lock consumer(consumer_);
@@ -160,7 +170,7 @@ py::object PythonPipeline::next(std::optional<uint64_t> epoch) {
         set_pending_epoch(std::nullopt);
         // Taken in an earlier loop, perhaps on another thread or with another current stream: ready
         // it on the stream current now, as the pipeline did for the stream current then.
-        batch->ready_on_current_stream();
+        for (const Batch& one : *batch) one.ready_on_current_stream();
       } else {
         batch = take(consumer);
       }
@@ -187,13 +197,13 @@ void PythonPipeline::set_pending_epoch(std::optional<uint64_t> epoch) {
 uint64_t PythonPipeline::drain() {
   py::gil_scoped_release unlocked;
   std::lock_guard consumer(consumer_);
-  const std::shared_ptr<Pipeline> pipeline = running();
+  const std::shared_ptr<PipelineGroup> pipeline = running();
   uint64_t batches = pending_ ? 1 : 0;
   pending_.reset();
   set_pending_epoch(std::nullopt);
   if (pipeline) {
-    for (const Batch& batch : *pipeline) {
-      (void)batch;
+    for (const BatchGroup& step : *pipeline) {
+      (void)step;
       ++batches;
     }
   }
@@ -209,12 +219,13 @@ py::dict PythonPipeline::train_in_cpp(uint64_t steps, double step_seconds, int64
   {
     py::gil_scoped_release unlocked;
     std::lock_guard consumer(consumer_);
-    const std::shared_ptr<Pipeline> pipeline = running();
+    const std::shared_ptr<PipelineGroup> pipeline = running();
     pending_.reset();
     set_pending_epoch(std::nullopt);
     while (pipeline && done < steps) {
       const auto asked = Clock::now();
-      std::optional<Batch> batch = pipeline->next();
+      std::optional<BatchGroup> step = pipeline->next();
+      const Batch* batch = step ? &(*step)[0] : nullptr;
       const double wait = std::chrono::duration<double>(Clock::now() - asked).count();
       if (!batch) break;
       // The first batch waits for the pipeline to start: reported apart, the loop is timed after it.
@@ -244,52 +255,58 @@ py::dict PythonPipeline::train_in_cpp(uint64_t steps, double step_seconds, int64
   return out;
 }
 
-PipelineState PythonPipeline::delivered_state(PipelineState state) const {
+std::vector<PipelineState> PythonPipeline::delivered_state(std::vector<PipelineState> states) const {
   if (pending_epoch_) {
-    // The batch held back for the next loop was taken from the pipeline but not handed to Python:
+    // The step held back for the next loop was taken from the pipeline but not handed to Python:
     // the state starts at it. It is the first of its epoch (a loop ends where an epoch does), and
-    // the batch before it ended an epoch, so it starts at the epoch's first position.
-    state.next_batch -= 1;
-    state.next = BatchCursor{*pending_epoch_, 0, 0};
-    state.last_epoch.reset();
-    state.last_index.reset();
+    // the step before it ended an epoch, so each device's batch starts at the epoch's first position.
+    for (PipelineState& state : states) {
+      state.next_batch -= 1;
+      state.next = BatchCursor{*pending_epoch_, 0, 0};
+      state.last_epoch.reset();
+      state.last_index.reset();
+    }
   }
-  return state;
+  return states;
 }
 
 std::string PythonPipeline::state_json() const {
-  if (const std::shared_ptr<Pipeline> pipeline = running()) {
-    PipelineState state = pipeline->state();
+  if (const std::shared_ptr<PipelineGroup> pipeline = running()) {
+    std::vector<PipelineState> states = pipeline->state();
     std::lock_guard lock(handle_);
-    return delivered_state(std::move(state)).to_json();
+    return states_json(delivered_state(std::move(states)));
   }
   std::lock_guard lock(handle_);
-  return final_state_ ? final_state_->to_json() : PipelineState{}.to_json();
+  return final_state_ ? states_json(*final_state_) : PipelineState{}.to_json();
 }
 
 void PythonPipeline::load_state_json(const std::string& json) {
-  const PipelineState state = parse_pipeline_state(json, "<state_dict>");
+  const std::vector<PipelineState> states = parse_pipeline_states(json, "<state_dict>");
   py::gil_scoped_release unlocked;
   // Built first: a state of another order throws here, with the running pipeline untouched.
-  std::shared_ptr<Pipeline> fresh = build(state);
+  std::shared_ptr<PipelineGroup> fresh = build(states);
   retire(install(std::move(fresh)));
 }
 
 void PythonPipeline::cache_to(int device) {
-  const std::shared_ptr<Pipeline> pipeline = running();
+  const std::shared_ptr<PipelineGroup> pipeline = running();
   if (!pipeline) throw Error("cache_to() on a closed pipeline");
+  if (pipeline->size() != 1) {
+    throw Error("cache_to() moves one pipeline's cache; with transfer.devices each device keeps its own on its GPU");
+  }
   py::gil_scoped_release release;
-  pipeline->cache_to(device);
+  pipeline->pipeline(0).cache_to(device);
 }
 
 std::string PythonPipeline::stats_json() const {
-  PipelineStats stats;
-  if (const std::shared_ptr<Pipeline> pipeline = running()) {
-    stats = pipeline->stats();
+  std::vector<PipelineStats> devices;
+  if (const std::shared_ptr<PipelineGroup> pipeline = running()) {
+    devices = pipeline->stats();
   } else {
     std::lock_guard lock(handle_);
-    if (final_stats_) stats = *final_stats_;
+    if (final_stats_) devices = *final_stats_;
   }
+  const PipelineStats stats = merged_stats(devices);
   cli::RunInfo info;
   info.ferry_version = FERRY_VERSION;
   info.config = config_.origin;
@@ -297,6 +314,7 @@ std::string PythonPipeline::stats_json() const {
   info.source = source_ ? source_->describe() : "";
   info.host = cli::this_host();
   info.config_keys = config_.values;
+  if (devices.size() > 1) info.devices = std::move(devices);
   std::ostringstream out;
   cli::write_report_json(out, info, stats);
   return out.str();
@@ -305,7 +323,7 @@ std::string PythonPipeline::stats_json() const {
 void PythonPipeline::close() {
   if (!running()) return;
   py::gil_scoped_release unlocked;  // joining the threads takes a moment; Python may run meanwhile
-  std::shared_ptr<Pipeline> last;
+  std::shared_ptr<PipelineGroup> last;
   {
     std::lock_guard lock(handle_);
     if (!pipeline_) return;  // another close() got here first
@@ -313,8 +331,8 @@ void PythonPipeline::close() {
   }
   last->close();                        // wakes a next() blocked on another thread
   std::lock_guard consumer(consumer_);  // that next() has left the pipeline: the state is final
-  PipelineState state = last->state();
-  PipelineStats stats = last->stats();
+  std::vector<PipelineState> state = last->state();
+  std::vector<PipelineStats> stats = last->stats();
   {
     std::lock_guard lock(handle_);
     final_state_ = delivered_state(std::move(state));  // a held-back batch was never delivered

@@ -11,13 +11,14 @@
 
 #include <ferry/assembly/config.h>
 #include <ferry/io/formats/source.h>
-#include <ferry/pipeline/pipeline.h>
+#include <ferry/pipeline/pipeline_group.h>
 #include <ferry/stages/batch_planner.h>
 
 namespace ferry::python {
 
-/// ferry.Pipeline's engine (ferry._C.Pipeline): a ferry::Pipeline built from a config, handing its
-/// batches to Python as dicts of the pipeline's own tensors (no copy).
+/// ferry.Pipeline's engine (ferry._C.Pipeline): a ferry::PipelineGroup built from a config (of one pipeline,
+/// or one per device of transfer.devices), handing its batches to Python as dicts of the pipeline's own
+/// tensors (no copy): a ferry.Batch per step, or with transfer.devices a list of them, one per device.
 ///
 /// Every call that works or waits in C++ releases the GIL: building (which indexes the dataset),
 /// next() while it waits for a batch, close(), destruction. next() waits in slices of
@@ -35,7 +36,8 @@ class PythonPipeline {
   PythonPipeline(const PythonPipeline&) = delete;
   PythonPipeline& operator=(const PythonPipeline&) = delete;
 
-  /// The next batch as a ferry.Batch (a dict {field name: tensor} with epoch, index, sequence and the
+  /// The next step: with transfer.devices a list of ferry.Batch, one per device; otherwise the batch itself.
+  /// A batch is a ferry.Batch (a dict {field name: tensor} with epoch, index, sequence and the
   /// sample indices), or None at the end of the run (and after close()). With `epoch`, only batches of
   /// that epoch: None once the next batch belongs to a later epoch (which is held back for the next
   /// call), and batches of earlier epochs (left by a loop that stopped early) are dropped. A stage's
@@ -59,7 +61,7 @@ class PythonPipeline {
   /// next(), both from the first batch on, and the first batch's wait (the pipeline's start-up).
   /// GIL released.
   pybind11::dict train_in_cpp(uint64_t steps, double step_seconds, int64_t cycles);
-  /// Pipeline::state() as its JSON text.
+  /// PipelineGroup::state() as its JSON text: states_json() (one device: the PipelineState's own).
   std::string state_json() const;
   /// Restarts at a saved state: the batches delivered next are those the saved run had not
   /// delivered. The new pipeline is built before the running one is closed, so a state of another
@@ -81,40 +83,42 @@ class PythonPipeline {
   /// The next batch of the running pipeline, or nullopt at its end: waits in slices of
   /// kSignalPollInterval, taking the GIL between them to check for signals. `consumer` is held, the
   /// GIL not.
-  std::optional<Batch> take(std::unique_lock<std::mutex>& consumer);
+  std::optional<BatchGroup> take(std::unique_lock<std::mutex>& consumer);
+  /// The step as Python sees it: a ferry.Batch, or a list of them with transfer.devices. GIL held.
+  pybind11::object to_python(const BatchGroup& step) const;
   /// Records, for state_json(), the epoch of the batch held back in pending_ (nullopt: none).
   void set_pending_epoch(std::optional<uint64_t> epoch);
   /// `state` (the pipeline's) without the batch held back in pending_: where Python's next batch
   /// starts. Call with handle_ held.
-  PipelineState delivered_state(PipelineState state) const;
+  std::vector<PipelineState> delivered_state(std::vector<PipelineState> states) const;
   /// A new pipeline of config_ (at `resume`); becomes the running one through install(). GIL
   /// released by the caller.
-  std::shared_ptr<Pipeline> build(const std::optional<PipelineState>& resume) const;
+  std::shared_ptr<PipelineGroup> build(const std::vector<PipelineState>& resume) const;
   /// Makes `pipeline` the running one; returns the one it replaces (to be closed by the caller).
-  std::shared_ptr<Pipeline> install(std::shared_ptr<Pipeline> pipeline);
+  std::shared_ptr<PipelineGroup> install(std::shared_ptr<PipelineGroup> pipeline);
   /// Stops `pipeline`, waits until no next() is inside it, and drops this object's references to
   /// it; GIL released by the caller.
-  void retire(std::shared_ptr<Pipeline> pipeline);
+  void retire(std::shared_ptr<PipelineGroup> pipeline);
 
   Config config_;
   std::shared_ptr<const Source> source_;
   /// The running pipeline (null once closed), read under `handle_`.
-  std::shared_ptr<Pipeline> running() const;
+  std::shared_ptr<PipelineGroup> running() const;
 
   // One next() at a time holds `consumer_`. close() wakes it through Pipeline::close() (thread-safe),
   // then takes `consumer_` to destroy the pipeline once no next() is inside it.
   std::mutex consumer_;
   // A batch taken from the pipeline for next(epoch) that belongs to a later epoch: the first of the
   // next loop. Guarded by consumer_; it counts as not delivered in state_json().
-  std::optional<Batch> pending_;
+  std::optional<BatchGroup> pending_;
   mutable std::mutex handle_;  // guards the members below; never held while waiting
-  std::shared_ptr<Pipeline> pipeline_;
+  std::shared_ptr<PipelineGroup> pipeline_;
   std::string device_;                     // the running (or last) pipeline's resolved device
   std::optional<uint64_t> pending_epoch_;  // pending_'s epoch, readable without consumer_
   std::optional<BatchPlanner> planner_;    // its planner's twin, for the run's and epochs' lengths (never run)
   // What state_json() and stats_json() report after close().
-  std::optional<PipelineState> final_state_;
-  std::optional<PipelineStats> final_stats_;
+  std::optional<std::vector<PipelineState>> final_state_;
+  std::optional<std::vector<PipelineStats>> final_stats_;
 };
 
 /// Adds ferry._C.Pipeline to `module`.

@@ -594,6 +594,42 @@ TEST(FerryResume, ANewProcessContinuesBitForBitWhereTheLastStopped) {
   }
 }
 
+// transfer.devices: a group's run stopped and resumed in a new process delivers, device by device, what
+// an uninterrupted run of the group delivers; its report has an object per device and matches the schema.
+TEST(FerryResume, AGroupOfDevicesResumesBitForBitAndReportsEachDevice) {
+  const TempDir dir;
+  const std::vector<std::string> group = {"--set", "transfer.devices=[cpu, cpu, cpu]"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), group.begin(), group.end());
+    return resume::shuffled_run(more);
+  };
+  const Result full = ferry(with({"--digest", dir / "full.txt", "--report", dir / "r.json"}));
+  ASSERT_TRUE(full.status.is(0)) << full.status << both(full);
+  const std::string expected = resume::read_file(dir / "full.txt");
+  // 2000 samples over 3 devices: 667 each (one padded), 14 batches of 50 an epoch, 2 epochs.
+  ASSERT_EQ(lines(expected).size(), 3u * 28u);
+  EXPECT_TRUE(contains(full.err, "28 steps of a batch of 50 to cpu, cpu, cpu")) << both(full);
+  EXPECT_TRUE(contains(full.out, "  device     cpu: 28 batches")) << both(full);
+  if (have_python()) expect_matches_schema(dir / "r.json");
+  const std::string report = resume::read_file(dir / "r.json");
+  EXPECT_TRUE(contains(report, "\"copy_wait_seconds\"")) << report;
+  for (const int stop : {1, 14, 27}) {
+    SCOPED_TRACE("stopped after " + std::to_string(stop) + " steps");
+    const Result first = ferry(with({"--batches", std::to_string(stop), "--set", "decode.threads=3", "--digest",
+                                     dir / "a.txt", "--save-state", dir / "state.json"}));
+    ASSERT_TRUE(first.status.is(0)) << first.status << both(first);
+    EXPECT_TRUE(contains(resume::read_file(dir / "state.json"), "\"format\": \"ferry-states\"")) << both(first);
+    const Result second = ferry(with({"--resume", dir / "state.json", "--set", "decode.threads=1", "--set",
+                                      "prefetch=5", "--digest", dir / "b.txt"}));
+    ASSERT_TRUE(second.status.is(0)) << second.status << both(second);
+    EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), expected);
+  }
+  // Another number of devices is refused, naming why.
+  const Result other = ferry(resume::shuffled_run({"--set", "transfer.devices=[cpu, cpu]", "--resume", dir / "state.json"}));
+  EXPECT_FALSE(other.status.is(0)) << both(other);
+  EXPECT_TRUE(contains(other.err, "holds 3 devices' states, and this config feeds 2")) << both(other);
+}
+
 // The same for every dataset kind, each made by `ferry make-dataset`, shuffled, with what makes the
 // kind's order hard to resume: tar shards through a shard-order shuffle and a shuffle buffer, random
 // crops, and an image folder holding a damaged JPEG that `on_error: skip` skips (so batches are

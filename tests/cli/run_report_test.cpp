@@ -345,7 +345,7 @@ TEST(RunReport, JsonHoldsTheStatsInTheDocumentedOrder) {
   const Json json = JsonReader::parse(json_of(run.info, stats));
 
   EXPECT_EQ(json.keys(), (std::vector<std::string>{"format", "format_version", "ferry_version", "run", "host", "config",
-                                                   "settings", "totals", "bottleneck", "per_batch", "planner", "stages",
+                                                   "settings", "totals", "devices", "bottleneck", "per_batch", "planner", "stages",
                                                    "consumer", "queues", "pool", "skipped"}));
   EXPECT_EQ(json["format"].text, "ferry-run-report");
   EXPECT_EQ(json["format_version"].u64(), static_cast<uint64_t>(kReportFormatVersion));
@@ -477,6 +477,43 @@ TEST(RunReport, GpuDecodingHasLinesAndAnObjectOnlyWhenAJpegFieldUsesTheGpu) {
   EXPECT_EQ(report_text("t", RunInfo{}, stats).find("jpeg  "), std::string::npos);
 }
 
+// transfer.devices: each device's share in `devices` and a line of the text; the rest is the merged run.
+TEST(RunReport, AGroupsDevicesHaveAnObjectAndALineEach) {
+  std::vector<PipelineStats> devices(2, full_stats());
+  devices[0].device = "cuda:0";
+  devices[1].device = "cuda:1";
+  devices[1].bytes = 3 * devices[0].bytes;
+  for (PipelineStats& device : devices) {
+    for (StageStats& stage : device.stages) {
+      if (stage.name == "event-wait") stage.busy_seconds = 0.5;
+      if (stage.name == "h2d") stage.busy_seconds = 0.25;
+    }
+  }
+  RunInfo info;
+  info.devices = devices;
+  const PipelineStats all = merged_stats(devices);
+  EXPECT_EQ(all.device, "cuda:0, cuda:1");
+  EXPECT_EQ(all.batches, 2 * devices[0].batches);
+  EXPECT_EQ(all.bytes, 4 * devices[0].bytes);
+  const Json json = JsonReader::parse(json_of(info, all));
+  ASSERT_EQ(json["devices"].items.size(), 2u);
+  const Json& second = json["devices"].items[1];
+  EXPECT_EQ(second["device"].text, "cuda:1");
+  EXPECT_EQ(second["batches"].u64(), devices[1].batches);
+  EXPECT_EQ(second["bytes"].u64(), devices[1].bytes);
+  EXPECT_DOUBLE_EQ(second["gigabytes_per_second"].number(),
+                   static_cast<double>(devices[1].bytes) / devices[1].elapsed_seconds / 1e9);
+  EXPECT_DOUBLE_EQ(second["h2d_busy_seconds"].number(), 0.25);
+  EXPECT_DOUBLE_EQ(second["copy_wait_seconds"].number(), 0.5);
+  if (have_python()) {
+    EXPECT_EQ(check_schema(json_of(info, all), "report_devices.json"), 0);
+  }
+  const std::string text = report_text("t", info, all);
+  EXPECT_NE(text.find("  device     cuda:1: " + std::to_string(devices[1].batches) + " batches"), std::string::npos)
+      << text;
+  EXPECT_TRUE(JsonReader::parse(json_of(RunInfo{}, devices[0]))["devices"].items.empty());
+}
+
 TEST(RunReport, JsonEscapesStringsAndCountsUnlistedSkips) {
   RunInfo info;
   info.ferry_version = "0.1.0";
@@ -567,8 +604,8 @@ TEST(RunReport, TheSchemaCheckRejectsBrokenReports) {
     EXPECT_NE(at, std::string::npos) << from;
     return at == std::string::npos ? text : text.replace(at, from.size(), to);
   };
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 6,", ""), "missing.json"), 1);
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 6,", "\"format_version\": 6, \"extra\": 2,"), "extra.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 7,", ""), "missing.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 7,", "\"format_version\": 7, \"extra\": 2,"), "extra.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": \"40\""), "type.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": -40"), "negative.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"wall_seconds\": 2", "\"wall_seconds\": NaN"), "nan.json"), 1);

@@ -1,0 +1,132 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "ferry/pipeline/batch_group.h"
+#include "ferry/pipeline/pipeline.h"
+
+namespace ferry {
+
+/// One process feeding several devices (`transfer.devices`): a pipeline per device, each with its own
+/// pinned pool, copy stream, events and ready queue, all decoding on one shared pool of threads. Each
+/// step hands out one batch per device, of the same epoch and index.
+///
+///   ferry::PipelineGroup group = ferry::make_pipeline_group(config);  // assembly/configured_pipeline.h
+///   for (const ferry::BatchGroup& step : group) { ... step[d]["image"] ... }
+///
+/// Note [one process, several devices]
+/// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+/// Device d of N in a process of rank r among W is rank r x N + d among W x N to the sampler (the
+/// config layer sets that up): a step takes the next N x batch_size samples of the process's order and
+/// each device gets every N-th of them, as N data-parallel ranks would, and on_error: skip replaces a
+/// skipped sample (Note [replacing skipped samples]) so that every device keeps its number of batches.
+/// The devices therefore stay in step; next() checks it and throws ferry::Error when they do not.
+///
+/// A step is taken device by device. A timeout (next_for), a failure or close() part-way keeps the
+/// batches already taken, and state() counts them as not delivered: every device's state then points at
+/// the same step, which a resumed group delivers whole.
+///
+/// Consumer side as Pipeline: next()/iteration from one thread at a time; close(), stats() and state()
+/// from any thread.
+class PipelineGroup {
+ public:
+  /// Starts one pipeline per part (its options.device its device), their graphs in one arena of
+  /// `decode_threads` shared decode threads (plus each pipeline's serial nodes). Throws ferry::Error for
+  /// no part, or a part's invalid options; nothing is left running.
+  struct Part {
+    StageSet stages;
+    PipelineOptions options;
+  };
+  PipelineGroup(std::vector<Part> parts, size_t decode_threads);
+
+  PipelineGroup(PipelineGroup&&) noexcept;
+  PipelineGroup& operator=(PipelineGroup&&) noexcept;
+  ~PipelineGroup();
+
+  /// Devices in the group.
+  size_t size() const noexcept { return pipelines_.size(); }
+
+  /// The next step, or nullopt at the end of the run (or after close()). Blocks until every device's
+  /// batch is ready. Rethrows a device's ferry::Error (a stage's failure, naming the sample); throws
+  /// ferry::Error when the devices are out of step.
+  std::optional<BatchGroup> next();
+
+  struct Next {
+    std::optional<BatchGroup> step;
+    bool timed_out = false;  // no whole step within the timeout; the batches taken so far are kept
+  };
+  /// As next(), waiting at most `timeout` (see Pipeline::next_for()).
+  Next next_for(std::chrono::microseconds timeout);
+
+  /// Stops every device's pipeline; a next() blocked on another thread returns nullopt. Thread-safe.
+  void close();
+
+  /// Each device's stats, in the group's device order.
+  std::vector<PipelineStats> stats() const;
+  /// Each device's state, in device order: only whole steps count as delivered (Note [one process,
+  /// several devices]). Resume with make_pipeline_group(config, states).
+  std::vector<PipelineState> state() const;
+  /// The `device`-th device's pipeline (its options, its stats). Throws ferry::Error out of range.
+  const Pipeline& pipeline(size_t device) const;
+  Pipeline& pipeline(size_t device);
+
+  /// Single-pass input iterator over the remaining steps; ++ calls next() (and may throw).
+  class Iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = BatchGroup;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const BatchGroup*;
+    using reference = const BatchGroup&;
+
+    Iterator() = default;
+    explicit Iterator(PipelineGroup* group) : group_(group) { advance(); }
+    reference operator*() const { return *current_; }
+    pointer operator->() const { return &*current_; }
+    Iterator& operator++() {
+      advance();
+      return *this;
+    }
+    bool operator==(const Iterator& other) const noexcept { return group_ == other.group_; }
+
+   private:
+    void advance() {
+      current_ = group_->next();
+      if (!current_) group_ = nullptr;
+    }
+    PipelineGroup* group_ = nullptr;
+    std::optional<BatchGroup> current_;
+  };
+  Iterator begin() { return Iterator(this); }
+  Iterator end() { return Iterator(); }
+
+ private:
+  // A device's last batch of a whole step: where its state stands once the step is delivered.
+  struct Delivered {
+    uint64_t epoch = 0;
+    uint64_t index = 0;
+    BatchCursor next;  // where its next batch starts
+  };
+  // The whole group's consumer state, guarded by mutex_ (next() holds it only between its calls into the
+  // pipelines, so that state() and stats() never wait for a batch).
+  struct Progress {
+    std::vector<std::optional<Batch>> taken;          // this step's batches taken so far
+    std::vector<std::optional<Delivered>> delivered;  // each device's last batch of a whole step
+    bool closed = false;                              // close() was called: a device's end is not the run's
+  };
+
+  // Throws: `device` ended its run (or, with `batch`, delivered it) out of step with `other`'s `others`.
+  [[noreturn]] void out_of_step(size_t device, const Batch* batch, size_t other, const Batch& others) const;
+
+  std::vector<Pipeline> pipelines_;
+  std::unique_ptr<std::mutex> mutex_;
+  std::unique_ptr<Progress> progress_;
+};
+
+}  // namespace ferry
