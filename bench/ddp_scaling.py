@@ -4,7 +4,7 @@ starts them (issue 16), ferry beside torch's DataLoader, and one ferry process f
 run.
 
     python3 bench/ddp_scaling.py --ferry build/gpu/cli/ferry --data build/gpu/bench-data \\
-        --out gpu-results/ddp-scaling [--gpus 1,2,4] [--batches 48] [--quick]
+        --out gpu-results/ddp-scaling [--gpus 1,2,4] [--image-batches 320] [--token-batches 2000] [--quick]
 
 Needs a Python with torch, numpy and pillow, and ferry's package on PYTHONPATH. For each N in --gpus
 (those this machine has; with no GPU, or --quick, N in 1 and 2 on the CPU) the harness starts N rank
@@ -237,8 +237,13 @@ def main():
     parser.add_argument("--data", help="where the datasets are (made when missing)")
     parser.add_argument("--out", default="ddp-scaling")
     parser.add_argument("--gpus", default="1,2,4")
-    parser.add_argument("--batches", type=int, default=48,
-                        help="batches each rank loads (ferry-1proc: steps, a batch for every device each)")
+    parser.add_argument("--batches", type=int, default=None,
+                        help="batches each rank loads (ferry-1proc: steps, a batch for every device each); "
+                             "default: --image-batches and --token-batches")
+    # Long enough that start-up (the processes' pipelines, pools and workers) is not most of the span: 48
+    # batches of either took 0.05 to 0.5 s and measured start-up, not loading (2026-11-27, 4 H200s).
+    parser.add_argument("--image-batches", type=int, default=320)
+    parser.add_argument("--token-batches", type=int, default=2000)
     parser.add_argument("--timeout", type=float, default=600, help="seconds a rank (or ferry-1proc) may take")
     parser.add_argument("--quick", action="store_true")
     # A rank process, or ferry-1proc's one process (started by the harness):
@@ -258,8 +263,9 @@ def main():
     args.device = "cuda" if gpus > 0 and not args.quick else "cpu"
     # 1 always: the scaling efficiency is against it.
     worlds = [1, 2] if args.device == "cpu" else sorted({1} | {n for n in map(int, args.gpus.split(",")) if n <= gpus})
+    batches = {"images": args.batches or args.image_batches, "tokens": args.batches or args.token_batches}
     if args.quick:
-        args.batches = min(args.batches, 8)
+        batches = {workload: min(count, 8) for workload, count in batches.items()}
     os.makedirs(args.out, exist_ok=True)
     images = os.path.join(args.data, "images")
     loaders.make_images(args.ferry, images, 512 if args.quick else 8192)  # as bench/loaders.py makes it
@@ -268,6 +274,7 @@ def main():
 
     rows = []
     for workload, root in (("images", images), ("tokens", tokens)):
+        args.batches = batches[workload]  # what launch() passes to each process
         for loader in LOADERS:
             for world in worlds:
                 log(f"{workload}, {loader}, {world} device(s)")
@@ -280,7 +287,8 @@ def main():
 
     cores = len(os.sched_getaffinity(0))
     print(f"torch {torch.__version__}, {args.device} ({gpus} GPUs), {cores} cores shared by the ranks, "
-          f"{args.batches} batches a rank (ferry-1proc: steps of a batch a device, one process)")
+          f"{batches['images']} image and {batches['tokens']} token batches a rank (ferry-1proc: steps of a "
+          "batch a device, one process)")
     for workload, unit, scale in (("images", "images/s", 1), ("tokens", "M tokens/s", loaders.WINDOW / 1e6)):
         print(f"\n{workload}: aggregate {unit} (scaling efficiency; CPU ms a sample)")
         print(f"{'loader':12}" + "".join(f"{f'{n} device(s)':>30}" for n in worlds))
@@ -293,7 +301,7 @@ def main():
             print(f"{loader:12}" + "".join(f"{c:>30}" for c in cells))
     with open(os.path.join(args.out, "ddp-scaling.json"), "w") as f:
         json.dump({"machine": platform.node(), "device": args.device, "gpus": gpus, "cores": cores,
-                   "torch": torch.__version__, "batches_per_rank": args.batches, "loaders": list(LOADERS),
+                   "torch": torch.__version__, "batches_per_rank": batches, "loaders": list(LOADERS),
                    "rows": rows}, f, indent=2)
     return 0
 

@@ -558,10 +558,13 @@ TEST(RunReport, JsonOfAnEmptySnapshotHasNoNaN) {
 TEST(RunReport, JsonNamesTheHostTheDeviceAndTheConfigAsItRan) {
   RunInfo info;
   info.host = this_host();
-  info.host.devices.push_back(HostInfo::Device{1, "Test GPU \"X\"", 80ull << 30});
-  info.config_keys = {{"batch_size", "64"}, {"source.fields[0].dtype", "float32"}, {"transfer.device", "cuda:1"}};
+  // A device number past the machine's own (on a machine with two GPUs, cuda:1 is a real one).
+  const int index = static_cast<int>(info.host.devices.size()) + 7;
+  const std::string device = "cuda:" + std::to_string(index);
+  info.host.devices.push_back(HostInfo::Device{index, "Test GPU \"X\"", 80ull << 30});
+  info.config_keys = {{"batch_size", "64"}, {"source.fields[0].dtype", "float32"}, {"transfer.device", device}};
   PipelineStats stats = full_stats();
-  stats.device = "cuda:1";
+  stats.device = device;
   const Json json = JsonReader::parse(json_of(info, stats));
   EXPECT_EQ(json["run"]["device_name"].text, "Test GPU \"X\"");
   EXPECT_EQ(json["host"]["name"].text, info.host.name);
