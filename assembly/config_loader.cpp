@@ -1295,6 +1295,12 @@ class ConfigLoader {
     }
   }
 
+  // cuda:007 as cuda:7, so that a GPU is not listed twice under two names.
+  static std::string canonical(const std::string& device) {
+    if (device.rfind("cuda:", 0) != 0) return device;
+    return "cuda:" + std::to_string(std::stoul(device.substr(5)));
+  }
+
   // transfer.devices: `all`, or a list of cpu and cuda:N (each GPU once; cpu may repeat: a host share).
   void read_devices(const Node& transfer, const Node& value) {
     const std::string what = "all, or a list of devices such as [cuda:0, cuda:1]";
@@ -1334,10 +1340,10 @@ class ConfigLoader {
                             device->find_first_not_of("0123456789", 5) == std::string::npos;
       if (*device != "cpu" && !numbered) {
         expected(key, value[i], "cpu or cuda:N (a GPU by its number: in a list, cuda alone is ambiguous)");
-      } else if (numbered && std::find(devices.begin(), devices.end(), *device) != devices.end()) {
+      } else if (numbered && std::find(devices.begin(), devices.end(), canonical(*device)) != devices.end()) {
         problem(key, value[i], *device + " is listed twice: each GPU gets one share of every step");
       } else {
-        devices.push_back(*device);
+        devices.push_back(canonical(*device));
       }
       listed += (listed.empty() ? "" : ", ") + *device;
     }

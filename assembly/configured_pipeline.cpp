@@ -84,14 +84,30 @@ std::shared_ptr<const Source> check_config(const Config& config) {
   }
   // Note [GPU JPEG decode]: device: gpu needs the decoder in this build and batches on a GPU; auto uses it
   // where it can and the CPU otherwise.
+  // Every device of a group decodes on its own GPU.
+  std::vector<at::Device> targets;
+  if (device) targets.push_back(*device);
+  for (size_t d = 1; d < devices.size() && device; ++d) {
+    try {
+      targets.push_back(resolve_device(devices[d]));
+    } catch (const Error&) {
+      // reported above
+    }
+  }
   for (const auto& [field, where] : options.decode_devices) {
-    if (where != DecodeDevice::kGpu || !device) continue;
+    if (where != DecodeDevice::kGpu) continue;
     const std::string key = config.source.kind == "image_folder" ? "source.image.device" : "source.members";
-    if (!device->is_cuda()) {
-      add(key, "field '" + field + "' is to be decoded on the GPU (device: gpu), but batches go to " + device->str() +
-                   " (transfer.device): deliver them to a CUDA device, or use device: cpu or auto");
-    } else if (const std::string why = detail::NvJpegDecoder::unavailable_reason(); !why.empty()) {
-      add(key, "this build cannot decode JPEGs on the GPU (" + why + "): use device: cpu or auto");
+    for (const at::Device& target : targets) {
+      if (!target.is_cuda()) {
+        add(key, "field '" + field + "' is to be decoded on the GPU (device: gpu), but batches go to " + target.str() +
+                     (config.devices.empty() ? " (transfer.device)" : " (transfer.devices)") +
+                     ": deliver them to a CUDA device, or use device: cpu or auto");
+        break;
+      }
+      if (const std::string why = detail::NvJpegDecoder::unavailable_reason(); !why.empty()) {
+        add(key, "this build cannot decode JPEGs on the GPU (" + why + "): use device: cpu or auto");
+        break;
+      }
     }
   }
 
@@ -105,12 +121,17 @@ std::shared_ptr<const Source> check_config(const Config& config) {
   if (source && placement) {
     // A run that would deliver nothing is a mistake, not a success to report.
     const uint64_t epoch = make_sampler(config.sampler, *placement, *source)->epoch_size();
-    const std::string share = placement->world_size == 1 ? "the source has"
-                                                         : "rank " + std::to_string(placement->rank) + " of " +
-                                                               std::to_string(placement->world_size) + " gets";
+    // Under transfer.devices the placement is device 0's (each device is a rank to the sampler).
+    const bool group = devices.size() > 1;
+    const std::string share =
+        placement->world_size == 1 ? "the source has"
+        : group ? "each of the " + std::to_string(devices.size()) + " devices" +
+                      (placement->world_size > devices.size() ? " of this rank" : "") + " gets"
+                : "rank " + std::to_string(placement->rank) + " of " + std::to_string(placement->world_size) + " gets";
     if (epoch == 0) {
       add("sampler.remainder", share + " no samples: the source has " + std::to_string(source->size()) +
-                                   " and the remainder is dropped (use pad, or fewer ranks)");
+                                   " and the remainder is dropped (use pad, or fewer " + (group ? "devices" : "ranks") +
+                                   ")");
     } else if (options.drop_last && epoch < options.batch_size) {
       add("sampler.drop_last", share + " " + std::to_string(epoch) + " samples per epoch, fewer than batch_size (" +
                                    std::to_string(options.batch_size) + "): drop_last leaves no batch");
@@ -203,9 +224,12 @@ std::shared_ptr<const Source> check_config(const Config& config) {
       try {
         const DecodeStage decode(source, DecoderRegistry::global(), options.decoders, field_decoders);
         const CollateStage collate(source->fields(), options.collate, options.transfer.min_alignment);
-        (void)plan_dataset_cache(*source, decode.decoders(), options, resolve_device(options.device),
-                                 *make_sampler(config.sampler, *placement, *source),
-                                 collate.max_batch_bytes(options.batch_size));
+        // Each device of a group keeps its own share's cache on itself.
+        for (const at::Device& target : targets) {
+          (void)plan_dataset_cache(*source, decode.decoders(), options, target,
+                                   *make_sampler(config.sampler, *placement, *source),
+                                   collate.max_batch_bytes(options.batch_size));
+        }
       } catch (const Error& e) {
         const bool size = e.cause().find("max_bytes") != std::string::npos && options.cache.max_bytes != 0;
         add(size ? "cache.max_bytes" : "cache.memory", e.cause());
@@ -277,6 +301,12 @@ std::vector<std::string> group_devices(const Config& config) {
   if (config.devices.empty()) return {config.pipeline.device};
   if (config.devices.size() == 1 && config.devices.front() == "all") {
     if (!gpu_build()) throw Error("transfer.devices: all needs GPU support, but this is a " + build_description());
+    // torchrun's processes of one host would each feed every GPU.
+    if (const std::optional<TorchrunEnv> env = torchrun_env(); env && env->local_world_size > 1) {
+      throw Error("transfer.devices: all under torchrun with " + std::to_string(env->local_world_size) +
+                  " processes on this host would feed every GPU from each of them: give each process its own "
+                  "devices (a list), or one device (transfer.device: cuda, which is cuda:$LOCAL_RANK)");
+    }
     const int count = cuda_device_count();
     if (count == 0) throw Error("transfer.devices: all found no GPU: " + cuda_unavailable_reason());
     std::vector<std::string> devices;
@@ -328,7 +358,12 @@ PipelineGroup make_pipeline_group(const Config& config, std::shared_ptr<const So
     make_part(0);
   } else {
     std::vector<std::thread> threads;
-    for (size_t d = 0; d < devices.size(); ++d) threads.emplace_back(make_part, d);
+    try {
+      for (size_t d = 0; d < devices.size(); ++d) threads.emplace_back(make_part, d);
+    } catch (...) {  // no thread to start one on: the ones started are joined before the locals they use go
+      for (std::thread& thread : threads) thread.join();
+      throw;
+    }
     for (std::thread& thread : threads) thread.join();
   }
   for (const std::exception_ptr& failure : failures) {
@@ -343,6 +378,10 @@ PipelineGroup make_pipeline_group(const Config& config, std::shared_ptr<const So
   whole.batch_size *= parts.size();
   const size_t threads = whole.resolved_decode_threads();
   return PipelineGroup(std::move(parts), threads);
+}
+
+PipelineGroup make_pipeline_group(const Config& config, const std::vector<PipelineState>& resume) {
+  return make_pipeline_group(config, check_config(config), resume);
 }
 
 uint64_t planned_batches(const Config& config, const PipelineOptions& options, const Source& source) {

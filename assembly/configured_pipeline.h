@@ -52,6 +52,8 @@ Placement group_placement(const Config& config, size_t device);
 /// ferry::Error.
 PipelineGroup make_pipeline_group(const Config& config, std::shared_ptr<const Source> source,
                                   const std::vector<PipelineState>& resume = {});
+/// check_config(), then the same.
+PipelineGroup make_pipeline_group(const Config& config, const std::vector<PipelineState>& resume = {});
 
 /// Batches a pipeline that make_pipeline(config, ...) returned will deliver, from its first batch on
 /// (`options` is its Pipeline::options(), which carries a resume point): its planner's count, for

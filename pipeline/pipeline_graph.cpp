@@ -151,7 +151,9 @@ PipelineGraph::~PipelineGraph() {
     arena_->arena().execute([this] {
       graph_->cancel();
       try {
-        graph_->wait_for_all();
+        // Isolated: in a PipelineGroup's shared arena this thread would otherwise help run the other
+        // devices' tasks (GPU groups among them) while it waits for this graph's.
+        tbb::this_task_arena::isolate([this] { graph_->wait_for_all(); });
       } catch (...) {
         // Bodies are shielded; nothing is left to report to a consumer that is gone.
       }

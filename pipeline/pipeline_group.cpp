@@ -19,14 +19,16 @@ std::string where(const Batch& batch) {
 PipelineGroup::PipelineGroup(std::vector<Part> parts, size_t decode_threads)
     : mutex_(std::make_unique<std::mutex>()), progress_(std::make_unique<Progress>()) {
   if (parts.empty()) throw Error("a pipeline group needs at least one device");
-  // One pool of decode threads for every device, plus each pipeline's own serial nodes and GPU groups.
-  size_t slots = decode_threads;
+  // One pool of decode threads for every device: the arena one pipeline of decode_threads would have,
+  // plus the threads each device's GPU decoder keeps waiting (SampleStage::gpu_groups()). Every device's
+  // decode node may use the whole pool; the serial nodes, which never block, take turns in the rest.
+  size_t gpu_groups = 0;
   for (Part& part : parts) {
     part.options.check();
-    const size_t gpu_groups = part.stages.decode ? part.stages.decode->gpu_groups() : 0;
-    slots += detail::PipelineGraph::arena_slots(0, gpu_groups);
+    if (part.stages.decode) gpu_groups += part.stages.decode->gpu_groups();
   }
-  const auto arena = std::make_shared<detail::SharedArena>(slots);
+  const auto arena = std::make_shared<detail::SharedArena>(detail::PipelineGraph::arena_slots(decode_threads, gpu_groups));
+  decode_threads_ = decode_threads;
   pipelines_.reserve(parts.size());
   for (Part& part : parts) pipelines_.push_back(Pipeline(std::move(part.stages), std::move(part.options), arena));
   progress_->taken.resize(pipelines_.size());
@@ -34,8 +36,19 @@ PipelineGroup::PipelineGroup(std::vector<Part> parts, size_t decode_threads)
 }
 
 PipelineGroup::PipelineGroup(PipelineGroup&&) noexcept = default;
-PipelineGroup& PipelineGroup::operator=(PipelineGroup&&) noexcept = default;
-PipelineGroup::~PipelineGroup() = default;
+
+PipelineGroup& PipelineGroup::operator=(PipelineGroup&& other) noexcept {
+  if (this != &other) {
+    close();  // every device stops before the first is destroyed, not one after another
+    pipelines_ = std::move(other.pipelines_);
+    decode_threads_ = other.decode_threads_;
+    mutex_ = std::move(other.mutex_);
+    progress_ = std::move(other.progress_);
+  }
+  return *this;
+}
+
+PipelineGroup::~PipelineGroup() { close(); }
 
 const Pipeline& PipelineGroup::pipeline(size_t device) const {
   if (device >= pipelines_.size()) {
@@ -44,8 +57,12 @@ const Pipeline& PipelineGroup::pipeline(size_t device) const {
   return pipelines_[device];
 }
 
-Pipeline& PipelineGroup::pipeline(size_t device) {
-  return const_cast<Pipeline&>(static_cast<const PipelineGroup&>(*this).pipeline(device));
+void PipelineGroup::cache_to(int device) {
+  if (pipelines_.size() != 1) {
+    throw Error("cache_to() moves one pipeline's dataset cache; a group of " + std::to_string(pipelines_.size()) +
+                " devices keeps one on each of them");
+  }
+  pipelines_.front().cache_to(device);
 }
 
 std::optional<BatchGroup> PipelineGroup::next() { return next_for(std::chrono::microseconds(-1)).step; }
@@ -72,14 +89,20 @@ PipelineGroup::Next PipelineGroup::next_for(std::chrono::microseconds timeout) {
       }
       batch = std::move(got.batch);
     }
-    std::lock_guard lock(*mutex_);
+    std::unique_lock lock(*mutex_);
     std::vector<std::optional<Batch>>& taken = progress_->taken;
     if (!batch) {
-      // After close() the step is abandoned (its batches stay taken: state() counts them as not
-      // delivered). At the end of the run every device must end at the same step.
+      // After close() the step is abandoned (its batches stay taken, not delivered). At the end of the run
+      // every device must end at the same step: those before this one ended it with a batch, or the
+      // ones after it still have one.
       if (progress_->closed) return result;
       for (size_t other = 0; other < d; ++other) {
         if (taken[other]) out_of_step(d, nullptr, other, *taken[other]);
+      }
+      lock.unlock();
+      for (size_t other = d + 1; other < pipelines_.size(); ++other) {
+        std::optional<Batch> extra = pipelines_[other].next();
+        if (extra && !progress_->closed) out_of_step(d, nullptr, other, *extra);
       }
       return result;
     }
@@ -93,7 +116,7 @@ PipelineGroup::Next PipelineGroup::next_for(std::chrono::microseconds timeout) {
   batches.reserve(pipelines_.size());
   for (size_t d = 0; d < pipelines_.size(); ++d) {
     Batch& batch = *progress_->taken[d];
-    progress_->delivered[d] = Delivered{batch.epoch(), batch.index(), batch.info().next};
+    progress_->delivered[d] = Delivered{batch.sequence(), batch.epoch(), batch.index(), batch.info().next};
     batches.push_back(std::move(batch));
     progress_->taken[d].reset();
   }
@@ -102,14 +125,14 @@ PipelineGroup::Next PipelineGroup::next_for(std::chrono::microseconds timeout) {
 }
 
 void PipelineGroup::out_of_step(size_t device, const Batch* batch, size_t other, const Batch& others) const {
-  const std::string name = pipelines_[device].options().device;
-  throw Error("the group's devices are out of step: " + pipelines_[other].options().device + " delivered " +
-              where(others) + " while " + name + (batch ? " delivered " + where(*batch) : " ended its run") +
-              "; every device must get the same number of batches (Note [one process, several devices])");
+  auto name = [this](size_t d) { return pipelines_[d].options().device + " (device " + std::to_string(d) + ")"; };
+  throw Error("the group's devices are out of step: " + name(other) + " delivered " + where(others) + " while " +
+              name(device) + (batch ? " delivered " + where(*batch) : " ended its run") +
+              "; every device must get the same number of batches");
 }
 
 void PipelineGroup::close() {
-  if (!progress_) return;
+  if (!progress_) return;  // moved from
   {
     std::lock_guard lock(*mutex_);
     progress_->closed = true;
@@ -120,24 +143,39 @@ void PipelineGroup::close() {
 std::vector<PipelineStats> PipelineGroup::stats() const {
   std::vector<PipelineStats> stats;
   stats.reserve(pipelines_.size());
-  for (const Pipeline& pipeline : pipelines_) stats.push_back(pipeline.stats());
+  for (const Pipeline& pipeline : pipelines_) {
+    PipelineStats one = pipeline.stats();
+    // Each device's decode ran on the group's one pool: its share of the pool's capacity, not of its own
+    // node's limit (a device never has more than prefetch x batch_size samples to decode at once).
+    one.decode_threads = decode_threads_;
+    for (StageStats& stage : one.stages) {
+      if (stage.name != "decode") continue;
+      stage.threads = decode_threads_;
+      stage.account_idle_time(one.elapsed_seconds);
+    }
+    stats.push_back(std::move(one));
+  }
   return stats;
 }
 
 std::vector<PipelineState> PipelineGroup::state() const {
   if (!progress_) throw Error("state() on a moved-from pipeline group");
+  // From the group's own record of whole steps, never the pipelines' (Pipeline::state()): a device whose
+  // batch of the step under way was taken already counts it, and another thread may ask meanwhile.
   std::vector<PipelineState> states;
   states.reserve(pipelines_.size());
   std::lock_guard lock(*mutex_);
   for (size_t d = 0; d < pipelines_.size(); ++d) {
-    PipelineState state = pipelines_[d].state();
-    if (progress_->taken[d]) {
-      // Taken for a step not handed out yet: not delivered, so the state starts at it.
-      state.next_batch -= 1;
-      const std::optional<Delivered>& before = progress_->delivered[d];
-      state.next = before ? std::optional<BatchCursor>(before->next) : pipelines_[d].options().start;
-      state.last_epoch = before ? std::optional<uint64_t>(before->epoch) : std::nullopt;
-      state.last_index = before ? std::optional<uint64_t>(before->index) : std::nullopt;
+    const PipelineOptions& options = pipelines_[d].options();
+    PipelineState state;
+    state.order = options.order;
+    state.next_batch = options.first_batch;
+    state.next = options.start;
+    if (const std::optional<Delivered>& last = progress_->delivered[d]) {
+      state.next_batch += last->sequence + 1;  // sequences count from this pipeline's first batch
+      state.next = last->next;
+      state.last_epoch = last->epoch;
+      state.last_index = last->index;
     }
     states.push_back(std::move(state));
   }

@@ -36,17 +36,19 @@ namespace ferry {
 /// from any thread.
 class PipelineGroup {
  public:
-  /// Starts one pipeline per part (its options.device its device), their graphs in one arena of
-  /// `decode_threads` shared decode threads (plus each pipeline's serial nodes). Throws ferry::Error for
-  /// no part, or a part's invalid options; nothing is left running.
+  /// One device's pipeline: its stages (make_standard_stages()) and options (options.device its device).
   struct Part {
     StageSet stages;
     PipelineOptions options;
   };
+  /// Starts one pipeline per part, their graphs in one arena of `decode_threads` decode threads, as one
+  /// pipeline's (each device's decode may use all of them), plus the threads the GPU decoders keep
+  /// waiting. Throws ferry::Error for no part, or a part's invalid options; nothing is left running.
   PipelineGroup(std::vector<Part> parts, size_t decode_threads);
 
   PipelineGroup(PipelineGroup&&) noexcept;
   PipelineGroup& operator=(PipelineGroup&&) noexcept;
+  /// Closes every device's pipeline first, then joins them one after another.
   ~PipelineGroup();
 
   /// Devices in the group.
@@ -67,14 +69,15 @@ class PipelineGroup {
   /// Stops every device's pipeline; a next() blocked on another thread returns nullopt. Thread-safe.
   void close();
 
-  /// Each device's stats, in the group's device order.
+  /// Each device's stats, in the group's device order; decode's threads are the shared pool's.
   std::vector<PipelineStats> stats() const;
   /// Each device's state, in device order: only whole steps count as delivered (Note [one process,
-  /// several devices]). Resume with make_pipeline_group(config, states).
+  /// several devices]). Resume with make_pipeline_group(config, source, states).
   std::vector<PipelineState> state() const;
   /// The `device`-th device's pipeline (its options, its stats). Throws ferry::Error out of range.
   const Pipeline& pipeline(size_t device) const;
-  Pipeline& pipeline(size_t device);
+  /// Pipeline::cache_to() for a group of one device; throws ferry::Error for several (each keeps its own).
+  void cache_to(int device);
 
   /// Single-pass input iterator over the remaining steps; ++ calls next() (and may throw).
   class Iterator {
@@ -109,6 +112,7 @@ class PipelineGroup {
  private:
   // A device's last batch of a whole step: where its state stands once the step is delivered.
   struct Delivered {
+    uint64_t sequence = 0;  // in its pipeline's run
     uint64_t epoch = 0;
     uint64_t index = 0;
     BatchCursor next;  // where its next batch starts
@@ -125,6 +129,7 @@ class PipelineGroup {
   [[noreturn]] void out_of_step(size_t device, const Batch* batch, size_t other, const Batch& others) const;
 
   std::vector<Pipeline> pipelines_;
+  size_t decode_threads_ = 0;  // the shared pool's
   std::unique_ptr<std::mutex> mutex_;
   std::unique_ptr<Progress> progress_;
 };

@@ -204,11 +204,14 @@ void add_stage(StageStats& into, const StageStats& stage, bool shared_threads) {
   into.blocked_downstream_seconds += stage.blocked_downstream_seconds;
 }
 
+// The group's batches in flight (or ready): the means add up exactly; the peaks' sum is an upper bound
+// (the devices need not peak at once), and every device full at once lasted at most as long as the
+// shortest of their full times.
 void add_occupancy(OccupancyStats& into, const OccupancyStats& occupancy) {
   into.mean += occupancy.mean;
   into.peak += occupancy.peak;
   into.capacity += occupancy.capacity;
-  into.full_seconds = std::max(into.full_seconds, occupancy.full_seconds);
+  into.full_seconds = std::min(into.full_seconds, occupancy.full_seconds);
 }
 
 }  // namespace
@@ -264,7 +267,7 @@ PipelineStats merged_stats(const std::vector<PipelineStats>& devices) {
     gpu.cpu_images += one.gpu_decode.cpu_images;
     gpu.gpu_group_seconds += one.gpu_decode.gpu_group_seconds;
     gpu.ready_seconds = std::max(gpu.ready_seconds, one.gpu_decode.ready_seconds);
-    gpu.busy_seconds += one.gpu_decode.busy_seconds;
+    gpu.busy_seconds = std::max(gpu.busy_seconds, one.gpu_decode.busy_seconds);  // wall time: the busiest decoder's
     gpu.states += one.gpu_decode.states;
     gpu.state_busy_seconds += one.gpu_decode.state_busy_seconds;
     if (gpu.unavailable.empty()) gpu.unavailable = one.gpu_decode.unavailable;

@@ -158,8 +158,10 @@ struct PipelineStats {
 /// A PipelineGroup's run as one (Note [one process, several devices] in pipeline_group.h): each device's
 /// counts, bytes and stage times summed, the run's wall time and first batch the longest device's,
 /// the decode stage's threads the shared pool's (every device's pipeline reports the whole pool), the
-/// serial stages' threads one per device; `device` lists the devices. One device's stats come back as
-/// they are.
+/// serial stages' threads one per device; queue occupancy with the means summed, the peaks summed (an
+/// upper bound) and the time all were full the shortest device's; the GPU decoders' busy time the
+/// busiest one's, their states and state time summed; `device` lists the devices ("cuda:0, cuda:1").
+/// One device's stats come back as they are.
 PipelineStats merged_stats(const std::vector<PipelineStats>& devices);
 
 std::string bottleneck_summary(const PipelineStats& stats);

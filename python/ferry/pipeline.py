@@ -190,6 +190,9 @@ class Pipeline:
         delivery GPU's index (or ``"cuda:N"``) brings it back. Pointers do not change, and batches keep
         coming meanwhile (gathered over the link while the cache is on the host). Raises ferry.Error
         without a managed cache, or for another device."""
+        if len(self.devices) != 1:
+            raise _error(f"ferry.Pipeline.cache_to: {self._impl.origin} feeds {len(self.devices)} devices "
+                         "(transfer.devices), each keeping its own cache on itself")
         if isinstance(device, (str, torch.device)):
             where = torch.device(device)
             if where.type == "cpu":
@@ -210,7 +213,8 @@ class Pipeline:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"epoch {self.epoch} of {self.epochs}, {len(self)} batches to {self._impl.device}"
+        unit = "batches" if len(self.devices) == 1 else "steps"
+        state = "closed" if self.closed else f"epoch {self.epoch} of {self.epochs}, {len(self)} {unit} to {self._impl.device}"
         return f"ferry.Pipeline({self._impl.origin!r}, {state})"
 
 

@@ -291,11 +291,8 @@ void PythonPipeline::load_state_json(const std::string& json) {
 void PythonPipeline::cache_to(int device) {
   const std::shared_ptr<PipelineGroup> pipeline = running();
   if (!pipeline) throw Error("cache_to() on a closed pipeline");
-  if (pipeline->size() != 1) {
-    throw Error("cache_to() moves one pipeline's cache; with transfer.devices each device keeps its own on its GPU");
-  }
   py::gil_scoped_release release;
-  pipeline->pipeline(0).cache_to(device);
+  pipeline->cache_to(device);
 }
 
 std::string PythonPipeline::stats_json() const {
@@ -310,7 +307,10 @@ std::string PythonPipeline::stats_json() const {
   cli::RunInfo info;
   info.ferry_version = FERRY_VERSION;
   info.config = config_.origin;
-  info.device = config_.pipeline.device;  // as asked for ("auto", "cuda"); the report adds the resolved one
+  // As asked for ("auto", "cuda"; transfer.devices' text for a group); the report adds the resolved one.
+  const auto devices_asked = config_.values.find("transfer.devices");
+  info.device = config_.devices.empty() || devices_asked == config_.values.end() ? config_.pipeline.device
+                                                                                : devices_asked->second;
   info.source = source_ ? source_->describe() : "";
   info.host = cli::this_host();
   info.config_keys = config_.values;

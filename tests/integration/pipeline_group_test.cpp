@@ -5,12 +5,15 @@
 //
 // The devices here are all `cpu` (this machine may have no GPU): a group's pipelines differ only in
 // where their copies land, which tests/cuda/pipeline_group_cuda_test.cpp covers.
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -178,8 +181,11 @@ TEST(PipelineGroup, EachStepGivesEveryDeviceItsShareOfTheNextSamplesEveryByteThe
       EXPECT_EQ(all.batches, per_epoch * kEpochs * devices);
       EXPECT_EQ(all.samples, share * devices * kEpochs);
       ASSERT_FALSE(all.stages.empty());
-      EXPECT_EQ(all.stages.front().threads, group.pipeline(0).options().resolved_decode_threads())
+      // decode.threads, at most the samples the devices have in flight together.
+      const size_t prefetch = group.pipeline(0).options().prefetch;
+      EXPECT_EQ(all.stages.front().threads, std::min<size_t>(threads, devices * prefetch * batch))
           << "decode is one pool for every device, not one per device";
+      EXPECT_EQ(all.decode_threads, all.stages.front().threads);
     }
   }
 }
@@ -312,26 +318,63 @@ TEST(PipelineGroup, AFailingSampleStopsEveryDeviceAtTheSameStep) {
   }
 }
 
+// Either device ending first is reported, naming both devices.
 TEST(PipelineGroup, DevicesOutOfStepAreReported) {
   forget_torchrun();
-  std::vector<PipelineGroup::Part> parts;
-  for (const uint64_t samples : {uint64_t{12}, uint64_t{8}}) {
-    PipelineOptions options;
-    options.batch_size = 4;
-    options.device = "cpu";
-    PipelineGroup::Part part;
-    part.stages = make_standard_stages(std::make_shared<SyntheticSource>(dataset(samples, 1)), options);
-    part.options = options;
-    parts.push_back(std::move(part));
+  for (const bool first_ends : {false, true}) {
+    SCOPED_TRACE(first_ends ? "device 0 ends first" : "device 1 ends first");
+    std::vector<PipelineGroup::Part> parts;
+    for (const uint64_t samples : {uint64_t{first_ends ? 8u : 12u}, uint64_t{first_ends ? 12u : 8u}}) {
+      PipelineOptions options;
+      options.batch_size = 4;
+      options.device = "cpu";
+      PipelineGroup::Part part;
+      part.stages = make_standard_stages(std::make_shared<SyntheticSource>(dataset(samples, 1)), options);
+      part.options = options;
+      parts.push_back(std::move(part));
+    }
+    PipelineGroup group(std::move(parts), 2);
+    EXPECT_TRUE(group.next());
+    EXPECT_TRUE(group.next());
+    try {
+      (void)group.next();
+      ADD_FAILURE() << "a device ended a batch early and nothing said so";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("out of step"), std::string::npos) << what;
+      EXPECT_NE(what.find("(device 0)"), std::string::npos) << what;
+      EXPECT_NE(what.find("(device 1)"), std::string::npos) << what;
+    }
   }
-  PipelineGroup group(std::move(parts), 2);
-  EXPECT_TRUE(group.next());
-  EXPECT_TRUE(group.next());
-  try {
-    (void)group.next();
-    ADD_FAILURE() << "a device ended two batches early and nothing said so";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("out of step"), std::string::npos) << e.what();
+}
+
+// state() from another thread while steps are being taken: every device's state is at the same step, and
+// never behind the steps handed out before it was asked nor ahead of those handed out after.
+TEST(PipelineGroup, StateTakenDuringIterationIsAlwaysAWholeStep) {
+  forget_torchrun();
+  const SyntheticOptions data = dataset(3000, 8);
+  for (const size_t threads : {1, 3}) {
+    const Config config = parse_config(source_yaml(data) + "batch_size: 2\nprefetch: 2\n", "<test>",
+                                       {"transfer.devices=[cpu, cpu, cpu]", "decode.threads=" + std::to_string(threads)});
+    PipelineGroup group = make_pipeline_group(config, check_config(config));
+    std::atomic<uint64_t> handed{0};
+    std::atomic<bool> done{false};
+    std::thread watcher([&] {
+      while (!done.load()) {
+        const uint64_t before = handed.load();
+        const std::vector<PipelineState> states = group.state();
+        const uint64_t after = handed.load();
+        for (const PipelineState& state : states) {
+          EXPECT_EQ(state.next_batch, states.front().next_batch) << "the devices' states disagree";
+          EXPECT_GE(state.next_batch, before);
+          EXPECT_LE(state.next_batch, after + 1);
+        }
+      }
+    });
+    while (group.next()) handed.fetch_add(1);
+    done.store(true);
+    watcher.join();
+    EXPECT_EQ(handed.load(), 500u);
   }
 }
 
@@ -369,6 +412,8 @@ TEST(PipelineGroup, BadDeviceListsAreRefusedAtTheirKey) {
   const ConfigProblem twice = problem_of(yaml, {"transfer.devices=[cuda:0, cuda:0]"});
   EXPECT_EQ(twice.key, "transfer.devices[1]");
   EXPECT_NE(twice.message.find("twice"), std::string::npos) << twice.message;
+  EXPECT_EQ(problem_of(yaml, {"transfer.devices=[cuda:1, cuda:01]"}).key, "transfer.devices[1]")
+      << "one GPU under two names";
   const ConfigProblem both = problem_of(yaml + "transfer:\n  device: cpu\n  devices: [cpu, cpu]\n", {});
   EXPECT_EQ(both.key, "transfer.devices");
   EXPECT_NE(both.message.find("transfer.device is set too"), std::string::npos) << both.message;
