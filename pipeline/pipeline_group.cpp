@@ -102,7 +102,10 @@ PipelineGroup::Next PipelineGroup::next_for(std::chrono::microseconds timeout) {
       lock.unlock();
       for (size_t other = d + 1; other < pipelines_.size(); ++other) {
         std::optional<Batch> extra = pipelines_[other].next();
-        if (extra && !progress_->closed) out_of_step(d, nullptr, other, *extra);
+        lock.lock();
+        const bool closed = progress_->closed;
+        lock.unlock();
+        if (extra && !closed) out_of_step(d, nullptr, other, *extra);
       }
       return result;
     }
