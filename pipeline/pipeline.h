@@ -1,13 +1,13 @@
 #pragma once
 
 #include <cstddef>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "ferry/pipeline/batch.h"
+#include "ferry/pipeline/next_iterator.h"
 #include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/pipeline_state.h"
 #include "ferry/pipeline/pipeline_stats.h"
@@ -80,32 +80,7 @@ class Pipeline {
   const PipelineOptions& options() const noexcept { return options_; }
 
   /// Single-pass input iterator over the remaining batches; ++ calls next() (and may throw).
-  class Iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = Batch;
-    using difference_type = std::ptrdiff_t;
-    using pointer = const Batch*;
-    using reference = const Batch&;
-
-    Iterator() = default;
-    explicit Iterator(Pipeline* pipeline) : pipeline_(pipeline) { advance(); }
-    reference operator*() const { return *current_; }
-    pointer operator->() const { return &*current_; }
-    Iterator& operator++() {
-      advance();
-      return *this;
-    }
-    bool operator==(const Iterator& other) const noexcept { return pipeline_ == other.pipeline_; }
-
-   private:
-    void advance() {
-      current_ = pipeline_->next();
-      if (!current_) pipeline_ = nullptr;
-    }
-    Pipeline* pipeline_ = nullptr;  // null: the end
-    std::optional<Batch> current_;
-  };
+  using Iterator = NextIterator<Pipeline, Batch>;
   Iterator begin() { return Iterator(this); }
   Iterator end() { return Iterator(); }
 

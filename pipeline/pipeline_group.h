@@ -2,13 +2,13 @@
 
 #include <chrono>
 #include <cstddef>
-#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
 
 #include "ferry/pipeline/batch_group.h"
+#include "ferry/pipeline/next_iterator.h"
 #include "ferry/pipeline/pipeline.h"
 
 namespace ferry {
@@ -80,32 +80,7 @@ class PipelineGroup {
   void cache_to(int device);
 
   /// Single-pass input iterator over the remaining steps; ++ calls next() (and may throw).
-  class Iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = BatchGroup;
-    using difference_type = std::ptrdiff_t;
-    using pointer = const BatchGroup*;
-    using reference = const BatchGroup&;
-
-    Iterator() = default;
-    explicit Iterator(PipelineGroup* group) : group_(group) { advance(); }
-    reference operator*() const { return *current_; }
-    pointer operator->() const { return &*current_; }
-    Iterator& operator++() {
-      advance();
-      return *this;
-    }
-    bool operator==(const Iterator& other) const noexcept { return group_ == other.group_; }
-
-   private:
-    void advance() {
-      current_ = group_->next();
-      if (!current_) group_ = nullptr;
-    }
-    PipelineGroup* group_ = nullptr;
-    std::optional<BatchGroup> current_;
-  };
+  using Iterator = NextIterator<PipelineGroup, BatchGroup>;
   Iterator begin() { return Iterator(this); }
   Iterator end() { return Iterator(); }
 
