@@ -1,5 +1,6 @@
 #include "ferry/assembly/configured_pipeline.h"
 
+#include <algorithm>
 #include <exception>
 #include <map>
 #include <optional>
@@ -69,31 +70,17 @@ std::shared_ptr<const Source> check_config(const Config& config) {
   if (!config.devices.empty() && !devices.empty()) first.pipeline.device = devices.front();
   if (placement && !config.devices.empty() && !devices.empty()) placement = group_placement(config, 0);
   const PipelineOptions options = resolve_pipeline_options(first, placement.value_or(Placement{}));
-  std::optional<at::Device> device;
-  try {
-    device = resolve_device(options.device);
-  } catch (const Error& e) {
-    add(config.devices.empty() ? "transfer.device" : "transfer.devices", e.cause());
-  }
-  for (size_t d = 1; d < devices.size(); ++d) {
-    try {
-      (void)resolve_device(devices[d]);
-    } catch (const Error& e) {
-      add("transfer.devices", e.cause());
-    }
-  }
-  // Note [GPU JPEG decode]: device: gpu needs the decoder in this build and batches on a GPU; auto uses it
-  // where it can and the CPU otherwise.
-  // Every device of a group decodes on its own GPU.
+  // Every device the batches go to (a group's each), resolved once; the checks below look at each.
   std::vector<at::Device> targets;
-  if (device) targets.push_back(*device);
-  for (size_t d = 1; d < devices.size() && device; ++d) {
+  for (size_t d = 0; d < std::max<size_t>(devices.size(), 1); ++d) {
     try {
-      targets.push_back(resolve_device(devices[d]));
-    } catch (const Error&) {
-      // reported above
+      targets.push_back(resolve_device(d == 0 ? options.device : devices[d]));
+    } catch (const Error& e) {
+      add(config.devices.empty() ? "transfer.device" : "transfer.devices", e.cause());
     }
   }
+  // Note [GPU JPEG decode]: device: gpu needs the decoder in this build and batches on a GPU (every device of
+  // a group on its own); auto uses it where it can and the CPU otherwise.
   for (const auto& [field, where] : options.decode_devices) {
     if (where != DecodeDevice::kGpu) continue;
     const std::string key = config.source.kind == "image_folder" ? "source.image.device" : "source.members";
@@ -314,6 +301,11 @@ std::vector<std::string> group_devices(const Config& config) {
     return devices;
   }
   return config.devices;
+}
+
+std::string requested_devices(const Config& config) {
+  const auto written = config.values.find("transfer.devices");
+  return config.devices.empty() || written == config.values.end() ? config.pipeline.device : written->second;
 }
 
 Placement group_placement(const Config& config, size_t device) {

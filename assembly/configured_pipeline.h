@@ -39,6 +39,10 @@ Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> sourc
 /// device transfer.device names. Throws ferry::Error for `all` on a machine or build without a GPU.
 std::vector<std::string> group_devices(const Config& config);
 
+/// The device(s) a config asks for, as written, for reports: transfer.devices' text ("all", "[cuda:0,
+/// cuda:1]") for a group, else transfer.device ("auto", "cuda", ...).
+std::string requested_devices(const Config& config);
+
 /// Where the `device`-th pipeline of a config's group sits among data-parallel ranks: this process's
 /// placement (the config's rank and world size, else torchrun's), and with transfer.devices' N devices,
 /// rank x N + device among world_size x N. Throws like resolve_placement().

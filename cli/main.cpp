@@ -269,10 +269,7 @@ int run(const std::vector<std::string_view>& args) {
   info.ferry_version = FERRY_VERSION;
   info.config = config.origin;
   info.source = source->describe();
-  // As asked for: transfer.devices' text ("all", "[cuda:0, cuda:1]") for a group.
-  const auto devices_asked = config.values.find("transfer.devices");
-  info.device = config.devices.empty() || devices_asked == config.values.end() ? config.pipeline.device
-                                                                              : devices_asked->second;
+  info.device = ferry::requested_devices(config);
   info.interrupted = interrupted;
   info.exit_status = status;
   info.host = ferry::cli::this_host();

@@ -307,10 +307,7 @@ std::string PythonPipeline::stats_json() const {
   cli::RunInfo info;
   info.ferry_version = FERRY_VERSION;
   info.config = config_.origin;
-  // As asked for ("auto", "cuda"; transfer.devices' text for a group); the report adds the resolved one.
-  const auto devices_asked = config_.values.find("transfer.devices");
-  info.device = config_.devices.empty() || devices_asked == config_.values.end() ? config_.pipeline.device
-                                                                                : devices_asked->second;
+  info.device = requested_devices(config_);  // as asked for; the report adds the resolved one
   info.source = source_ ? source_->describe() : "";
   info.host = cli::this_host();
   info.config_keys = config_.values;
