@@ -74,6 +74,20 @@ SyntheticOptions dataset(uint64_t samples, uint64_t seed) {
   return options;
 }
 
+// Device `device` of `devices`' part of a group over `source`: options as given (on the CPU), the samples
+// of rank `device` of `devices`, as the config layer shards them.
+PipelineGroup::Part sharded_part(std::shared_ptr<const Source> source, PipelineOptions options, size_t device,
+                                 size_t devices) {
+  options.device = "cpu";
+  options.skip_replaces = true;
+  auto sampler = std::make_shared<ShardedSampler>(std::make_shared<SequentialSampler>(source->size()), device, devices,
+                                                  ShardedSampler::Remainder::kPad);
+  PipelineGroup::Part part;
+  part.stages = make_standard_stages(std::move(source), options, sampler);
+  part.options = options;
+  return part;
+}
+
 // What one device was handed: each of its batches' sample indices, in order.
 using DeviceRun = std::vector<std::vector<uint64_t>>;
 
@@ -240,23 +254,13 @@ TEST(PipelineGroup, AStepTakenPartWayCountsAsNotDelivered) {
   // Device 1's reads are slow: a short timeout finds device 0's batch ready and device 1's not.
   const auto slow = std::make_shared<testing::InstrumentedSource>(std::make_shared<SyntheticSource>(data),
                                                                   std::nullopt, std::chrono::milliseconds(40));
+  PipelineOptions options;
+  options.batch_size = 4;
+  options.decode_threads = 2;
+  options.prefetch = 2;
   std::vector<PipelineGroup::Part> parts;
-  for (size_t d = 0; d < 2; ++d) {
-    PipelineOptions options;
-    options.batch_size = 4;
-    options.device = "cpu";
-    options.decode_threads = 2;
-    options.prefetch = 2;
-    options.skip_replaces = true;
-    std::shared_ptr<const Source> source = slow;
-    if (d == 0) source = std::make_shared<SyntheticSource>(data);
-    auto sampler = std::make_shared<ShardedSampler>(std::make_shared<SequentialSampler>(data.samples), d, 2,
-                                                    ShardedSampler::Remainder::kPad);
-    PipelineGroup::Part part;
-    part.stages = make_standard_stages(source, options, sampler);
-    part.options = options;
-    parts.push_back(std::move(part));
-  }
+  parts.push_back(sharded_part(std::make_shared<SyntheticSource>(data), options, 0, 2));
+  parts.push_back(sharded_part(slow, options, 1, 2));
   PipelineGroup group(std::move(parts), 4);
   ASSERT_TRUE(group.next());  // both started
   bool part_way = false;
@@ -286,20 +290,12 @@ TEST(PipelineGroup, AFailingSampleStopsEveryDeviceAtTheSameStep) {
   const SyntheticOptions data = dataset(80, 21);
   const auto truth = std::make_shared<SyntheticSource>(data);
   constexpr uint64_t kFailing = 2 * 4 * 5 + 1;  // step 5 of 4-sample batches over 2 devices: device 1's
+  PipelineOptions options;
+  options.batch_size = 4;
+  options.decode_threads = 2;
   std::vector<PipelineGroup::Part> parts;
   for (size_t d = 0; d < 2; ++d) {
-    PipelineOptions options;
-    options.batch_size = 4;
-    options.device = "cpu";
-    options.decode_threads = 2;
-    options.skip_replaces = true;
-    auto source = std::make_shared<testing::InstrumentedSource>(truth, kFailing);
-    auto sampler = std::make_shared<ShardedSampler>(std::make_shared<SequentialSampler>(data.samples), d, 2,
-                                                    ShardedSampler::Remainder::kPad);
-    PipelineGroup::Part part;
-    part.stages = make_standard_stages(source, options, sampler);
-    part.options = options;
-    parts.push_back(std::move(part));
+    parts.push_back(sharded_part(std::make_shared<testing::InstrumentedSource>(truth, kFailing), options, d, 2));
   }
   PipelineGroup group(std::move(parts), 2);
   uint64_t steps = 0;
