@@ -1,7 +1,8 @@
 // bench/transfer: how fast ferry delivers batches of many tensors to the GPU, beside the link's own
 // limit and libtorch's per-tensor copies, all measured in one run on one machine.
 //
-//   transfer [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N] [--quick]
+//   transfer [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N] [--cases abcd]
+//            [--quick]
 //
 // Cases (a batch is one sample whose fields are the tensors; pageable float32 tensors made once):
 //   a) 4 x 16 MiB   b) 1000 x 4 KiB   c) 1000 x 64 KiB   d) 10000 x 1 KiB
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -204,15 +206,17 @@ int main(int argc, char** argv) {
   size_t batches = 0;
   size_t prefetch = 3;
   size_t decode_threads = 0;
+  std::string only;  // case letters to run, e.g. "bd"; empty: every case
   bool quick = false;
   bench::BenchArgs("transfer",
                    "transfer [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N] "
-                   "[--quick]")
+                   "[--cases abcd] [--quick]")
       .value("--device", device_name)
       .value("--json", json_path)
       .value("--batches", batches)
       .value("--prefetch", prefetch)
       .value("--decode-threads", decode_threads)
+      .value("--cases", only)
       .flag("--quick", quick)
       .parse(argc, argv);
   try {
@@ -223,6 +227,11 @@ int main(int argc, char** argv) {
                                {"d) 10000 x 1 KiB", 10000, 1 * kKiB}};
     if (device.is_cuda()) cases.push_back({"a) pinned source", 4, 16 * kMiB, true});
     if (quick) cases = {{"a) 4 x 1 MiB", 4, kMiB}, {"b) 100 x 4 KiB", 100, 4 * kKiB}};
+    if (!only.empty()) {
+      const auto unwanted = [&](const Case& c) { return only.find(c.name.front()) == std::string::npos; };
+      cases.erase(std::remove_if(cases.begin(), cases.end(), unwanted), cases.end());
+      if (cases.empty()) throw std::runtime_error("--cases " + only + " names none of the cases a, b, c, d");
+    }
 
     std::string gpu = "none";
     double link = 0;

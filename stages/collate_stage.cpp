@@ -9,6 +9,7 @@
 
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/pipeline/error.h"
+#include "ferry/pipeline/field_loop.h"
 
 namespace ferry {
 namespace {
@@ -41,6 +42,7 @@ CollateStage::CollateStage(std::vector<FieldSpec> fields, const CollateOptions& 
   }
   std::vector<std::string> names;
   for (const FieldSpec& spec : fields_) {
+    first_output_.push_back(names.size());
     names.push_back(spec.name);
     if (spec.variable()) names.push_back(spec.name + options.lengths_suffix);
 
@@ -104,79 +106,76 @@ std::optional<size_t> CollateStage::max_batch_bytes(size_t batch_size) const {
   return static_cast<size_t>(cursor);
 }
 
-void CollateStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
-  const auto& samples = work.samples;
+// One sample's shape for field f: its decoded tensor's, or, for a cached sample, the spec's with its kept length.
+at::DimVector CollateStage::shape_of(const SampleWork& sample, size_t f) const {
+  if (!sample.cached) return at::DimVector(sample.fields.at(f).sizes());
+  const FieldSpec& spec = fields_[f];
+  at::DimVector shape(spec.shape.begin(), spec.shape.end());
+  if (spec.variable()) shape[0] = cache_->rows(sample.index(), f);
+  return shape;
+}
+
+void CollateStage::lay_out(size_t f, const std::vector<std::shared_ptr<SampleWork>>& samples, FieldLayout& field,
+                           FieldLayout* lengths) const {
+  const FieldSpec& spec = fields_[f];
+  const size_t element = c10::elementSize(spec.dtype);
   const auto batch = static_cast<int64_t>(samples.size());
+  const at::DimVector first = shape_of(*samples.front(), f);
+  field.dtype = spec.dtype;
+  field.source_field = static_cast<int>(f);
+
+  // Every sample must agree on the shape (fixed fields) or on the shape after dim 0 (variable ones).
+  const size_t from = spec.variable() ? 1 : 0;
+  int64_t longest = 0;
+  for (size_t s = 0; s < samples.size(); ++s) {
+    const at::DimVector shape = s == 0 ? first : shape_of(*samples[s], f);
+    bool same = shape.size() == first.size();
+    for (size_t d = from; same && d < first.size(); ++d) same = shape[d] == first[d];
+    if (!same) {
+      throw Error("field '" + spec.name + "': sample " + std::to_string(samples[s]->index()) + " has shape " +
+                  sizes_text(shape) + " but sample " + std::to_string(samples.front()->index()) + " has " +
+                  sizes_text(first) +
+                  (spec.variable() ? std::string(" (only dim 0 may differ)")
+                                   : std::string(" (declare the field variable-length, or resize it)")));
+    }
+    if (spec.variable()) longest = std::max(longest, shape[0]);
+  }
+
+  field.shape.clear();
+  field.shape.reserve(first.size() + 1);
+  field.shape.push_back(batch);
+  if (spec.variable()) field.shape.push_back(longest);
+  for (size_t d = from; d < first.size(); ++d) field.shape.push_back(first[d]);
+  field.slot_bytes = static_cast<size_t>((spec.variable() ? longest : 1) * product(first, from)) * element;
+  field.bytes = field.slot_bytes * static_cast<size_t>(batch);
+  field.padded = spec.variable();
+  field.pad = pads_[f];
+
+  if (lengths != nullptr) {
+    lengths->dtype = at::kLong;
+    lengths->shape = {batch};
+    lengths->bytes = sizeof(int64_t) * static_cast<size_t>(batch);
+    lengths->made = at::empty({batch}, at::kLong);
+    auto* out = lengths->made.data_ptr<int64_t>();
+    for (int64_t s = 0; s < batch; ++s) out[s] = shape_of(*samples[static_cast<size_t>(s)], f)[0];
+  }
+}
+
+void CollateStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
   BatchLayout& layout = work.layout;
   layout.schema = schema_;
-  layout.fields.clear();
-  layout.fields.reserve(schema_->size());
+  layout.fields.assign(schema_->size(), FieldLayout{});
+  // Each field's layout but its offset, field by field or, for a wide batch, on several threads at once
+  // (Note [wide batches]); then the offsets, in order.
+  for_each_field(fields_.size(), [&](size_t f) {
+    const size_t at = first_output_[f];
+    lay_out(f, work.samples, layout.fields[at], fields_[f].variable() ? &layout.fields[at + 1] : nullptr);
+  });
   size_t cursor = 0;
-  auto place = [&](FieldLayout& field) {
+  for (FieldLayout& field : layout.fields) {
     const size_t element = c10::elementSize(field.dtype);
     field.offset = align_up(cursor, std::max(min_alignment_, element));
     cursor = field.offset + field.bytes;
-  };
-
-  for (size_t f = 0; f < fields_.size(); ++f) {
-    const FieldSpec& spec = fields_[f];
-    const size_t element = c10::elementSize(spec.dtype);
-    // Each sample's shape: its decoded tensor's, or, for a cached sample, the spec's with its kept length.
-    shapes_.resize(samples.size());
-    for (size_t s = 0; s < samples.size(); ++s) {
-      const SampleWork& sample = *samples[s];
-      if (sample.cached) {
-        shapes_[s].assign(spec.shape.begin(), spec.shape.end());
-        if (spec.variable()) shapes_[s][0] = cache_->rows(sample.index(), f);
-      } else {
-        const at::IntArrayRef sizes = sample.fields.at(f).sizes();
-        shapes_[s].assign(sizes.begin(), sizes.end());
-      }
-    }
-    const at::DimVector& first = shapes_.front();
-    FieldLayout field;
-    field.dtype = spec.dtype;
-    field.source_field = static_cast<int>(f);
-
-    // Every sample must agree on the shape (fixed fields) or on the shape after dim 0 (variable ones).
-    const size_t from = spec.variable() ? 1 : 0;
-    int64_t longest = 0;
-    for (size_t s = 0; s < samples.size(); ++s) {
-      const at::DimVector& shape = shapes_[s];
-      bool same = shape.size() == first.size();
-      for (size_t d = from; same && d < first.size(); ++d) same = shape[d] == first[d];
-      if (!same) {
-        throw Error("field '" + spec.name + "': sample " + std::to_string(samples[s]->index()) + " has shape " +
-                    sizes_text(shape) + " but sample " + std::to_string(samples.front()->index()) + " has " +
-                    sizes_text(first) +
-                    (spec.variable() ? std::string(" (only dim 0 may differ)")
-                                     : std::string(" (declare the field variable-length, or resize it)")));
-      }
-      if (spec.variable()) longest = std::max(longest, shape[0]);
-    }
-
-    field.shape.reserve(first.size() + 1);
-    field.shape.push_back(batch);
-    if (spec.variable()) field.shape.push_back(longest);
-    for (size_t d = from; d < first.size(); ++d) field.shape.push_back(first[d]);
-    field.slot_bytes = static_cast<size_t>((spec.variable() ? longest : 1) * product(first, from)) * element;
-    field.bytes = field.slot_bytes * static_cast<size_t>(batch);
-    field.padded = spec.variable();
-    field.pad = pads_[f];
-    place(field);
-    layout.fields.push_back(std::move(field));
-
-    if (spec.variable()) {
-      FieldLayout lengths;
-      lengths.dtype = at::kLong;
-      lengths.shape = {batch};
-      lengths.bytes = sizeof(int64_t) * static_cast<size_t>(batch);
-      lengths.made = at::empty({batch}, at::kLong);
-      auto* out = lengths.made.data_ptr<int64_t>();
-      for (int64_t s = 0; s < batch; ++s) out[s] = shapes_[static_cast<size_t>(s)][0];
-      place(lengths);
-      layout.fields.push_back(std::move(lengths));
-    }
   }
   layout.total_bytes = cursor;
 }

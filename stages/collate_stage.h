@@ -20,7 +20,8 @@ namespace ferry {
 /// sample with its pad value and gets a companion `<field>_lengths` int64 [batch] tensor. Each
 /// field starts at a multiple of max(min_alignment, element size).
 ///
-/// Serial (one batch at a time). Allocates the layout and the small lengths tensors.
+/// Serial (one batch at a time); a batch of many fields is laid out on several threads (Note [wide
+/// batches]). Allocates the layout and the small lengths tensors.
 class CollateStage : public BatchStage {
  public:
   /// Throws ferry::Error for a pad value that does not fit its variable-length field's dtype or
@@ -51,7 +52,12 @@ class CollateStage : public BatchStage {
   size_t min_alignment_;
   std::shared_ptr<const BatchSchema> schema_;
   std::shared_ptr<const DatasetCache> cache_;
-  std::vector<at::DimVector> shapes_;  // run(): one field's shape in each sample (kept to reuse its memory)
+  std::vector<size_t> first_output_;  // per source field: its place among the batch's fields
+
+  at::DimVector shape_of(const SampleWork& sample, size_t f) const;
+  // Field f's layout but its offset, and its lengths field's if it is variable-length. Thread-safe.
+  void lay_out(size_t f, const std::vector<std::shared_ptr<SampleWork>>& samples, FieldLayout& field,
+               FieldLayout* lengths) const;
 };
 
 }  // namespace ferry

@@ -11,6 +11,7 @@
 #include "ferry/io/decoders/nvjpeg_decoder.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/pipeline/error.h"
+#include "ferry/pipeline/field_loop.h"
 
 namespace ferry {
 namespace {
@@ -261,10 +262,10 @@ void DecodeStage::run(SampleWork& work) {
   }
   work.fields.resize(specs.size());
   work.pending.clear();
-  for (size_t i = 0; i < specs.size(); ++i) {
+  auto decode_field = [&](size_t i) {
     try {
       if (!on_gpu_.empty() && on_gpu_[i]) {
-        if (work.on_gpu && defer(work, i, encoded.fields[i])) continue;  // run_pending() decodes it
+        if (work.on_gpu && defer(work, i, encoded.fields[i])) return;  // run_pending() decodes it
         cpu_images_.fetch_add(1, std::memory_order_relaxed);
       }
       work.fields[i] =
@@ -274,6 +275,13 @@ void DecodeStage::run(SampleWork& work) {
       throw Error(encoded.key + ": field '" + specs[i].name + "' (decoder '" + std::string(decoders_[i]->name()) +
                   "'): " + cause_of(e));
     }
+  };
+  // A sample of many fields has them decoded on several threads (Note [wide batches]); not where a field
+  // may be deferred to the GPU decoder, whose list of pending images is the sample's own.
+  if (on_gpu_.empty()) {
+    for_each_field(specs.size(), decode_field);
+  } else {
+    for (size_t i = 0; i < specs.size(); ++i) decode_field(i);
   }
 }
 

@@ -7,6 +7,7 @@
 #include "ferry/pipeline/cuda_error.h"
 #include "ferry/pipeline/device_guard.h"
 #include "ferry/pipeline/fault_injection.h"
+#include "ferry/pipeline/field_loop.h"
 #include "ferry/pipeline/host_buffer_ring.h"
 #include "ferry/pipeline/segment_copy.h"
 #include "ferry/pipeline/tensor_views.h"
@@ -75,18 +76,15 @@ void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
       device_.is_cuda() ? copy_to_device(work, ready, bytes, augment) : copy_to_host(work, bytes, augment);
 
   const BatchLayout& layout = work.layout;
-  std::vector<at::Tensor> tensors;
-  tensors.reserve(layout.fields.size());
+  std::vector<at::Tensor> tensors(layout.fields.size());
   const auto base = static_cast<size_t>(buffer.storage_offset());  // a slice of a chunk: its place in it
-  for (size_t f = 0; f < layout.fields.size(); ++f) {
+  for_each_field(layout.fields.size(), [&](size_t f) {  // Note [wide batches]
     const FieldLayout& field = layout.fields[f];
-    if (augment && augment->field == f) {
-      tensors.push_back(
-          make_view(buffer.storage(), device_, augment_->dtype(), base + augment->offset, augment_->shape(batch)));
-    } else {
-      tensors.push_back(make_view(buffer.storage(), device_, field.dtype, base + field.offset, field.shape));
-    }
-  }
+    tensors[f] = augment && augment->field == f
+                     ? make_view(buffer.storage(), device_, augment_->dtype(), base + augment->offset,
+                                 augment_->shape(batch))
+                     : make_view(buffer.storage(), device_, field.dtype, base + field.offset, field.shape);
+  });
   work.batch = Batch(layout.schema, std::move(tensors), work.info, buffer, std::move(ready));
 }
 

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
+#include <mutex>
 
 #include "ferry/pipeline/error.h"
+#include "ferry/pipeline/field_loop.h"
 #include "ferry/stages/parallel_copy.h"
 
 namespace ferry {
@@ -24,6 +27,83 @@ namespace ferry {
 // shutdown): pack keeps it in BatchWork::direct_sources, and H2DSubmitStage hands those to the slab's
 // lease together with the copy's event (PinnedLease::attach_event), so they are released with the
 // slab, after the event has completed (Note [pinned slab reuse]).
+
+namespace {
+
+// What staging one field leaves besides its copies: ranges copied in place (Note [direct copies]),
+// fields decoded on the device, and contiguous copies of non-contiguous tensors, kept alive.
+struct Staged {
+  std::vector<CopyChunk> direct;
+  std::vector<at::Tensor> direct_sources;
+  std::vector<std::pair<size_t, at::Tensor>> device_sources;
+  std::vector<at::Tensor> keep;
+
+  bool empty() const { return direct.empty() && device_sources.empty() && keep.empty(); }
+  void take(Staged& other) {
+    auto append = [](auto& to, auto& from) { to.insert(to.end(), std::make_move_iterator(from.begin()),
+                                                       std::make_move_iterator(from.end())); };
+    append(direct, other.direct);
+    append(direct_sources, other.direct_sources);
+    append(device_sources, other.device_sources);
+    append(keep, other.keep);
+  }
+};
+
+// The copies that fill `field`'s slots of the slab (appended to `ops`), and what else it leaves in `staged`.
+void stage_field(const BatchWork& work, const FieldLayout& field, std::byte* slab, size_t direct_copy_bytes,
+                 std::vector<CopyOp>& ops, Staged& staged) {
+  // Non-contiguous decoder outputs are made contiguous first; `keep` holds those copies alive.
+  auto bytes_of = [&staged](const at::Tensor& tensor) -> const std::byte* {
+    if (!tensor.device().is_cpu()) throw Error("a decoded tensor is on " + tensor.device().str() + ", not the CPU");
+    if (tensor.is_contiguous()) return static_cast<const std::byte*>(tensor.data_ptr());
+    staged.keep.push_back(tensor.contiguous());
+    return static_cast<const std::byte*>(staged.keep.back().data_ptr());
+  };
+  // Large pinned tensors are copied from where they are (Note [direct copies]).
+  auto copy_in_place = [&](const at::Tensor& tensor, size_t offset) {
+    if (direct_copy_bytes == 0 || tensor.nbytes() < direct_copy_bytes || !tensor.is_contiguous() ||
+        !tensor.is_pinned()) {
+      return false;
+    }
+    staged.direct.push_back(CopyChunk{offset, static_cast<const std::byte*>(tensor.data_ptr()), tensor.nbytes()});
+    staged.direct_sources.push_back(tensor);
+    return true;
+  };
+
+  size_t offset = field.offset;
+  if (field.source_field < 0) {
+    if (field.bytes != 0) ops.push_back(CopyOp{slab + offset, bytes_of(field.made), field.bytes, {}, 1});
+    return;
+  }
+  const size_t element = c10::elementSize(field.dtype);
+  for (const auto& sample : work.samples) {
+    if (sample->cached) {  // its slot is written by the gather, after the copy
+      offset += field.slot_bytes;
+      continue;
+    }
+    const at::Tensor& tensor = sample->fields[static_cast<size_t>(field.source_field)];
+    const size_t bytes = tensor.nbytes();
+    if (tensor.is_cuda()) {  // decoded on the device (Note [GPU JPEG decode]): h2d copies it there
+      if (field.padded && bytes < field.slot_bytes) {
+        throw Error("a field decoded on the GPU cannot be padded (field " + std::to_string(field.source_field) + ")");
+      }
+      staged.device_sources.emplace_back(offset, tensor);
+      offset += field.slot_bytes;
+      continue;
+    }
+    if (!(field.padded && bytes < field.slot_bytes) && copy_in_place(tensor, offset)) {
+      offset += field.slot_bytes;
+      continue;
+    }
+    if (bytes != 0) ops.push_back(CopyOp{slab + offset, bytes_of(tensor), bytes, {}, 1});
+    if (field.padded && bytes < field.slot_bytes) {
+      ops.push_back(CopyOp{slab + offset + bytes, nullptr, field.slot_bytes - bytes, field.pad, element});
+    }
+    offset += field.slot_bytes;
+  }
+}
+
+}  // namespace
 
 PackStage::PackStage(std::shared_ptr<PinnedPool> pool, const TransferOptions& options)
     : pool_(std::move(pool)), options_(options) {
@@ -48,62 +128,30 @@ void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
   }
   std::byte* const slab = lease->data();
 
-  // Non-contiguous decoder outputs are made contiguous first; `keep` holds those copies alive.
-  std::vector<at::Tensor> keep;
-  auto bytes_of = [&keep](const at::Tensor& tensor) -> const std::byte* {
-    if (!tensor.device().is_cpu()) throw Error("a decoded tensor is on " + tensor.device().str() + ", not the CPU");
-    if (tensor.is_contiguous()) return static_cast<const std::byte*>(tensor.data_ptr());
-    keep.push_back(tensor.contiguous());
-    return static_cast<const std::byte*>(keep.back().data_ptr());
-  };
-  // Large pinned tensors are copied from where they are (Note [direct copies]).
-  std::vector<CopyChunk> direct;  // in offset order
-  auto copy_in_place = [&](const at::Tensor& tensor, size_t offset) {
-    if (options_.direct_copy_bytes == 0 || tensor.nbytes() < options_.direct_copy_bytes || !tensor.is_contiguous() ||
-        !tensor.is_pinned()) {
-      return false;
-    }
-    direct.push_back(CopyChunk{offset, static_cast<const std::byte*>(tensor.data_ptr()), tensor.nbytes()});
-    work.direct_sources.push_back(tensor);
-    return true;
-  };
-
-  std::vector<CopyOp> ops;
-  ops.reserve(work.samples.size() * layout.fields.size() + layout.fields.size());
-  for (const FieldLayout& field : layout.fields) {
-    size_t offset = field.offset;
-    if (field.source_field < 0) {
-      if (field.bytes != 0) ops.push_back(CopyOp{slab + offset, bytes_of(field.made), field.bytes, {}, 1});
-      continue;
-    }
-    const size_t element = c10::elementSize(field.dtype);
-    for (const auto& sample : work.samples) {
-      if (sample->cached) {  // its slot is written by the gather, after the copy
-        offset += field.slot_bytes;
-        continue;
-      }
-      const at::Tensor& tensor = sample->fields[static_cast<size_t>(field.source_field)];
-      const size_t bytes = tensor.nbytes();
-      if (tensor.is_cuda()) {  // decoded on the device (Note [GPU JPEG decode]): h2d copies it there
-        if (field.padded && bytes < field.slot_bytes) {
-          throw Error("a field decoded on the GPU cannot be padded (field " + std::to_string(field.source_field) + ")");
-        }
-        work.device_sources.emplace_back(offset, tensor);
-        offset += field.slot_bytes;
-        continue;
-      }
-      if (!(field.padded && bytes < field.slot_bytes) && copy_in_place(tensor, offset)) {
-        offset += field.slot_bytes;
-        continue;
-      }
-      if (bytes != 0) ops.push_back(CopyOp{slab + offset, bytes_of(tensor), bytes, {}, 1});
-      if (field.padded && bytes < field.slot_bytes) {
-        ops.push_back(CopyOp{slab + offset + bytes, nullptr, field.slot_bytes - bytes, field.pad, element});
-      }
-      offset += field.slot_bytes;
-    }
+  Staged staged;
+  if (layout.fields.size() < kWideBatchFields) {
+    std::vector<CopyOp> ops;
+    ops.reserve(work.samples.size() * layout.fields.size() + layout.fields.size());
+    for (const FieldLayout& field : layout.fields) stage_field(work, field, slab, options_.direct_copy_bytes, ops, staged);
+    run_copies(ops, options_.parallel_pack_bytes);
+  } else {
+    // A wide batch: each field's copies are listed and run on the thread that takes the field (Note [wide
+    // batches]); run_copies still spreads a large field's bytes.
+    std::mutex mutex;
+    for_each_field(layout.fields.size(), [&](size_t f) {
+      std::vector<CopyOp> ops;
+      Staged mine;
+      stage_field(work, layout.fields[f], slab, options_.direct_copy_bytes, ops, mine);
+      run_copies(ops, options_.parallel_pack_bytes);
+      if (mine.empty()) return;
+      std::lock_guard lock(mutex);
+      staged.take(mine);
+    });
+    std::sort(staged.direct.begin(), staged.direct.end(),
+              [](const CopyChunk& a, const CopyChunk& b) { return a.offset < b.offset; });
   }
-  run_copies(ops, options_.parallel_pack_bytes);
+  work.direct_sources = std::move(staged.direct_sources);
+  work.device_sources = std::move(staged.device_sources);
 
   // The slab's bytes around the direct ranges, and the direct ranges, each cut to max_chunk_bytes.
   auto add = [&](size_t offset, const std::byte* source, size_t bytes) {
@@ -112,7 +160,7 @@ void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
     }
   };
   size_t cursor = 0;
-  for (const CopyChunk& range : direct) {
+  for (const CopyChunk& range : staged.direct) {
     add(cursor, slab + cursor, range.offset - cursor);
     add(range.offset, range.source, range.bytes);
     cursor = range.offset + range.bytes;

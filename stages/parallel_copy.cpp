@@ -76,15 +76,16 @@ void run_part(const CopyOp& op, size_t begin, size_t end) {
 }  // namespace
 
 void run_copies(const std::vector<CopyOp>& ops, size_t parallel_bytes) {
-  std::vector<size_t> starts(ops.size() + 1, 0);  // prefix sums: op i covers [starts[i], starts[i+1])
-  for (size_t i = 0; i < ops.size(); ++i) starts[i + 1] = starts[i] + ops[i].bytes;
-  const size_t total = starts.back();
+  size_t total = 0;
+  for (const CopyOp& op : ops) total += op.bytes;
   const auto threads = static_cast<size_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
   const size_t pieces = total < parallel_bytes ? 1 : std::clamp<size_t>(total / kMinPiece, 1, 4 * threads);
-  if (pieces == 1) {
+  if (pieces == 1) {  // without allocating: a wide batch's pack calls this once per field
     for (const CopyOp& op : ops) run_part(op, 0, op.bytes);
     return;
   }
+  std::vector<size_t> starts(ops.size() + 1, 0);  // prefix sums: op i covers [starts[i], starts[i+1])
+  for (size_t i = 0; i < ops.size(); ++i) starts[i + 1] = starts[i] + ops[i].bytes;
   const size_t piece = (total + pieces - 1) / pieces;
   tbb::parallel_for(size_t{0}, pieces, [&](size_t p) {
     const size_t begin = std::min(total, p * piece);

@@ -87,6 +87,24 @@ TEST(Pipeline, TwoThousandRandomBatchesMatchTheSourceByteForByte) {
   EXPECT_EQ(batches, 2000u);
 }
 
+// Batches of hundreds of fields (Note [wide batches]): decode, collate, pack and the views spread over
+// the threads; every byte of every batch is checked, at 1 to 8 decode threads.
+TEST(Pipeline, WideBatchesMatchTheSourceByteForByte) {
+  std::mt19937_64 rng(0x91de);
+  for (size_t threads : {1, 2, 4, 8}) {
+    PipelineOptions options;
+    options.batch_size = 1 + rng() % 4;
+    options.decode_threads = threads;
+    options.prefetch = 1 + rng() % 4;
+    options.transfer.parallel_pack_bytes = rng() % 2 == 0 ? 1 : size_t{1} << 20;
+    const auto fields = static_cast<int64_t>(250 + rng() % 500);
+    auto truth = std::make_shared<const SyntheticSource>(
+        testing::random_synthetic_options(rng, options.batch_size * 12 - rng() % options.batch_size, fields, fields));
+    SCOPED_TRACE(std::to_string(threads) + " threads, " + std::to_string(fields) + " fields");
+    EXPECT_EQ(testing::expect_pipeline_delivers_source(truth, *truth, options), 12u);
+  }
+}
+
 TEST(Pipeline, HonoursEpochsDropLastAndMaxBatches) {
   auto truth = std::make_shared<const SyntheticSource>(mixed_fields(10));
   PipelineOptions options;

@@ -3,10 +3,12 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <oneapi/tbb/task_arena.h>
 
 #include <ferry/io/decoders/decoder_registry.h>
 #include <ferry/io/formats/synthetic_source.h>
 #include <ferry/pipeline/error.h>
+#include <ferry/pipeline/field_loop.h>
 #include <ferry/stages/collate_stage.h>
 #include <ferry/stages/decode_stage.h>
 #include <ferry/stages/pack_stage.h>
@@ -127,6 +129,55 @@ TEST(CollateAndPack, RandomFieldsMatchTheReferenceAtEveryAlignment) {
     BatchWork work = decoded_batch(source, indices);
     SCOPED_TRACE("round " + std::to_string(round) + ", alignment " + std::to_string(alignment));
     expect_packed_like_reference(work, *source, CollateOptions{}, alignment);
+  }
+}
+
+// Batches of hundreds of fields are decoded, laid out and packed on several threads (Note [wide
+// batches]): the same bytes in the same places as the reference, in arenas of 1 to 8 threads.
+TEST(CollateAndPack, WideBatchesMatchTheReferenceInArenasOfOneToEightThreads) {
+  std::mt19937_64 rng(20261127);
+  for (int threads : {1, 2, 4, 8}) {
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      for (int round = 0; round < 4; ++round) {
+        const auto fields = static_cast<int64_t>(kWideBatchFields) - 2 + (rng() % 600);
+        auto source = std::make_shared<const SyntheticSource>(testing::random_synthetic_options(rng, 20, fields, fields));
+        std::vector<uint64_t> indices(1 + rng() % 5);
+        for (auto& index : indices) index = rng() % 20;
+        BatchWork work = decoded_batch(source, indices);
+        SCOPED_TRACE(std::to_string(threads) + " threads, round " + std::to_string(round) + ", " +
+                     std::to_string(fields) + " fields");
+        expect_packed_like_reference(work, *source, CollateOptions{}, 16);
+      }
+    });
+  }
+}
+
+// Whichever thread lays out which field, a wide batch's error names the first field that is wrong.
+TEST(CollateAndPack, AWideBatchNamesItsFirstFieldWhoseShapeDiffers) {
+  SyntheticOptions options;
+  options.samples = 4;
+  for (int f = 0; f < 1000; ++f) {
+    options.fields.push_back(
+        SyntheticField{std::string("x").append(std::to_string(f)), at::kFloat, {2}, false, 0, 0, std::nullopt});
+  }
+  auto source = std::make_shared<const SyntheticSource>(options);
+  for (int threads : {1, 4, 8}) {
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      for (int round = 0; round < 5; ++round) {
+        BatchWork work = decoded_batch(source, {0, 1, 2});
+        for (size_t f : {size_t{999}, size_t{640}, size_t{333}, size_t{334}}) work.samples[1]->fields[f] = at::zeros({3});
+        try {
+          CollateStage(source->fields(), CollateOptions{}, 16).run(work, kRunning);
+          FAIL();
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("field 'x333': sample 1 has shape [3] but sample 0 has [2]"),
+                    std::string::npos)
+              << e.what();
+        }
+      }
+    });
   }
 }
 

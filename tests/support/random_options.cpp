@@ -2,13 +2,14 @@
 
 namespace ferry::testing {
 
-SyntheticOptions random_synthetic_options(std::mt19937_64& rng, uint64_t samples) {
+SyntheticOptions random_synthetic_options(std::mt19937_64& rng, uint64_t samples, int64_t min_fields,
+                                          int64_t max_fields) {
   const at::ScalarType dtypes[] = {at::kByte, at::kInt, at::kLong, at::kHalf, at::kBFloat16, at::kFloat};
   auto uniform = [&rng](int64_t low, int64_t high) { return std::uniform_int_distribution<int64_t>(low, high)(rng); };
   SyntheticOptions options;
   options.seed = rng();
   options.samples = samples;
-  const int64_t fields = uniform(1, 4);
+  const int64_t fields = uniform(min_fields, max_fields);
   for (int64_t f = 0; f < fields; ++f) {
     SyntheticField field;
     field.name = std::string("f").append(std::to_string(f));  // (not "f" + ...: a GCC 12 -Wrestrict false positive)

@@ -35,6 +35,26 @@ TEST(RawDecoder, PassesAlreadyTypedTensors) {
   EXPECT_TRUE(decoded.equal(typed.view({2, 3})));
 }
 
+// A member read from a larger buffer (a shard read in one piece) starts anywhere: the decoded tensor
+// views the bytes in place where they start at a whole element, and a copy elsewhere.
+TEST(RawDecoder, DecodesBytesAtAnyOffsetOfALargerBuffer) {
+  const at::Tensor original = at::randn({3, 5}).to(at::kDouble);
+  const at::Tensor bytes = bytes_of(original);
+  for (int64_t offset = 0; offset < 16; ++offset) {
+    at::Tensor buffer = at::zeros({offset + bytes.numel() + 3}, at::kByte);
+    const at::Tensor member = buffer.narrow(0, offset, bytes.numel());
+    member.copy_(bytes);
+    for (const FieldSpec& spec : {FieldSpec{"x", at::kDouble, {3, 5}, std::nullopt, "raw"},
+                                  FieldSpec{"x", at::kDouble, {kVariableLength, 5}, 3, "raw"}}) {
+      const at::Tensor decoded = RawDecoder().decode(member, spec);
+      SCOPED_TRACE("offset " + std::to_string(offset));
+      EXPECT_TRUE(decoded.is_contiguous());
+      EXPECT_TRUE(decoded.equal(original));
+      EXPECT_EQ(decoded.data_ptr() == member.data_ptr(), offset % 8 == 0) << "viewed in place iff aligned";
+    }
+  }
+}
+
 TEST(RawDecoder, ExplainsBytesThatDoNotFit) {
   try {
     RawDecoder().decode(at::zeros({13}, at::kByte), FieldSpec{"x", at::kFloat, {3}, std::nullopt, "raw"});
