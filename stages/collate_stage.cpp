@@ -106,13 +106,14 @@ std::optional<size_t> CollateStage::max_batch_bytes(size_t batch_size) const {
   return static_cast<size_t>(cursor);
 }
 
-// One sample's shape for field f: its decoded tensor's, or, for a cached sample, the spec's with its kept length.
-at::DimVector CollateStage::shape_of(const SampleWork& sample, size_t f) const {
-  if (!sample.cached) return at::DimVector(sample.fields.at(f).sizes());
+// One sample's shape for field f: its decoded tensor's sizes, or, for a cached sample, the spec's shape with
+// its kept length, made in `scratch`.
+at::IntArrayRef CollateStage::shape_of(const SampleWork& sample, size_t f, at::DimVector& scratch) const {
+  if (!sample.cached) return sample.fields.at(f).sizes();
   const FieldSpec& spec = fields_[f];
-  at::DimVector shape(spec.shape.begin(), spec.shape.end());
-  if (spec.variable()) shape[0] = cache_->rows(sample.index(), f);
-  return shape;
+  scratch.assign(spec.shape.begin(), spec.shape.end());
+  if (spec.variable()) scratch[0] = cache_->rows(sample.index(), f);
+  return scratch;
 }
 
 void CollateStage::lay_out(size_t f, const std::vector<std::shared_ptr<SampleWork>>& samples, FieldLayout& field,
@@ -120,15 +121,17 @@ void CollateStage::lay_out(size_t f, const std::vector<std::shared_ptr<SampleWor
   const FieldSpec& spec = fields_[f];
   const size_t element = c10::elementSize(spec.dtype);
   const auto batch = static_cast<int64_t>(samples.size());
-  const at::DimVector first = shape_of(*samples.front(), f);
+  at::DimVector first_scratch;
+  at::DimVector scratch;
+  const at::IntArrayRef first = shape_of(*samples.front(), f, first_scratch);
   field.dtype = spec.dtype;
   field.source_field = static_cast<int>(f);
 
   // Every sample must agree on the shape (fixed fields) or on the shape after dim 0 (variable ones).
   const size_t from = spec.variable() ? 1 : 0;
-  int64_t longest = 0;
-  for (size_t s = 0; s < samples.size(); ++s) {
-    const at::DimVector shape = s == 0 ? first : shape_of(*samples[s], f);
+  int64_t longest = spec.variable() ? first[0] : 0;
+  for (size_t s = 1; s < samples.size(); ++s) {
+    const at::IntArrayRef shape = shape_of(*samples[s], f, scratch);
     bool same = shape.size() == first.size();
     for (size_t d = from; same && d < first.size(); ++d) same = shape[d] == first[d];
     if (!same) {
@@ -157,7 +160,7 @@ void CollateStage::lay_out(size_t f, const std::vector<std::shared_ptr<SampleWor
     lengths->bytes = sizeof(int64_t) * static_cast<size_t>(batch);
     lengths->made = at::empty({batch}, at::kLong);
     auto* out = lengths->made.data_ptr<int64_t>();
-    for (int64_t s = 0; s < batch; ++s) out[s] = shape_of(*samples[static_cast<size_t>(s)], f)[0];
+    for (int64_t s = 0; s < batch; ++s) out[s] = shape_of(*samples[static_cast<size_t>(s)], f, scratch)[0];
   }
 }
 

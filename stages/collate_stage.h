@@ -54,7 +54,7 @@ class CollateStage : public BatchStage {
   std::shared_ptr<const DatasetCache> cache_;
   std::vector<size_t> first_output_;  // per source field: its place among the batch's fields
 
-  at::DimVector shape_of(const SampleWork& sample, size_t f) const;
+  at::IntArrayRef shape_of(const SampleWork& sample, size_t f, at::DimVector& scratch) const;
   // Field f's layout but its offset, and its lengths field's if it is variable-length. Thread-safe.
   void lay_out(size_t f, const std::vector<std::shared_ptr<SampleWork>>& samples, FieldLayout& field,
                FieldLayout* lengths) const;
