@@ -78,12 +78,13 @@ void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
   const BatchLayout& layout = work.layout;
   std::vector<at::Tensor> tensors(layout.fields.size());
   const auto base = static_cast<size_t>(buffer.storage_offset());  // a slice of a chunk: its place in it
-  for_each_field(layout.fields.size(), [&](size_t f) {  // Note [wide batches]
+  // A view per field; a wide batch's on several threads (Note [wide batches]).
+  for_each_field(layout.fields.size(), [&](size_t f) {
     const FieldLayout& field = layout.fields[f];
-    tensors[f] = augment && augment->field == f
-                     ? make_view(buffer.storage(), device_, augment_->dtype(), base + augment->offset,
-                                 augment_->shape(batch))
-                     : make_view(buffer.storage(), device_, field.dtype, base + field.offset, field.shape);
+    tensors[f] =
+        augment && augment->field == f
+            ? make_view(buffer.storage(), device_, augment_->dtype(), base + augment->offset, augment_->shape(batch))
+            : make_view(buffer.storage(), device_, field.dtype, base + field.offset, field.shape);
   });
   work.batch = Batch(layout.schema, std::move(tensors), work.info, buffer, std::move(ready));
 }

@@ -40,8 +40,9 @@ struct Staged {
 
   bool empty() const { return direct.empty() && device_sources.empty() && keep.empty(); }
   void take(Staged& other) {
-    auto append = [](auto& to, auto& from) { to.insert(to.end(), std::make_move_iterator(from.begin()),
-                                                       std::make_move_iterator(from.end())); };
+    auto append = [](auto& to, auto& from) {
+      to.insert(to.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+    };
     append(direct, other.direct);
     append(direct_sources, other.direct_sources);
     append(device_sources, other.device_sources);
@@ -132,7 +133,8 @@ void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
   if (layout.fields.size() < kWideBatchFields) {
     std::vector<CopyOp> ops;
     ops.reserve(work.samples.size() * layout.fields.size() + layout.fields.size());
-    for (const FieldLayout& field : layout.fields) stage_field(work, field, slab, options_.direct_copy_bytes, ops, staged);
+    for (const FieldLayout& field : layout.fields)
+      stage_field(work, field, slab, options_.direct_copy_bytes, ops, staged);
     run_copies(ops, options_.parallel_pack_bytes);
   } else {
     // A wide batch: each field's copies are listed and run on the thread that takes the field (Note [wide

@@ -141,7 +141,8 @@ TEST(CollateAndPack, WideBatchesMatchTheReferenceInArenasOfOneToEightThreads) {
     arena.execute([&] {
       for (int round = 0; round < 4; ++round) {
         const auto fields = static_cast<int64_t>(kWideBatchFields) - 2 + (rng() % 600);
-        auto source = std::make_shared<const SyntheticSource>(testing::random_synthetic_options(rng, 20, fields, fields));
+        auto source =
+            std::make_shared<const SyntheticSource>(testing::random_synthetic_options(rng, 20, fields, fields));
         std::vector<uint64_t> indices(1 + rng() % 5);
         for (auto& index : indices) index = rng() % 20;
         BatchWork work = decoded_batch(source, indices);
@@ -167,7 +168,8 @@ TEST(CollateAndPack, AWideBatchNamesItsFirstFieldWhoseShapeDiffers) {
     arena.execute([&] {
       for (int round = 0; round < 5; ++round) {
         BatchWork work = decoded_batch(source, {0, 1, 2});
-        for (size_t f : {size_t{999}, size_t{640}, size_t{333}, size_t{334}}) work.samples[1]->fields[f] = at::zeros({3});
+        for (size_t f : {size_t{999}, size_t{640}, size_t{333}, size_t{334}})
+          work.samples[1]->fields[f] = at::zeros({3});
         try {
           CollateStage(source->fields(), CollateOptions{}, 16).run(work, kRunning);
           FAIL();
