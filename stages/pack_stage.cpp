@@ -31,14 +31,16 @@ namespace ferry {
 namespace {
 
 // What staging one field leaves besides its copies: ranges copied in place (Note [direct copies]),
-// fields decoded on the device, and contiguous copies of non-contiguous tensors, kept alive.
+// fields decoded on the device, and contiguous copies of non-contiguous tensors, kept alive until the
+// copies that read them have run.
 struct Staged {
   std::vector<CopyChunk> direct;
   std::vector<at::Tensor> direct_sources;
   std::vector<std::pair<size_t, at::Tensor>> device_sources;
   std::vector<at::Tensor> keep;
 
-  bool empty() const { return direct.empty() && device_sources.empty() && keep.empty(); }
+  // What outlives the copies: all but `keep`.
+  bool leaves_nothing() const { return direct.empty() && device_sources.empty(); }
   void take(Staged& other) {
     auto append = [](auto& to, auto& from) {
       to.insert(to.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
@@ -46,7 +48,6 @@ struct Staged {
     append(direct, other.direct);
     append(direct_sources, other.direct_sources);
     append(device_sources, other.device_sources);
-    append(keep, other.keep);
   }
 };
 
@@ -145,7 +146,7 @@ void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
       Staged mine;
       stage_field(work, layout.fields[f], slab, options_.direct_copy_bytes, ops, mine);
       run_copies(ops, options_.parallel_pack_bytes);
-      if (mine.empty()) return;
+      if (mine.leaves_nothing()) return;  // its `keep` copies are read: they go with it
       std::lock_guard lock(mutex);
       staged.take(mine);
     });
