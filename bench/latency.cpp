@@ -41,8 +41,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kBatchSize = 32;
-constexpr size_t kRing = 4;         // the plain loop's pinned slabs
-constexpr size_t kVariants = 64;    // distinct premade samples, so that caches do not flatter either side
+constexpr size_t kRing = 4;       // the plain loop's pinned slabs
+constexpr size_t kVariants = 64;  // distinct premade samples, so that caches do not flatter either side
 
 struct Case {
   std::string name;
@@ -155,7 +155,8 @@ int main(int argc, char** argv) {
   size_t batches = 20000;
   size_t prefetch = 16;
   size_t decode_threads = std::min<size_t>(16, static_cast<size_t>(tbb::info::default_concurrency()));
-  bench::BenchArgs("latency", "latency [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N]")
+  bench::BenchArgs("latency",
+                   "latency [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N]")
       .value("--device", device_name)
       .value("--json", json_path)
       .value("--batches", batches)
@@ -163,7 +164,8 @@ int main(int argc, char** argv) {
       .value("--decode-threads", decode_threads)
       .parse(argc, argv);
   const at::Device device = ferry::resolve_device(device_name);
-  const std::vector<Case> cases = {{"tokens 32 x 2049 uint16", at::kShort, 2049}, {"small 32 x 1 KiB", at::kByte, 1024}};
+  const std::vector<Case> cases = {{"tokens 32 x 2049 uint16", at::kShort, 2049},
+                                   {"small 32 x 1 KiB", at::kByte, 1024}};
   std::printf("bench/latency on %s (%s), %zu batches, prefetch %zu, %zu decode threads\n\n", device.str().c_str(),
               ferry::build_description().c_str(), batches, prefetch, decode_threads);
   std::printf("%-26s %14s %12s %14s %12s %10s\n", "case", "plain batch/s", "plain us", "ferry batch/s", "ferry us",
@@ -181,6 +183,8 @@ int main(int argc, char** argv) {
       std::printf(" %s %.1f", stage.name.c_str(), 1e6 * stage.busy_seconds / batches_done);
     }
     std::printf(", consumer waited %.1f\n", 1e6 * r.stats.consumer_wait_seconds / batches_done);
+    // And where a batch waited on its way (Note [batch path]).
+    std::printf("  ferry batch path: %s\n", ferry::batch_path_summary(r.stats).c_str());
     results.push_back(r);
   }
   if (!json_path.empty()) {
@@ -189,9 +193,11 @@ int main(int argc, char** argv) {
         << ", \"decode_threads\": " << decode_threads << ", \"cases\": [";
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
-      out << (i ? ", " : "") << "{\"name\": \"" << r.shape.name << "\", \"plain_batches_per_s\": "
-          << r.plain_batches_per_s << ", \"ferry_batches_per_s\": " << r.ferry_batches_per_s
-          << ", \"ferry_per_batch\": \"" << ferry::per_batch_summary(r.stats) << "\"}";
+      out << (i ? ", " : "") << "{\"name\": \"" << r.shape.name
+          << "\", \"plain_batches_per_s\": " << r.plain_batches_per_s
+          << ", \"ferry_batches_per_s\": " << r.ferry_batches_per_s << ", \"ferry_per_batch\": \""
+          << ferry::per_batch_summary(r.stats) << "\", \"ferry_batch_path\": \"" << ferry::batch_path_summary(r.stats)
+          << "\"}";
     }
     out << "]}\n";
     if (!out.flush()) {

@@ -98,6 +98,7 @@ void append_body(std::string& text, const PipelineStats& stats) {
   }
   appendf(text, "  bottleneck %s\n", bottleneck_summary(stats).c_str());
   appendf(text, "  per batch  %s\n", per_batch_summary(stats).c_str());
+  appendf(text, "  batch path %s\n", batch_path_summary(stats).c_str());
 
   appendf(text, "  %-11s %7s %14s %14s %9s %8s %11s %13s\n", "stage", "threads", "in", "out", "busy s", "busy %",
           "upstream %", "downstream %");
@@ -402,6 +403,28 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
   json.end_array();
   json.key("bottleneck").value(bottleneck_summary(stats));
   json.key("per_batch").value(per_batch_summary(stats));
+  const BatchPathStats& path = stats.batch_path;
+  json.key("batch_path")
+      .begin_object()
+      .key("batches")
+      .value(path.batches)
+      .key("latency_seconds")
+      .value(seconds_value(path.latency_seconds()))
+      .key("legs")
+      .begin_array();
+  for (const BatchPathStats::Leg& leg : path.legs) {
+    json.begin_object()
+        .key("name")
+        .value(leg.name)
+        .key("waiting")
+        .value(leg.waiting)
+        .key("seconds")
+        .value(seconds_value(leg.seconds))
+        .key("seconds_per_batch")
+        .value(seconds_value(path.seconds_per_batch(leg)))
+        .end_object();
+  }
+  json.end_array().end_object();
 
   json.key("planner");
   write_stage_json(json, stats.planner, stats);

@@ -65,7 +65,14 @@ struct PipelineGraph::Nodes {
                   p.shielded("collate", [&] {
                     std::vector<WorkPtr> completed;
                     for (SampleWork& sample : group->samples) p.collect(SamplePtr(group, &sample), completed);
-                    for (WorkPtr& work : completed) std::get<0>(ports).try_put(std::move(work));
+                    const uint64_t collated_ns = completed.empty() ? 0 : p.now_ns();
+                    for (WorkPtr& work : completed) {
+                      if (!work->samples.empty()) {  // Note [batch path]
+                        work->marks.planned = work->samples.front()->plan->planned_ns;
+                        work->marks.collated = collated_ns;
+                      }
+                      std::get<0>(ports).try_put(std::move(work));
+                    }
                   });
                 }),
         pack(g, tbb::flow::serial,
@@ -183,16 +190,18 @@ void PipelineGraph::close() noexcept {
 }
 
 template <typename Body>
-std::optional<Error> PipelineGraph::guarded(StageId id, const ErrorContext& where, Body&& body) {
-  const auto start = Clock::now();
+std::optional<Error> PipelineGraph::guarded(StageId id, const ErrorContext& where, Body&& body, Span* span) {
+  const uint64_t start_ns = now_ns();
   std::optional<Error> error;
   try {
     body();
   } catch (...) {
     error = error_from(std::current_exception(), where);
   }
+  const uint64_t end_ns = now_ns();
+  if (span != nullptr) *span = Span{start_ns, end_ns};
   RunCounters::StageCounter& counter = run_.stages[id];
-  counter.busy_ns.fetch_add(nanoseconds_since(start), std::memory_order_relaxed);
+  counter.busy_ns.fetch_add(end_ns - start_ns, std::memory_order_relaxed);
   // Release, both: a stats() reader that sees a run also sees the samples collate counted before
   // it, and one that sees a failure also sees its run, so items_out never exceeds items_in.
   // (On x86 a relaxed and a release add are the same instruction.)
@@ -271,6 +280,7 @@ PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
   const bool holds_token = plan->kind == BatchPlan::Kind::kSamples || plan->kind == BatchPlan::Kind::kEpochEnd;
   run_.in_flight.change(holds_token ? +1 : 0, end_ns, !planned_last_);
   plan->sequence = next_batch_sequence_++;
+  plan->planned_ns = end_ns;
   return std::make_shared<const BatchPlan>(std::move(*plan));
 }
 
@@ -516,8 +526,23 @@ void PipelineGraph::run_batch_stage(StageId id, BatchWork& work) {
     default: return;
   }
   if (id == kCollate) run_.stages[id].units_in.fetch_add(work.samples.size(), std::memory_order_relaxed);
-  if (auto error = guarded(id, work.where(std::string(stage->name())), [&] { stage->run(work, stop_); })) {
+  Span span;
+  if (auto error = guarded(
+          id, work.where(std::string(stage->name())), [&] { stage->run(work, stop_); }, &span)) {
     work.error = std::move(error);
+  }
+  // Note [batch path]: the clock reads that time the stage stamp the batch too.
+  switch (id) {
+    case kPack:
+      work.marks.pack_start = span.start_ns;
+      work.marks.pack_end = span.end_ns;
+      break;
+    case kH2D:
+      work.marks.h2d_start = span.start_ns;
+      work.marks.h2d_end = span.end_ns;
+      break;
+    case kEventWait: work.marks.wait_start = span.start_ns; break;
+    default: break;
   }
 }
 
@@ -563,14 +588,17 @@ void PipelineGraph::completion_loop() {
       deliver(Delivery{Delivery::Kind::kError, {}, work->error});
       return;
     }
-    deliver(Delivery{Delivery::Kind::kBatch, std::move(work->batch), std::nullopt, work->next});
+    deliver(Delivery{Delivery::Kind::kBatch, std::move(work->batch), std::nullopt, work->next, work->marks});
   }
 }
 
 void PipelineGraph::deliver(Delivery delivery) {
   const bool batch = delivery.kind == Delivery::Kind::kBatch;
   const uint64_t start_ns = now_ns();
-  if (batch) run_.ready.change(+1, start_ns);  // before the push: Note [occupancy]
+  if (batch) {
+    run_.ready.change(+1, start_ns);  // before the push: Note [occupancy]
+    delivery.marks.delivered = start_ns;
+  }
   // Never waits while Note [tokens] holds; close() wakes it at shutdown regardless. Handing over
   // (waking the consumer) is work; only a push that found the queue full was blocked.
   QueueStatus status = ready_.try_push(std::move(delivery));  // a refused push leaves `delivery` as it was
@@ -630,6 +658,7 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
   switch (delivery.kind) {
     case Delivery::Kind::kBatch: {
       run_.ready.change(-1, popped_ns);
+      run_.add_batch_path(delivery.marks, popped_ns);
       try {
         delivery.batch.ready_on_current_stream();  // the consumer's stream, on the consumer's thread
       } catch (...) {

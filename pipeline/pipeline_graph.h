@@ -114,6 +114,11 @@ class PipelineGraph {
     Batch batch;
     std::optional<Error> error;
     BatchCursor next;  // kBatch: where the batch after it starts
+    BatchMarks marks;  // kBatch: Note [batch path] (deliver() stamps `delivered`)
+  };
+  struct Span {  // when a stage's body started and ended (now_ns())
+    uint64_t start_ns = 0;
+    uint64_t end_ns = 0;
   };
 
   struct Nodes;  // the flow graph's nodes (pipeline_graph.cpp)
@@ -170,9 +175,10 @@ class PipelineGraph {
   uint64_t run_ns() const noexcept;
   /// The run is over for the consumer (its end, an error, close()): stats stop the clock here.
   void mark_ended() noexcept;
-  /// Runs `body`, timing it into counters_[id]; returns the exception it threw as a placed Error.
+  /// Runs `body`, timing it into counters_[id] (and into `span` when given); returns the exception it
+  /// threw as a placed Error.
   template <typename Body>
-  std::optional<Error> guarded(StageId id, const ErrorContext& where, Body&& body);
+  std::optional<Error> guarded(StageId id, const ErrorContext& where, Body&& body, Span* span = nullptr);
   /// Runs a node body or the completion loop; an exception escaping it (out of memory, a bug) fails
   /// the pipeline at once instead of leaving the consumer waiting for a batch that never comes.
   template <typename Body>

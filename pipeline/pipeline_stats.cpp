@@ -99,6 +99,25 @@ double PipelineStats::gpu_decoder_share() const {
 
 double PipelineStats::batch_latency_seconds() const { return in_flight.mean * seconds_per_batch(); }
 
+double BatchPathStats::seconds_per_batch(const Leg& leg) const {
+  return batches == 0 ? 0.0 : leg.seconds / static_cast<double>(batches);
+}
+
+double BatchPathStats::latency_seconds() const {
+  double sum = 0.0;
+  for (const Leg& leg : legs) sum += seconds_per_batch(leg);
+  return sum;
+}
+
+const BatchPathStats::Leg* BatchPathStats::longest_wait() const {
+  if (batches == 0) return nullptr;
+  const Leg* longest = nullptr;
+  for (const Leg& leg : legs) {
+    if (leg.waiting && (longest == nullptr || leg.seconds > longest->seconds)) longest = &leg;
+  }
+  return longest;
+}
+
 double PipelineStats::consumer_wait_share() const { return share(consumer_wait_seconds, elapsed_seconds); }
 
 double PipelineStats::waited_for_consumer_share() const { return share(ready_queue.full_seconds, elapsed_seconds); }
@@ -164,6 +183,11 @@ std::string bottleneck_summary(const PipelineStats& stats) {
             micros_text(latency) + " from its plan to the consumer, its stages busy " + micros_text(working) +
             " a batch";
     if (working < latency) line += ", so at least " + micros_text(latency - working) + " went on hand-offs and queues";
+    // Measured on each batch (Note [batch path]): the queue that held batches longest.
+    const BatchPathStats& path = stats.batch_path;
+    if (const BatchPathStats::Leg* wait = path.longest_wait(); wait != nullptr && wait->seconds > 0.0) {
+      line += ", the longest queue " + wait->name + ": " + micros_text(path.seconds_per_batch(*wait)) + " a batch";
+    }
     // Tokens all in use: more of them in flight would overlap more of that time. Tokens to spare: the
     // planner itself did not keep up, and more tokens would sit unused.
     const bool tokens_short =
@@ -193,6 +217,17 @@ std::string per_batch_summary(const PipelineStats& stats) {
   return line;
 }
 
+std::string batch_path_summary(const PipelineStats& stats) {
+  const BatchPathStats& path = stats.batch_path;
+  if (path.batches == 0 || path.legs.empty()) return "no batch delivered yet";
+  std::string line = micros_text(path.latency_seconds()) + " from plan to consumer (" + std::to_string(path.batches) +
+                     (path.batches == 1 ? " batch):" : " batches):");
+  for (size_t i = 0; i < path.legs.size(); ++i) {
+    line += (i == 0 ? " " : ", ") + path.legs[i].name + " " + fixed_text(path.seconds_per_batch(path.legs[i]) * 1e6);
+  }
+  return line + " us";
+}
+
 namespace {
 
 void add_stage(StageStats& into, const StageStats& stage, bool shared_threads) {
@@ -214,6 +249,16 @@ void add_occupancy(OccupancyStats& into, const OccupancyStats& occupancy) {
   into.full_seconds = std::min(into.full_seconds, occupancy.full_seconds);
 }
 
+// Every device's pipeline times the same legs: the group's are their sums.
+void add_batch_path(BatchPathStats& into, const BatchPathStats& path) {
+  into.batches += path.batches;
+  if (into.legs.empty()) {
+    into.legs = path.legs;
+    return;
+  }
+  for (size_t i = 0; i < into.legs.size() && i < path.legs.size(); ++i) into.legs[i].seconds += path.legs[i].seconds;
+}
+
 }  // namespace
 
 PipelineStats merged_stats(const std::vector<PipelineStats>& devices) {
@@ -233,6 +278,7 @@ PipelineStats merged_stats(const std::vector<PipelineStats>& devices) {
     for (size_t i = 0; i < all.stages.size() && i < one.stages.size(); ++i) {
       add_stage(all.stages[i], one.stages[i], /*shared_threads=*/i == 0);  // stages[0] is decode: one pool
     }
+    add_batch_path(all.batch_path, one.batch_path);
     all.consumer_wait_seconds += one.consumer_wait_seconds;
     all.consumer_waits += one.consumer_waits;
     add_occupancy(all.in_flight, one.in_flight);

@@ -61,6 +61,40 @@ struct SkippedSample {
   std::string reason;  // the error's message
 };
 
+/// Note [batch path]
+/// ~~~~~~~~~~~~~~~~~~
+/// Where the delivered batches spent their time between their plan and the consumer's hands, measured
+/// on every batch: the points where a batch leaves one thread's work and waits for the next thread are
+/// stamped on it (with the clock reads that time the stages anyway, plus one in collate), and the
+/// consumer adds up the legs between them when it takes the batch. Working legs and queues alternate:
+///
+///   plan to collated   the split, decode (with the samples' waits for a decode thread), putting the
+///                      samples back in order, collate: a batch is first whole when collate hands it on
+///   to pack            queued for the pack thread          pack         packing (and any wait for a slab)
+///   to h2d             queued for the h2d thread           h2d          submitting the copy
+///   to event-wait      queued for the completion thread    event-wait   the copy finishing, the hand-over
+///   to consumer        ready, until next() takes it
+///
+/// Their sum is each batch's measured latency; batch_latency_seconds is the same from Little's law. A
+/// batch cut from several plans (Note [refilling batches] in batch_cutter.cpp) counts from its first
+/// sample's plan. Markers and batches that never reached the consumer are not counted.
+struct BatchPathStats {
+  struct Leg {
+    std::string name;      // "plan to collated", "to pack", "pack", ...
+    bool waiting = false;  // a queue between two threads rather than a stage's work
+    double seconds = 0.0;  // summed over `batches`
+  };
+  uint64_t batches = 0;   // batches timed: those handed to the consumer
+  std::vector<Leg> legs;  // in the batch's order (a pipeline's stats list all eight from the start)
+
+  /// A leg's mean time per batch (0 before the first batch). Pure.
+  double seconds_per_batch(const Leg& leg) const;
+  /// The legs' sum per batch: the mean measured latency from plan to consumer. Pure.
+  double latency_seconds() const;
+  /// The waiting leg with the most time; null when no batch was timed. Pure.
+  const Leg* longest_wait() const;
+};
+
 /// A snapshot of a running (or finished) pipeline. Cheap to take (a few atomic loads and three
 /// short locks, no allocation beyond the strings and vectors it returns); safe from any thread.
 ///
@@ -90,6 +124,9 @@ struct PipelineStats {
   /// to plan, i.e. the pipeline waited for the consumer.
   StageStats planner{.name = "plan", .in_unit = "samples", .out_unit = "batches"};
   std::vector<StageStats> stages;  // decode, collate, pack, h2d, event-wait: in pipeline order
+
+  /// Each delivered batch's way from its plan to the consumer, leg by leg (Note [batch path]).
+  BatchPathStats batch_path;
 
   double consumer_wait_seconds = 0.0;  // time next() spent blocked waiting for a batch
   uint64_t consumer_waits = 0;         // next() calls that found no batch ready (and waited)
@@ -178,5 +215,11 @@ std::string bottleneck_summary(const PipelineStats& stats);
 ///    collate 2.3, pack 17.0, h2d 14.2, event-wait 9.8 us (61.0 us in all); the consumer waited 13.4 us"
 /// Pure; thread-safe.
 std::string per_batch_summary(const PipelineStats& stats);
+
+/// Note [batch path] in one line: the measured latency and each leg's time a batch, e.g.
+///   "597.0 us from plan to consumer (40000 batches): plan to collated 107.0, to pack 388.0, pack 8.0,
+///    to h2d 37.0, h2d 11.0, to event-wait 24.0, event-wait 7.0, to consumer 15.0 us"
+/// Pure; thread-safe.
+std::string batch_path_summary(const PipelineStats& stats);
 
 }  // namespace ferry

@@ -13,6 +13,19 @@ uint64_t RunCounters::add_skipped(const SkippedSample& skipped) {
   return skipped_count_;
 }
 
+void RunCounters::add_batch_path(const BatchMarks& marks, uint64_t taken_ns) {
+  if (!marks.complete()) return;
+  const std::array<uint64_t, kBatchLegCount + 1> points{marks.planned,    marks.collated,  marks.pack_start,
+                                                        marks.pack_end,   marks.h2d_start, marks.h2d_end,
+                                                        marks.wait_start, marks.delivered, taken_ns};
+  for (size_t leg = 0; leg < kBatchLegCount; ++leg) {
+    // One steady clock stamps every point, so they never go back; max() keeps a bug from wrapping around.
+    leg_ns[leg].fetch_add(std::max(points[leg + 1], points[leg]) - points[leg], std::memory_order_relaxed);
+  }
+  // Release: a snapshot that sees the count sees the legs it covers (it may see a later batch's legs too).
+  timed_batches.fetch_add(1, std::memory_order_release);
+}
+
 PipelineStats RunCounters::snapshot(const Setting& setting) const {
   PipelineStats stats;
   const uint64_t run = setting.run_ns;
@@ -73,6 +86,17 @@ PipelineStats RunCounters::snapshot(const Setting& setting) const {
     }
     stage.account_idle_time(wall);
     stats.stages.push_back(std::move(stage));
+  }
+  // The legs after collate are named after the stages they lead to or run: "to pack", "pack", ...
+  const std::string pack(setting.stage_names[kPack]), h2d(setting.stage_names[kH2D]),
+      wait(setting.stage_names[kEventWait]);
+  const std::array<std::string, kBatchLegCount> leg_names{
+      "plan to collated", "to " + pack, pack, "to " + h2d, h2d, "to " + wait, wait, "to consumer"};
+  stats.batch_path.batches = timed_batches.load(std::memory_order_acquire);  // first: see add_batch_path()
+  for (size_t leg = 0; leg < kBatchLegCount; ++leg) {
+    const bool waiting = leg == kToPack || leg == kToH2D || leg == kToEventWait || leg == kToConsumer;
+    stats.batch_path.legs.push_back(BatchPathStats::Leg{
+        leg_names[leg], waiting, static_cast<double>(leg_ns[leg].load(std::memory_order_relaxed)) * 1e-9});
   }
   {
     std::lock_guard lock(skipped_mutex_);

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/pipeline/batch_marks.h"
 #include "ferry/pipeline/occupancy.h"
 #include "ferry/pipeline/pipeline_stats.h"
 
@@ -34,6 +35,19 @@ namespace ferry::detail {
 
 /// The stages whose work PipelineGraph times, in the order the report lists them.
 enum StageId { kDecode, kCollate, kPack, kH2D, kEventWait, kStageCount };
+
+/// The legs of a batch's way to the consumer (Note [batch path] in pipeline_stats.h), in its order.
+enum BatchLeg {
+  kToCollated,
+  kToPack,
+  kPacking,
+  kToH2D,
+  kSubmitting,
+  kToEventWait,
+  kEventWaiting,
+  kToConsumer,
+  kBatchLegCount
+};
 
 /// What PipelineGraph counts while it runs, and the PipelineStats made from it (Note [stats]).
 /// Written by the graph's nodes, its completion thread and the consumer; snapshot() from any thread:
@@ -78,6 +92,13 @@ class RunCounters {
   std::atomic<uint64_t> delivered_bytes{0};
   std::atomic<uint64_t> consumer_wait_ns{0};
   std::atomic<uint64_t> consumer_waits{0};  // next() calls that found no batch ready
+  // Note [batch path]: each leg's time summed over the batches taken, and their count.
+  std::array<std::atomic<uint64_t>, kBatchLegCount> leg_ns{};
+  std::atomic<uint64_t> timed_batches{0};
+
+  /// The consumer took a batch at `taken_ns` that passed `marks`: adds its legs. A batch whose way was
+  /// not stamped whole is left out. Thread-safe.
+  void add_batch_path(const BatchMarks& marks, uint64_t taken_ns);
 
   /// on_error: skip. Counts `skipped` and lists it among the first PipelineStats::kMaxListedSkips;
   /// returns the count so far (1 for the first). Thread-safe.

@@ -11,6 +11,7 @@
 
 #include "ferry/pipeline/batch.h"
 #include "ferry/pipeline/batch_layout.h"
+#include "ferry/pipeline/batch_marks.h"
 #include "ferry/pipeline/error.h"
 #include "ferry/pipeline/pinned_lease.h"
 #include "ferry/pipeline/pipeline_state.h"
@@ -28,7 +29,8 @@ struct BatchPlan {
   /// it holds back (Note [refilling batches] in batch_cutter.cpp).
   enum class Kind { kSamples, kEnd, kError, kEpochEnd };
   Kind kind = Kind::kSamples;
-  uint64_t sequence = 0;  // 0, 1, 2, ... over the whole run
+  uint64_t sequence = 0;    // 0, 1, 2, ... over the whole run
+  uint64_t planned_ns = 0;  // when it was made (since the pipeline's start): Note [batch path]
   uint64_t epoch = 0;
   uint64_t index = 0;  // within its epoch
   /// The first sample's position in the epoch's order (sampler position); the rest follow on.
@@ -126,6 +128,7 @@ struct BatchWork {
   std::vector<std::pair<size_t, at::Tensor>> device_sources;
   Batch batch;  // h2d: the delivered batch (device views)
   std::optional<Error> error;
+  BatchMarks marks;  // kBatch: when it passed each point (Note [batch path] in pipeline_stats.h)
 
   bool is_marker() const noexcept { return kind != Kind::kBatch; }
   ErrorContext where(std::string stage) const {

@@ -286,6 +286,13 @@ def test_stats_report_the_run():
     assert stats["totals"]["batches"] == len(batches)
     assert stats["run"]["device_requested"] == "auto" and stats["run"]["device"] == str(pipeline.device)
     assert [stage["name"] for stage in stats["stages"]][:2] == ["decode", "collate"]
+    # Every batch timed leg by leg on its way (docs/report.md, "The batch path").
+    path = stats["batch_path"]
+    assert path["batches"] == len(batches)
+    assert [leg["name"] for leg in path["legs"]] == [
+        "plan to collated", "to pack", "pack", "to h2d", "h2d", "to event-wait", "event-wait", "to consumer"]
+    assert path["latency_seconds"] == pytest.approx(sum(leg["seconds_per_batch"] for leg in path["legs"]))
+    assert 0 < path["latency_seconds"] <= stats["totals"]["wall_seconds"]
     assert pipeline.stats()["totals"]["batches"] == len(batches)  # kept after close()
 
 

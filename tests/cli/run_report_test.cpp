@@ -304,6 +304,11 @@ PipelineStats full_stats() {
   stats.cache.gather_seconds = 0.0004;
   stats.cache.moves = 2;
   stats.cache.last_move_seconds = 0.003;
+  stats.batch_path.batches = 40;
+  for (const char* leg :
+       {"plan to collated", "to pack", "pack", "to h2d", "h2d", "to event-wait", "event-wait", "to consumer"}) {
+    stats.batch_path.legs.push_back(BatchPathStats::Leg{leg, std::string(leg).rfind("to ", 0) == 0, 0.004});
+  }
   stats.skipped_samples = 105;
   stats.skipped.push_back(SkippedSample{7, "shard-0/\"odd\"\\name\n", "decode", "bad header\t(\x01)"});
   stats.skipped.push_back(SkippedSample{9, "", "decode", "not UTF-8: \xff"});
@@ -320,6 +325,7 @@ TEST(RunReport, TextNamesTheBottleneckAndShowsThePoolLine) {
   EXPECT_NE(text.find("  delivered  10 batches, 150 samples, "), std::string::npos) << text;
   EXPECT_NE(text.find("  bottleneck " + bottleneck_summary(run.stats) + "\n"), std::string::npos) << text;
   EXPECT_NE(text.find("  per batch  " + per_batch_summary(run.stats) + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  batch path " + batch_path_summary(run.stats) + "\n"), std::string::npos) << text;
   EXPECT_NE(text.find("0 allocations after start-up"), std::string::npos) << text;
   EXPECT_NE(text.find("0 waits for a slab"), std::string::npos) << text;
   EXPECT_NE(text.find("  skipped    none\n"), std::string::npos) << text;
@@ -344,9 +350,10 @@ TEST(RunReport, JsonHoldsTheStatsInTheDocumentedOrder) {
   const PipelineStats& stats = run.stats;
   const Json json = JsonReader::parse(json_of(run.info, stats));
 
-  EXPECT_EQ(json.keys(), (std::vector<std::string>{"format", "format_version", "ferry_version", "run", "host", "config",
-                                                   "settings", "totals", "devices", "bottleneck", "per_batch", "planner", "stages",
-                                                   "consumer", "queues", "pool", "skipped"}));
+  EXPECT_EQ(json.keys(),
+            (std::vector<std::string>{"format", "format_version", "ferry_version", "run", "host", "config", "settings",
+                                      "totals", "devices", "bottleneck", "per_batch", "batch_path", "planner", "stages",
+                                      "consumer", "queues", "pool", "skipped"}));
   EXPECT_EQ(json["format"].text, "ferry-run-report");
   EXPECT_EQ(json["format_version"].u64(), static_cast<uint64_t>(kReportFormatVersion));
   EXPECT_EQ(json["ferry_version"].text, "0.1.0-test");
@@ -374,6 +381,22 @@ TEST(RunReport, JsonHoldsTheStatsInTheDocumentedOrder) {
   EXPECT_DOUBLE_EQ(json["totals"]["samples_per_second_after_first_batch"].number(),
                    stats.samples_per_second_after_first_batch());
   EXPECT_EQ(json["settings"]["decode_threads"].u64(), 2u);
+
+  // Note [batch path]: every batch timed, its eight legs in order, as the stats hold them.
+  const Json& path = json["batch_path"];
+  EXPECT_EQ(path["batches"].u64(), stats.batches);
+  EXPECT_DOUBLE_EQ(path["latency_seconds"].number(), stats.batch_path.latency_seconds());
+  EXPECT_GT(stats.batch_path.latency_seconds(), 0.0);
+  const std::vector<std::string> legs{"plan to collated", "to pack",    "pack",       "to h2d", "h2d",
+                                      "to event-wait",    "event-wait", "to consumer"};
+  ASSERT_EQ(path["legs"].items.size(), legs.size());
+  for (size_t i = 0; i < legs.size(); ++i) {
+    const Json& leg = path["legs"][i];
+    EXPECT_EQ(leg["name"].text, legs[i]);
+    EXPECT_EQ(leg["waiting"].boolean, legs[i].rfind("to ", 0) == 0) << legs[i];
+    EXPECT_DOUBLE_EQ(leg["seconds"].number(), stats.batch_path.legs[i].seconds);
+    EXPECT_DOUBLE_EQ(leg["seconds_per_batch"].number(), stats.batch_path.legs[i].seconds / 10.0);
+  }
 
   const Json& planner = json["planner"];
   EXPECT_EQ(planner["name"].text, "plan");
@@ -607,8 +630,9 @@ TEST(RunReport, TheSchemaCheckRejectsBrokenReports) {
     EXPECT_NE(at, std::string::npos) << from;
     return at == std::string::npos ? text : text.replace(at, from.size(), to);
   };
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 7,", ""), "missing.json"), 1);
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 7,", "\"format_version\": 7, \"extra\": 2,"), "extra.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 8,", ""), "missing.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 8,", "\"format_version\": 8, \"extra\": 2,"), "extra.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"waiting\": true", "\"waiting\": 1"), "leg.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": \"40\""), "type.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": -40"), "negative.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"wall_seconds\": 2", "\"wall_seconds\": NaN"), "nan.json"), 1);

@@ -220,6 +220,62 @@ TEST(PerBatchSummary, SaysWhereABatchsTimeWent) {
   EXPECT_EQ(per_batch_summary(fresh), "no batch delivered yet");
 }
 
+// Note [batch path] over hand-made numbers: 100 batches whose legs add up to 500 us each.
+BatchPathStats measured_path() {
+  BatchPathStats path;
+  path.batches = 100;
+  const std::vector<std::pair<const char*, double>> legs{
+      {"plan to collated", 0.0107}, {"to pack", 0.0388},    {"pack", 0.0008},       {"to h2d", 0.0037}, {"h2d", 0.0011},
+      {"to event-wait", 0.0024},    {"event-wait", 0.0007}, {"to consumer", 0.0018}};
+  for (const auto& [name, seconds] : legs) {
+    path.legs.push_back(BatchPathStats::Leg{name, std::string(name).rfind("to ", 0) == 0, seconds});
+  }
+  return path;
+}
+
+TEST(BatchPathSummary, SaysEachLegsTimeABatch) {
+  PipelineStats stats = idle_run(1.0);
+  stats.batch_path = measured_path();
+  EXPECT_NEAR(stats.batch_path.latency_seconds(), 600e-6, 1e-12);
+  EXPECT_NEAR(stats.batch_path.seconds_per_batch(stats.batch_path.legs[1]), 388e-6, 1e-12);
+  ASSERT_NE(stats.batch_path.longest_wait(), nullptr);
+  EXPECT_EQ(stats.batch_path.longest_wait()->name, "to pack");
+  EXPECT_EQ(batch_path_summary(stats),
+            "600.0 us from plan to consumer (100 batches): plan to collated 107.0, to pack 388.0, pack 8.0, to h2d "
+            "37.0, h2d 11.0, to event-wait 24.0, event-wait 7.0, to consumer 18.0 us");
+
+  PipelineStats fresh;
+  EXPECT_EQ(batch_path_summary(fresh), "no batch delivered yet");
+  EXPECT_EQ(fresh.batch_path.latency_seconds(), 0.0);
+  EXPECT_EQ(fresh.batch_path.longest_wait(), nullptr);
+}
+
+// A latency-bound run names the queue where its batches waited longest, as measured.
+TEST(BottleneckSummary, ALatencyBoundRunNamesItsLongestQueue) {
+  PipelineStats stats = idle_run(10.0);
+  set_times(stats, "decode", 12.0);
+  stats.consumer_wait_seconds = 7.0;
+  stats.in_flight = OccupancyStats{3.9, 4, 4, 9.0};
+  stats.batch_path = measured_path();
+  EXPECT_EQ(bottleneck_summary(stats),
+            "no stage is the bottleneck: the busiest, decode, was 30% busy (4 threads); the consumer waited 70% of "
+            "the time: a batch took 390.00 ms from its plan to the consumer, its stages busy 124.10 ms a batch, so at "
+            "least 265.90 ms went on hand-offs and queues, the longest queue to pack: 388.0 us a batch (with all 4 "
+            "prefetch tokens in use: a larger prefetch overlaps more batches)");
+}
+
+// The devices of a group time the same legs: the group's are their sums.
+TEST(BatchPathStats, MergedStatsAddTheDevicesLegs) {
+  PipelineStats one = idle_run(1.0);
+  one.batch_path = measured_path();
+  PipelineStats none = idle_run(1.0);  // delivered nothing: no legs listed
+  const PipelineStats all = merged_stats({none, one, one});
+  EXPECT_EQ(all.batch_path.batches, 200u);
+  ASSERT_EQ(all.batch_path.legs.size(), 8u);
+  EXPECT_DOUBLE_EQ(all.batch_path.legs[1].seconds, 2 * 0.0388);
+  EXPECT_NEAR(all.batch_path.latency_seconds(), 600e-6, 1e-12);
+}
+
 TEST(BottleneckSummary, SaysWhenARunIsTooShortOrHasNotRun) {
   PipelineStats stats = idle_run(0.02);
   set_times(stats, "decode", 0.012);
@@ -442,6 +498,40 @@ TEST(PipelineStats, TheFirstBatchSeparatesTheStartFromTheSteadyRate) {
   EXPECT_DOUBLE_EQ(numbers.samples_per_second_after_first_batch(), 500.0);  // 1000 samples in 2 s
   numbers.first_batch_seconds = 3.0;  // the first batch at the very end: no time after it
   EXPECT_EQ(numbers.samples_per_second_after_first_batch(), 0.0);
+}
+
+// Note [batch path] on a real run: every batch timed, and its legs add up to no more than the run.
+TEST(PipelineStats, EveryDeliveredBatchIsTimedLegByLeg) {
+  for (const size_t threads : {1, 2, 4}) {
+    SCOPED_TRACE(threads);
+    PipelineOptions options = cpu_options(8);
+    options.decode_threads = threads;
+    Pipeline pipeline = small_pipeline(400, options);
+    EXPECT_EQ(pipeline.stats().batch_path.batches, 0u);
+    EXPECT_EQ(pipeline.stats().batch_path.legs.size(), 8u) << "listed from the start";
+    uint64_t taken = 0;
+    for (const Batch& batch : pipeline) {
+      (void)batch;
+      ++taken;
+    }
+    PipelineStats stats = pipeline.stats();
+    const BatchPathStats& path = stats.batch_path;
+    EXPECT_EQ(path.batches, taken);
+    EXPECT_EQ(path.batches, stats.batches);
+    ASSERT_EQ(path.legs.size(), 8u);
+    double sum = 0.0;
+    for (const BatchPathStats::Leg& leg : path.legs) {
+      EXPECT_GE(leg.seconds, 0.0) << leg.name;
+      sum += leg.seconds;
+    }
+    EXPECT_GT(path.legs[0].seconds, 0.0) << "decoding takes time";
+    EXPECT_GT(sum, 0.0);
+    // Each batch lies within the run, so no batch's latency exceeds it; at most `prefetch` overlap.
+    EXPECT_LE(path.latency_seconds(), stats.elapsed_seconds);
+    EXPECT_LE(sum, stats.elapsed_seconds * static_cast<double>(options.prefetch + 1));
+    // The working legs are the stages' own timed bodies, batch by batch.
+    EXPECT_NEAR(path.legs[4].seconds, find(stats, "h2d").busy_seconds, 1e-9);
+  }
 }
 
 TEST(PipelineStats, CloseStopsTheClockToo) {
