@@ -81,14 +81,14 @@ struct PipelineGraph::Nodes {
                  p.run_batch_stage(kPack, *work);
                  // Packed: the decoded tensors are no longer needed, unless h2d keeps them in the
                  // dataset cache (Note [dataset cache] in dataset_cache.h).
-                 if (!p.stages_.cache) work->samples.clear();
+                 if (!p.stages_.cache) p.release(std::move(work->samples));
                  std::get<0>(ports).try_put(work);
                });
              }),
         h2d(g, tbb::flow::serial, [&p](const WorkPtr& work) {
           p.shielded("h2d", [&] {
             p.run_batch_stage(kH2D, *work);
-            work->samples.clear();
+            p.release(std::move(work->samples));
             p.submit(work);
           });
           return tbb::flow::continue_msg();
@@ -166,6 +166,8 @@ PipelineGraph::~PipelineGraph() {
       }
     });
   }
+  // The samples still being released hold tensors that may point into the stages' data.
+  while (releasing_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   nodes_.reset();
   graph_.reset();
 }
@@ -513,6 +515,38 @@ bool PipelineGraph::skip(const BatchWork& work) const noexcept {
 void PipelineGraph::return_token() {
   run_.in_flight.change(-1, now_ns());
   nodes_->tokens.decrementer().try_put(tbb::flow::continue_msg());
+}
+
+// Note [releasing samples]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// Once a batch is packed its decoded samples are garbage: a batch of 32 small samples is about a hundred
+// heap blocks (tensors, their storage, the group's vectors), allocated by the decode threads. Freed on
+// the pack node's thread, they cost it more than packing did (H200: 29-33 us a batch of 32 x 1 KiB
+// samples against 8-10 us of packing; 0.87 ms a 38.5 MB image batch): each free of a block from another
+// thread's malloc arena takes that arena's lock, which the decode threads allocate under, and pack is a
+// serial node that every batch waits for. So pack hands the samples to a task of the arena's that frees
+// them beside decode, off the batch's path (docs/performance-notes.md has the runs). At most
+// kMaxReleasing batches' samples wait for such a task, so memory stays bounded when the workers are
+// all busy: beyond that pack frees them itself, as before. The destructor waits for those tasks: a
+// sample's tensors may point into a stage's data (a memory-mapped file).
+void PipelineGraph::release(std::vector<SamplePtr>&& samples) {
+  if (samples.empty()) return;
+  // Bounded: with the decode threads too busy to free what is handed to them, freeing goes on here.
+  if (releasing_.load(std::memory_order_relaxed) >= kMaxReleasing) {
+    samples.clear();
+    return;
+  }
+  // oneTBB calls a task's functor as const; the samples it frees are its own, hence mutable.
+  struct Release {
+    std::atomic<size_t>* releasing;
+    mutable std::vector<SamplePtr> samples;
+    void operator()() const {
+      samples.clear();
+      releasing->fetch_sub(1, std::memory_order_release);
+    }
+  };
+  releasing_.fetch_add(1, std::memory_order_relaxed);
+  arena_->arena().enqueue(Release{&releasing_, std::move(samples)});
 }
 
 void PipelineGraph::run_batch_stage(StageId id, BatchWork& work) {

@@ -153,6 +153,9 @@ class PipelineGraph {
   /// to `out` (Note [refilling batches] in batch_cutter.cpp).
   void collect(SamplePtr sample, std::vector<WorkPtr>& out);
   void run_batch_stage(StageId id, BatchWork& work);
+  /// Frees a packed batch's decoded samples on another thread: Note [releasing samples] in the .cpp.
+  void release(std::vector<SamplePtr>&& samples);
+  static constexpr size_t kMaxReleasing = 2;  // batches' samples waiting to be freed, at most
   void submit(WorkPtr work);
   void completion_loop();
   void deliver(Delivery delivery);
@@ -205,6 +208,7 @@ class PipelineGraph {
   RunCounters run_;                              // what stats() reports: Note [stats] in run_counters.h
   std::atomic<uint64_t> gpu_group_ns_{0};        // GPU groups' task time, summed (the report's)
   std::atomic<size_t> gpu_groups_in_flight_{0};  // claim_gpu()'s, at most gpu_groups_
+  std::atomic<size_t> releasing_{0};             // release() tasks not yet done
 
   BoundedQueue<WorkPtr> in_flight_;  // h2d -> completion thread
   // The serial h2d node runs on any worker thread: push through one lane to keep batch order.
