@@ -124,6 +124,7 @@ PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options, st
       decode_threads_(options.resolved_decode_threads()),
       decode_threads_shared_by_(options.decode_threads == 0 ? std::max<size_t>(1, options.local_processes) : 1),
       gpu_groups_(stages_.decode ? stages_.decode->gpu_groups() : 0),
+      max_releasing_(std::max<size_t>(2, options.prefetch / 2)),
       on_error_(options.on_error),
       replace_(options.on_error == OnError::kSkip && options.skip_replaces),
       device_(options.device),
@@ -526,13 +527,16 @@ void PipelineGraph::return_token() {
 // thread's malloc arena takes that arena's lock, which the decode threads allocate under, and pack is a
 // serial node that every batch waits for. So pack hands the samples to a task of the arena's that frees
 // them beside decode, off the batch's path (docs/performance-notes.md has the runs). At most
-// kMaxReleasing batches' samples wait for such a task, so memory stays bounded when the workers are
-// all busy: beyond that pack frees them itself, as before. The destructor waits for those tasks: a
-// sample's tensors may point into a stage's data (a memory-mapped file).
+// max_releasing_ batches' samples wait for such a task, so memory stays bounded when the workers are
+// all busy: beyond that pack frees them itself, as before. The tasks wait behind decode's, so the bound
+// grows with the batches in flight: half of prefetch, at least 2. (At prefetch 16, a bound of 2 had pack
+// free 38% of the 1 KiB batches itself, at 31-33k batches/s; a bound of 8, 1-2%, at 38-41k.) Decoded
+// samples thus hold at most prefetch + 1 + max_releasing_ batches' worth of memory. The destructor waits
+// for those tasks: a sample's tensors may point into a stage's data (a memory-mapped file).
 void PipelineGraph::release(std::vector<SamplePtr>&& samples) {
   if (samples.empty()) return;
   // Bounded: with the decode threads too busy to free what is handed to them, freeing goes on here.
-  if (releasing_.load(std::memory_order_relaxed) >= kMaxReleasing) {
+  if (releasing_.load(std::memory_order_relaxed) >= max_releasing_) {
     samples.clear();
     return;
   }

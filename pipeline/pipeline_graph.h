@@ -155,7 +155,6 @@ class PipelineGraph {
   void run_batch_stage(StageId id, BatchWork& work);
   /// Frees a packed batch's decoded samples on another thread: Note [releasing samples] in the .cpp.
   void release(std::vector<SamplePtr>&& samples);
-  static constexpr size_t kMaxReleasing = 2;  // batches' samples waiting to be freed, at most
   void submit(WorkPtr work);
   void completion_loop();
   void deliver(Delivery delivery);
@@ -195,6 +194,7 @@ class PipelineGraph {
   const size_t decode_threads_;
   const size_t decode_threads_shared_by_;  // PipelineStats::decode_threads_shared_by
   const size_t gpu_groups_;                // SampleStage::gpu_groups(): decode threads that wait on the GPU
+  const size_t max_releasing_;             // Note [releasing samples]: batches' samples waiting to be freed
   const OnError on_error_;
   const bool replace_;  // on_error: skip with skip_replaces
   const std::string device_;
