@@ -132,6 +132,11 @@ void append_body(std::string& text, const PipelineStats& stats) {
           plural(pool.waits, "wait for a slab", "waits for a slab").c_str(), pool.wait_seconds,
           plural(pool.host_alloc_calls, "cudaHostAlloc call", "cudaHostAlloc calls").c_str(),
           plural(pool.allocations_after_start, "allocation", "allocations").c_str());
+  if (stats.placed_bytes > 0) {  // Note [placing samples]
+    appendf(text, "             %s placed in the slabs by decode (%.1f%% of the bytes), the rest packed\n",
+            format_decimal_bytes(static_cast<double>(stats.placed_bytes)).c_str(),
+            100.0 * std::min(1.0, per(static_cast<double>(stats.placed_bytes), static_cast<double>(stats.bytes))));
+  }
   if (const PipelineStats::GpuDecodeStats& gpu = stats.gpu_decode; gpu.enabled) {
     const uint64_t images = gpu.gpu_images + gpu.cpu_images;
     appendf(text,
@@ -477,6 +482,8 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
       .value(pool.host_alloc_calls)
       .key("allocations_after_start")
       .value(pool.allocations_after_start)
+      .key("placed_bytes")
+      .value(stats.placed_bytes)
       .end_object();
 
   if (const PipelineStats::GpuDecodeStats& gpu = stats.gpu_decode; gpu.enabled) {

@@ -339,15 +339,22 @@ template <typename Put>
 void PipelineGraph::split(const PlanPtr& plan, Put&& put) {
   const size_t slots = plan->slots();
   size_t position = 0;
+  // Note [placing samples]: the plan's slab, before any of its samples is decoded.
+  std::shared_ptr<PlacedSlab> slab;
+  if (stages_.placer && plan->kind == BatchPlan::Kind::kSamples) {
+    slab = stages_.placer->reserve(slots, stop_, run_.split_slab_wait_ns);
+  }
   auto put_group = [&](size_t count, bool on_gpu, bool gpu_candidate = false) {
     auto group = std::make_shared<SampleGroup>();
     group->sequence = next_group_sequence_++;
     group->on_gpu = on_gpu;
     group->gpu_candidate = gpu_candidate;
+    group->slab = slab;
     group->samples.resize(count);
     for (SampleWork& sample : group->samples) {
       sample.plan = plan;
       sample.position = static_cast<uint32_t>(position++);
+      sample.slab = slab.get();
     }
     put(std::move(group));
   };
@@ -375,6 +382,13 @@ void PipelineGraph::decode(SampleWork& sample) {
   const ErrorContext where{"decode", sample.index(), sample.plan->epoch, sample.plan->index};
   if (auto error = guarded(kDecode, where, [&] { stages_.decode->run(sample); })) sample.error = std::move(error);
   if (sample.error) decode_failed(sample);
+  // Into the plan's slab while the bytes are in this thread's cache (Note [placing samples]); a
+  // replacement is placed as the sample it replaces. Timed as decode's: it is the copy pack skips.
+  if (!sample.error && sample.slab != nullptr && !stop_.load(std::memory_order_acquire)) {
+    const uint64_t start_ns = now_ns();
+    run_.placed_bytes.fetch_add(stages_.placer->place(sample), std::memory_order_relaxed);
+    run_.stages[kDecode].busy_ns.fetch_add(now_ns() - start_ns, std::memory_order_relaxed);
+  }
 }
 
 void PipelineGraph::decode_failed(SampleWork& sample) {
@@ -487,13 +501,28 @@ void PipelineGraph::collect(SamplePtr sample, std::vector<WorkPtr>& out) {
   BatchCutter::Cut cut = cutter_.add(std::move(sample));
   for (const SkippedSample& skipped : cut.skipped) record_skipped(skipped);
   for (WorkPtr& work : cut.items) {
-    if (work->kind == BatchWork::Kind::kBatch) run_batch_stage(kCollate, *work);
+    if (work->kind == BatchWork::Kind::kBatch) {
+      take_placed_slab(*work);
+      run_batch_stage(kCollate, *work);
+    }
     // The end, or an error the cutter found (an epoch that made no batch): plan no more.
     if (work->kind == BatchWork::Kind::kEnd || work->kind == BatchWork::Kind::kError) {
       enough_.store(true, std::memory_order_release);
     }
     out.push_back(std::move(work));
   }
+}
+
+void PipelineGraph::take_placed_slab(BatchWork& work) {
+  if (work.samples.empty() || work.samples.front()->slab == nullptr) return;
+  // Note [placing samples]: only where a batch is its plan's samples in the plan's order (batches are
+  // not re-cut), so the slab holds exactly this batch's placed bytes. Pack checks each placed field.
+  PlacedSlab& slab = *work.samples.front()->slab;
+  bool whole = work.samples.size() == slab.samples && static_cast<bool>(slab.lease);
+  for (size_t s = 0; whole && s < work.samples.size(); ++s) {
+    whole = work.samples[s]->slab == &slab && work.samples[s]->position == s;
+  }
+  if (whole) work.slab = std::move(slab.lease);
 }
 
 void PipelineGraph::record_skipped(const SkippedSample& skipped) {

@@ -38,7 +38,8 @@ namespace ferry::detail {
 /// batches] in batch_cutter.cpp). So at most `prefetch` batches exist between planning and the consumer's
 /// hands, which bounds every buffer on the way: the in-flight and ready queues have room for all of
 /// them (plus the end marker), so no push into them ever waits, and the pinned pool has at least
-/// `prefetch` slabs, so pack always finds one. No TBB worker ever blocks on a queue or the pool; only
+/// `prefetch` slabs, so pack (or the split node, which leases a plan's slab: Note [placing samples] in
+/// sample_placer.h) always finds one. No TBB worker ever blocks on a queue or the pool; only
 /// the completion thread (ferry's own) waits, on CUDA events.
 ///
 /// Order: the sequencer puts samples back in plan order; after it every node is serial and forwards
@@ -160,6 +161,8 @@ class PipelineGraph {
   void deliver(Delivery delivery);
   bool skip(const BatchWork& work) const noexcept;
   /// on_error: skip. Counts, lists and logs a sample whose read or decode failed. Collate node only.
+  /// A batch cut whole from one plan takes the slab its samples were placed in (Note [placing samples]).
+  void take_placed_slab(BatchWork& work);
   void record_skipped(const SkippedSample& skipped);
   /// Decode node, skip_replaces: reads the epoch's next samples in place of the failed one.
   void replace(SampleWork& sample);

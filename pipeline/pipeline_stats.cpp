@@ -281,6 +281,7 @@ PipelineStats merged_stats(const std::vector<PipelineStats>& devices) {
     add_batch_path(all.batch_path, one.batch_path);
     all.consumer_wait_seconds += one.consumer_wait_seconds;
     all.consumer_waits += one.consumer_waits;
+    all.placed_bytes += one.placed_bytes;
     add_occupancy(all.in_flight, one.in_flight);
     add_occupancy(all.ready_queue, one.ready_queue);
     all.ready_queue_peak = all.ready_queue.peak;

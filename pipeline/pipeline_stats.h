@@ -138,6 +138,9 @@ struct PipelineStats {
   size_t ready_queue_peak = 0;  // = ready_queue.peak (kept for older callers)
 
   PinnedPoolStats pool;
+  /// Field bytes the decode threads copied straight into slabs as they decoded the samples (Note [placing
+  /// samples] in pipeline/sample_placer.h); pack copied the rest.
+  uint64_t placed_bytes = 0;
   /// The dataset cache (Note [dataset cache]); enabled false without one.
   DatasetCacheStats cache;
   /// JPEG fields decoded on the GPU (Note [GPU JPEG decode] in io/decoders/nvjpeg_decoder.h): how many images

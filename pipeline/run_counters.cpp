@@ -43,6 +43,7 @@ PipelineStats RunCounters::snapshot(const Setting& setting) const {
   stats.bytes = delivered_bytes.load(std::memory_order_relaxed);
   stats.consumer_wait_seconds = static_cast<double>(consumer_wait_ns.load(std::memory_order_relaxed)) * 1e-9;
   stats.consumer_waits = consumer_waits.load(std::memory_order_relaxed);
+  stats.placed_bytes = placed_bytes.load(std::memory_order_relaxed);
   if (setting.pool != nullptr) stats.pool = setting.pool->stats();
 
   const Occupancy::Snapshot planned = in_flight.snapshot(run);
@@ -80,9 +81,12 @@ PipelineStats RunCounters::snapshot(const Setting& setting) const {
     stage.busy_seconds = static_cast<double>(counter.busy_ns.load(std::memory_order_relaxed)) * 1e-9;
     stage.blocked_downstream_seconds = static_cast<double>(counter.blocked_ns.load(std::memory_order_relaxed)) * 1e-9;
     if (id == kPack) {
-      // Pack's body includes its waits for a slab; they are time blocked, not work (Note [stats]).
-      stage.blocked_downstream_seconds = stats.pool.wait_seconds;
-      stage.busy_seconds = std::max(0.0, stage.busy_seconds - stats.pool.wait_seconds);
+      // Pack's body includes its waits for a slab; they are time blocked, not work (Note [stats]). The
+      // pool's other waits are the split node's, for plans' slabs (Note [placing samples]).
+      const double split_waits = static_cast<double>(split_slab_wait_ns.load(std::memory_order_relaxed)) * 1e-9;
+      const double pack_waits = std::max(0.0, stats.pool.wait_seconds - split_waits);
+      stage.blocked_downstream_seconds = pack_waits;
+      stage.busy_seconds = std::max(0.0, stage.busy_seconds - pack_waits);
     }
     stage.account_idle_time(wall);
     stats.stages.push_back(std::move(stage));

@@ -80,6 +80,10 @@ class RunCounters {
   std::atomic<uint64_t> planned_batches{0};
   std::atomic<uint64_t> planned_samples{0};
   std::atomic<uint64_t> planning_ns{0};
+  // The split node's waits for a plan's slab (Note [placing samples]): pool waits that are not pack's.
+  std::atomic<uint64_t> split_slab_wait_ns{0};
+  // Field bytes the decode threads copied into slabs (Note [placing samples]).
+  std::atomic<uint64_t> placed_bytes{0};
   Occupancy in_flight;  // batches planned, not yet taken: Note [occupancy] in pipeline_graph.h
   Occupancy ready;      // batches pushed towards the consumer, not yet taken
   // The consumer.

@@ -11,6 +11,7 @@
 
 #include "ferry/pipeline/dataset_cache.h"
 #include "ferry/pipeline/pinned_pool.h"
+#include "ferry/pipeline/sample_placer.h"
 #include "ferry/pipeline/work_items.h"
 
 namespace ferry {
@@ -87,6 +88,9 @@ struct StageSet {
   std::unique_ptr<BatchStage> event_wait;  // runs on the pipeline's completion thread
   std::shared_ptr<PinnedPool> pool;        // for stats; the pack stage owns its use
   std::shared_ptr<DatasetCache> cache;     // may be null; for stats and cache_to(); the stages own its use
+  /// May be null: pack copies every field. Else the decode threads copy the leading fixed-size fields
+  /// into the slab that pack then uses (Note [placing samples]); it leases from `pool`.
+  std::unique_ptr<SamplePlacer> placer;
 };
 
 }  // namespace ferry

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -59,6 +60,21 @@ struct PendingImage {
   int64_t shrink = 1;
 };
 
+/// A plan's staging slab, leased before its samples are decoded, and where each of the batch's leading
+/// fixed-size fields lies in it: the decode threads copy those fields of each sample straight into their
+/// slots (Note [placing samples] in pipeline/sample_placer.h). Shared by the plan's sample groups; the
+/// lease moves to the plan's batch when collate cuts it.
+struct PlacedSlab {
+  struct Slot {
+    size_t offset = 0;        // the field's first byte in the slab
+    size_t sample_bytes = 0;  // one sample's bytes: sample p's start at offset + p * sample_bytes
+  };
+  PinnedLease lease;
+  std::byte* data = nullptr;  // the lease's slab, kept here after the lease moves on
+  size_t samples = 0;         // the plan's
+  std::vector<Slot> fields;   // for the source's first fields.size() fields
+};
+
 /// One sample on its way through decode. Owned by one graph node at a time.
 struct SampleWork {
   std::shared_ptr<const BatchPlan> plan;
@@ -79,7 +95,12 @@ struct SampleWork {
   /// decode stage leaves them in `pending` for its group's batched decode, which fills `fields`.
   bool on_gpu = false;
   std::vector<PendingImage> pending;
+  /// Note [placing samples]: the plan's slab (null: pack copies every field), and the fields whose bytes
+  /// the decode thread copied into it (bit f for field f), their tensors dropped from `fields`.
+  PlacedSlab* slab = nullptr;
+  uint64_t placed = 0;
 
+  bool is_placed(size_t field) const noexcept { return field < 64 && ((placed >> field) & 1U) != 0; }
   bool is_marker() const noexcept { return plan->kind != BatchPlan::Kind::kSamples; }
   /// The source index read: the planned sample's, or its replacement's.
   uint64_t index() const { return replacement ? *replacement : plan->sample_indices.at(position); }
@@ -99,6 +120,7 @@ struct SampleGroup {
   bool on_gpu = false;
   bool gpu_candidate = false;       // `auto`: decoded on the GPU if it has room when the task starts
   std::vector<SampleWork> samples;  // in plan order
+  std::shared_ptr<PlacedSlab> slab;  // the plan's, shared by its groups (Note [placing samples]); may be null
 };
 
 /// One item on its way from collate to the consumer: a batch, or a marker (the end, an error, or a

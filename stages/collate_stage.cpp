@@ -106,10 +106,22 @@ std::optional<size_t> CollateStage::max_batch_bytes(size_t batch_size) const {
   return static_cast<size_t>(cursor);
 }
 
+std::vector<SamplePlacer::Field> CollateStage::leading_fixed_fields() const {
+  std::vector<SamplePlacer::Field> leading;
+  for (const FieldSpec& spec : fields_) {
+    if (spec.variable() || leading.size() == SamplePlacer::kMaxFields) break;
+    const size_t element = c10::elementSize(spec.dtype);
+    leading.push_back(SamplePlacer::Field{static_cast<size_t>(product(spec.shape, 0)) * element,
+                                          std::max(min_alignment_, element)});
+  }
+  return leading;
+}
+
 // One sample's shape for field f: its decoded tensor's sizes, or, for a cached sample, the spec's shape with
-// its kept length, made in `scratch`.
+// its kept length, or, for a placed field, the spec's shape, made in `scratch`.
 at::IntArrayRef CollateStage::shape_of(const SampleWork& sample, size_t f, at::DimVector& scratch) const {
-  if (!sample.cached) return sample.fields.at(f).sizes();
+  // A placed field (Note [placing samples]) has the spec's fixed shape: DecodeStage checked it.
+  if (!sample.cached && !sample.is_placed(f)) return sample.fields.at(f).sizes();
   const FieldSpec& spec = fields_[f];
   scratch.assign(spec.shape.begin(), spec.shape.end());
   if (spec.variable()) scratch[0] = cache_->rows(sample.index(), f);

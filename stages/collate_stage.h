@@ -39,6 +39,11 @@ class CollateStage : public BatchStage {
   /// variable-length field has no max_length. Throws ferry::Error past kMaxBatchBytes.
   std::optional<size_t> max_batch_bytes(size_t batch_size) const;
 
+  /// The batch's fixed-size fields before its first variable-length one, each with one sample's bytes and
+  /// the alignment of its start, as run() lays them out: what the decode threads may place straight into
+  /// the slab (Note [placing samples]).
+  std::vector<SamplePlacer::Field> leading_fixed_fields() const;
+
   /// One element of `dtype` holding `value`, converted as torch::full converts it; throws
   /// ferry::Error naming the value and the dtype where it does not fit (e.g. -1 or 300 for uint8).
   static std::array<std::byte, 8> pad_element(double value, at::ScalarType dtype);

@@ -83,6 +83,16 @@ void stage_field(const BatchWork& work, const FieldLayout& field, std::byte* sla
       offset += field.slot_bytes;
       continue;
     }
+    if (sample->is_placed(static_cast<size_t>(field.source_field))) {  // Note [placing samples]
+      const PlacedSlab::Slot& slot = sample->slab->fields[static_cast<size_t>(field.source_field)];
+      if (sample->slab->data != slab || slot.offset + sample->position * slot.sample_bytes != offset ||
+          slot.sample_bytes != field.slot_bytes) {
+        throw Error("internal error: field " + std::to_string(field.source_field) + " of sample " +
+                    std::to_string(sample->index()) + " was placed where collate did not lay it out");
+      }
+      offset += field.slot_bytes;
+      continue;
+    }
     const at::Tensor& tensor = sample->fields[static_cast<size_t>(field.source_field)];
     const size_t bytes = tensor.nbytes();
     if (tensor.is_cuda()) {  // decoded on the device (Note [GPU JPEG decode]): h2d copies it there
@@ -123,12 +133,15 @@ void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
     throw Error("the batch packs to " + std::to_string(layout.total_bytes) + " bytes but a staging slab holds " +
                 std::to_string(pool_->slab_bytes()) + "; raise pool.slab_bytes");
   }
-  std::optional<PinnedLease> lease = pool_->try_acquire();
-  while (!lease) {  // only with a pool smaller than the tokens: see Note [tokens]
-    if (stop.load(std::memory_order_acquire)) return;
-    lease = pool_->acquire(std::chrono::milliseconds(20));
+  if (!work.slab) {  // else the slab the samples were placed in (Note [placing samples])
+    std::optional<PinnedLease> lease = pool_->try_acquire();
+    while (!lease) {  // only with a pool smaller than the tokens: see Note [tokens]
+      if (stop.load(std::memory_order_acquire)) return;
+      lease = pool_->acquire(std::chrono::milliseconds(20));
+    }
+    work.slab = std::move(*lease);
   }
-  std::byte* const slab = lease->data();
+  std::byte* const slab = work.slab.data();
 
   Staged staged;
   if (layout.fields.size() < kWideBatchFields) {
@@ -169,7 +182,6 @@ void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
     cursor = range.offset + range.bytes;
   }
   add(cursor, slab + cursor, layout.total_bytes - cursor);
-  work.slab = std::move(*lease);
 }
 
 }  // namespace ferry

@@ -118,11 +118,19 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
   std::shared_ptr<const ImageAugment> augment;
   if (options.augment.enabled()) augment = make_image_augment(options.augment, source->fields());
 
+  // Note [placing samples]: not where a sample's batch is known only after decode (re-cut batches) or
+  // where the dataset cache keeps the decoded tensors.
+  std::vector<SamplePlacer::Field> placed = collate->leading_fixed_fields();
+
   StageSet stages;
   stages.batches = std::make_unique<BatchPlanner>(sampler, BatchPlanner::Options::of(options));
   stages.decode = std::move(decode);
   stages.collate = std::move(collate);
   stages.pool = PinnedPool::create(pool_options);
+  if (!placed.empty() && !options.refills() && !cache) {
+    stages.placer = std::make_unique<SamplePlacer>(std::move(placed), stages.pool, options.transfer.direct_copy_bytes,
+                                                   options.transfer.parallel_pack_bytes);
+  }
   stages.pack = std::make_unique<PackStage>(stages.pool, options.transfer);
   stages.h2d = std::make_unique<H2DSubmitStage>(device, options.transfer, cache, augment, options.prefetch);
   stages.cache = cache;

@@ -13,6 +13,7 @@
 
 #include <ferry/build_config.h>
 #include <ferry/io/formats/synthetic_source.h>
+#include <ferry/io/util/units.h>
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/stages/standard_pipeline.h>
 #include "cli/run_report.h"
@@ -328,6 +329,13 @@ TEST(RunReport, TextNamesTheBottleneckAndShowsThePoolLine) {
   EXPECT_NE(text.find("  batch path " + batch_path_summary(run.stats) + "\n"), std::string::npos) << text;
   EXPECT_NE(text.find("0 allocations after start-up"), std::string::npos) << text;
   EXPECT_NE(text.find("0 waits for a slab"), std::string::npos) << text;
+  // Note [placing samples]: the leading fixed-size fields (image, label) went straight into the slabs;
+  // the variable-length tokens were packed.
+  EXPECT_EQ(run.stats.placed_bytes, 150u * (3 * 4 * 4 + sizeof(int64_t)));
+  EXPECT_NE(text.find("             " + format_decimal_bytes(static_cast<double>(run.stats.placed_bytes)) +
+                      " placed in the slabs by decode ("),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("  skipped    none\n"), std::string::npos) << text;
   for (const char* stage : {"plan", "decode", "collate", "pack", "h2d", "event-wait"}) {
     EXPECT_NE(text.find("\n  " + std::string(stage) + " "), std::string::npos) << stage << " row missing\n" << text;
@@ -426,6 +434,7 @@ TEST(RunReport, JsonHoldsTheStatsInTheDocumentedOrder) {
   EXPECT_EQ(json["queues"]["in_flight"]["capacity"].u64(), stats.prefetch);
   EXPECT_EQ(json["queues"]["ready"]["peak"].u64(), stats.ready_queue.peak);
   EXPECT_EQ(json["pool"]["allocations_after_start"].u64(), 0u);
+  EXPECT_EQ(json["pool"]["placed_bytes"].u64(), stats.placed_bytes);
   EXPECT_EQ(json["pool"]["leases"].u64(), stats.batches);
   EXPECT_EQ(json["pool"]["peak_bytes"].u64(), stats.pool.peak_bytes);
   EXPECT_EQ(json["skipped"]["count"].u64(), 0u);
@@ -630,8 +639,8 @@ TEST(RunReport, TheSchemaCheckRejectsBrokenReports) {
     EXPECT_NE(at, std::string::npos) << from;
     return at == std::string::npos ? text : text.replace(at, from.size(), to);
   };
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 8,", ""), "missing.json"), 1);
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 8,", "\"format_version\": 8, \"extra\": 2,"), "extra.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 9,", ""), "missing.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 9,", "\"format_version\": 9, \"extra\": 2,"), "extra.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"waiting\": true", "\"waiting\": 1"), "leg.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": \"40\""), "type.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": -40"), "negative.json"), 1);

@@ -123,6 +123,7 @@ TEST(OnErrorSkip, DeliversEveryOtherSampleInOrderByteForByte) {
       EXPECT_EQ(run.delivered, expected_order(kSamples, failing, 2));
       EXPECT_EQ(run.batches, expected_batches(kSamples, failing, 2, 8, false));
       EXPECT_EQ(run.stats.skipped_samples, failing.size() * 2);
+      EXPECT_EQ(run.stats.placed_bytes, 0u) << "re-cut batches are packed (Note [placing samples])";
       ASSERT_EQ(run.stats.skipped.size(), failing.size() * 2);
       // Listed in delivery order: the failing samples of epoch 0, then of epoch 1.
       std::vector<uint64_t> listed;
@@ -398,6 +399,9 @@ TEST(OnErrorSkip, ReplacesSkippedSamplesSoEveryRankKeepsItsBatches) {
         }
         EXPECT_EQ(run.batches, want);
         EXPECT_EQ(run.stats.skipped_samples, attempts);
+        // Every sample's image, a replacement's too, was placed as it was decoded; the variable-length
+        // tokens were packed (Note [placing samples]).
+        EXPECT_EQ(run.stats.placed_bytes, run.stats.samples * 3 * 4 * 4);
       }
     }
   }

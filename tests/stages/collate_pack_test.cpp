@@ -45,9 +45,30 @@ std::shared_ptr<PinnedPool> pool_of(size_t bytes) {
   return PinnedPool::create(options);
 }
 
-// Packs `work` and checks every field's bytes in the slab against the reference collate.
+// Places what a SamplePlacer takes of each sample of `work` into a slab of `pool`, as the split node and the
+// decode threads do (Note [placing samples]), and hands the slab to the batch as the collate node does.
+// Returns the bytes placed; `slab` keeps what the samples point at.
+size_t place_samples(BatchWork& work, const CollateStage& collate, const std::shared_ptr<PinnedPool>& pool,
+                     size_t budget, std::shared_ptr<PlacedSlab>& slab) {
+  const std::vector<SamplePlacer::Field> fields = collate.leading_fixed_fields();
+  if (fields.empty()) return 0;
+  SamplePlacer placer(fields, pool, /*direct_copy_bytes=*/0, budget);
+  std::atomic<uint64_t> waited{0};
+  slab = placer.reserve(work.samples.size(), kRunning, waited);
+  if (!slab) return 0;
+  size_t placed = 0;
+  for (const auto& sample : work.samples) {
+    sample->slab = slab.get();
+    placed += placer.place(*sample);
+  }
+  work.slab = std::move(slab->lease);
+  return placed;
+}
+
+// Packs `work` and checks every field's bytes in the slab against the reference collate. With `placed`,
+// the samples' leading fixed-size fields are placed in the slab first (Note [placing samples]).
 void expect_packed_like_reference(BatchWork& work, const SyntheticSource& source, const CollateOptions& options,
-                                  size_t alignment) {
+                                  size_t alignment, bool placed = false) {
   CollateStage collate(source.fields(), options, alignment);
   collate.run(work, kRunning);
   auto pool = pool_of(std::max<size_t>(work.layout.total_bytes, 1));
@@ -55,6 +76,23 @@ void expect_packed_like_reference(BatchWork& work, const SyntheticSource& source
   transfer.min_alignment = alignment;
   transfer.max_chunk_bytes = 4096;
   transfer.parallel_pack_bytes = 1024;  // exercise the parallel path too
+  std::shared_ptr<PlacedSlab> slab;
+  if (placed) {
+    const size_t bytes = place_samples(work, collate, pool, transfer.parallel_pack_bytes, slab);
+    const std::vector<SamplePlacer::Field> leading = collate.leading_fixed_fields();
+    size_t expected = 0;  // each sample places its leading fields in order while they fit its budget
+    for (size_t s = 0; s < work.samples.size(); ++s) {
+      size_t budget = transfer.parallel_pack_bytes;
+      for (const SamplePlacer::Field& field : leading) {
+        if (field.sample_bytes <= budget) {
+          budget -= field.sample_bytes;
+          expected += field.sample_bytes;
+        }
+      }
+    }
+    EXPECT_EQ(bytes, expected);
+    collate.run(work, kRunning);  // again, as in a pipeline: after the samples were placed
+  }
   PackStage(pool, transfer).run(work, kRunning);
 
   const auto reference = testing::reference_batch(source, work.info.sample_indices, options);
@@ -129,6 +167,21 @@ TEST(CollateAndPack, RandomFieldsMatchTheReferenceAtEveryAlignment) {
     BatchWork work = decoded_batch(source, indices);
     SCOPED_TRACE("round " + std::to_string(round) + ", alignment " + std::to_string(alignment));
     expect_packed_like_reference(work, *source, CollateOptions{}, alignment);
+  }
+}
+
+// Note [placing samples]: the leading fixed-size fields copied into the slab as each sample is decoded,
+// the rest packed, give the reference's bytes, at every alignment.
+TEST(CollateAndPack, PlacedSamplesGiveTheReferenceBytesAtEveryAlignment) {
+  std::mt19937_64 rng(20261128);
+  for (int round = 0; round < 60; ++round) {
+    const size_t alignment = size_t{1} << (round % 9);  // 1 .. 256
+    auto source = std::make_shared<const SyntheticSource>(testing::random_synthetic_options(rng, 50));
+    std::vector<uint64_t> indices(1 + rng() % 9);
+    for (auto& index : indices) index = rng() % 50;
+    BatchWork work = decoded_batch(source, indices);
+    SCOPED_TRACE("round " + std::to_string(round) + ", alignment " + std::to_string(alignment));
+    expect_packed_like_reference(work, *source, CollateOptions{}, alignment, /*placed=*/true);
   }
 }
 
