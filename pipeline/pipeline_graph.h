@@ -160,9 +160,10 @@ class PipelineGraph {
   void completion_loop();
   void deliver(Delivery delivery);
   bool skip(const BatchWork& work) const noexcept;
-  /// on_error: skip. Counts, lists and logs a sample whose read or decode failed. Collate node only.
   /// A batch cut whole from one plan takes the slab its samples were placed in (Note [placing samples]).
+  /// Collate node only.
   void take_placed_slab(BatchWork& work);
+  /// on_error: skip. Counts, lists and logs a sample whose read or decode failed. Collate node only.
   void record_skipped(const SkippedSample& skipped);
   /// Decode node, skip_replaces: reads the epoch's next samples in place of the failed one.
   void replace(SampleWork& sample);

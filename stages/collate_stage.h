@@ -15,7 +15,8 @@
 namespace ferry {
 
 /// Decides the batch's packed form (its BatchLayout); PackStage then copies every byte once, from
-/// the decoded samples straight into the pinned slab. Fixed-shape fields are stacked (every sample
+/// the decoded samples straight into the pinned slab (except those the decode threads placed there
+/// already: Note [placing samples]). Fixed-shape fields are stacked (every sample
 /// must have the same shape); a variable-length field is padded along dim 0 to the batch's longest
 /// sample with its pad value and gets a companion `<field>_lengths` int64 [batch] tensor. Each
 /// field starts at a multiple of max(min_alignment, element size).
