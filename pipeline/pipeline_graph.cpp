@@ -342,7 +342,12 @@ void PipelineGraph::split(const PlanPtr& plan, Put&& put) {
   // Note [placing samples]: the plan's slab, before any of its samples is decoded.
   std::shared_ptr<PlacedSlab> slab;
   if (stages_.placer && plan->kind == BatchPlan::Kind::kSamples) {
-    slab = stages_.placer->reserve(slots, stop_, run_.split_slab_wait_ns);
+    try {
+      slab = stages_.placer->reserve(slots, stop_, run_.split_slab_wait_ns);
+    } catch (...) {
+      // A CUDA error while reclaiming slabs: pack meets it again leasing one, and fails this batch in
+      // order with it, where an error here would end the run out of band.
+    }
   }
   auto put_group = [&](size_t count, bool on_gpu, bool gpu_candidate = false) {
     auto group = std::make_shared<SampleGroup>();
@@ -382,13 +387,16 @@ void PipelineGraph::decode(SampleWork& sample) {
   const ErrorContext where{"decode", sample.index(), sample.plan->epoch, sample.plan->index};
   if (auto error = guarded(kDecode, where, [&] { stages_.decode->run(sample); })) sample.error = std::move(error);
   if (sample.error) decode_failed(sample);
+  place(sample);
+}
+
+void PipelineGraph::place(SampleWork& sample) {
   // Into the plan's slab while the bytes are in this thread's cache (Note [placing samples]); a
   // replacement is placed as the sample it replaces. Timed as decode's: it is the copy pack skips.
-  if (!sample.error && sample.slab != nullptr && !stop_.load(std::memory_order_acquire)) {
-    const uint64_t start_ns = now_ns();
-    run_.placed_bytes.fetch_add(stages_.placer->place(sample), std::memory_order_relaxed);
-    run_.stages[kDecode].busy_ns.fetch_add(now_ns() - start_ns, std::memory_order_relaxed);
-  }
+  if (sample.error || sample.slab == nullptr || stop_.load(std::memory_order_acquire)) return;
+  const uint64_t start_ns = now_ns();
+  run_.placed_bytes.fetch_add(stages_.placer->place(sample), std::memory_order_relaxed);
+  run_.stages[kDecode].busy_ns.fetch_add(now_ns() - start_ns, std::memory_order_relaxed);
 }
 
 void PipelineGraph::decode_failed(SampleWork& sample) {
@@ -447,6 +455,7 @@ void PipelineGraph::decode_pending(SampleGroup& group, uint64_t started_ns) {
       sample.error = error_from(failure, where);
       count_failure(kDecode);
       decode_failed(sample);
+      place(sample);  // its replacement, decoded on the CPU
     });
   }
   // Not decode's busy time: the thread sleeps while the GPU decoder works, which the report shows as a
@@ -469,6 +478,9 @@ void PipelineGraph::decode_pending(SampleGroup& group, uint64_t started_ns) {
 // samples is a broken dataset, and shortening this rank's epoch would hang the others.
 void PipelineGraph::replace(SampleWork& sample) {
   const BatchPlan& plan = *sample.plan;
+  // Fields placed before another field failed (a GPU-decoded image, Note [GPU JPEG decode]) are the
+  // failed sample's: the replacement's take their slots, placed again or packed (Note [placing samples]).
+  if (sample.placed != 0) run_.placed_bytes.fetch_sub(SamplePlacer::unplace(sample), std::memory_order_relaxed);
   for (uint64_t k = 1;; ++k) {
     sample.skipped.push_back(SkippedSample{sample.index(), sample.key, sample.error->stage(), sample.error->cause()});
     std::optional<uint64_t> next;
@@ -655,6 +667,9 @@ void PipelineGraph::completion_loop() {
       deliver(Delivery{Delivery::Kind::kError, {}, work->error});
       return;
     }
+    // The slab goes back before the consumer can take the batch and give its token back: the plan that
+    // token admits leases a slab at once (Note [placing samples]), and must find this one.
+    work->slab.release();
     deliver(Delivery{Delivery::Kind::kBatch, std::move(work->batch), std::nullopt, work->next, work->marks});
   }
 }

@@ -160,6 +160,8 @@ class PipelineGraph {
   void completion_loop();
   void deliver(Delivery delivery);
   bool skip(const BatchWork& work) const noexcept;
+  /// Decode node: copies a decoded sample's placeable fields into the plan's slab (Note [placing samples]).
+  void place(SampleWork& sample);
   /// A batch cut whole from one plan takes the slab its samples were placed in (Note [placing samples]).
   /// Collate node only.
   void take_placed_slab(BatchWork& work);

@@ -41,15 +41,17 @@ std::shared_ptr<PlacedSlab> SamplePlacer::reserve(size_t samples, const std::ato
   }
 
   std::optional<PinnedLease> lease = pool_->try_acquire();
-  if (!lease) {  // a slab whose copy is still running (Note [tokens]: one is free or about to be)
+  // A slab whose copy is still running (Note [tokens]: one is free or about to be). Each wait is
+  // counted as the pool counts it, so that a snapshot meanwhile tells the two apart.
+  while (!lease && !stop.load(std::memory_order_acquire)) {
     const auto start = std::chrono::steady_clock::now();
-    while (!lease && !stop.load(std::memory_order_acquire)) lease = pool_->acquire(std::chrono::milliseconds(20));
+    lease = pool_->acquire(std::chrono::milliseconds(20));
     waited_ns.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                   std::chrono::steady_clock::now() - start)
                                                   .count()),
                         std::memory_order_relaxed);
-    if (!lease) return nullptr;
   }
+  if (!lease) return nullptr;
   slab->data = lease->data();
   slab->lease = std::move(*lease);
   return slab;
@@ -80,6 +82,17 @@ size_t SamplePlacer::place(SampleWork& sample) const {
     sample.placed |= uint64_t{1} << f;
   }
   return sample_budget_bytes_ - budget;
+}
+
+size_t SamplePlacer::unplace(SampleWork& sample) noexcept {
+  size_t bytes = 0;
+  if (sample.slab != nullptr) {
+    for (size_t f = 0; f < sample.slab->fields.size(); ++f) {
+      if (sample.is_placed(f)) bytes += sample.slab->fields[f].sample_bytes;
+    }
+  }
+  sample.placed = 0;
+  return bytes;
 }
 
 }  // namespace ferry

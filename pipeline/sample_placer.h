@@ -31,7 +31,13 @@ namespace ferry {
 /// fixed shape: DecodeStage checks it) and lays the batch out; pack checks that each placed field's
 /// slots are where collate put the field, so the bytes the copy engine reads are the batch's. The slab
 /// is leased in plan order, at most one a plan, and plans hold tokens, so the pool (at least
-/// `prefetch` slabs) still always has one (Note [tokens]); at shutdown the wait gives up.
+/// `prefetch` slabs) still always has one (Note [tokens]): the completion thread returns a batch's slab
+/// before it hands the batch over, since the token the consumer then gives back admits a plan that
+/// leases at once. At shutdown the wait gives up.
+///
+/// A sample replaced after a failure (Note [replacing skipped samples]) may have placed some fields
+/// before another failed, e.g. a label before its image failed on the GPU decoder: the replacement's
+/// fields take those slots, placed again or packed, and the failed sample's bytes are not counted.
 ///
 /// One sample places at most TransferOptions::parallel_pack_bytes (1 MiB): a few large fields are one
 /// thread's copy here but all threads' in pack (run_copies), and placing them all made bench/transfer's
@@ -69,6 +75,10 @@ class SamplePlacer {
   /// the tensor and sets the field's bit in sample.placed; returns the bytes copied. Thread-safe for
   /// distinct samples.
   size_t place(SampleWork& sample) const;
+
+  /// Forgets which of `sample`'s fields are placed, as when a replacement takes its place (their slots
+  /// are then written again, by place() or by pack); returns their bytes.
+  static size_t unplace(SampleWork& sample) noexcept;
 
  private:
   std::vector<Field> fields_;

@@ -6,6 +6,7 @@
 // count. The real decoder's pixels and speed are tests/cuda/jpeg_gpu_cuda_test.cpp's and bench/'s.
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -15,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <ferry/io/formats/synthetic_source.h>
+#include <ferry/pipeline/error.h>
 #include <ferry/pipeline/pipeline.h>
 #include <ferry/pipeline/stage.h>
 #include <ferry/stages/standard_pipeline.h>
@@ -149,6 +151,85 @@ TEST_P(GpuSharing, TheGpuJoinsWhenItBecomesReadyMidRun) {
   // the GPU once it is ready (how many depends on timing).
   EXPECT_GT(run.gpu_samples, 0u);
   EXPECT_GE(run.cpu_samples, 3u * 200u);
+}
+
+// A stand-in for `device: gpu` (every group to the GPU) whose first field waits for the "hardware" while
+// the others are decoded at once, so they are placed in the slab before the first is decoded (Note
+// [placing samples]); the hardware fails the samples `fails` names. Their CPU-decoded replacements must
+// take every slot, the placed ones too.
+class FailingGpuDecode : public SampleStage {
+ public:
+  FailingGpuDecode(std::unique_ptr<SampleStage> inner, std::function<bool(uint64_t)> fails)
+      : inner_(std::move(inner)), fails_(std::move(fails)) {}
+  std::string_view name() const override { return inner_->name(); }
+  GpuShare gpu_share() const override { return GpuShare::kAll; }
+  size_t gpu_groups() const override { return 2; }
+  size_t gpu_room() const override { return 2; }
+
+  void run(SampleWork& work) override {
+    inner_->run(work);
+    if (!work.on_gpu) return;  // a replacement
+    work.fields[0] = at::Tensor();
+    work.pending.push_back(PendingImage{});
+  }
+
+  void run_pending(const std::vector<SampleWork*>& samples,
+                   const std::function<void(SampleWork&, std::exception_ptr)>& failed) override {
+    for (SampleWork* sample : samples) {
+      if (fails_(sample->index())) {
+        failed(*sample, std::make_exception_ptr(Error("the stand-in's hardware failed")));
+        continue;
+      }
+      SampleWork again;  // the first field, decoded now
+      again.plan = sample->plan;
+      again.position = sample->position;
+      again.replacement = sample->replacement;
+      inner_->run(again);
+      sample->fields[0] = again.fields[0];
+      sample->pending.clear();
+    }
+  }
+
+ private:
+  std::unique_ptr<SampleStage> inner_;
+  std::function<bool(uint64_t)> fails_;
+};
+
+TEST(GpuDecodeFailures, AReplacementTakesTheSlotsItsFailedSampleWasPlacedIn) {
+  SyntheticOptions data = dataset(600);
+  data.fields.insert(data.fields.begin() + 1,
+                     SyntheticField{"label", at::kLong, {}, false, 0, 0, std::pair{0.0, 1000.0}});
+  const auto source = std::make_shared<const SyntheticSource>(data);
+  const auto fails = [](uint64_t index) { return index % 13 == 5; };
+  for (const size_t threads : {1, 2, 4}) {
+    SCOPED_TRACE(std::to_string(threads) + " decode threads");
+    PipelineOptions options;
+    options.device = "cpu";
+    options.batch_size = 50;
+    options.decode_threads = threads;
+    options.prefetch = 2;
+    options.on_error = OnError::kSkip;
+    options.skip_replaces = true;
+    StageSet stages = make_standard_stages(source, options);
+    ASSERT_NE(stages.placer, nullptr);
+    stages.decode = std::make_unique<FailingGpuDecode>(std::move(stages.decode), fails);
+    Pipeline pipeline(std::move(stages), options);
+    uint64_t samples = 0, replaced = 0;
+    while (auto batch = pipeline.next()) {
+      EXPECT_EQ(testing::compare_with_reference(*batch, *source), "") << "batch " << batch->index();
+      for (const uint64_t index : batch->sample_indices()) {
+        EXPECT_FALSE(fails(index)) << "a failed sample was delivered";
+        ++samples;
+      }
+    }
+    for (uint64_t index = 0; index < 600; ++index) replaced += fails(index) ? 1 : 0;
+    const PipelineStats stats = pipeline.stats();
+    EXPECT_EQ(samples, 600u);
+    EXPECT_EQ(stats.skipped_samples, replaced);
+    // Decoded on the stand-in's GPU, a sample places its label (8 bytes); a replacement, decoded on the
+    // CPU, its image and label (192 + 8). A failed sample's placed label is not counted.
+    EXPECT_EQ(stats.placed_bytes, (samples - replaced) * 8 + replaced * (192 + 8));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(DecodeThreads, GpuSharing, ::testing::Values(1, 2, 4, 8),
