@@ -54,8 +54,8 @@ class SamplePlacer {
     size_t sample_bytes = 0;  // one sample's bytes
     size_t alignment = 1;     // the field starts at a multiple of this (collate's rule)
   };
-  /// At most this many leading fields are placed (SampleWork::placed has a bit for each).
-  static constexpr size_t kMaxFields = 64;
+  /// At most this many leading fields are placed.
+  static constexpr size_t kMaxFields = PlacedSlab::kMaxFields;
 
   /// `fields`: the leading fixed-size fields, in order (at most kMaxFields are used). `pool`: the pool
   /// pack leases from. `direct_copy_bytes`: TransferOptions' (pinned tensors that large are not placed).

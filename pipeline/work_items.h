@@ -65,6 +65,8 @@ struct PendingImage {
 /// slots (Note [placing samples] in pipeline/sample_placer.h). Shared by the plan's sample groups; the
 /// lease moves to the plan's batch when collate cuts it.
 struct PlacedSlab {
+  /// Fields a sample may place: SampleWork::placed has a bit for each.
+  static constexpr size_t kMaxFields = 64;
   struct Slot {
     size_t offset = 0;        // the field's first byte in the slab
     size_t sample_bytes = 0;  // one sample's bytes: sample p's start at offset + p * sample_bytes
@@ -100,7 +102,9 @@ struct SampleWork {
   PlacedSlab* slab = nullptr;
   uint64_t placed = 0;
 
-  bool is_placed(size_t field) const noexcept { return field < 64 && ((placed >> field) & 1U) != 0; }
+  bool is_placed(size_t field) const noexcept {
+    return field < PlacedSlab::kMaxFields && ((placed >> field) & 1U) != 0;
+  }
   bool is_marker() const noexcept { return plan->kind != BatchPlan::Kind::kSamples; }
   /// The source index read: the planned sample's, or its replacement's.
   uint64_t index() const { return replacement ? *replacement : plan->sample_indices.at(position); }

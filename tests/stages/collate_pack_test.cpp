@@ -157,32 +157,31 @@ TEST(CollateAndPack, UsesPerFieldPadValuesConvertedToTheFieldDtype) {
   expect_packed_like_reference(work, *source, collate, 16);
 }
 
-TEST(CollateAndPack, RandomFieldsMatchTheReferenceAtEveryAlignment) {
-  std::mt19937_64 rng(20261125);
+// 60 rounds of a random source and a random batch of 1 to 9 of its samples, round r at alignment_of(r),
+// each checked against the reference (with `placed`, its samples placed first).
+void expect_random_batches_like_reference(uint64_t seed, size_t (*alignment_of)(int), bool placed) {
+  std::mt19937_64 rng(seed);
   for (int round = 0; round < 60; ++round) {
-    const size_t alignment = size_t{16} << (round % 5);  // 16 .. 256
+    const size_t alignment = alignment_of(round);
     auto source = std::make_shared<const SyntheticSource>(testing::random_synthetic_options(rng, 50));
     std::vector<uint64_t> indices(1 + rng() % 9);
     for (auto& index : indices) index = rng() % 50;
     BatchWork work = decoded_batch(source, indices);
     SCOPED_TRACE("round " + std::to_string(round) + ", alignment " + std::to_string(alignment));
-    expect_packed_like_reference(work, *source, CollateOptions{}, alignment);
+    expect_packed_like_reference(work, *source, CollateOptions{}, alignment, placed);
   }
+}
+
+TEST(CollateAndPack, RandomFieldsMatchTheReferenceAtEveryAlignment) {
+  expect_random_batches_like_reference(
+      20261125, [](int round) { return size_t{16} << (round % 5); }, /*placed=*/false);  // 16 .. 256
 }
 
 // Note [placing samples]: the leading fixed-size fields copied into the slab as each sample is decoded,
 // the rest packed, give the reference's bytes, at every alignment.
 TEST(CollateAndPack, PlacedSamplesGiveTheReferenceBytesAtEveryAlignment) {
-  std::mt19937_64 rng(20261128);
-  for (int round = 0; round < 60; ++round) {
-    const size_t alignment = size_t{1} << (round % 9);  // 1 .. 256
-    auto source = std::make_shared<const SyntheticSource>(testing::random_synthetic_options(rng, 50));
-    std::vector<uint64_t> indices(1 + rng() % 9);
-    for (auto& index : indices) index = rng() % 50;
-    BatchWork work = decoded_batch(source, indices);
-    SCOPED_TRACE("round " + std::to_string(round) + ", alignment " + std::to_string(alignment));
-    expect_packed_like_reference(work, *source, CollateOptions{}, alignment, /*placed=*/true);
-  }
+  expect_random_batches_like_reference(
+      20261128, [](int round) { return size_t{1} << (round % 9); }, /*placed=*/true);  // 1 .. 256
 }
 
 // Batches of hundreds of fields are decoded, laid out and packed on several threads (Note [wide
