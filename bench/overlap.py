@@ -2,12 +2,15 @@
 """bench/overlap.py: how much of a training loop waits for ferry, with a simulated GPU step.
 
     PYTHONPATH=build/gpu/python python3 bench/overlap.py --ferry build/gpu/cli/ferry --data /tmp/ferry-data \\
-        --out gpu-results/overlap [--steps-ms 1,5,20] [--quick]
+        --out gpu-results/overlap [--steps-ms 1,5,20] [--cases tokens,images,jpeg] [--quick]
 
 The loop: take a batch (next()), then a simulated step of S ms on the GPU (a sleep kernel on the
 current stream, torch.cuda._sleep, then one synchronization, as loss.item() does); on a CPU device the
 step is a host sleep. Reported: the share of the loop spent waiting in next(), and the wait per step,
-from the first batch on (the first batch's wait, the pipeline starting, is in the JSON apart).
+from the first batch on (the first batch's wait, the pipeline starting, is in the JSON apart), and
+the C++ loop's waits at the median, 99th percentile and largest, with the steps that waited over 1 ms
+(a few long stalls and a small cost on every step need different fixes). Both loops drop the last
+step's batch just before next() and time that apart ("drop").
 The loop runs in Python (`for batch in pipeline`) and in C++ (the same loop inside the extension,
 Pipeline._train_in_cpp, GIL released) on the same config.
 
@@ -73,9 +76,16 @@ def python_loop(pipeline, steps, step_seconds, cycles):
     starting) is reported apart."""
     iterator = iter(pipeline.batches())
     waited = first_wait = 0.0
+    waits = []
     done = 0
     start = time.perf_counter()
+    dropped = 0.0
+    batch = None
     while done < steps:
+        # The last step's batch is dropped apart from next(), as the C++ loop does: `for batch in
+        # pipeline` drops it when it rebinds the name, after next() returns.
+        dropping = time.perf_counter()
+        batch = None
         asked = time.perf_counter()
         batch = next(iterator, None)
         wait = time.perf_counter() - asked
@@ -86,6 +96,8 @@ def python_loop(pipeline, steps, step_seconds, cycles):
             start = time.perf_counter()
         else:
             waited += wait
+            waits.append(wait)
+            dropped += asked - dropping
         done += 1
         if cycles:
             torch.cuda._sleep(cycles)
@@ -93,7 +105,15 @@ def python_loop(pipeline, steps, step_seconds, cycles):
         else:
             time.sleep(step_seconds)
     return {"steps": done, "loop_seconds": time.perf_counter() - start, "wait_seconds": waited,
-            "first_wait_seconds": first_wait}
+            "first_wait_seconds": first_wait, "waits": waits, "drop_seconds": dropped}
+
+
+def percentile(values, share):
+    """The value below which `share` of `values` fall (nearest rank); 0 for none."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
 def loader_rate(config, overrides):
@@ -108,6 +128,7 @@ def main():
     parser.add_argument("--data", required=True, help="folder for the JPEG dataset (made when missing)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps-ms", default="1,5,20")
+    parser.add_argument("--cases", default="tokens,images,jpeg", help="which cases, comma-separated")
     parser.add_argument("--loop-seconds", type=float, default=3.0, help="about how long each loop runs")
     parser.add_argument("--threads", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--quick", action="store_true", help="short loops, few images: a check, not a measurement")
@@ -125,6 +146,11 @@ def main():
         ("jpeg 64 x 224 x 224 x 3", os.path.join(REPO, "configs/image-folder.yaml"),
          common + [f"source.root={images}", "decode.on_error=fail"]),
     ]
+    wanted = set(args.cases.split(","))
+    unknown = wanted - {"tokens", "images", "jpeg"}
+    if unknown:
+        parser.error(f"--cases: unknown {', '.join(sorted(unknown))} (tokens, images, jpeg)")
+    cases = [case for case in cases if case[0].split()[0] in wanted]
     device = str(ferry.Pipeline(cases[0][1], overrides={"max_batches": 1}).device)
     gpu = device.startswith("cuda")
     per_second = cycles_per_second() if gpu else 0.0
@@ -150,7 +176,14 @@ def main():
                 row[f"{driver}_wait_share"] = r["wait_seconds"] / r["loop_seconds"]
                 row[f"{driver}_wait_ms_per_step"] = 1e3 * r["wait_seconds"] / max(1, r["steps"])
                 row[f"{driver}_steps"] = r["steps"]
+                row[f"{driver}_drop_ms_per_step"] = 1e3 * r.get("drop_seconds", 0.0) / max(1, r["steps"])
                 row[f"{driver}_first_wait_ms"] = 1e3 * r["first_wait_seconds"]
+                # Whether the wait is a few long stalls or a cost on every step.
+                waits = list(r.get("waits", []))
+                row[f"{driver}_wait_p50_ms"] = 1e3 * percentile(waits, 0.50)
+                row[f"{driver}_wait_p99_ms"] = 1e3 * percentile(waits, 0.99)
+                row[f"{driver}_wait_max_ms"] = 1e3 * max(waits, default=0.0)
+                row[f"{driver}_steps_waiting_over_1ms"] = sum(1 for w in waits if w > 1e-3)
             rows.append(row)
             log(f"{name}, step {step_ms} ms: waited {100 * row.get('cpp_wait_share', float('nan')):.2f}% (C++), "
                 f"{100 * row['python_wait_share']:.2f}% (Python)")
@@ -158,11 +191,14 @@ def main():
     print(f"ferry {ferry.__version__} ({ferry.build_kind}), torch {torch.__version__}, device {device}, "
           f"{os.cpu_count()} cores, decode threads {args.threads}")
     print(f"{'case':28} {'step ms':>7} {'loader b/s':>11} {'step b/s':>9} {'C++ wait %':>11} {'C++ ms/step':>12} "
-          f"{'Py wait %':>10} {'Py ms/step':>11}")
+          f"{'Py wait %':>10} {'Py ms/step':>11} {'C++ p50/p99/max ms':>20} {'> 1 ms':>7} {'drop ms C++/Py':>15}")
     for r in rows:
         print(f"{r['case']:28} {r['step_ms']:7.0f} {r['loader_batches_per_second']:11.0f} {r['step_rate']:9.0f} "
               f"{100 * r.get('cpp_wait_share', float('nan')):11.2f} {r.get('cpp_wait_ms_per_step', float('nan')):12.3f} "
-              f"{100 * r['python_wait_share']:10.2f} {r['python_wait_ms_per_step']:11.3f}")
+              f"{100 * r['python_wait_share']:10.2f} {r['python_wait_ms_per_step']:11.3f} "
+              f"{r.get('cpp_wait_p50_ms', 0):6.3f}/{r.get('cpp_wait_p99_ms', 0):6.3f}/{r.get('cpp_wait_max_ms', 0):6.2f} "
+              f"{r.get('cpp_steps_waiting_over_1ms', 0):7d} "
+              f"{r.get('cpp_drop_ms_per_step', 0):7.3f}/{r['python_drop_ms_per_step']:.3f}")
     with open(os.path.join(args.out, "overlap.json"), "w") as f:
         json.dump({"machine": platform.node(), "device": device, "torch": torch.__version__,
                    "cores": os.cpu_count(), "decode_threads": args.threads, "rows": rows}, f, indent=2)

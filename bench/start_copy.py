@@ -89,6 +89,31 @@ def timed(function, iterations, synchronize):
     return statistics.median(times)
 
 
+def ferry_phases(data, device, iterations):
+    """Medians of start_copy()'s return, get(), the final sync, and dropping the handle and the
+    results (which the timed methods above pay inside their time), each timed alone (ms)."""
+    phases = {"start_copy()": [], "get()": [], "sync": [], "drop handle": [], "drop result": []}
+    for round in range(10 + iterations):
+        start = time.perf_counter()
+        handle = ferry.start_copy(data, device)
+        started = time.perf_counter()
+        result = handle.get()
+        got = time.perf_counter()
+        torch.cuda.synchronize()
+        synced = time.perf_counter()
+        del handle
+        handle_dropped = time.perf_counter()
+        del result
+        result_dropped = time.perf_counter()
+        if round >= 10:
+            phases["start_copy()"].append(started - start)
+            phases["get()"].append(got - started)
+            phases["sync"].append(synced - got)
+            phases["drop handle"].append(handle_dropped - synced)
+            phases["drop result"].append(result_dropped - handle_dropped)
+    return {phase: 1e3 * statistics.median(times) for phase, times in phases.items()}
+
+
 def bench_gpu(iterations):
     device = "cuda:0"
     rows = []
@@ -101,14 +126,19 @@ def bench_gpu(iterations):
             torch.cat([t.reshape(-1).view(torch.uint8) for t in tensors], out=pinned)
             return pinned.to(device, non_blocking=True)
 
+        sizes = [t.numel() * t.element_size() for t in tensors]
+        on_device = torch.empty(nbytes, dtype=torch.uint8, device=device)
         methods = {
             ".to() per tensor": lambda: to_each(data, device),
             "cat + one copy": cat_one_copy,
             "ferry.start_copy": lambda: ferry.start_copy(data, device).get(),
+            # Not a copy: what handing this many new tensors to Python (and freeing them) costs at least.
+            "views alone": lambda: on_device.split(sizes),
         }
         seconds = {method: timed(function, iterations, torch.cuda.synchronize) for method, function in methods.items()}
         rows.append({"structure": name, "tensors": len(tensors), "bytes": nbytes,
                      "milliseconds": {m: s * 1e3 for m, s in seconds.items()},
+                     "ferry_phases_ms": ferry_phases(data, device, iterations),
                      "speedup_vs_to": seconds[".to() per tensor"] / seconds["ferry.start_copy"],
                      "speedup_vs_cat": seconds["cat + one copy"] / seconds["ferry.start_copy"]})
     return rows
@@ -144,6 +174,9 @@ def main():
             print(f"{row['structure']:14} {row['tensors']:5d} t {row['bytes'] / 1024:7.0f} KiB"
                   + "".join(f"{row['milliseconds'][m]:19.3f}" for m in methods)
                   + f"{row['speedup_vs_to']:9.2f}x{row['speedup_vs_cat']:7.2f}x")
+        print("ferry.start_copy by phase (ms, medians, each timed alone): "
+              + "; ".join(f"{row['structure']}: " + ", ".join(f"{p} {ms:.3f}" for p, ms in row["ferry_phases_ms"].items())
+                          for row in rows))
     else:
         print("(no GPU: only the per-tensor boundary cost)")
     boundary = bench_boundary()

@@ -10,18 +10,23 @@
 // For each: ferry's delivered bandwidth (batch bytes / time between batches arriving ready on the
 // device, after a warm-up), and libtorch's `tensor.to(device, /*non_blocking=*/true)` on each tensor
 // of the same batches followed by a stream sync per batch. The link limit is a pinned
-// cudaMemcpyAsync of one large buffer. Prints a table; writes JSON with --json.
+// cudaMemcpyAsync of one large buffer. With case (a) on a GPU, a plain loop staging a pageable batch
+// through a small ring of pinned chunks (ring_gbps) shows what such a ring could deliver on this host.
+// Prints a table; writes JSON with --json.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <oneapi/tbb/info.h>
+#include <oneapi/tbb/parallel_for.h>
 
 #include <ferry/build_config.h>
 #include <ferry/pipeline/cuda_device.h>
@@ -42,6 +47,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kKiB = 1024;
 constexpr size_t kMiB = 1024 * 1024;
+constexpr size_t kSourceBatches = 4;  // the plain loops' batches come in turn from this many
 
 struct Case {
   std::string name;
@@ -148,6 +154,133 @@ double raw_link_gbps(int device, size_t bytes, int repeats) {
 #endif
 }
 
+// What staging through a small ring could reach (docs/performance-notes.md, "What would lift staged
+// large batches further"): a plain loop, no framework. `threads` threads share one pageable batch of
+// `bytes`; thread t copies chunks t, t + threads, ... of `chunk` bytes into its own ring of `slots`
+// pinned buffers, each followed at once by a cudaMemcpyAsync on the thread's stream and an event that
+// frees the slot. The ring (threads x slots x chunk) is small enough to stay in the last-level cache,
+// so the copy engine may read the bytes from there instead of host memory.
+double ring_gbps(int device, size_t bytes, int repeats, int threads, size_t chunk, int slots) {
+#if FERRY_HAVE_CUDART
+  ferry::DeviceGuard guard(device);
+  // Four batches in turn, as the cases' sources give them: one alone could stay in the cache.
+  std::vector<std::byte> sources(kSourceBatches * bytes);
+  std::memset(sources.data(), 1, sources.size());
+  void* target = nullptr;
+  FERRY_CUDA_CHECK(cudaMalloc(&target, bytes));
+  struct Ring {  // one thread's: made before the clock starts (pinning is slow)
+    void* slots = nullptr;
+    std::unique_ptr<ferry::CudaStream> stream;
+    std::vector<cudaEvent_t> freed;
+    size_t used = 0;
+  };
+  std::vector<Ring> rings(static_cast<size_t>(threads));
+  for (Ring& ring : rings) {
+    FERRY_CUDA_CHECK(cudaHostAlloc(&ring.slots, chunk * static_cast<size_t>(slots), cudaHostAllocPortable));
+    ring.stream = std::make_unique<ferry::CudaStream>(device);
+    ring.freed.resize(static_cast<size_t>(slots));
+    for (cudaEvent_t& event : ring.freed) FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  }
+  const size_t chunks = (bytes + chunk - 1) / chunk;
+  auto one_thread = [&](size_t t, int batches) {
+    ferry::DeviceGuard on(device);
+    Ring& ring = rings[t];
+    for (int b = 0; b < batches; ++b) {
+      const std::byte* source = sources.data() + static_cast<size_t>(b) % kSourceBatches * bytes;
+      for (size_t c = t; c < chunks; c += rings.size(), ++ring.used) {
+        const size_t slot = ring.used % ring.freed.size();
+        if (ring.used >= ring.freed.size()) FERRY_CUDA_CHECK(cudaEventSynchronize(ring.freed[slot]));
+        std::byte* staging = static_cast<std::byte*>(ring.slots) + slot * chunk;
+        const size_t offset = c * chunk;
+        const size_t length = std::min(chunk, bytes - offset);
+        std::memcpy(staging, source + offset, length);
+        FERRY_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(target) + offset, staging, length,
+                                         cudaMemcpyHostToDevice, ring.stream->handle()));
+        FERRY_CUDA_CHECK(cudaEventRecord(ring.freed[slot], ring.stream->handle()));
+      }
+    }
+    FERRY_CUDA_CHECK(cudaStreamSynchronize(ring.stream->handle()));
+  };
+  auto run = [&](int batches) {
+    std::vector<std::thread> workers;
+    for (size_t t = 0; t < rings.size(); ++t) workers.emplace_back(one_thread, t, batches);
+    for (std::thread& worker : workers) worker.join();
+  };
+  run(1);  // warm-up: the source's pages and the slots touched
+  const auto start = Clock::now();
+  run(repeats);
+  const double seconds = seconds_since(start);
+  for (Ring& ring : rings) {
+    for (cudaEvent_t event : ring.freed) FERRY_CUDA_CHECK(cudaEventDestroy(event));
+    FERRY_CUDA_CHECK(cudaFreeHost(ring.slots));
+  }
+  FERRY_CUDA_CHECK(cudaFree(target));
+  return static_cast<double>(bytes) * repeats / seconds / 1e9;
+#else
+  (void)device, (void)bytes, (void)repeats, (void)threads, (void)chunk, (void)slots;
+  return 0;
+#endif
+}
+
+// The same batch staged as ferry's pack and h2d do, in a plain loop: every thread copies its share of
+// a window of `window` bytes into a pinned slab, then one cudaMemcpyAsync sends the window, while the
+// threads go on with the next one. `window` == `bytes` is today's order (the whole batch packed, then
+// copied); smaller windows let the copy of a window start while the next one is packed. Two slabs
+// alternate between batches.
+double window_gbps(int device, size_t bytes, int repeats, size_t window, bool ferry_copies) {
+#if FERRY_HAVE_CUDART
+  ferry::DeviceGuard guard(device);
+  std::vector<std::byte> sources(kSourceBatches * bytes);  // as in ring_gbps
+  std::memset(sources.data(), 1, sources.size());
+  void* target = nullptr;
+  FERRY_CUDA_CHECK(cudaMalloc(&target, bytes));
+  void* slabs[2] = {nullptr, nullptr};
+  cudaEvent_t copied[2] = {nullptr, nullptr};
+  for (int s = 0; s < 2; ++s) {
+    FERRY_CUDA_CHECK(cudaHostAlloc(&slabs[s], bytes, cudaHostAllocPortable));
+    FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&copied[s], cudaEventDisableTiming));
+  }
+  ferry::CudaStream stream(device);
+  const size_t piece = size_t{256} << 10;
+  auto batch = [&](int b) {
+    const int s = b % 2;
+    if (b >= 2) FERRY_CUDA_CHECK(cudaEventSynchronize(copied[s]));
+    auto* slab = static_cast<std::byte*>(slabs[s]);
+    const std::byte* source = sources.data() + static_cast<size_t>(b) % kSourceBatches * bytes;
+    for (size_t offset = 0; offset < bytes; offset += window) {
+      const size_t length = std::min(window, bytes - offset);
+      if (ferry_copies) {  // pack's own copies (non-temporal stores for large pieces)
+        ferry::run_copies({ferry::CopyOp{slab + offset, source + offset, length, {}, 1}}, piece);
+      } else {  // ordinary stores: the window may still be in the cache when the copy engine reads it
+        tbb::parallel_for(size_t{0}, (length + piece - 1) / piece, [&](size_t p) {
+          const size_t at = p * piece;
+          std::memcpy(slab + offset + at, source + offset + at, std::min(piece, length - at));
+        });
+      }
+      FERRY_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(target) + offset, slab + offset, length,
+                                       cudaMemcpyHostToDevice, stream.handle()));
+    }
+    FERRY_CUDA_CHECK(cudaEventRecord(copied[s], stream.handle()));
+  };
+  batch(0);
+  batch(1);
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream.handle()));
+  const auto start = Clock::now();
+  for (int b = 0; b < repeats; ++b) batch(b);
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream.handle()));
+  const double seconds = seconds_since(start);
+  for (int s = 0; s < 2; ++s) {
+    FERRY_CUDA_CHECK(cudaEventDestroy(copied[s]));
+    FERRY_CUDA_CHECK(cudaFreeHost(slabs[s]));
+  }
+  FERRY_CUDA_CHECK(cudaFree(target));
+  return static_cast<double>(bytes) * repeats / seconds / 1e9;
+#else
+  (void)device, (void)bytes, (void)repeats, (void)window, (void)ferry_copies;
+  return 0;
+#endif
+}
+
 void synchronize(const at::Device& device) {
 #if FERRY_HAVE_CUDART
   if (device.is_cuda()) FERRY_CUDA_CHECK(cudaDeviceSynchronize());
@@ -244,6 +377,37 @@ int main(int argc, char** argv) {
       link = raw_link_gbps(device.index(), quick ? 64 * kMiB : 1024 * kMiB, quick ? 3 : 10);
     }
     const double pack = pack_gbps(device, quick ? 4 * kMiB : 64 * kMiB);
+    struct RingResult {
+      int threads;
+      size_t chunk;
+      int slots;
+      double gbps;
+    };
+    std::vector<RingResult> rings;
+    struct WindowResult {
+      size_t window;
+      bool ferry_copies;
+      double gbps;
+    };
+    std::vector<WindowResult> windows;
+    const bool has_a = std::any_of(cases.begin(), cases.end(), [](const Case& c) { return c.name.front() == 'a'; });
+    if (device.is_cuda() && has_a) {
+      const size_t batch = quick ? 16 * kMiB : 64 * kMiB;
+      for (bool ferry_copies : {true, false}) {
+        for (size_t window : {64 * kMiB, 16 * kMiB, 4 * kMiB, 1 * kMiB}) {
+          windows.push_back({std::min(window, batch), ferry_copies,
+                             window_gbps(device.index(), batch, quick ? 3 : 20, std::min(window, batch), ferry_copies)});
+        }
+      }
+      for (int threads : {4, 8, 16}) {
+        for (size_t chunk : {256 * kKiB, 1 * kMiB, 4 * kMiB}) {
+          const int slots = 3;
+          rings.push_back({threads, chunk, slots,
+                           ring_gbps(device.index(), quick ? 16 * kMiB : 64 * kMiB, quick ? 3 : 20, threads, chunk,
+                                     slots)});
+        }
+      }
+    }
     std::vector<Result> results;
     for (const Case& shape : cases) {
       const size_t batch_bytes = shape.tensors * shape.bytes_each;
@@ -260,6 +424,26 @@ int main(int argc, char** argv) {
     std::printf("pack alone: %s of pageable tensors into a %s slab by %d threads: %.1f GB/s\n",
                 quick ? "4 MiB" : "64 MiB", device.is_cuda() ? "pinned" : "pageable", tbb::info::default_concurrency(),
                 pack);
+    if (!windows.empty()) {
+      std::printf("staged in windows, a plain loop (all threads pack a window of the batch into a pinned slab, "
+                  "then one copy of it):\n");
+      for (const WindowResult& w : windows) {
+        std::printf("  window %-8s %-26s %6.1f GB/s%s\n", size_text(w.window).c_str(),
+                    w.ferry_copies ? "pack's copies" : "memcpy (ordinary stores)", w.gbps,
+                    link > 0 ? (" (" + std::to_string(static_cast<int>(100.0 * w.gbps / link + 0.5)) + "% of link)").c_str()
+                             : "");
+      }
+    }
+    if (!rings.empty()) {
+      std::printf("staged ring, a plain loop of %s pageable batches (threads x slots of chunk, pinned, each chunk "
+                  "copied as soon as it is staged):\n",
+                  quick ? "16 MiB" : "64 MiB");
+      for (const RingResult& r : rings) {
+        std::printf("  %2d threads x %d x %-8s %6.1f GB/s%s\n", r.threads, r.slots, size_text(r.chunk).c_str(), r.gbps,
+                    link > 0 ? (" (" + std::to_string(static_cast<int>(100.0 * r.gbps / link + 0.5)) + "% of link)").c_str()
+                             : "");
+      }
+    }
     std::printf("settings: prefetch %zu\n", prefetch);
     std::printf("%-20s %10s %12s %14s %9s %11s\n", "case", "batch", "ferry GB/s", "torch .to GB/s", "speedup",
                 "% of link");
@@ -281,7 +465,18 @@ int main(int argc, char** argv) {
       out << "{\n  \"benchmark\": \"transfer\",\n  \"device\": \"" << device.str() << "\",\n  \"gpu\": \"" << gpu
           << "\",\n  \"build\": \"" << ferry::build_description() << "\",\n  \"torch\": \"" << FERRY_TORCH_VERSION
           << "\",\n  \"hardware_threads\": " << tbb::info::default_concurrency() << ",\n  \"prefetch\": " << prefetch
-          << ",\n  \"link_gbps\": " << link << ",\n  \"pack_alone_gbps\": " << pack << ",\n  \"cases\": [\n";
+          << ",\n  \"link_gbps\": " << link << ",\n  \"pack_alone_gbps\": " << pack << ",\n  \"staged_ring\": [";
+      for (size_t i = 0; i < rings.size(); ++i) {
+        out << (i == 0 ? "\n" : ",\n") << "    {\"threads\": " << rings[i].threads << ", \"chunk_bytes\": " << rings[i].chunk
+            << ", \"slots\": " << rings[i].slots << ", \"gbps\": " << rings[i].gbps << "}";
+      }
+      out << (rings.empty() ? "" : "\n  ") << "],\n  \"staged_in_windows\": [";
+      for (size_t i = 0; i < windows.size(); ++i) {
+        out << (i == 0 ? "\n" : ",\n") << "    {\"window_bytes\": " << windows[i].window
+            << ", \"pack_copies\": " << (windows[i].ferry_copies ? "true" : "false") << ", \"gbps\": " << windows[i].gbps
+            << "}";
+      }
+      out << (windows.empty() ? "" : "\n  ") << "],\n  \"cases\": [\n";
       for (size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
         out << "    {\"case\": \"" << r.shape.name << "\", \"tensors\": " << r.shape.tensors
