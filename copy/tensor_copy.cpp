@@ -226,6 +226,12 @@ std::string describe_tensor(const at::Tensor& tensor) {
 
 at::Device TensorCopy::device() const { return state_->target; }
 
+bool TensorCopy::destruction_blocks() const noexcept {
+  const detail::TensorCopyState& state = *state_;
+  if (!state.submitted_flag.load(std::memory_order_acquire)) return true;
+  return !state.handed_out.load(std::memory_order_acquire) && !state.completed.load(std::memory_order_acquire);
+}
+
 TensorCopy::~TensorCopy() {
   if (!state_) return;
   state_->abandoned.store(true, std::memory_order_release);

@@ -64,6 +64,11 @@ class TensorCopy {
   /// The target device, with its index resolved ("cuda" is the caller's current device at start).
   at::Device device() const;
 
+  /// Whether the destructor may block: the submission has not finished, or the results were never
+  /// handed out and the copies have not been seen to complete. Never blocks. (The Python binding
+  /// keeps the GIL over a destruction that cannot block: python_copy.cpp says why.)
+  bool destruction_blocks() const noexcept;
+
   /// Waits for the submission; a submission still queued is skipped. Then, if wait() handed CUDA
   /// results out, the memory the copies still read goes to RetiredCopies and the host does not wait
   /// (Note [retiring a copy]); otherwise it waits for the copies (staging buffers must not be freed
