@@ -2,7 +2,7 @@
 // limit and libtorch's per-tensor copies, all measured in one run on one machine.
 //
 //   transfer [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N] [--cases abcd]
-//            [--quick]
+//            [--no-plain-loops] [--quick]
 //
 // Cases (a batch is one sample whose fields are the tensors; pageable float32 tensors made once):
 //   a) 4 x 16 MiB   b) 1000 x 4 KiB   c) 1000 x 64 KiB   d) 10000 x 1 KiB
@@ -341,15 +341,17 @@ int main(int argc, char** argv) {
   size_t decode_threads = 0;
   std::string only;  // case letters to run, e.g. "bd"; empty: every case
   bool quick = false;
+  bool no_plain_loops = false;
   bench::BenchArgs("transfer",
                    "transfer [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N] "
-                   "[--cases abcd] [--quick]")
+                   "[--cases abcd] [--no-plain-loops] [--quick]")
       .value("--device", device_name)
       .value("--json", json_path)
       .value("--batches", batches)
       .value("--prefetch", prefetch)
       .value("--decode-threads", decode_threads)
       .value("--cases", only)
+      .flag("--no-plain-loops", no_plain_loops)
       .flag("--quick", quick)
       .parse(argc, argv);
   try {
@@ -391,7 +393,7 @@ int main(int argc, char** argv) {
     };
     std::vector<WindowResult> windows;
     const bool has_a = std::any_of(cases.begin(), cases.end(), [](const Case& c) { return c.name.front() == 'a'; });
-    if (device.is_cuda() && has_a) {
+    if (device.is_cuda() && has_a && !no_plain_loops) {
       const size_t batch = quick ? 16 * kMiB : 64 * kMiB;
       for (bool ferry_copies : {true, false}) {
         for (size_t window : {64 * kMiB, 16 * kMiB, 4 * kMiB, 1 * kMiB}) {
