@@ -460,6 +460,7 @@ int main(int argc, char** argv) {
       for (const ferry::StageStats& stage : r.stats.stages)
         std::printf(" %s %.3f", stage.name.c_str(), stage.busy_seconds);
       std::printf("  (consumer waited %.3f s)\n", r.stats.consumer_wait_seconds);
+      std::printf("  %-20s batch path: %s\n", "", ferry::batch_path_summary(r.stats).c_str());
     }
 
     if (!json_path.empty()) {
