@@ -18,7 +18,8 @@ namespace ferry::python {
 ///
 /// Tensors are read through torch's own binding (THPVariable_Unpack / THPVariable_Wrap), not
 /// DLPack or the array interface: tens of nanoseconds per tensor instead of microseconds.
-/// Waiting (get(), destruction) releases the GIL. Not thread-safe: one owner.
+/// Waiting (get(), a destruction that must still wait for the copies) releases the GIL; a destruction
+/// that cannot block keeps it (Note [dropping a copy with the GIL] in the .cpp). Not thread-safe: one owner.
 class PythonCopy {
  public:
   /// Starts the copy; called with the GIL held. Throws ferry::Error for invalid options or device.
