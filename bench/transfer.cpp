@@ -10,8 +10,10 @@
 // For each: ferry's delivered bandwidth (batch bytes / time between batches arriving ready on the
 // device, after a warm-up), and libtorch's `tensor.to(device, /*non_blocking=*/true)` on each tensor
 // of the same batches followed by a stream sync per batch. The link limit is a pinned
-// cudaMemcpyAsync of one large buffer. With case (a) on a GPU, a plain loop staging a pageable batch
-// through a small ring of pinned chunks (ring_gbps) shows what such a ring could deliver on this host.
+// cudaMemcpyAsync of one large buffer. With case (a) on a GPU, plain loops staging the same pageable
+// batches show what staging can deliver on this host: packed in windows, each copied as soon as it is
+// packed (window_gbps; one window of the whole batch is ferry's order), and through a small ring of
+// pinned chunks per thread (ring_gbps). --no-plain-loops skips them.
 // Prints a table; writes JSON with --json.
 #include <algorithm>
 #include <chrono>
