@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ferry/build_config.h"
+#include "ferry/pipeline/align_up.h"
 #include "ferry/pipeline/cuda_error.h"
 #include "ferry/pipeline/cuda_stream.h"
 #include "ferry/pipeline/device_guard.h"
@@ -20,8 +21,6 @@ namespace {
 
 constexpr size_t kFieldAlignment = 16;
 constexpr size_t kMaxPendingTimings = 64;
-
-size_t align_up(size_t n) { return (n + kFieldAlignment - 1) / kFieldAlignment * kFieldAlignment; }
 
 size_t field_bytes(const DatasetCache::Field& field, int64_t rows) {
   size_t n = c10::elementSize(field.dtype);
@@ -54,7 +53,7 @@ struct DatasetCache::Timing {
 size_t DatasetCache::sample_bytes(const std::vector<Field>& fields, const std::vector<int64_t>& field_rows) {
   size_t total = 0;
   for (size_t f = 0; f < fields.size(); ++f)
-    total += align_up(field_bytes(fields[f], f < field_rows.size() ? field_rows[f] : 0));
+    total += align_up(field_bytes(fields[f], f < field_rows.size() ? field_rows[f] : 0), kFieldAlignment);
   return total;
 }
 
@@ -193,7 +192,7 @@ void DatasetCache::serve(const BatchWork& work, std::byte* batch, bool from_host
         const size_t element = c10::elementSize(field.dtype);
         gather_.push_back(CopySegment{batch + field.offset + s * field.slot_bytes, arena_ + offset, bytes,
                                       field.slot_bytes - bytes, field.pad, static_cast<uint32_t>(element)});
-        offset += align_up(bytes);
+        offset += align_up(bytes, kFieldAlignment);
       }
       continue;
     }
@@ -205,7 +204,7 @@ void DatasetCache::serve(const BatchWork& work, std::byte* batch, bool from_host
     }
     size_t size = 0;
     for (size_t f = 0; f < field_count; ++f)
-      size += align_up(field_bytes(options_.fields[f], kept_rows_[first_row + f]));
+      size += align_up(field_bytes(options_.fields[f], kept_rows_[first_row + f]), kFieldAlignment);
     if (size > options_.capacity_bytes - used) {
       kept_rows_.resize(first_row);
       not_kept_.fetch_add(1, std::memory_order_relaxed);
@@ -220,7 +219,7 @@ void DatasetCache::serve(const BatchWork& work, std::byte* batch, bool from_host
       const FieldLayout& field = *placed_[f];
       const size_t bytes = field_bytes(options_.fields[f], kept_rows_[first_row + f]);
       fill_.push_back(CopySegment{arena_ + offset, batch + field.offset + s * field.slot_bytes, bytes, 0, {}, 1});
-      offset += align_up(bytes);
+      offset += align_up(bytes, kFieldAlignment);
     }
   }
   if (!from_host) {

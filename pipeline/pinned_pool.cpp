@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "ferry/build_config.h"
+#include "ferry/pipeline/align_up.h"
 #include "ferry/pipeline/cuda_device.h"
 #include "ferry/pipeline/cuda_error.h"
 #include "ferry/pipeline/cuda_event.h"
@@ -27,8 +28,6 @@ constexpr size_t kPage = 4096;
 // the memory (freeing it under a running copy would corrupt the process; waiting forever would hang).
 constexpr auto kDestroyDeadline = std::chrono::milliseconds(500);
 
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
 void say_fallback_once(const std::string& reason) {
   static std::once_flag once;
   std::call_once(once, [&] {
@@ -47,7 +46,7 @@ size_t PinnedPool::live_bytes() noexcept { return g_live_bytes.load(std::memory_
 
 std::optional<size_t> PinnedPool::footprint(size_t slab_bytes, size_t count) noexcept {
   if (slab_bytes > std::numeric_limits<size_t>::max() - kPage) return std::nullopt;
-  const size_t stride = round_up(slab_bytes, kPage);
+  const size_t stride = align_up(slab_bytes, kPage);
   if (count != 0 && stride > std::numeric_limits<size_t>::max() / count) return std::nullopt;
   return stride * count;
 }
@@ -199,6 +198,22 @@ std::optional<PinnedLease> PinnedPool::try_acquire() {
     if (attempt == 0 && !reclaim_completed()) break;
   }
   return std::nullopt;
+}
+
+std::optional<PinnedLease> PinnedPool::acquire_unless_stopped(const std::atomic<bool>& stop,
+                                                              std::atomic<uint64_t>* waited_ns) {
+  std::optional<PinnedLease> lease = try_acquire();
+  while (!lease && !stop.load(std::memory_order_acquire)) {
+    const auto start = std::chrono::steady_clock::now();
+    lease = acquire(std::chrono::milliseconds(20));
+    if (waited_ns != nullptr) {
+      waited_ns->fetch_add(
+          static_cast<uint64_t>(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()),
+          std::memory_order_relaxed);
+    }
+  }
+  return lease;
 }
 
 std::optional<PinnedLease> PinnedPool::acquire(Timeout timeout) {

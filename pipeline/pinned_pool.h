@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -87,6 +88,13 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
   /// Like try_acquire, but waits up to `timeout` for a slab (counted in stats().waits, the time in
   /// stats().wait_seconds). Blocks.
   std::optional<PinnedLease> acquire(Timeout timeout);
+
+  /// A slab, waiting for one in slices of 20 ms (each an acquire() call) until one is free or `stop`
+  /// turns true (then nullopt). `waited_ns`, when given, gains the time of the slices that waited, as
+  /// stats() counts it. Blocks: for a pipeline's pack and split nodes, whose waits Note [tokens] keeps
+  /// short.
+  std::optional<PinnedLease> acquire_unless_stopped(const std::atomic<bool>& stop,
+                                                    std::atomic<uint64_t>* waited_ns = nullptr);
 
   /// Staging bytes (pinned or the pageable fallback) held by every pool of this process now: what a
   /// leak check compares before and after building and dropping pipelines. Thread-safe.

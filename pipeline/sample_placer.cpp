@@ -1,10 +1,10 @@
 #include "ferry/pipeline/sample_placer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <optional>
 
+#include "ferry/pipeline/align_up.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
@@ -31,7 +31,7 @@ std::shared_ptr<PlacedSlab> SamplePlacer::reserve(size_t samples, const std::ato
   const size_t capacity = pool_->slab_bytes();
   size_t cursor = 0;
   for (const Field& field : fields_) {
-    const size_t offset = (cursor + field.alignment - 1) / field.alignment * field.alignment;
+    const size_t offset = align_up(cursor, field.alignment);  // as collate lays the field out
     // A batch larger than a slab is pack's to report, with its message.
     if (offset > capacity || (field.sample_bytes != 0 && samples > (capacity - offset) / field.sample_bytes)) {
       return nullptr;
@@ -40,17 +40,9 @@ std::shared_ptr<PlacedSlab> SamplePlacer::reserve(size_t samples, const std::ato
     cursor = offset + field.sample_bytes * samples;
   }
 
-  std::optional<PinnedLease> lease = pool_->try_acquire();
-  // A slab whose copy is still running (Note [tokens]: one is free or about to be). Each wait is
-  // counted as the pool counts it, so that a snapshot meanwhile tells the two apart.
-  while (!lease && !stop.load(std::memory_order_acquire)) {
-    const auto start = std::chrono::steady_clock::now();
-    lease = pool_->acquire(std::chrono::milliseconds(20));
-    waited_ns.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                  std::chrono::steady_clock::now() - start)
-                                                  .count()),
-                        std::memory_order_relaxed);
-  }
+  // A slab whose copy is still running (Note [tokens]: one is free or about to be). The waits are
+  // counted as the pool counts them, so that a snapshot meanwhile tells split's from pack's.
+  std::optional<PinnedLease> lease = pool_->acquire_unless_stopped(stop, &waited_ns);
   if (!lease) return nullptr;
   slab->data = lease->data();
   slab->lease = std::move(*lease);

@@ -8,13 +8,12 @@
 #include <ATen/ops/full.h>
 
 #include "ferry/io/util/dtype_names.h"
+#include "ferry/pipeline/align_up.h"
 #include "ferry/pipeline/error.h"
 #include "ferry/pipeline/field_loop.h"
 
 namespace ferry {
 namespace {
-
-size_t align_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 std::string sizes_text(at::IntArrayRef sizes) {
   std::ostringstream out;
@@ -111,8 +110,8 @@ std::vector<SamplePlacer::Field> CollateStage::leading_fixed_fields() const {
   for (const FieldSpec& spec : fields_) {
     if (spec.variable() || leading.size() == SamplePlacer::kMaxFields) break;
     const size_t element = c10::elementSize(spec.dtype);
-    leading.push_back(SamplePlacer::Field{static_cast<size_t>(product(spec.shape, 0)) * element,
-                                          std::max(min_alignment_, element)});
+    leading.push_back(
+        SamplePlacer::Field{static_cast<size_t>(product(spec.shape, 0)) * element, std::max(min_alignment_, element)});
   }
   return leading;
 }

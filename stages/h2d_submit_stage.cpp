@@ -3,6 +3,7 @@
 #include <ATen/ops/empty.h>
 
 #include "ferry/build_config.h"
+#include "ferry/pipeline/align_up.h"
 #include "ferry/pipeline/buffer_carver.h"
 #include "ferry/pipeline/cuda_error.h"
 #include "ferry/pipeline/device_guard.h"
@@ -64,7 +65,7 @@ std::optional<H2DSubmitStage::Augmented> H2DSubmitStage::augmented(const BatchWo
     throw Error("augment: field '" + augment_->options().field + "' is not a batch of uint8 [" +
                 std::to_string(expected[1]) + ", " + std::to_string(expected[2]) + ", 3] images");
   }
-  return Augmented{*field, (layout.total_bytes + kAugmentAlignment - 1) / kAugmentAlignment * kAugmentAlignment};
+  return Augmented{*field, align_up(layout.total_bytes, kAugmentAlignment)};
 }
 
 void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {

@@ -1,7 +1,6 @@
 #include "ferry/stages/pack_stage.h"
 
 #include <algorithm>
-#include <chrono>
 #include <iterator>
 #include <mutex>
 
@@ -134,11 +133,9 @@ void PackStage::run(BatchWork& work, const std::atomic<bool>& stop) {
                 std::to_string(pool_->slab_bytes()) + "; raise pool.slab_bytes");
   }
   if (!work.slab) {  // else the slab the samples were placed in (Note [placing samples])
-    std::optional<PinnedLease> lease = pool_->try_acquire();
-    while (!lease) {  // only with a pool smaller than the tokens: see Note [tokens]
-      if (stop.load(std::memory_order_acquire)) return;
-      lease = pool_->acquire(std::chrono::milliseconds(20));
-    }
+    // Waits only with a pool smaller than the tokens: see Note [tokens].
+    std::optional<PinnedLease> lease = pool_->acquire_unless_stopped(stop);
+    if (!lease) return;
     work.slab = std::move(*lease);
   }
   std::byte* const slab = work.slab.data();
