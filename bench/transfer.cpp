@@ -20,8 +20,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <stdexcept>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -156,20 +156,50 @@ double raw_link_gbps(int device, size_t bytes, int repeats) {
 #endif
 }
 
+// The plain loops' batches: kSourceBatches pageable batches of `bytes`, taken in turn (one alone
+// could stay in the cache), and the device buffer they are copied to. Made once for all the loops.
+class PlainLoopBatches {
+ public:
+  PlainLoopBatches(int device, size_t bytes) : device_(device), bytes_(bytes), sources_(kSourceBatches * bytes) {
+    std::memset(sources_.data(), 1, sources_.size());
+#if FERRY_HAVE_CUDART
+    ferry::DeviceGuard guard(device);
+    FERRY_CUDA_CHECK(cudaMalloc(&target_, bytes));
+#endif
+  }
+  ~PlainLoopBatches() {
+#if FERRY_HAVE_CUDART
+    if (target_ != nullptr) (void)cudaFree(target_);
+#endif
+  }
+  PlainLoopBatches(const PlainLoopBatches&) = delete;
+  PlainLoopBatches& operator=(const PlainLoopBatches&) = delete;
+
+  int device() const { return device_; }
+  size_t bytes() const { return bytes_; }
+  const std::byte* source(int batch) const {
+    return sources_.data() + static_cast<size_t>(batch) % kSourceBatches * bytes_;
+  }
+  std::byte* target() const { return static_cast<std::byte*>(target_); }
+
+ private:
+  int device_;
+  size_t bytes_;
+  std::vector<std::byte> sources_;
+  void* target_ = nullptr;
+};
+
 // What staging through a small ring could reach (docs/performance-notes.md, "What would lift staged
-// large batches further"): a plain loop, no framework. `threads` threads share one pageable batch of
-// `bytes`; thread t copies chunks t, t + threads, ... of `chunk` bytes into its own ring of `slots`
+// large batches further"): a plain loop, no framework. `threads` threads share each pageable batch;
+// thread t copies chunks t, t + threads, ... of `chunk` bytes into its own ring of `slots`
 // pinned buffers, each followed at once by a cudaMemcpyAsync on the thread's stream and an event that
 // frees the slot. The ring (threads x slots x chunk) is small enough to stay in the last-level cache,
 // so the copy engine may read the bytes from there instead of host memory.
-double ring_gbps(int device, size_t bytes, int repeats, int threads, size_t chunk, int slots) {
+double ring_gbps(const PlainLoopBatches& batch, int repeats, int threads, size_t chunk, int slots) {
 #if FERRY_HAVE_CUDART
+  const int device = batch.device();
+  const size_t bytes = batch.bytes();
   ferry::DeviceGuard guard(device);
-  // Four batches in turn, as the cases' sources give them: one alone could stay in the cache.
-  std::vector<std::byte> sources(kSourceBatches * bytes);
-  std::memset(sources.data(), 1, sources.size());
-  void* target = nullptr;
-  FERRY_CUDA_CHECK(cudaMalloc(&target, bytes));
   struct Ring {  // one thread's: made before the clock starts (pinning is slow)
     void* slots = nullptr;
     std::unique_ptr<ferry::CudaStream> stream;
@@ -188,7 +218,7 @@ double ring_gbps(int device, size_t bytes, int repeats, int threads, size_t chun
     ferry::DeviceGuard on(device);
     Ring& ring = rings[t];
     for (int b = 0; b < batches; ++b) {
-      const std::byte* source = sources.data() + static_cast<size_t>(b) % kSourceBatches * bytes;
+      const std::byte* source = batch.source(b);
       for (size_t c = t; c < chunks; c += rings.size(), ++ring.used) {
         const size_t slot = ring.used % ring.freed.size();
         if (ring.used >= ring.freed.size()) FERRY_CUDA_CHECK(cudaEventSynchronize(ring.freed[slot]));
@@ -196,8 +226,8 @@ double ring_gbps(int device, size_t bytes, int repeats, int threads, size_t chun
         const size_t offset = c * chunk;
         const size_t length = std::min(chunk, bytes - offset);
         std::memcpy(staging, source + offset, length);
-        FERRY_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(target) + offset, staging, length,
-                                         cudaMemcpyHostToDevice, ring.stream->handle()));
+        FERRY_CUDA_CHECK(
+            cudaMemcpyAsync(batch.target() + offset, staging, length, cudaMemcpyHostToDevice, ring.stream->handle()));
         FERRY_CUDA_CHECK(cudaEventRecord(ring.freed[slot], ring.stream->handle()));
       }
     }
@@ -216,39 +246,35 @@ double ring_gbps(int device, size_t bytes, int repeats, int threads, size_t chun
     for (cudaEvent_t event : ring.freed) FERRY_CUDA_CHECK(cudaEventDestroy(event));
     FERRY_CUDA_CHECK(cudaFreeHost(ring.slots));
   }
-  FERRY_CUDA_CHECK(cudaFree(target));
   return static_cast<double>(bytes) * repeats / seconds / 1e9;
 #else
-  (void)device, (void)bytes, (void)repeats, (void)threads, (void)chunk, (void)slots;
+  (void)batch, (void)repeats, (void)threads, (void)chunk, (void)slots;
   return 0;
 #endif
 }
 
 // The same batch staged as ferry's pack and h2d do, in a plain loop: every thread copies its share of
 // a window of `window` bytes into a pinned slab, then one cudaMemcpyAsync sends the window, while the
-// threads go on with the next one. `window` == `bytes` is today's order (the whole batch packed, then
+// threads go on with the next one. A window of the whole batch is today's order (the whole batch packed, then
 // copied); smaller windows let the copy of a window start while the next one is packed. Two slabs
 // alternate between batches.
-double window_gbps(int device, size_t bytes, int repeats, size_t window, bool ferry_copies) {
+double window_gbps(const PlainLoopBatches& batches, int repeats, size_t window, bool ferry_copies) {
 #if FERRY_HAVE_CUDART
-  ferry::DeviceGuard guard(device);
-  std::vector<std::byte> sources(kSourceBatches * bytes);  // as in ring_gbps
-  std::memset(sources.data(), 1, sources.size());
-  void* target = nullptr;
-  FERRY_CUDA_CHECK(cudaMalloc(&target, bytes));
+  const size_t bytes = batches.bytes();
+  ferry::DeviceGuard guard(batches.device());
   void* slabs[2] = {nullptr, nullptr};
   cudaEvent_t copied[2] = {nullptr, nullptr};
   for (int s = 0; s < 2; ++s) {
     FERRY_CUDA_CHECK(cudaHostAlloc(&slabs[s], bytes, cudaHostAllocPortable));
     FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&copied[s], cudaEventDisableTiming));
   }
-  ferry::CudaStream stream(device);
+  ferry::CudaStream stream(batches.device());
   const size_t piece = size_t{256} << 10;
   auto batch = [&](int b) {
     const int s = b % 2;
     if (b >= 2) FERRY_CUDA_CHECK(cudaEventSynchronize(copied[s]));
     auto* slab = static_cast<std::byte*>(slabs[s]);
-    const std::byte* source = sources.data() + static_cast<size_t>(b) % kSourceBatches * bytes;
+    const std::byte* source = batches.source(b);
     for (size_t offset = 0; offset < bytes; offset += window) {
       const size_t length = std::min(window, bytes - offset);
       if (ferry_copies) {  // pack's own copies (non-temporal stores for large pieces)
@@ -259,8 +285,8 @@ double window_gbps(int device, size_t bytes, int repeats, size_t window, bool fe
           std::memcpy(slab + offset + at, source + offset + at, std::min(piece, length - at));
         });
       }
-      FERRY_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(target) + offset, slab + offset, length,
-                                       cudaMemcpyHostToDevice, stream.handle()));
+      FERRY_CUDA_CHECK(
+          cudaMemcpyAsync(batches.target() + offset, slab + offset, length, cudaMemcpyHostToDevice, stream.handle()));
     }
     FERRY_CUDA_CHECK(cudaEventRecord(copied[s], stream.handle()));
   };
@@ -275,10 +301,9 @@ double window_gbps(int device, size_t bytes, int repeats, size_t window, bool fe
     FERRY_CUDA_CHECK(cudaEventDestroy(copied[s]));
     FERRY_CUDA_CHECK(cudaFreeHost(slabs[s]));
   }
-  FERRY_CUDA_CHECK(cudaFree(target));
   return static_cast<double>(bytes) * repeats / seconds / 1e9;
 #else
-  (void)device, (void)bytes, (void)repeats, (void)window, (void)ferry_copies;
+  (void)batches, (void)repeats, (void)window, (void)ferry_copies;
   return 0;
 #endif
 }
@@ -327,6 +352,11 @@ Result run_case(const Case& shape, const at::Device& device, size_t batches, siz
   }
   result.torch_gbps = batch_bytes * static_cast<double>(batches) / seconds_since(torch_start) / 1e9;
   return result;
+}
+
+// " (82% of link)", or nothing without a link figure (a CPU run).
+std::string of_link(double gbps, double link) {
+  return link > 0 ? " (" + std::to_string(static_cast<int>(100.0 * gbps / link + 0.5)) + "% of link)" : "";
 }
 
 std::string size_text(size_t bytes) {
@@ -396,19 +426,18 @@ int main(int argc, char** argv) {
     std::vector<WindowResult> windows;
     const bool has_a = std::any_of(cases.begin(), cases.end(), [](const Case& c) { return c.name.front() == 'a'; });
     if (device.is_cuda() && has_a && !no_plain_loops) {
-      const size_t batch = quick ? 16 * kMiB : 64 * kMiB;
+      const PlainLoopBatches plain(device.index(), quick ? 16 * kMiB : 64 * kMiB);
+      const int repeats = quick ? 3 : 20;
       for (bool ferry_copies : {true, false}) {
         for (size_t window : {64 * kMiB, 16 * kMiB, 4 * kMiB, 1 * kMiB}) {
-          windows.push_back({std::min(window, batch), ferry_copies,
-                             window_gbps(device.index(), batch, quick ? 3 : 20, std::min(window, batch), ferry_copies)});
+          const size_t bytes = std::min(window, plain.bytes());
+          windows.push_back({bytes, ferry_copies, window_gbps(plain, repeats, bytes, ferry_copies)});
         }
       }
       for (int threads : {4, 8, 16}) {
         for (size_t chunk : {256 * kKiB, 1 * kMiB, 4 * kMiB}) {
           const int slots = 3;
-          rings.push_back({threads, chunk, slots,
-                           ring_gbps(device.index(), quick ? 16 * kMiB : 64 * kMiB, quick ? 3 : 20, threads, chunk,
-                                     slots)});
+          rings.push_back({threads, chunk, slots, ring_gbps(plain, repeats, threads, chunk, slots)});
         }
       }
     }
@@ -429,23 +458,23 @@ int main(int argc, char** argv) {
                 quick ? "4 MiB" : "64 MiB", device.is_cuda() ? "pinned" : "pageable", tbb::info::default_concurrency(),
                 pack);
     if (!windows.empty()) {
-      std::printf("staged in windows, a plain loop (all threads pack a window of the batch into a pinned slab, "
-                  "then one copy of it):\n");
+      std::printf(
+          "staged in windows, a plain loop (all threads pack a window of the batch into a pinned slab, "
+          "then one copy of it):\n");
       for (const WindowResult& w : windows) {
         std::printf("  window %-8s %-26s %6.1f GB/s%s\n", size_text(w.window).c_str(),
                     w.ferry_copies ? "pack's copies" : "memcpy (ordinary stores)", w.gbps,
-                    link > 0 ? (" (" + std::to_string(static_cast<int>(100.0 * w.gbps / link + 0.5)) + "% of link)").c_str()
-                             : "");
+                    of_link(w.gbps, link).c_str());
       }
     }
     if (!rings.empty()) {
-      std::printf("staged ring, a plain loop of %s pageable batches (threads x slots of chunk, pinned, each chunk "
-                  "copied as soon as it is staged):\n",
-                  quick ? "16 MiB" : "64 MiB");
+      std::printf(
+          "staged ring, a plain loop of %s pageable batches (threads x slots of chunk, pinned, each chunk "
+          "copied as soon as it is staged):\n",
+          quick ? "16 MiB" : "64 MiB");
       for (const RingResult& r : rings) {
         std::printf("  %2d threads x %d x %-8s %6.1f GB/s%s\n", r.threads, r.slots, size_text(r.chunk).c_str(), r.gbps,
-                    link > 0 ? (" (" + std::to_string(static_cast<int>(100.0 * r.gbps / link + 0.5)) + "% of link)").c_str()
-                             : "");
+                    of_link(r.gbps, link).c_str());
       }
     }
     std::printf("settings: prefetch %zu\n", prefetch);
@@ -472,14 +501,15 @@ int main(int argc, char** argv) {
           << "\",\n  \"hardware_threads\": " << tbb::info::default_concurrency() << ",\n  \"prefetch\": " << prefetch
           << ",\n  \"link_gbps\": " << link << ",\n  \"pack_alone_gbps\": " << pack << ",\n  \"staged_ring\": [";
       for (size_t i = 0; i < rings.size(); ++i) {
-        out << (i == 0 ? "\n" : ",\n") << "    {\"threads\": " << rings[i].threads << ", \"chunk_bytes\": " << rings[i].chunk
-            << ", \"slots\": " << rings[i].slots << ", \"gbps\": " << rings[i].gbps << "}";
+        out << (i == 0 ? "\n" : ",\n") << "    {\"threads\": " << rings[i].threads
+            << ", \"chunk_bytes\": " << rings[i].chunk << ", \"slots\": " << rings[i].slots
+            << ", \"gbps\": " << rings[i].gbps << "}";
       }
       out << (rings.empty() ? "" : "\n  ") << "],\n  \"staged_in_windows\": [";
       for (size_t i = 0; i < windows.size(); ++i) {
         out << (i == 0 ? "\n" : ",\n") << "    {\"window_bytes\": " << windows[i].window
-            << ", \"pack_copies\": " << (windows[i].ferry_copies ? "true" : "false") << ", \"gbps\": " << windows[i].gbps
-            << "}";
+            << ", \"pack_copies\": " << (windows[i].ferry_copies ? "true" : "false")
+            << ", \"gbps\": " << windows[i].gbps << "}";
       }
       out << (windows.empty() ? "" : "\n  ") << "],\n  \"cases\": [\n";
       for (size_t i = 0; i < results.size(); ++i) {
