@@ -63,6 +63,7 @@ struct Result {
   double ferry_gbps = 0;
   double torch_gbps = 0;
   ferry::PipelineStats stats;
+  double drop_us = 0;  // the consumer dropping a delivered batch, per batch
 };
 
 // `variants` samples of `tensors` float32 fields each, made once in pageable memory; reading one
@@ -332,8 +333,17 @@ Result run_case(const Case& shape, const at::Device& device, size_t batches, siz
   for (size_t i = 0; i < warmup; ++i) (void)pipeline.next();
   const auto start = Clock::now();
   size_t delivered = 0;
-  while (auto batch = pipeline.next()) ++delivered;
+  double dropping = 0;  // the consumer's own part of a batch's cost: its tensors freed
+  while (true) {
+    auto batch = pipeline.next();
+    if (!batch) break;
+    ++delivered;
+    const auto drop_start = Clock::now();
+    batch.reset();
+    dropping += seconds_since(drop_start);
+  }
   result.ferry_gbps = batch_bytes * static_cast<double>(delivered) / seconds_since(start) / 1e9;
+  result.drop_us = delivered == 0 ? 0 : dropping / static_cast<double>(delivered) * 1e6;
   result.stats = pipeline.stats();
 
   // libtorch, tensor by tensor, as a training loop without a loader would do it.
@@ -490,7 +500,11 @@ int main(int argc, char** argv) {
       std::printf("  %-20s", r.shape.name.c_str());
       for (const ferry::StageStats& stage : r.stats.stages)
         std::printf(" %s %.3f", stage.name.c_str(), stage.busy_seconds);
-      std::printf("  (consumer waited %.3f s)\n", r.stats.consumer_wait_seconds);
+      std::printf("  (consumer waited %.3f s; dropping a batch took it %.1f us)\n", r.stats.consumer_wait_seconds,
+                  r.drop_us);
+      std::printf("  %-20s pool: %zu slabs of %s, %llu waits for a slab (%.3f s)\n", "", r.stats.pool.slab_count,
+                  size_text(r.stats.pool.slab_bytes).c_str(), static_cast<unsigned long long>(r.stats.pool.waits),
+                  r.stats.pool.wait_seconds);
       std::printf("  %-20s batch path: %s\n", "", ferry::batch_path_summary(r.stats).c_str());
     }
 
