@@ -30,6 +30,7 @@
 #include <ferry/pipeline/cuda_error.h>
 #include <ferry/pipeline/cuda_stream.h>
 #include <ferry/pipeline/device_guard.h>
+#include <ferry/pipeline/malloc_name.h>
 #include <ferry/stages/standard_pipeline.h>
 #include "bench_args.h"
 
@@ -166,8 +167,9 @@ int main(int argc, char** argv) {
   const at::Device device = ferry::resolve_device(device_name);
   const std::vector<Case> cases = {{"tokens 32 x 2049 uint16", at::kShort, 2049},
                                    {"small 32 x 1 KiB", at::kByte, 1024}};
-  std::printf("bench/latency on %s (%s), %zu batches, prefetch %zu, %zu decode threads\n\n", device.str().c_str(),
-              ferry::build_description().c_str(), batches, prefetch, decode_threads);
+  std::printf("bench/latency on %s (%s, malloc %s), %zu batches, prefetch %zu, %zu decode threads\n\n",
+              device.str().c_str(), ferry::build_description().c_str(), ferry::malloc_name().c_str(), batches, prefetch,
+              decode_threads);
   std::printf("%-26s %14s %12s %14s %12s %10s\n", "case", "plain batch/s", "plain us", "ferry batch/s", "ferry us",
               "of plain");
   std::vector<Result> results;
@@ -189,7 +191,8 @@ int main(int argc, char** argv) {
   }
   if (!json_path.empty()) {
     std::ofstream out(json_path);
-    out << "{\"device\": \"" << device.str() << "\", \"batches\": " << batches << ", \"prefetch\": " << prefetch
+    out << "{\"device\": \"" << device.str() << "\", \"malloc\": \"" << ferry::malloc_name()
+        << "\", \"batches\": " << batches << ", \"prefetch\": " << prefetch
         << ", \"decode_threads\": " << decode_threads << ", \"cases\": [";
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];

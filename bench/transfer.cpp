@@ -36,6 +36,7 @@
 #include <ferry/pipeline/cuda_event.h>
 #include <ferry/pipeline/cuda_stream.h>
 #include <ferry/pipeline/device_guard.h>
+#include <ferry/pipeline/malloc_name.h>
 #include <ferry/stages/parallel_copy.h>
 #include <ferry/stages/standard_pipeline.h>
 #include "bench_args.h"
@@ -460,8 +461,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "transfer: %s done\n", shape.name.c_str());
     }
 
-    std::printf("\nferry transfer benchmark on %s (%s, %d hardware threads), %s\n", device.str().c_str(), gpu.c_str(),
-                tbb::info::default_concurrency(), ferry::build_description().c_str());
+    std::printf("\nferry transfer benchmark on %s (%s, %d hardware threads), %s, malloc %s\n", device.str().c_str(),
+                gpu.c_str(), tbb::info::default_concurrency(), ferry::build_description().c_str(),
+                ferry::malloc_name().c_str());
     if (link > 0)
       std::printf("link limit: pinned cudaMemcpyAsync of %s: %.1f GB/s\n", quick ? "64 MiB" : "1 GiB", link);
     std::printf("pack alone: %s of pageable tensors into a %s slab by %d threads: %.1f GB/s\n",
@@ -511,7 +513,8 @@ int main(int argc, char** argv) {
     if (!json_path.empty()) {
       std::ofstream out(json_path);
       out << "{\n  \"benchmark\": \"transfer\",\n  \"device\": \"" << device.str() << "\",\n  \"gpu\": \"" << gpu
-          << "\",\n  \"build\": \"" << ferry::build_description() << "\",\n  \"torch\": \"" << FERRY_TORCH_VERSION
+          << "\",\n  \"build\": \"" << ferry::build_description() << "\",\n  \"malloc\": \"" << ferry::malloc_name()
+          << "\",\n  \"torch\": \"" << FERRY_TORCH_VERSION
           << "\",\n  \"hardware_threads\": " << tbb::info::default_concurrency() << ",\n  \"prefetch\": " << prefetch
           << ",\n  \"link_gbps\": " << link << ",\n  \"pack_alone_gbps\": " << pack << ",\n  \"staged_ring\": [";
       for (size_t i = 0; i < rings.size(); ++i) {

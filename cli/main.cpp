@@ -31,6 +31,7 @@
 #include <ferry/io/util/units.h>
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/pipeline/error.h>
+#include <ferry/pipeline/malloc_name.h>
 #include "cli/batch_digest.h"
 #include "cli/builtin_demo.h"
 #include "cli/make_dataset.h"
@@ -330,6 +331,7 @@ int info(const std::vector<std::string_view>& args) {
   std::printf("  build         %s\n", ferry::build_description().c_str());
   std::printf("  libtorch      %s\n", FERRY_TORCH_VERSION);
   std::printf("  oneTBB        %s\n", TBB_VERSION_STRING);
+  std::printf("  malloc        %s\n", ferry::malloc_name().c_str());
   std::printf("  CUDA runtime  %s\n", ferry::cuda_runtime_version().c_str());
   std::printf("  CUDA driver   %s\n", ferry::cuda_driver_version().c_str());
   std::printf("  nvjpeg: %s\n", FERRY_NVJPEG ? "yes (jpeg device: gpu and auto decode on the GPU)"

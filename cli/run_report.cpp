@@ -11,6 +11,7 @@
 #include <ferry/build_config.h>
 #include <ferry/io/util/units.h>
 #include <ferry/pipeline/cuda_device.h>
+#include <ferry/pipeline/malloc_name.h>
 
 #include "cli/json_writer.h"
 
@@ -28,6 +29,7 @@ HostInfo this_host() {
     found.libtorch = FERRY_TORCH_VERSION;
     found.cuda_runtime = cuda_runtime_version();
     found.cuda_driver = cuda_driver_version();
+    found.malloc = malloc_name();
     for (const CudaDeviceInfo& device : cuda_devices()) {
       found.devices.push_back(HostInfo::Device{device.index, device.name, device.total_bytes});
     }
@@ -333,6 +335,8 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
       .value(info.host.cuda_runtime)
       .key("cuda_driver")
       .value(info.host.cuda_driver)
+      .key("malloc")
+      .value(info.host.malloc)
       .key("devices")
       .begin_array();
   for (const HostInfo::Device& device : info.host.devices) {

@@ -16,7 +16,15 @@ All run on ferry's C++ core (ferry._C): the pipeline's threads and copies never 
 """
 
 from ferry import uvm
-from ferry._C import ConfigError, Error, UnifiedMemoryUnsupportedError, __version__, build_kind, build_reason
+from ferry._C import (
+    ConfigError,
+    Error,
+    UnifiedMemoryUnsupportedError,
+    __version__,
+    build_kind,
+    build_reason,
+    malloc_name,
+)
 from ferry.async_copy import AsyncCopyHandle, start_copy
 from ferry.batch import Batch
 from ferry.pipeline import Pipeline
@@ -31,6 +39,7 @@ __all__ = [
     "__version__",
     "build_kind",
     "build_reason",
+    "malloc_name",
     "start_copy",
     "uvm",
 ]

@@ -3,6 +3,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <ferry/build_config.h>
+#include <ferry/pipeline/malloc_name.h>
 #include <ferry/pipeline/pinned_pool.h>
 #include "python_copy.h"
 #include "python_errors.h"
@@ -21,6 +22,10 @@ PYBIND11_MODULE(_C, m) {
   m.attr("build_kind") = FERRY_BUILD_KIND;
   m.attr("build_reason") = FERRY_BUILD_REASON;
   m.attr("torch_version") = FERRY_TORCH_VERSION;
+  m.def(
+      "malloc_name", &ferry::malloc_name,
+      "The malloc this process runs with and its version ('jemalloc 5.3.0-...', 'tcmalloc 2.10', 'glibc 2.36'). "
+      "Python's is glibc's unless one is preloaded: LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 python ...");
   m.def("live_staging_bytes", &ferry::PinnedPool::live_bytes,
         "Staging bytes (pinned, or the pageable fallback) held by every pipeline of this process now.");
 

@@ -15,6 +15,7 @@
 #include <ferry/io/formats/synthetic_source.h>
 #include <ferry/io/util/units.h>
 #include <ferry/pipeline/cuda_device.h>
+#include <ferry/pipeline/malloc_name.h>
 #include <ferry/stages/standard_pipeline.h>
 #include "cli/run_report.h"
 
@@ -604,6 +605,7 @@ TEST(RunReport, JsonNamesTheHostTheDeviceAndTheConfigAsItRan) {
   EXPECT_EQ(json["host"]["cpus"].u64(), info.host.cpus);
   EXPECT_EQ(json["host"]["libtorch"].text, FERRY_TORCH_VERSION);
   EXPECT_EQ(json["host"]["build"].text, build_description());
+  EXPECT_EQ(json["host"]["malloc"].text, malloc_name());
   const Json& devices = json["host"]["devices"];
   ASSERT_EQ(devices.items.size(), info.host.devices.size());
   EXPECT_EQ(devices[devices.items.size() - 1]["memory_bytes"].u64(), 80ull << 30);
@@ -639,8 +641,9 @@ TEST(RunReport, TheSchemaCheckRejectsBrokenReports) {
     EXPECT_NE(at, std::string::npos) << from;
     return at == std::string::npos ? text : text.replace(at, from.size(), to);
   };
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 9,", ""), "missing.json"), 1);
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 9,", "\"format_version\": 9, \"extra\": 2,"), "extra.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 10,", ""), "missing.json"), 1);
+  EXPECT_EQ(check_schema(replaced("\"format_version\": 10,", "\"format_version\": 10, \"extra\": 2,"), "extra.json"),
+            1);
   EXPECT_EQ(check_schema(replaced("\"waiting\": true", "\"waiting\": 1"), "leg.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": \"40\""), "type.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": -40"), "negative.json"), 1);
