@@ -5,7 +5,8 @@
 # the lock of the arena of the thread that made the object, while that thread is making the next
 # batch's. On the H100 hosts (2026-11-28, docs/performance-notes.md, ninth session) a batch of
 # 10 000 tensors cost its consumer 2.6-3.1 ms to drop with glibc and 0.5-0.6 ms with jemalloc, and
-# bench/transfer (d) went from 3.4-3.8 to 8.7 GB/s; tokens and 32 x 1 KiB batches gained 25-100%.
+# bench/transfer (d) went from 3.4-3.8 to 8.7 GB/s, and bench/latency's token and 32 x 1 KiB batches
+# a second rose by a quarter to a double.
 #
 # FERRY_MALLOC: AUTO (jemalloc, else tcmalloc, where found; glibc's otherwise), JEMALLOC, TCMALLOC
 # (fail without it), SYSTEM. Sanitizer builds always use the system's: ASan and TSan replace malloc
@@ -21,7 +22,7 @@ endif()
 set(FERRY_MALLOC_LIBRARY "")
 set(FERRY_MALLOC_NAME "system")
 set(FERRY_MALLOC_PACKAGE "")  # the Debian package the `ferry` command then needs at run time
-if(CMAKE_CXX_FLAGS MATCHES "-fsanitize=(address|thread)")
+if(CMAKE_CXX_FLAGS MATCHES "-fsanitize=[^ ]*(address|thread)")
   set(ferry_malloc_reason "(a sanitizer build: it brings its own)")
 elseif(ferry_malloc_choice STREQUAL "SYSTEM")
   set(ferry_malloc_reason "(FERRY_MALLOC=SYSTEM)")

@@ -15,6 +15,9 @@
 #   scripts/gpu-check.sh --no-tests --no-bench        # compute-sanitizer
 #   scripts/gpu-check.sh --no-tests --no-sanitize --only=runs,transfer,loaders,python_iteration,start_copy
 #   scripts/gpu-check.sh --no-tests --no-sanitize --only=jpeg_decode,latency,overlap,augment,ddp_scaling
+# ferry's programs link jemalloc where configure finds it (cmake/FerryMalloc.cmake): on the GPU machine
+# only if .deps/debs also holds Debian's libjemalloc2 and libjemalloc-dev (apt-get download them here);
+# configure's "programs' malloc" line says which malloc the build got.
 # --only=NAME,... runs only those of the runs (info, demo, configs, examples: "runs") and benchmarks
 # (transfer, loaders, python_iteration, start_copy, jpeg_decode, latency, overlap, augment, ddp_scaling;
 # the last only where there are 2 or more GPUs). All the benchmarks at once would outlast a call too
