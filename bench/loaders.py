@@ -422,7 +422,12 @@ def main():
               f"{info[1].split(None, 1)[1].strip() if len(info) > 1 else ''}; "
               f"python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "
               f"Pillow {Image.__version__}{'; --quick' if args.quick else ''}")
+    # ferry's command may run with another malloc than this interpreter's (cmake/FerryMalloc.cmake): say both.
+    ferry_malloc = next((line.split(None, 1)[1] for line in info if line.strip().startswith("malloc")), "unknown")
+    python_malloc = "preloaded " + os.environ["LD_PRELOAD"] if os.environ.get("LD_PRELOAD") else "the interpreter's own"
+    header += f"\nmalloc: ferry {ferry_malloc}; DataLoader (this interpreter) {python_malloc}"
     result = {"benchmark": "loaders", "device": str(device), "gpu": gpu, "cores": cores, "ferry": info[0],
+              "ferry_malloc": ferry_malloc, "python_malloc": python_malloc,
               "torch": torch.__version__, "python": platform.python_version(), "pillow": Image.__version__,
               "quick": args.quick,
               "rates": "ferry: report samples/wall_seconds (pipeline start to last batch ready); DataLoader: from "

@@ -4,9 +4,9 @@
 # made on the pipeline's threads and freed on the consumer's. With glibc's malloc, those frees take
 # the lock of the arena of the thread that made the object, while that thread is making the next
 # batch's. On the H100 hosts (2026-11-28, docs/performance-notes.md, ninth session) a batch of
-# 10 000 tensors cost its consumer 2.6-3.1 ms to drop with glibc and 0.5-0.6 ms with jemalloc, and
-# bench/transfer (d) went from 3.4-3.8 to 8.7 GB/s, and bench/latency's token and 32 x 1 KiB batches
-# a second rose by a quarter to a double.
+# 10 000 tensors cost its consumer 2.6-3.1 ms to drop with glibc and 0.5-0.9 ms with jemalloc;
+# bench/transfer (d) went from 3.4-3.8 to 7.0-8.7 GB/s, (b) from 10.9-13.7 to 15.7-19.7, and
+# bench/latency's batches a second rose by 23-58% (tokens) and 28-102% (32 x 1 KiB).
 #
 # FERRY_MALLOC: AUTO (jemalloc, else tcmalloc, where found; glibc's otherwise), JEMALLOC, TCMALLOC
 # (fail without it), SYSTEM. Sanitizer builds always use the system's: ASan and TSan replace malloc
@@ -22,13 +22,16 @@ endif()
 set(FERRY_MALLOC_LIBRARY "")
 set(FERRY_MALLOC_NAME "system")
 set(FERRY_MALLOC_PACKAGE "")  # the Debian package the `ferry` command then needs at run time
-if(CMAKE_CXX_FLAGS MATCHES "-fsanitize=[^ ]*(address|thread)")
+if("${CMAKE_CXX_FLAGS} ${CMAKE_EXE_LINKER_FLAGS}" MATCHES "-fsanitize=[^ ]*(address|thread|memory|leak)")
+  set(FERRY_MALLOC_NAME "sanitizer")
   set(ferry_malloc_reason "(a sanitizer build: it brings its own)")
 elseif(ferry_malloc_choice STREQUAL "SYSTEM")
   set(ferry_malloc_reason "(FERRY_MALLOC=SYSTEM)")
 else()
-  find_library(FERRY_JEMALLOC_LIBRARY NAMES jemalloc libjemalloc.so.2)
-  find_library(FERRY_TCMALLOC_LIBRARY NAMES tcmalloc_minimal libtcmalloc_minimal.so.4)
+  # The shared libraries by their runtime names first: a static libjemalloc.a linked in would serve,
+  # but malloc_name() could not see it.
+  find_library(FERRY_JEMALLOC_LIBRARY NAMES libjemalloc.so.2 libjemalloc.so)
+  find_library(FERRY_TCMALLOC_LIBRARY NAMES libtcmalloc_minimal.so.4 libtcmalloc_minimal.so)
   if(ferry_malloc_choice MATCHES "^(AUTO|JEMALLOC)$" AND FERRY_JEMALLOC_LIBRARY)
     set(FERRY_MALLOC_LIBRARY "${FERRY_JEMALLOC_LIBRARY}")
     set(FERRY_MALLOC_NAME "jemalloc")

@@ -17,20 +17,33 @@ namespace {
 // first, then those the program was linked to. The program itself (no name) is left out: where it
 // takes malloc's address, its own PLT entry stands in for malloc and would hide the library behind
 // it (/usr/bin/python3 does). So a malloc linked statically into a program is not seen.
-std::vector<std::string> libraries_in_search_order() {
+// Empty if even that list cannot be made (no exception may cross the loader's C frames).
+std::vector<std::string> libraries_in_search_order() noexcept {
   std::vector<std::string> found;
   ::dl_iterate_phdr(
       [](dl_phdr_info* info, size_t, void* out) {
-        if (info->dlpi_name != nullptr && info->dlpi_name[0] != '\0') {
+        if (info->dlpi_name == nullptr || info->dlpi_name[0] == '\0') return 0;
+        try {
           static_cast<std::vector<std::string>*>(out)->emplace_back(info->dlpi_name);
+          return 0;
+        } catch (...) {
+          return 1;  // stops the walk
         }
-        return 0;
       },
       &found);
   return found;
 }
 
-// What the malloc in `scope` (a library's handle, or RTLD_DEFAULT) says it is, or "".
+// A sanitizer's runtime replaces malloc, and may be linked into the program itself (clang) or loaded
+// ahead of libc (gcc): its own entry point says which one.
+std::string sanitizer_malloc() {
+  if (::dlsym(RTLD_DEFAULT, "__tsan_init") != nullptr) return "ThreadSanitizer's";
+  if (::dlsym(RTLD_DEFAULT, "__msan_init") != nullptr) return "MemorySanitizer's";
+  if (::dlsym(RTLD_DEFAULT, "__asan_init") != nullptr) return "AddressSanitizer's";
+  return "";
+}
+
+// What the malloc in a library (its handle) says it is, or "".
 std::string name_in(void* scope) {
   using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
   using TcVersion = const char* (*)(int*, int*, const char**);
@@ -53,8 +66,9 @@ std::string name_in(void* scope) {
 
 }  // namespace
 
-std::string malloc_name() {
-  // The first library that defines malloc itself serves every call to it.
+std::string malloc_name() try {
+  if (std::string sanitizer = sanitizer_malloc(); !sanitizer.empty()) return sanitizer;
+  // Else the first library that defines malloc itself serves every call to it.
   for (const std::string& path : libraries_in_search_order()) {
     void* const library = ::dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
     if (library == nullptr) continue;
@@ -76,6 +90,8 @@ std::string malloc_name() {
     ::dlclose(library);
     if (defines) return name;
   }
+  return "unknown";
+} catch (...) {  // only std::bad_alloc can come here
   return "unknown";
 }
 

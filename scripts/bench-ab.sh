@@ -7,7 +7,10 @@
 #   source .deps/device-env.sh   # on the GPU machine
 #   scripts/bench-ab.sh BASELINE [ROUNDS] [--no-loaders] [--loaders-args "..."] [--data DIR]
 #
-# The two builds use the same compiler, preset (gpu where it can be one, else release) and flags.
+# The two builds use the same compiler, preset (gpu where it can be one, else release) and flags, and
+# FERRY_MALLOC from the environment (default AUTO). A baseline from before 2026-11-28 knows no such
+# option and keeps glibc's malloc: compare against it with FERRY_MALLOC=SYSTEM, or the malloc is
+# measured along with the change (each run's report and `ferry info` name it).
 # loaders.py comes from this tree for both (it drives the `ferry` binary it is given).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +40,8 @@ device=cpu
 
 build() {  # build TREE NAME
   echo "=== build $2 ($1, preset $preset, $(date +%T))"
-  (cd "$1" && cmake --preset "$preset" -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_PYTHON=OFF > "$out/configure-$2.log" 2>&1 &&
+  (cd "$1" && cmake --preset "$preset" -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_PYTHON=OFF \
+     -DFERRY_MALLOC="${FERRY_MALLOC:-AUTO}" > "$out/configure-$2.log" 2>&1 &&
      cmake --build "build/$preset" -j"$(nproc)" --target transfer ferry_cli > "$out/build-$2.log" 2>&1) ||
     { tail -30 "$out/build-$2.log" "$out/configure-$2.log" 2> /dev/null; exit 1; }
 }

@@ -38,7 +38,7 @@ def test_a_program_with_jemalloc_preloaded_delivers_what_ferry_run_delivers(cli,
         "    for step, batch in zip(range(3), pipeline.batches()):\n"
         "        print(bytes_digest(batch))\n"
     )
-    env = dict(os.environ, LD_PRELOAD=JEMALLOC)
+    env = dict(os.environ, LD_PRELOAD=" ".join(filter(None, [JEMALLOC, os.environ.get("LD_PRELOAD")])))
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(__file__)), env.get("PYTHONPATH", "")])
     result = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -5,16 +5,33 @@
 
 #include <gtest/gtest.h>
 
+// A sanitizer build runs with the sanitizer's malloc (gcc and clang spell the test differently).
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define FERRY_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define FERRY_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef FERRY_TEST_SANITIZED
+#define FERRY_TEST_SANITIZED 0
+#endif
+
 namespace ferry {
 namespace {
 
-bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+[[maybe_unused]] bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.rfind(prefix, 0) == 0;
+}
 
 // The test binaries are linked to no malloc of their own (cmake/FerryMalloc.cmake links only the
-// programs), so they run with glibc's unless one is preloaded.
+// programs), so they run with glibc's unless one is preloaded or a sanitizer brings its own.
 TEST(MallocName, NamesTheMallocThisProcessRunsWithAndItsVersion) {
   const std::string name = malloc_name();
   EXPECT_EQ(malloc_name(), name);
+#if FERRY_TEST_SANITIZED
+  EXPECT_TRUE(name == "ThreadSanitizer's" || name == "AddressSanitizer's") << name;
+#else
   const char* preload = std::getenv("LD_PRELOAD");
   const std::string preloaded = preload != nullptr ? preload : "";
   if (preloaded.find("jemalloc") != std::string::npos) {
@@ -28,6 +45,7 @@ TEST(MallocName, NamesTheMallocThisProcessRunsWithAndItsVersion) {
     EXPECT_EQ(name, "unknown");
 #endif
   }
+#endif
 }
 
 }  // namespace
