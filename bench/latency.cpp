@@ -167,8 +167,9 @@ int main(int argc, char** argv) {
   const at::Device device = ferry::resolve_device(device_name);
   const std::vector<Case> cases = {{"tokens 32 x 2049 uint16", at::kShort, 2049},
                                    {"small 32 x 1 KiB", at::kByte, 1024}};
+  const std::string malloc_used = ferry::malloc_name();
   std::printf("bench/latency on %s (%s, malloc %s), %zu batches, prefetch %zu, %zu decode threads\n\n",
-              device.str().c_str(), ferry::build_description().c_str(), ferry::malloc_name().c_str(), batches, prefetch,
+              device.str().c_str(), ferry::build_description().c_str(), malloc_used.c_str(), batches, prefetch,
               decode_threads);
   std::printf("%-26s %14s %12s %14s %12s %10s\n", "case", "plain batch/s", "plain us", "ferry batch/s", "ferry us",
               "of plain");
@@ -191,9 +192,8 @@ int main(int argc, char** argv) {
   }
   if (!json_path.empty()) {
     std::ofstream out(json_path);
-    out << "{\"device\": \"" << device.str() << "\", \"malloc\": \"" << ferry::malloc_name()
-        << "\", \"batches\": " << batches << ", \"prefetch\": " << prefetch
-        << ", \"decode_threads\": " << decode_threads << ", \"cases\": [";
+    out << "{\"device\": \"" << device.str() << "\", \"malloc\": \"" << malloc_used << "\", \"batches\": " << batches
+        << ", \"prefetch\": " << prefetch << ", \"decode_threads\": " << decode_threads << ", \"cases\": [";
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       out << (i ? ", " : "") << "{\"name\": \"" << r.shape.name

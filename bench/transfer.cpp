@@ -461,9 +461,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "transfer: %s done\n", shape.name.c_str());
     }
 
+    const std::string malloc_used = ferry::malloc_name();
     std::printf("\nferry transfer benchmark on %s (%s, %d hardware threads), %s, malloc %s\n", device.str().c_str(),
-                gpu.c_str(), tbb::info::default_concurrency(), ferry::build_description().c_str(),
-                ferry::malloc_name().c_str());
+                gpu.c_str(), tbb::info::default_concurrency(), ferry::build_description().c_str(), malloc_used.c_str());
     if (link > 0)
       std::printf("link limit: pinned cudaMemcpyAsync of %s: %.1f GB/s\n", quick ? "64 MiB" : "1 GiB", link);
     std::printf("pack alone: %s of pageable tensors into a %s slab by %d threads: %.1f GB/s\n",
@@ -513,7 +513,7 @@ int main(int argc, char** argv) {
     if (!json_path.empty()) {
       std::ofstream out(json_path);
       out << "{\n  \"benchmark\": \"transfer\",\n  \"device\": \"" << device.str() << "\",\n  \"gpu\": \"" << gpu
-          << "\",\n  \"build\": \"" << ferry::build_description() << "\",\n  \"malloc\": \"" << ferry::malloc_name()
+          << "\",\n  \"build\": \"" << ferry::build_description() << "\",\n  \"malloc\": \"" << malloc_used
           << "\",\n  \"torch\": \"" << FERRY_TORCH_VERSION
           << "\",\n  \"hardware_threads\": " << tbb::info::default_concurrency() << ",\n  \"prefetch\": " << prefetch
           << ",\n  \"link_gbps\": " << link << ",\n  \"pack_alone_gbps\": " << pack << ",\n  \"staged_ring\": [";
@@ -535,7 +535,10 @@ int main(int argc, char** argv) {
             << ", \"bytes_each\": " << r.shape.bytes_each << ", \"ferry_gbps\": " << r.ferry_gbps
             << ", \"torch_per_tensor_gbps\": " << r.torch_gbps << ", \"speedup\": " << r.ferry_gbps / r.torch_gbps
             << ", \"fraction_of_link\": " << (link > 0 ? r.ferry_gbps / link : 0.0)
-            << ", \"decode_threads\": " << r.stats.decode_threads << "}" << (i + 1 < results.size() ? "," : "") << "\n";
+            << ", \"decode_threads\": " << r.stats.decode_threads << ", \"drop_us\": " << r.drop_us
+            << ", \"pool_slabs\": " << r.stats.pool.slab_count << ", \"pool_waits\": " << r.stats.pool.waits
+            << ", \"pool_wait_seconds\": " << r.stats.pool.wait_seconds << "}" << (i + 1 < results.size() ? "," : "")
+            << "\n";
       }
       out << "  ]\n}\n";
       std::printf("wrote %s\n", json_path.c_str());
