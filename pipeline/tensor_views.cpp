@@ -1,5 +1,7 @@
 #include "ferry/pipeline/tensor_views.h"
 
+#include <utility>
+
 #include <c10/core/TensorImpl.h>
 #include <c10/core/TensorOptions.h>
 
@@ -7,7 +9,7 @@
 
 namespace ferry {
 
-at::Tensor make_view(const c10::Storage& storage, at::Device device, at::ScalarType dtype, size_t byte_offset,
+at::Tensor make_view(c10::Storage storage, at::Device device, at::ScalarType dtype, size_t byte_offset,
                      at::IntArrayRef sizes) {
   const size_t element = c10::elementSize(dtype);
   if (byte_offset % element != 0) {
@@ -24,7 +26,7 @@ at::Tensor make_view(const c10::Storage& storage, at::Device device, at::ScalarT
                 " exceeds its buffer of " + std::to_string(storage.nbytes()) + " bytes");
   }
   const auto key = c10::computeDispatchKey(dtype, c10::kStrided, device);
-  auto tensor = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(storage), c10::DispatchKeySet(key),
+  auto tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key),
                                                          c10::scalarTypeToTypeMeta(dtype));
   tensor.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
   tensor.unsafeGetTensorImpl()->set_storage_offset(static_cast<int64_t>(byte_offset / element));

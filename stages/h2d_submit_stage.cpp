@@ -1,5 +1,8 @@
 #include "ferry/stages/h2d_submit_stage.h"
 
+#include <utility>
+#include <vector>
+
 #include <ATen/ops/empty.h>
 
 #include "ferry/build_config.h"
@@ -79,13 +82,22 @@ void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
   const BatchLayout& layout = work.layout;
   std::vector<at::Tensor> tensors(layout.fields.size());
   const auto base = static_cast<size_t>(buffer.storage_offset());  // a slice of a chunk: its place in it
-  // A view per field; a wide batch's on several threads (Note [wide batches]).
-  for_each_field(layout.fields.size(), [&](size_t f) {
+  // A view per field; a wide batch's on several threads, each view given a reference to the buffer
+  // counted here beforehand (Note [wide batches]).
+  const size_t count = layout.fields.size();
+  std::vector<c10::Storage> references(count >= kWideBatchFields ? count : 0, buffer.storage());
+  for_each_field(count, [&](size_t f) {
     const FieldLayout& field = layout.fields[f];
-    tensors[f] =
-        augment && augment->field == f
-            ? make_view(buffer.storage(), device_, augment_->dtype(), base + augment->offset, augment_->shape(batch))
-            : make_view(buffer.storage(), device_, field.dtype, base + field.offset, field.shape);
+    c10::Storage storage;
+    if (references.empty()) {
+      storage = buffer.storage();
+    } else {
+      storage = std::move(references[f]);
+    }
+    tensors[f] = augment && augment->field == f
+                     ? make_view(std::move(storage), device_, augment_->dtype(), base + augment->offset,
+                                 augment_->shape(batch))
+                     : make_view(std::move(storage), device_, field.dtype, base + field.offset, field.shape);
   });
   work.batch = Batch(layout.schema, std::move(tensors), work.info, buffer, std::move(ready));
 }
