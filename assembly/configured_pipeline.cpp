@@ -376,6 +376,24 @@ PipelineGroup make_pipeline_group(const Config& config, const std::vector<Pipeli
   return make_pipeline_group(config, check_config(config), resume);
 }
 
+std::vector<PipelineState> starting_states(const Config& config, const Source& source,
+                                           const std::vector<PipelineState>& resume) {
+  if (!resume.empty()) return resume;
+  const std::vector<std::string> devices = group_devices(config);
+  std::vector<PipelineState> states;
+  states.reserve(devices.size());
+  for (size_t d = 0; d < devices.size(); ++d) {
+    // As configured_part() records it; a fresh run starts at batch 0 of its first epoch. The order names
+    // no device, so the device need not be resolved (which could start CUDA).
+    Config placed = config;
+    if (!config.devices.empty()) placed.pipeline.device = devices[d];
+    PipelineState state;
+    state.order = batch_order(placed, group_placement(config, d), source);
+    states.push_back(std::move(state));
+  }
+  return states;
+}
+
 uint64_t planned_batches(const Config& config, const PipelineOptions& options, const Source& source) {
   return planner_of(config, options, source).total_batches();
 }

@@ -12,8 +12,11 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -189,6 +192,100 @@ void check_writable(const char* what, const std::string& path) {
 std::atomic<int> g_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
+// How a run ended, for what it writes at the end.
+struct RunEnd {
+  int status = 0;
+  std::optional<std::string> failure;
+  std::vector<ferry::PipelineStats> device_stats;  // one per device; none when no pipeline was made
+  std::vector<ferry::PipelineState> states;        // what --save-state saves
+};
+
+// What every run writes at its end, however it ended: the report (stdout, and --report) and the state
+// (--save-state). Returns the exit status.
+int finish_run(const ConfigArgs& parsed, const ferry::Config& config, const ferry::Source& source, RunEnd end) {
+  const int signal = g_signal.load();
+  const bool interrupted = signal != 0;
+  if (interrupted) end.status = kSignalled + signal;
+  const ferry::PipelineStats stats = ferry::merged_stats(end.device_stats);
+  if (interrupted) {
+    std::fprintf(stderr, "ferry: interrupted (%s)%s; stopped cleanly\n", signal == SIGTERM ? "SIGTERM" : "SIGINT",
+                 end.device_stats.empty() ? " while starting, before any batch" : "");
+  }
+  if (end.failure) std::fprintf(stderr, "%s\n", end.failure->c_str());
+
+  ferry::cli::RunInfo info;
+  info.ferry_version = FERRY_VERSION;
+  info.config = config.origin;
+  info.source = source.describe();
+  info.device = ferry::requested_devices(config);
+  info.interrupted = interrupted;
+  info.started = !end.device_stats.empty();
+  info.exit_status = end.status;
+  info.host = ferry::cli::this_host();
+  info.config_keys = config.values;
+  if (end.device_stats.size() > 1) info.devices = std::move(end.device_stats);
+  if (end.failure) info.error = *end.failure;
+  ferry::cli::print_report(stdout, "ferry run: " + config.origin, info, stats);
+  std::fflush(stdout);
+  int status = end.status;
+  if (parsed.save_state) {
+    // Whatever ended the run, the state names the first batch this run did not hand out.
+    // Written beside and renamed over: a crash mid-write never loses the state a --resume came from.
+    const std::string partial = *parsed.save_state + ".partial";
+    std::ofstream out(partial);
+    out << ferry::states_json(end.states);
+    const bool written = static_cast<bool>(out.flush());
+    out.close();
+    if (!written || std::rename(partial.c_str(), parsed.save_state->c_str()) != 0) {
+      std::remove(partial.c_str());
+      std::fprintf(stderr, "ferry: cannot write the state to '%s'\n", parsed.save_state->c_str());
+      if (status == 0) status = kFailed;
+    } else {
+      std::fprintf(stderr, "ferry: state saved to %s (next batch %llu)\n", parsed.save_state->c_str(),
+                   static_cast<unsigned long long>(end.states.front().next_batch));
+    }
+  }
+  if (!config.stats.report_path.empty()) {
+    std::ofstream out(config.stats.report_path);
+    if (out) ferry::cli::write_report_json(out, info, stats);
+    if (!out || !out.flush()) {
+      std::fprintf(stderr, "ferry: cannot write the report to '%s'\n", config.stats.report_path.c_str());
+      return status == 0 ? kFailed : status;
+    }
+    std::fprintf(stderr, "ferry: report written to %s\n", config.stats.report_path.c_str());
+  }
+  return status;
+}
+
+// Note [a signal while starting]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Making the pipeline can take over a second on a GPU machine (CUDA's start, pinning the staging
+// slabs at 2-2.5 GB/s, the GPU decoder's states), and on a loaded one more: the GPU test of signals at
+// random moments saw a stop take longer than a second. Nothing can interrupt those calls. So the group
+// is made on a thread of its own while this one waits for it or for a signal, whichever comes first. A
+// signal first: nothing has been delivered, so the run writes what any interrupted run writes, the
+// report and the state (where it started: starting_states()), and the process ends at once
+// (std::_Exit), leaving the unfinished start to the operating system. A start that fails still
+// surfaces its error, whichever thread it came from.
+std::optional<ferry::PipelineGroup> make_unless_signalled(const ferry::Config& config,
+                                                          const std::shared_ptr<const ferry::Source>& source,
+                                                          const std::vector<ferry::PipelineState>& resume) {
+  if (g_signal.load() != 0) return std::nullopt;  // came while the config was read: nothing to start
+  // Owned by the task: the thread may outlive this call (a signal came first).
+  auto make = std::make_shared<std::packaged_task<ferry::PipelineGroup()>>(
+      [config, source, resume] { return ferry::make_pipeline_group(config, source, resume); });
+  std::future<ferry::PipelineGroup> made = make->get_future();
+  std::thread maker([make] { (*make)(); });
+  while (made.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+    if (g_signal.load() != 0) {
+      maker.detach();
+      return std::nullopt;
+    }
+  }
+  maker.join();
+  return made.get();  // rethrows what making it threw
+}
+
 int run(const std::vector<std::string_view>& args) {
   // From the start: a Ctrl-C while the pipeline starts up still ends in a clean stop and a report.
   for (const int signal : {SIGINT, SIGTERM}) std::signal(signal, [](int received) { g_signal.store(received); });
@@ -202,7 +299,15 @@ int run(const std::vector<std::string_view>& args) {
 
   const std::shared_ptr<const ferry::Source> source = ferry::check_config(config);  // indexed once
   // One pipeline, or one per device of transfer.devices (Note [one process, several devices]).
-  ferry::PipelineGroup pipeline = ferry::make_pipeline_group(config, source, resume);
+  std::optional<ferry::PipelineGroup> made = make_unless_signalled(config, source, resume);
+  if (!made) {  // Note [a signal while starting]
+    RunEnd end;
+    end.states = ferry::starting_states(config, *source, resume);
+    const int status = finish_run(parsed, config, *source, std::move(end));
+    std::fflush(stderr);
+    std::_Exit(status);
+  }
+  ferry::PipelineGroup& pipeline = *made;
   const ferry::PipelineOptions& options = pipeline.pipeline(0).options();
   const uint64_t total = ferry::planner_of(config, options, *source, 0).total_batches();
   std::string devices = options.device;
@@ -239,8 +344,7 @@ int run(const std::vector<std::string_view>& args) {
 
   // Progress counts batches, every device's.
   ferry::cli::ProgressLine progress(stderr, total * pipeline.size(), config.stats.progress, config.stats.interval);
-  int status = 0;
-  std::optional<std::string> failure;
+  RunEnd end;
   try {
     for (const ferry::BatchGroup& step : pipeline) {
       if (digest) {
@@ -251,62 +355,14 @@ int run(const std::vector<std::string_view>& args) {
     if (digest) digest->finish();
   } catch (const std::exception& e) {
     // Whatever failed (a stage, the digest, memory), the report and the state are still written.
-    failure = e.what();
-    status = kFailed;
+    end.failure = e.what();
+    end.status = kFailed;
     pipeline.close();
   }
-  const int signal = g_signal.load();
-  const bool interrupted = signal != 0;
-  if (interrupted) status = kSignalled + signal;
-  std::vector<ferry::PipelineStats> device_stats = pipeline.stats();
-  const ferry::PipelineStats stats = ferry::merged_stats(device_stats);
-  progress.finish(stats);
-  if (interrupted) {
-    std::fprintf(stderr, "ferry: interrupted (%s); stopped cleanly\n", signal == SIGTERM ? "SIGTERM" : "SIGINT");
-  }
-  if (failure) std::fprintf(stderr, "%s\n", failure->c_str());
-
-  ferry::cli::RunInfo info;
-  info.ferry_version = FERRY_VERSION;
-  info.config = config.origin;
-  info.source = source->describe();
-  info.device = ferry::requested_devices(config);
-  info.interrupted = interrupted;
-  info.exit_status = status;
-  info.host = ferry::cli::this_host();
-  info.config_keys = config.values;
-  if (device_stats.size() > 1) info.devices = std::move(device_stats);
-  if (failure) info.error = *failure;
-  ferry::cli::print_report(stdout, "ferry run: " + config.origin, info, stats);
-  std::fflush(stdout);
-  if (parsed.save_state) {
-    // Whatever ended the run, the state names the first batch this run did not hand out.
-    // Written beside and renamed over: a crash mid-write never loses the state a --resume came from.
-    const std::vector<ferry::PipelineState> states = pipeline.state();
-    const std::string partial = *parsed.save_state + ".partial";
-    std::ofstream out(partial);
-    out << ferry::states_json(states);
-    const bool written = static_cast<bool>(out.flush());
-    out.close();
-    if (!written || std::rename(partial.c_str(), parsed.save_state->c_str()) != 0) {
-      std::remove(partial.c_str());
-      std::fprintf(stderr, "ferry: cannot write the state to '%s'\n", parsed.save_state->c_str());
-      if (status == 0) status = kFailed;
-    } else {
-      std::fprintf(stderr, "ferry: state saved to %s (next batch %llu)\n", parsed.save_state->c_str(),
-                   static_cast<unsigned long long>(states.front().next_batch));
-    }
-  }
-  if (!config.stats.report_path.empty()) {
-    std::ofstream out(config.stats.report_path);
-    if (out) ferry::cli::write_report_json(out, info, stats);
-    if (!out || !out.flush()) {
-      std::fprintf(stderr, "ferry: cannot write the report to '%s'\n", config.stats.report_path.c_str());
-      return status == 0 ? kFailed : status;
-    }
-    std::fprintf(stderr, "ferry: report written to %s\n", config.stats.report_path.c_str());
-  }
-  return status;
+  end.device_stats = pipeline.stats();
+  progress.finish(ferry::merged_stats(end.device_stats));
+  end.states = pipeline.state();
+  return finish_run(parsed, config, *source, std::move(end));
 }
 
 int validate(const std::vector<std::string_view>& args) {

@@ -270,6 +270,10 @@ std::string report_text(const std::string& title, const RunInfo& info, const Pip
   std::string text = title + "\n";
   if (!info.config.empty()) appendf(text, "  config     %s\n", info.config.c_str());
   if (!info.source.empty()) appendf(text, "  source     %s\n", info.source.c_str());
+  if (!info.started) {  // nothing ran: no counts to show
+    appendf(text, "  stopped    interrupted while starting: no batch was delivered\n");
+    return text;
+  }
   if (info.interrupted) appendf(text, "  stopped    interrupted: the counts cover the part that ran\n");
   if (!info.error.empty()) appendf(text, "  failed     %s\n", info.error.c_str());
   append_body(text, stats);

@@ -39,6 +39,7 @@ struct RunInfo {
   std::string source;         // the source's description (Source::describe())
   std::string device;         // the device asked for ("auto", "cuda:1"); empty: as resolved
   bool interrupted = false;   // stopped early (SIGINT): counts cover the part that ran
+  bool started = true;        // false: a signal stopped the run before its pipeline was made (the stats are empty)
   int exit_status = 0;        // what the command exits with
   std::string error;          // why the run failed (ferry::Error's message); empty when it did not
   HostInfo host;

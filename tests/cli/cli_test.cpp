@@ -29,6 +29,7 @@
 #include <gtest/gtest.h>
 
 #include <ferry/build_config.h>
+#include <ferry/pipeline/cuda_device.h>
 
 #include "tests/support/error_text.h"
 #include "tests/support/temp_dir.h"
@@ -828,6 +829,63 @@ TEST(FerryResume, SignalsAtRandomMomentsStopWithinASecondAndTheResumeDeliversExa
   std::cout << "[ measured ] 16 signals (start-up " << in_ms(startup) << ", batches " << in_ms(running)
             << "): " << before_handler << " before the handler was set, " << stopped << " stopped the run, "
             << finished << " came after it finished\n";
+}
+
+// Whether this process has caught `signal` (a handler set): /proc/PID/status lists caught signals
+// as a hexadecimal mask, bit signal - 1.
+bool catches(pid_t pid, int signal) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (signal - 1) & 1) != 0;
+  }
+  return false;
+}
+
+// Note [a signal while starting]: a signal as soon as the handler is set, while the pipeline is being
+// made. On a GPU machine the start is made slow on purpose (3 GiB of pinned slabs, over a second to
+// pin) and the signal must land in it; on the CPU the start is quick and the signal may come after it.
+// Either way the run stops within a second with 130, saves its state, and the resume delivers the run.
+TEST(FerryResume, ASignalWhileThePipelineIsMadeStopsWithinASecondAndTheResumeDeliversTheRun) {
+  const TempDir dir;
+  const bool gpu = ferry::gpu_build() && ferry::cuda_device_count() > 0;
+  const std::vector<std::string> slow = {"--set", "pool.slab_size=1GiB", "--set", "pool.slab_count=3"};
+  const Result full = ferry(resume::shuffled_run({"--digest", dir / "full.txt"}));
+  ASSERT_TRUE(full.status.is(0)) << full.status << both(full);
+  std::vector<std::string> first = resume::shuffled_run(
+      {"--digest", dir / "a.txt", "--save-state", dir / "state.json", "--report", dir / "report.json"});
+  first.insert(first.end(), slow.begin(), slow.end());
+  Child child(ferry_args(first));
+  const Clock::time_point deadline = Clock::now() + kProgressDeadline;
+  while (!catches(child.pid(), SIGINT) && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(1));
+  ASSERT_TRUE(catches(child.pid(), SIGINT)) << "the handler was never set";
+  const Clock::time_point signalled = Clock::now();
+  ASSERT_EQ(::kill(child.pid(), SIGINT), 0) << std::strerror(errno);
+  const auto [status, ended] = child.wait(signalled + kStopDeadline);
+  const std::string output = "\n--- stdout ---\n" + child.out() + "\n--- stderr ---\n" + child.err();
+  ASSERT_TRUE(status.is(130) || status.is(0)) << status << output;
+  if (status.is(130)) {
+    EXPECT_LE(ended - signalled, seconds(1) * FERRY_TEST_TIME_SCALE) << "took " << in_ms(ended - signalled) << output;
+    EXPECT_TRUE(contains(child.out(), "interrupted: the counts cover the part that ran") ||
+                contains(child.out(), "interrupted while starting: no batch was delivered"))
+        << output;
+    EXPECT_TRUE(contains(resume::read_file(dir / "report.json"), "\"interrupted\": true")) << output;
+  }
+  const bool while_starting = contains(child.err(), "interrupted (SIGINT) while starting, before any batch");
+  if (gpu) {
+    EXPECT_TRUE(while_starting) << "the signal came after a start that pins 3 GiB" << output;
+  }
+  if (while_starting) {
+    EXPECT_EQ(resume::read_file(dir / "a.txt"), "") << output;
+    EXPECT_TRUE(contains(child.out(), "interrupted while starting: no batch was delivered")) << output;
+    EXPECT_TRUE(contains(child.err(), "state saved to " + (dir / "state.json") + " (next batch 0)")) << output;
+  }
+  ASSERT_TRUE(contains(child.err(), "state saved to")) << output;
+  std::vector<std::string> rest = resume::shuffled_run({"--resume", dir / "state.json", "--digest", dir / "b.txt"});
+  rest.insert(rest.end(), slow.begin(), slow.end());
+  const Result second = ferry(rest);
+  ASSERT_TRUE(second.status.is(0)) << second.status << both(second);
+  EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), resume::read_file(dir / "full.txt"));
 }
 
 TEST(FerryResume, RefusesAStateSavedUnderAnotherOrderNamingTheKey) {

@@ -547,6 +547,28 @@ TEST(RunReport, AGroupsDevicesHaveAnObjectAndALineEach) {
   EXPECT_TRUE(JsonReader::parse(json_of(RunInfo{}, devices[0]))["devices"].items.empty());
 }
 
+// A run a signal stopped before its pipeline was made (Note [a signal while starting] in cli/main.cpp):
+// the text says so instead of tables of zeros; the JSON is an ordinary report of nothing delivered.
+TEST(RunReport, ARunStoppedWhileStartingSaysSoInsteadOfEmptyTables) {
+  RunInfo info;
+  info.config = "run.yaml";
+  info.source = "synthetic(seed=1, samples=8, fields=1)";
+  info.interrupted = true;
+  info.started = false;
+  info.exit_status = 130;
+  const PipelineStats nothing = merged_stats({});
+  const std::string text = report_text("ferry run: run.yaml", info, nothing);
+  EXPECT_EQ(text,
+            "ferry run: run.yaml\n  config     run.yaml\n  source     synthetic(seed=1, samples=8, fields=1)\n"
+            "  stopped    interrupted while starting: no batch was delivered\n");
+  const Json json = JsonReader::parse(json_of(info, nothing));
+  EXPECT_TRUE(json["run"]["interrupted"].boolean);
+  EXPECT_EQ(json["totals"]["batches"].u64(), 0u);
+  if (have_python()) {
+    EXPECT_EQ(check_schema(json_of(info, nothing), "report_unstarted.json"), 0);
+  }
+}
+
 TEST(RunReport, JsonEscapesStringsAndCountsUnlistedSkips) {
   RunInfo info;
   info.ferry_version = "0.1.0";

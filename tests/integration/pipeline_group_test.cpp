@@ -245,6 +245,38 @@ TEST(PipelineGroup, AStateSavedMidRunResumesExactlyInANewGroup) {
   }
 }
 
+// What `ferry run` saves when a signal comes while the group is still being made: the state the group
+// would have given before its first step, fresh or resumed, without making it.
+TEST(PipelineGroup, StartingStatesAreWhatTheGroupGivesBeforeItsFirstStep) {
+  forget_torchrun();
+  const SyntheticOptions data = dataset(57, 5);
+  const SyntheticSource truth(data);
+  const std::string yaml = source_yaml(data) +
+                           "batch_size: 4\nsampler:\n  seed: 3\n  epochs: 2\n  shuffle: true\ndecode:\n  threads: 2\n";
+  for (const size_t devices : {0, 1, 3}) {  // 0: no transfer.devices, one pipeline
+    SCOPED_TRACE(std::to_string(devices) + " devices");
+    const Config config = parse_config(
+        yaml, "<test>", devices == 0 ? std::vector<std::string>{} : std::vector{"transfer.devices=" + devices_yaml(devices)});
+    const std::shared_ptr<const Source> source = check_config(config);
+    const std::vector<PipelineState> fresh = starting_states(config, *source);
+    EXPECT_EQ(states_json(fresh), states_json(make_pipeline_group(config, source).state()));
+    std::vector<PipelineState> midway;
+    {
+      PipelineGroup group = make_pipeline_group(config, source);
+      (void)take(group, truth, 3);
+      midway = group.state();
+    }
+    EXPECT_EQ(states_json(starting_states(config, *source, midway)), states_json(midway));
+    // A resumed group starts where the states say (it has not yet delivered the batch they name as last).
+    const std::vector<PipelineState> resumed = make_pipeline_group(config, source, midway).state();
+    ASSERT_EQ(resumed.size(), midway.size());
+    for (size_t d = 0; d < resumed.size(); ++d) {
+      EXPECT_EQ(resumed[d].next_batch, midway[d].next_batch);
+      EXPECT_EQ(resumed[d].order, midway[d].order);
+    }
+  }
+}
+
 // A step that times out part-way keeps the batches it took; the state counts the step as not delivered,
 // and the next call completes it.
 TEST(PipelineGroup, AStepTakenPartWayCountsAsNotDelivered) {
