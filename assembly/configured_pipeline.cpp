@@ -378,7 +378,17 @@ PipelineGroup make_pipeline_group(const Config& config, const std::vector<Pipeli
 
 std::vector<PipelineState> starting_states(const Config& config, const Source& source,
                                            const std::vector<PipelineState>& resume) {
-  if (!resume.empty()) return resume;
+  if (!resume.empty()) {
+    // Where the states point, as a group resumed from them gives it before its first step: without the
+    // batch they name as last delivered (that was another run's) and the file they came from.
+    std::vector<PipelineState> states = resume;
+    for (PipelineState& state : states) {
+      state.last_epoch.reset();
+      state.last_index.reset();
+      state.origin.clear();
+    }
+    return states;
+  }
   const std::vector<std::string> devices = group_devices(config);
   std::vector<PipelineState> states;
   states.reserve(devices.size());

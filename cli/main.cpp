@@ -195,6 +195,7 @@ static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a
 // How a run ended, for what it writes at the end.
 struct RunEnd {
   int status = 0;
+  int signal = 0;  // the signal that stopped it (0: none), as read when its loop ended
   std::optional<std::string> failure;
   std::vector<ferry::PipelineStats> device_stats;  // one per device; none when no pipeline was made
   std::vector<ferry::PipelineState> states;        // what --save-state saves
@@ -203,7 +204,7 @@ struct RunEnd {
 // What every run writes at its end, however it ended: the report (stdout, and --report) and the state
 // (--save-state). Returns the exit status.
 int finish_run(const ConfigArgs& parsed, const ferry::Config& config, const ferry::Source& source, RunEnd end) {
-  const int signal = g_signal.load();
+  const int signal = end.signal;
   const bool interrupted = signal != 0;
   if (interrupted) end.status = kSignalled + signal;
   const ferry::PipelineStats stats = ferry::merged_stats(end.device_stats);
@@ -264,9 +265,12 @@ int finish_run(const ConfigArgs& parsed, const ferry::Config& config, const ferr
 // random moments saw a stop take longer than a second. Nothing can interrupt those calls. So the group
 // is made on a thread of its own while this one waits for it or for a signal, whichever comes first. A
 // signal first: nothing has been delivered, so the run writes what any interrupted run writes, the
-// report and the state (where it started: starting_states()), and the process ends at once
-// (std::_Exit), leaving the unfinished start to the operating system. A start that fails still
-// surfaces its error, whichever thread it came from.
+// report, an empty digest and the state (where it started: starting_states()), and the process ends
+// (std::_Exit) without waiting for the start, whose error, if it would have failed, goes unsaid: the run
+// exits with 128 + the signal. A start that fails before any signal surfaces its error as before. What
+// is still waited for: check_config() on this thread, where a GPU build first asks CUDA for its
+// devices (the driver's start), and the exit itself, which the kernel completes once the maker
+// thread's call into the driver returns.
 std::optional<ferry::PipelineGroup> make_unless_signalled(const ferry::Config& config,
                                                           const std::shared_ptr<const ferry::Source>& source,
                                                           const std::vector<ferry::PipelineState>& resume) {
@@ -298,12 +302,25 @@ int run(const std::vector<std::string_view>& args) {
   if (parsed.save_state) check_writable("--save-state", *parsed.save_state);
 
   const std::shared_ptr<const ferry::Source> source = ferry::check_config(config);  // indexed once
+  // Before the pipeline: a digest that cannot be written fails the run before CUDA starts, and a run
+  // stopped while starting leaves an empty digest, not an earlier run's. A pipeline's first batch is
+  // its resume point (the same on every device of a group).
+  std::optional<ferry::cli::BatchDigest> digest;
+  if (parsed.digest) digest.emplace(*parsed.digest, resume.empty() ? 0 : resume.front().next_batch);
   // One pipeline, or one per device of transfer.devices (Note [one process, several devices]).
   std::optional<ferry::PipelineGroup> made = make_unless_signalled(config, source, resume);
-  if (!made) {  // Note [a signal while starting]
+  if (!made) {  // Note [a signal while starting]: whatever happens here, the process ends here
     RunEnd end;
-    end.states = ferry::starting_states(config, *source, resume);
-    const int status = finish_run(parsed, config, *source, std::move(end));
+    end.signal = g_signal.load();
+    int status = kSignalled + end.signal;
+    try {
+      if (digest) digest->finish();
+      end.states = ferry::starting_states(config, *source, resume);
+      status = finish_run(parsed, config, *source, std::move(end));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ferry: %s\n", e.what());
+    }
+    std::fflush(stdout);
     std::fflush(stderr);
     std::_Exit(status);
   }
@@ -320,8 +337,6 @@ int run(const std::vector<std::string_view>& args) {
     std::fprintf(stderr, "ferry: resuming %s at batch %llu of the run\n", parsed.resume->c_str(),
                  static_cast<unsigned long long>(resume.front().next_batch));
   }
-  std::optional<ferry::cli::BatchDigest> digest;
-  if (parsed.digest) digest.emplace(*parsed.digest, options.first_batch);
 
   std::atomic<bool> done{false};
   std::thread watcher([&] {
@@ -359,6 +374,7 @@ int run(const std::vector<std::string_view>& args) {
     end.status = kFailed;
     pipeline.close();
   }
+  end.signal = g_signal.load();
   end.device_stats = pipeline.stats();
   progress.finish(ferry::merged_stats(end.device_stats));
   end.states = pipeline.state();

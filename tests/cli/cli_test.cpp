@@ -842,50 +842,80 @@ bool catches(pid_t pid, int signal) {
   return false;
 }
 
-// Note [a signal while starting]: a signal as soon as the handler is set, while the pipeline is being
-// made. On a GPU machine the start is made slow on purpose (3 GiB of pinned slabs, over a second to
-// pin) and the signal must land in it; on the CPU the start is quick and the signal may come after it.
-// Either way the run stops within a second with 130, saves its state, and the resume delivers the run.
+// Waits until `child` has set its SIGINT handler (or the deadline passes); true when it has.
+bool wait_for_handler(const Child& child, Clock::time_point deadline) {
+  while (!catches(child.pid(), SIGINT) && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(1));
+  return catches(child.pid(), SIGINT);
+}
+
+// Note [a signal while starting]: SIGINT while the pipeline is being made, as soon as the handler is
+// set (the config is still being read) and 60% of the way from there to the announcement of the
+// batches (the pipeline is being made). On a GPU machine the start is made slow on purpose (3 GiB of
+// pinned slabs, over a second to pin) and both signals must land in it; on the CPU the start is quick
+// and the second may come after it. Either way the run stops within a second with 130, saves its state,
+// and the resume delivers the rest of the run.
 TEST(FerryResume, ASignalWhileThePipelineIsMadeStopsWithinASecondAndTheResumeDeliversTheRun) {
   const TempDir dir;
   const bool gpu = ferry::gpu_build() && ferry::cuda_device_count() > 0;
-  const std::vector<std::string> slow = {"--set", "pool.slab_size=1GiB", "--set", "pool.slab_count=3"};
-  const Result full = ferry(resume::shuffled_run({"--digest", dir / "full.txt"}));
-  ASSERT_TRUE(full.status.is(0)) << full.status << both(full);
-  std::vector<std::string> first = resume::shuffled_run(
-      {"--digest", dir / "a.txt", "--save-state", dir / "state.json", "--report", dir / "report.json"});
-  first.insert(first.end(), slow.begin(), slow.end());
-  Child child(ferry_args(first));
-  const Clock::time_point deadline = Clock::now() + kProgressDeadline;
-  while (!catches(child.pid(), SIGINT) && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(1));
-  ASSERT_TRUE(catches(child.pid(), SIGINT)) << "the handler was never set";
-  const Clock::time_point signalled = Clock::now();
-  ASSERT_EQ(::kill(child.pid(), SIGINT), 0) << std::strerror(errno);
-  const auto [status, ended] = child.wait(signalled + kStopDeadline);
-  const std::string output = "\n--- stdout ---\n" + child.out() + "\n--- stderr ---\n" + child.err();
-  ASSERT_TRUE(status.is(130) || status.is(0)) << status << output;
-  if (status.is(130)) {
-    EXPECT_LE(ended - signalled, seconds(1) * FERRY_TEST_TIME_SCALE) << "took " << in_ms(ended - signalled) << output;
-    EXPECT_TRUE(contains(child.out(), "interrupted: the counts cover the part that ran") ||
-                contains(child.out(), "interrupted while starting: no batch was delivered"))
-        << output;
-    EXPECT_TRUE(contains(resume::read_file(dir / "report.json"), "\"interrupted\": true")) << output;
+  auto slow_start = [](std::vector<std::string> more) {
+    std::vector<std::string> args = resume::shuffled_run(more);
+    for (const char* value : {"pool.slab_size=1GiB", "pool.slab_count=3"}) {
+      args.push_back("--set");
+      args.push_back(value);
+    }
+    return args;
+  };
+  const auto announced = [](const std::string& err) { return contains(err, " batches of "); };
+  // The uninterrupted run, its start timed from the handler to the announcement.
+  Clock::duration start{};
+  {
+    Child child(ferry_args(slow_start({"--digest", dir / "full.txt"})));
+    ASSERT_TRUE(wait_for_handler(child, Clock::now() + kProgressDeadline)) << "the handler was never set";
+    const Clock::time_point handled = Clock::now();
+    ASSERT_TRUE(child.read_until(announced, handled + kProgressDeadline)) << child.err();
+    start = Clock::now() - handled;
+    const auto [status, ended] = child.wait(Clock::now() + kRunDeadline);
+    ASSERT_TRUE(status.is(0)) << status << "\n--- stderr ---\n" << child.err();
   }
-  const bool while_starting = contains(child.err(), "interrupted (SIGINT) while starting, before any batch");
-  if (gpu) {
-    EXPECT_TRUE(while_starting) << "the signal came after a start that pins 3 GiB" << output;
+  const std::string expected = resume::read_file(dir / "full.txt");
+  for (const double share : {0.0, 0.6}) {
+    SCOPED_TRACE("SIGINT " + in_ms(std::chrono::duration_cast<Clock::duration>(start * share)) +
+                 " after the handler was set, of a start of " + in_ms(start));
+    for (const char* name : {"a.txt", "b.txt", "state.json", "report.json"}) std::remove((dir / name).c_str());
+    Child child(ferry_args(
+        slow_start({"--digest", dir / "a.txt", "--save-state", dir / "state.json", "--report", dir / "report.json"})));
+    ASSERT_TRUE(wait_for_handler(child, Clock::now() + kProgressDeadline)) << "the handler was never set";
+    // Keep reading meanwhile so a full pipe cannot stall the run.
+    child.read_until([](const std::string&) { return false; },
+                     Clock::now() + std::chrono::duration_cast<Clock::duration>(start * share));
+    const Clock::time_point signalled = Clock::now();
+    ASSERT_EQ(::kill(child.pid(), SIGINT), 0) << std::strerror(errno);
+    const auto [status, ended] = child.wait(signalled + kStopDeadline);
+    const std::string output = "\n--- stdout ---\n" + child.out() + "\n--- stderr ---\n" + child.err();
+    ASSERT_TRUE(status.is(130) || status.is(0)) << status << output;
+    if (status.is(130)) {
+      EXPECT_LE(ended - signalled, seconds(1) * FERRY_TEST_TIME_SCALE) << "took " << in_ms(ended - signalled) << output;
+      EXPECT_TRUE(contains(child.out(), "interrupted: the counts cover the part that ran") ||
+                  contains(child.out(), "interrupted while starting: no batch was delivered"))
+          << output;
+      EXPECT_TRUE(contains(resume::read_file(dir / "report.json"), "\"interrupted\": true")) << output;
+    }
+    const bool while_starting = contains(child.err(), "interrupted (SIGINT) while starting, before any batch");
+    if (gpu) {
+      EXPECT_TRUE(while_starting) << "the signal came after a start that pins 3 GiB" << output;
+    }
+    if (while_starting) {
+      EXPECT_TRUE(std::ifstream(dir / "a.txt").good()) << "no digest: an earlier run's would have stayed" << output;
+      EXPECT_EQ(resume::read_file(dir / "a.txt"), "") << output;
+      EXPECT_TRUE(contains(child.out(), "interrupted while starting: no batch was delivered")) << output;
+      EXPECT_TRUE(contains(child.err(), "state saved to " + (dir / "state.json") + " (next batch 0)")) << output;
+    }
+    ASSERT_TRUE(contains(child.err(), "state saved to")) << output;
+    const Result second = ferry(resume::shuffled_run({"--resume", dir / "state.json", "--digest", dir / "b.txt"}));
+    ASSERT_TRUE(second.status.is(0)) << second.status << both(second);
+    EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), expected);
   }
-  if (while_starting) {
-    EXPECT_EQ(resume::read_file(dir / "a.txt"), "") << output;
-    EXPECT_TRUE(contains(child.out(), "interrupted while starting: no batch was delivered")) << output;
-    EXPECT_TRUE(contains(child.err(), "state saved to " + (dir / "state.json") + " (next batch 0)")) << output;
-  }
-  ASSERT_TRUE(contains(child.err(), "state saved to")) << output;
-  std::vector<std::string> rest = resume::shuffled_run({"--resume", dir / "state.json", "--digest", dir / "b.txt"});
-  rest.insert(rest.end(), slow.begin(), slow.end());
-  const Result second = ferry(rest);
-  ASSERT_TRUE(second.status.is(0)) << second.status << both(second);
-  EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), resume::read_file(dir / "full.txt"));
+  std::cout << "[ measured ] a start of " << in_ms(start) << " from the handler to the announcement\n";
 }
 
 TEST(FerryResume, RefusesAStateSavedUnderAnotherOrderNamingTheKey) {
