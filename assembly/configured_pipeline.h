@@ -61,9 +61,10 @@ PipelineGroup make_pipeline_group(const Config& config, const std::vector<Pipeli
 
 /// The states a group make_pipeline_group(config, source, resume) would give before delivering anything
 /// (PipelineGroup::state() before its first step): where `resume` points (its batch named as last
-/// delivered left out), or each device's start under the order the group would record. What `ferry run` saves when a signal stops it while the group is still
-/// being made (Note [a signal while starting] in cli/main.cpp). Makes no pipeline and starts no thread;
-/// touches CUDA only where transfer.devices is `all` (to count the GPUs). Throws like group_devices().
+/// delivered left out), or each device's start under the order the group would record. What `ferry run`
+/// saves when a signal stops it while the group is still being made (Note [a signal while starting] in
+/// cli/main.cpp). Makes no pipeline and starts no thread; touches CUDA only where transfer.devices is
+/// `all` (to count the GPUs). Throws like group_devices().
 std::vector<PipelineState> starting_states(const Config& config, const Source& source,
                                            const std::vector<PipelineState>& resume = {});
 

@@ -255,8 +255,9 @@ TEST(PipelineGroup, StartingStatesAreWhatTheGroupGivesBeforeItsFirstStep) {
                            "batch_size: 4\nsampler:\n  seed: 3\n  epochs: 2\n  shuffle: true\ndecode:\n  threads: 2\n";
   for (const size_t devices : {0, 1, 3}) {  // 0: no transfer.devices, one pipeline
     SCOPED_TRACE(std::to_string(devices) + " devices");
-    const Config config = parse_config(
-        yaml, "<test>", devices == 0 ? std::vector<std::string>{} : std::vector{"transfer.devices=" + devices_yaml(devices)});
+    std::vector<std::string> overrides;
+    if (devices > 0) overrides.push_back("transfer.devices=" + devices_yaml(devices));
+    const Config config = parse_config(yaml, "<test>", overrides);
     const std::shared_ptr<const Source> source = check_config(config);
     const std::vector<PipelineState> fresh = starting_states(config, *source);
     EXPECT_EQ(states_json(fresh), states_json(make_pipeline_group(config, source).state()));
