@@ -269,8 +269,9 @@ int finish_run(const ConfigArgs& parsed, const ferry::Config& config, const ferr
 // (std::_Exit) without waiting for the start, whose error, if it would have failed, goes unsaid: the run
 // exits with 128 + the signal. A start that fails before any signal surfaces its error as before. What
 // is still waited for: check_config() on this thread, where a GPU build first asks CUDA for its
-// devices (the driver's start), and the exit itself, which the kernel completes once the maker
-// thread's call into the driver returns.
+// devices (the driver's start), and the exit itself, which may wait for the maker thread's call into
+// the driver to return (on an H100, a signal in the middle of pinning 3 GiB still stopped the run within
+// a second).
 std::optional<ferry::PipelineGroup> make_unless_signalled(const ferry::Config& config,
                                                           const std::shared_ptr<const ferry::Source>& source,
                                                           const std::vector<ferry::PipelineState>& resume) {
