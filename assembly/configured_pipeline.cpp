@@ -394,11 +394,10 @@ std::vector<PipelineState> starting_states(const Config& config, const Source& s
   states.reserve(devices.size());
   for (size_t d = 0; d < devices.size(); ++d) {
     // As configured_part() records it; a fresh run starts at batch 0 of its first epoch. The order names
-    // no device, so the device need not be resolved (which could start CUDA).
-    Config placed = config;
-    if (!config.devices.empty()) placed.pipeline.device = devices[d];
+    // no device, so neither the config placed on device d nor the device resolved (which could start
+    // CUDA) is needed: the placement among ranks is what differs between the devices.
     PipelineState state;
-    state.order = batch_order(placed, group_placement(config, d), source);
+    state.order = batch_order(config, group_placement(config, d), source);
     states.push_back(std::move(state));
   }
   return states;
