@@ -61,8 +61,9 @@ const std::vector<ConfigKey>& config_keys() {
        "random"},
       {"source.members[].device", "one of: cpu, gpu, auto", "cpu",
        "Where a jpeg member is decoded: cpu (libjpeg-turbo on the decode threads), gpu (nvJPEG's hardware decoder "
-       "on the delivery GPU; the images it cannot decode on the CPU), auto (both at once, sharing the images so that "
-       "neither idles; the CPU alone where the build has no nvJPEG) (tar).",
+       "on the delivery GPU; the images it cannot decode on the CPU), auto (the CPU threads while the GPU decoder "
+       "starts, then whichever of the two decoded faster, as measured; the CPU alone where the build has no nvJPEG) "
+       "(tar).",
        "auto"},
       {"source.root", "path", "required (image_folder)",
        "The folder of images, one sub-folder per class: `root/<class>/<file>`. Class folders sorted by name are labels "
@@ -96,8 +97,9 @@ const std::vector<ConfigKey>& config_keys() {
        "random"},
       {"source.image.device", "one of: cpu, gpu, auto", "cpu",
        "Where the jpeg decoder decodes: cpu (libjpeg-turbo on the decode threads), gpu (nvJPEG's hardware decoder on "
-       "the delivery GPU; the images it cannot decode on the CPU), auto (both at once, sharing the images so that "
-       "neither idles; the CPU alone where the build has no nvJPEG) (image_folder).",
+       "the delivery GPU; the images it cannot decode on the CPU), auto (the CPU threads while the GPU "
+       "decoder starts, then whichever of the two decoded faster, as measured; the CPU alone where the build has no "
+       "nvJPEG) (image_folder).",
        "auto"},
       {"source.samples", "integer >= 1", "1024", "Samples in the dataset (synthetic).", "10000"},
       {"source.seed", "integer", "0",

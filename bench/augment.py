@@ -16,7 +16,7 @@ For each T in --threads (not above the cores this process may use):
   ferry cpu     `ferry run configs/imagenet-train.yaml`, decode.threads T: libjpeg-turbo on T threads,
                 the augmentation one kernel per batch on the GPU after the copy;
   ferry gpu     the same with the jpeg decoder's device: gpu (nvJPEG's hardware decoder), when this
-  ferry auto    build has it, and device: auto (both at once);
+  ferry auto    build has it, and device: auto (the faster of the two, measured as the run starts);
   DataLoader    num_workers T, each sample read and decoded by torchvision.io.decode_jpeg, resized,
                 cropped, flipped, converted and normalized by torchvision.transforms.v2 in the worker
                 (float32), default collate, pin_memory, .to(device, non_blocking=True), then bfloat16 on

@@ -68,6 +68,14 @@ std::string plural(uint64_t count, const char* one, const char* many) {
   return std::to_string(count) + " " + (count == 1 ? one : many);
 }
 
+// Images a second as the text report says them: "55.1k images/s", or "not measured".
+std::string format_rate(double per_second) {
+  if (!(per_second > 0.0) || !std::isfinite(per_second)) return "not measured";
+  char text[48];
+  std::snprintf(text, sizeof text, "%.1fk images/s", per_second / 1000.0);
+  return text;
+}
+
 std::string items_text(uint64_t count, const std::string& unit) {
   return unit.empty() ? std::to_string(count) : std::to_string(count) + " " + unit;
 }
@@ -157,6 +165,21 @@ void append_body(std::string& text, const PipelineStats& stats) {
               100.0 * stats.gpu_decoder_share());
     } else {
       appendf(text, "             the GPU decoder was still starting\n");
+    }
+    // Note [auto: the faster decoder]
+    const std::string cpu_rate = format_rate(gpu.auto_cpu_images_per_second);
+    const std::string gpu_rate = format_rate(gpu.auto_gpu_images_per_second);
+    if (gpu.auto_choice == "gpu" || gpu.auto_choice == "cpu") {
+      appendf(text, "             auto chose %s: the GPU alone %s, the CPU threads %s while it started\n",
+              gpu.auto_choice == "gpu" ? "the GPU" : "the CPU threads", gpu_rate.c_str(), cpu_rate.c_str());
+    } else if (gpu.auto_choice == "trying") {
+      appendf(text, "             auto: the GPU decodes while its rate is measured (the CPU threads: %s)\n",
+              cpu_rate.c_str());
+    } else if (gpu.auto_choice == "warming") {
+      appendf(text, "             auto: the CPU threads decode while the GPU decoder starts\n");
+    } else if (gpu.auto_choice == "mixed") {
+      appendf(text, "             auto: the devices chose differently (in all: the GPU %s, the CPU threads %s)\n",
+              gpu_rate.c_str(), cpu_rate.c_str());
     }
   }
   if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {
@@ -513,6 +536,12 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
         .value(seconds_value(gpu.state_busy_seconds))
         .key("unavailable")
         .value(gpu.unavailable)
+        .key("auto_choice")
+        .value(gpu.auto_choice)
+        .key("auto_cpu_images_per_second")
+        .value(gpu.auto_cpu_images_per_second)
+        .key("auto_gpu_images_per_second")
+        .value(gpu.auto_gpu_images_per_second)
         .end_object();
   }
   if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {

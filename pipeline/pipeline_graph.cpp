@@ -308,33 +308,6 @@ size_t PipelineGraph::group_size(size_t samples) const {
   return std::max<size_t>(1, std::min(wanted, widest));
 }
 
-// Note [sharing images between the GPU and the CPU]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Under `auto` the GPU's hardware decoder and the CPU threads decode one stream of images, and neither
-// should idle while the other has work. No share is planned ahead: the split node cuts a plan into
-// groups of about kGpuGroup images, and each group's task, when it starts, goes to the GPU if the GPU
-// decoder is ready and has room (fewer groups in it than its warm decoding states plus a few being read:
-// DecodeStage::gpu_room), else decodes on the CPU threads. A group on either path is decoded by every
-// idle decode thread at once (decode_samples), so a plan's few large groups still spread over the cores.
-// So the GPU takes as much as it turns around, the CPU the rest. While the GPU decoder starts (in the
-// background, about a second: NvJpegDecoder::Start) the CPU decodes everything, as it does where the GPU
-// decoder fails to start.
-// The first version planned each plan's GPU share ahead from measured times per image. On two H200s it
-// gave the GPU 2-7% of the images and ran slower than `cpu`: it counted the decoder's start-up as its
-// speed, and knew neither how several groups share the hardware nor the threads that wait on it. This
-// one, on one H200 (ImageNet recipe, 16 threads, 256 x 256): 45k images/s against `cpu`'s 31k, 69% of
-// them on the GPU (docs/performance-notes.md).
-// Which path decodes an image depends on timing, never what is decoded from it or where it lands (Note
-// [GPU JPEG decode] says how close the two paths' pixels are).
-bool PipelineGraph::claim_gpu() {
-  const size_t room = std::min(gpu_groups_, stages_.decode->gpu_room());
-  size_t in_flight = gpu_groups_in_flight_.load(std::memory_order_relaxed);
-  while (in_flight < room) {
-    if (gpu_groups_in_flight_.compare_exchange_weak(in_flight, in_flight + 1, std::memory_order_acq_rel)) return true;
-  }
-  return false;
-}
-
 template <typename Put>
 void PipelineGraph::split(const PlanPtr& plan, Put&& put) {
   const size_t slots = plan->slots();
@@ -366,8 +339,8 @@ void PipelineGraph::split(const PlanPtr& plan, Put&& put) {
   const SampleStage::GpuShare share = stages_.decode->gpu_share();
   if (plan->kind == BatchPlan::Kind::kSamples && share != SampleStage::GpuShare::kNone) {
     // Note [GPU JPEG decode]: groups of about kGpuGroup images, sizes equal within one. Under `gpu` each
-    // goes to the GPU; under `auto` each goes where there is room when its task starts (Note [sharing
-    // images between the GPU and the CPU]).
+    // goes to the GPU; under `auto` each goes where auto_choice_ says when its task starts (Note [auto:
+    // the faster decoder] in auto_decode_choice.h).
     const bool all = share == SampleStage::GpuShare::kAll;
     const size_t groups = (slots + kGpuGroup - 1) / kGpuGroup;
     for (size_t g = 0; g < groups; ++g) put_group(slots / groups + (g < slots % groups ? 1 : 0), all, !all);
@@ -408,26 +381,26 @@ void PipelineGraph::decode_failed(SampleWork& sample) {
 
 void PipelineGraph::decode_group(SampleGroup& group) {
   const uint64_t started_ns = now_ns();
-  const bool claimed = group.gpu_candidate && claim_gpu();
-  if (claimed) group.on_gpu = true;
+  AutoDecodeChoice::Path path = AutoDecodeChoice::Path::kCpu;
+  if (group.gpu_candidate) {
+    const SampleStage::GpuReadiness readiness = stages_.decode->gpu_readiness();
+    path = auto_choice_.route(readiness != SampleStage::GpuReadiness::kStarting,
+                              readiness == SampleStage::GpuReadiness::kWarm);
+    group.on_gpu = path == AutoDecodeChoice::Path::kGpu;
+  }
   // The samples follow their group (DecodeStage::run reads theirs), here only: a replacement clears its own.
   for (SampleWork& sample : group.samples) sample.on_gpu = group.on_gpu;
-  struct Release {  // the GPU's room goes back however the task ends
-    std::atomic<size_t>* in_flight;
-    ~Release() {
-      if (in_flight != nullptr) in_flight->fetch_sub(1, std::memory_order_acq_rel);
-    }
-  } release{claimed ? &gpu_groups_in_flight_ : nullptr};
   decode_samples(group);
   decode_pending(group, started_ns);
+  if (group.gpu_candidate) auto_choice_.finished(path, group.samples.size(), now_ns());
 }
 
 void PipelineGraph::decode_samples(SampleGroup& group) {
   // A GPU group is a large part of a plan (Note [GPU JPEG decode]). Its samples' reads,
   // headers and hardware checks run on every idle decode thread, not one after another before the
   // hardware starts: the GPU path's CPU work was 0.32 ms an image on the H200 (bench/augment.py), up to
-  // 80 ms for a batch of 256 on one thread. A group `auto` left to the CPU is decoded the same way
-  // (Note [sharing images between the GPU and the CPU]). Each sample is its own, as in groups that
+  // 80 ms for a batch of 256 on one thread. A group `auto` sends to the CPU is decoded the same way
+  // (Note [auto: the faster decoder] in auto_decode_choice.h). Each sample is its own, as in groups that
   // different threads decode at once. Isolated: while it waits for its parts, this thread takes no other
   // group's task (which could block it in the GPU decoder's queue for states, NvJpegDecoder::kMaxWorkers).
   if (group.on_gpu || group.gpu_candidate) {
@@ -806,6 +779,12 @@ PipelineStats PipelineGraph::stats() const {
   if (stages_.cache) stats.cache = stages_.cache->stats();
   stats.decode_threads_shared_by = decode_threads_shared_by_;
   stats.gpu_decode = stages_.decode->gpu_stats();
+  if (stages_.decode->gpu_share() == SampleStage::GpuShare::kAuto) {
+    const AutoDecodeChoice::Outcome outcome = auto_choice_.outcome();
+    stats.gpu_decode.auto_choice = AutoDecodeChoice::phase_name(outcome.phase);
+    stats.gpu_decode.auto_cpu_images_per_second = outcome.cpu_images_per_second;
+    stats.gpu_decode.auto_gpu_images_per_second = outcome.gpu_images_per_second;
+  }
   stats.gpu_decode.gpu_group_seconds = static_cast<double>(gpu_group_ns_.load(std::memory_order_relaxed)) * 1e-9;
   return stats;
 }

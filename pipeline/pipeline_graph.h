@@ -12,6 +12,7 @@
 
 #include <oneapi/tbb/flow_graph.h>
 
+#include "ferry/pipeline/auto_decode_choice.h"
 #include "ferry/pipeline/batch.h"
 #include "ferry/pipeline/batch_cutter.h"
 #include "ferry/pipeline/bounded_queue.h"
@@ -133,7 +134,7 @@ class PipelineGraph {
   static constexpr uint64_t kGroupWarmupSamples = 64;  // decoded before groups grow past one sample
   static constexpr uint64_t kGroupTargetNs = 50'000;
   void decode(SampleWork& sample);
-  /// Decode node: where the group is decoded (claim_gpu() for a GPU candidate), then decode_samples() and
+  /// Decode node: where the group is decoded (auto_choice_ for a GPU candidate), then decode_samples() and
   /// decode_pending().
   void decode_group(SampleGroup& group);
   /// decode() of each sample of `group`; a GPU group's samples on several threads at once.
@@ -142,9 +143,6 @@ class PipelineGraph {
   /// io/decoders/nvjpeg_decoder.h), one batched call for the group's pending fields. `started_ns`: when
   /// the group's task began (now_ns()), for the report's gpu_group_seconds.
   void decode_pending(SampleGroup& group, uint64_t started_ns);
-  /// Decode node, GpuShare::kShare: whether the group starting now goes to the GPU, which then has one
-  /// group more in it (Note [sharing images between the GPU and the CPU] in the .cpp).
-  bool claim_gpu();
   /// Images of a GPU-bound group: enough for the hardware to work on many at once (bench/jpeg_decode on
   /// an H200, 4 callers: 65k images/s in batches of 64, 68k in batches of 256), few enough that a plan
   /// makes several groups, which the GPU's decoding states take on at once while the next ones are read.
@@ -213,7 +211,7 @@ class PipelineGraph {
   std::atomic<int64_t> ended_ns_{-1};            // mark_ended(): when the run ended; -1 while it runs
   RunCounters run_;                              // what stats() reports: Note [stats] in run_counters.h
   std::atomic<uint64_t> gpu_group_ns_{0};        // GPU groups' task time, summed (the report's)
-  std::atomic<size_t> gpu_groups_in_flight_{0};  // claim_gpu()'s, at most gpu_groups_
+  AutoDecodeChoice auto_choice_;                 // GpuShare::kAuto: Note [auto: the faster decoder]
   std::atomic<size_t> releasing_{0};             // release() tasks not yet done
 
   BoundedQueue<WorkPtr> in_flight_;  // h2d -> completion thread

@@ -124,7 +124,7 @@ const char* augment_layout_name(AugmentOptions::Layout layout) noexcept;
 enum class DecodeDevice {
   kCpu,   // libjpeg-turbo on the decode threads
   kGpu,   // nvJPEG's hardware decoder, every image it can decode (the others on the CPU)
-  kAuto,  // both at once, the images shared so that neither idles (the CPU alone where there is no nvJPEG)
+  kAuto,  // the CPU while the GPU decoder starts, then the faster of the two (Note [auto: the faster decoder])
 };
 
 /// "cpu", "gpu", "auto".

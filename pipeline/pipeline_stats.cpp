@@ -318,6 +318,11 @@ PipelineStats merged_stats(const std::vector<PipelineStats>& devices) {
     gpu.states += one.gpu_decode.states;
     gpu.state_busy_seconds += one.gpu_decode.state_busy_seconds;
     if (gpu.unavailable.empty()) gpu.unavailable = one.gpu_decode.unavailable;
+    // Each device chooses for itself (the first device's is `all`'s already): one word if they agree, else
+    // "mixed"; the rates add up.
+    if (gpu.auto_choice != one.gpu_decode.auto_choice) gpu.auto_choice = "mixed";
+    gpu.auto_cpu_images_per_second += one.gpu_decode.auto_cpu_images_per_second;
+    gpu.auto_gpu_images_per_second += one.gpu_decode.auto_gpu_images_per_second;
     all.skipped_samples += one.skipped_samples;
     for (const SkippedSample& skipped : one.skipped) {
       if (all.skipped.size() < PipelineStats::kMaxListedSkips) all.skipped.push_back(skipped);

@@ -163,6 +163,12 @@ struct PipelineStats {
     double state_busy_seconds = 0.0;
     /// Why the GPU decoded nothing under `auto` (its background start failed); "" otherwise.
     std::string unavailable;
+    /// Under `auto` (Note [auto: the faster decoder] in pipeline/auto_decode_choice.h): "warming" (the GPU
+    /// decoder is not ready), "trying" (the GPU decodes while its rate is measured), "gpu" or "cpu" (the
+    /// path chosen); "" under `gpu`. The rates it compared, images a second (0 where not measured).
+    std::string auto_choice;
+    double auto_cpu_images_per_second = 0.0;
+    double auto_gpu_images_per_second = 0.0;
   } gpu_decode;
 
   uint64_t skipped_samples = 0;        // all samples skipped so far

@@ -39,21 +39,25 @@ class BatchSource {
 class SampleStage {
  public:
   /// Which samples a stage decodes on the GPU (Note [GPU JPEG decode] in io/decoders/nvjpeg_decoder.h):
-  /// none; every one the hardware can (kAll); or those of the groups the GPU has room for when their task
-  /// starts, the CPU threads decoding the rest (kShare; Note [sharing images between the GPU and the CPU]
-  /// in pipeline_graph.cpp). The decode node routes samples accordingly (SampleWork::on_gpu).
-  enum class GpuShare { kNone, kAll, kShare };
+  /// none; every one the hardware can (kAll); or, under `auto`, the CPU's or the GPU's, whichever
+  /// decodes faster (kAuto; Note [auto: the faster decoder] in pipeline/auto_decode_choice.h). The decode
+  /// node routes samples accordingly (SampleWork::on_gpu).
+  enum class GpuShare { kNone, kAll, kAuto };
+  /// Where the GPU decoder stands: starting (it takes no images), ready (it does, some of its decoding
+  /// states still warming up), or warm (its rate is what it will be).
+  enum class GpuReadiness { kStarting, kReady, kWarm };
 
   virtual ~SampleStage() = default;
   virtual std::string_view name() const = 0;
   virtual void run(SampleWork& work) = 0;
   virtual GpuShare gpu_share() const { return GpuShare::kNone; }
-  /// Groups the GPU takes at once (0 without GPU decoding). The decode node gets as many threads more:
-  /// a GPU group's thread mostly sleeps until the hardware is done.
+  /// GPU groups in flight at once beside the CPU's (0 without GPU decoding): those in the decoder and
+  /// those whose files are read meanwhile. The decode node gets as many threads more: a GPU group's thread
+  /// mostly sleeps until the hardware is done.
   virtual size_t gpu_groups() const { return 0; }
-  /// Groups the GPU can take at once now, at most gpu_groups(): under kShare its decoder starts in the
-  /// background, 0 until it is ready (the CPU decodes everything meanwhile). Thread-safe.
-  virtual size_t gpu_room() const { return 0; }
+  /// Under kAuto the GPU decoder starts in the background (the CPU decodes everything meanwhile).
+  /// Thread-safe.
+  virtual GpuReadiness gpu_readiness() const { return GpuReadiness::kStarting; }
   /// The GPU decoder's counts and times so far, for PipelineStats::gpu_decode (thread-safe; all zero
   /// without GPU decoding). gpu_group_seconds is the pipeline's to fill.
   virtual PipelineStats::GpuDecodeStats gpu_stats() const { return {}; }

@@ -20,6 +20,6 @@ if [ "$preset" = release ] && [ $# -eq 0 ] && [ "${FERRY_TSAN:-1}" = 1 ]; then
     exit 0
   fi
   echo "ferry: the concurrency core under ThreadSanitizer"
-  FERRY_TSAN_TARGETS="bounded_queue_test bounded_queue_stress_test pinned_pool_test batch_cutter_test pipeline_test on_error_skip_test fault_injection_test gpu_sharing_test pipeline_group_test" \
-    scripts/test-tsan.sh -R '^(BoundedQueue|BoundedQueueStress|PinnedPool|PoolOptions|BatchCutter|Pipeline|PipelineOrder|OnErrorSkip|FaultInjection|DecodeThreads/GpuSharing|PipelineGroup)\.'
+  FERRY_TSAN_TARGETS="bounded_queue_test bounded_queue_stress_test pinned_pool_test batch_cutter_test pipeline_test on_error_skip_test fault_injection_test gpu_sharing_test auto_decode_choice_test pipeline_group_test" \
+    scripts/test-tsan.sh -R '^(BoundedQueue|BoundedQueueStress|PinnedPool|PoolOptions|BatchCutter|Pipeline|PipelineOrder|OnErrorSkip|FaultInjection|DecodeThreads/GpuSharing|AutoDecodeChoice|PipelineGroup)\.'
 fi

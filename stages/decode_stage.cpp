@@ -110,21 +110,19 @@ void DecodeStage::use_gpu(std::shared_ptr<detail::NvJpegDecoder> nvjpeg, const s
   share_ = fields.empty() ? GpuShare::kNone : share;
 }
 
-// Under `auto`, the GPU takes a group per warm decoding state and kGroupsReading more whose files are read
-// meanwhile: reading them (file, header checks) is CPU work, a quarter of a CPU decode's or less, and
-// while the CPU threads are all busy a group's reads go at one thread's pace. On an H200 (ImageNet
-// recipe, 16 threads, 256 x 256) 2, 6 and 10 gave the same rate, 50-51k images/s, with the GPU
-// decoding 50%, 68-72% and 83-87% of the images: the more it takes, the less CPU the run costs.
-// ImageNet-like files: 21.5k, 21.9k and 22.4k images/s (54%, 64%, 78% on the GPU).
+// Beside a group per decoding state, groups whose files are read while the states decode others, so that
+// a state that comes back finds the next group ready. More would only wait longer: on an H200 (ImageNet
+// recipe, 16 threads, 256 x 256) `gpu` decoded 51-54k images/s whether 2, 6 or 10 were read ahead.
 constexpr size_t kGroupsReading = 6;
 
 size_t DecodeStage::gpu_groups() const {
   return share_ == GpuShare::kNone ? 0 : detail::NvJpegDecoder::kMaxWorkers + kGroupsReading;
 }
 
-size_t DecodeStage::gpu_room() const {
+SampleStage::GpuReadiness DecodeStage::gpu_readiness() const {
   const size_t states = nvjpeg_ ? nvjpeg_->room() : 0;
-  return states == 0 ? 0 : states + kGroupsReading;
+  if (states == 0) return GpuReadiness::kStarting;
+  return states < detail::NvJpegDecoder::kMaxWorkers ? GpuReadiness::kReady : GpuReadiness::kWarm;
 }
 
 PipelineStats::GpuDecodeStats DecodeStage::gpu_stats() const {

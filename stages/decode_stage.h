@@ -48,7 +48,7 @@ class DecodeStage : public SampleStage {
   void run_pending(const std::vector<SampleWork*>& samples,
                    const std::function<void(SampleWork&, std::exception_ptr)>& failed) override;
   size_t gpu_groups() const override;
-  size_t gpu_room() const override;
+  GpuReadiness gpu_readiness() const override;
   PipelineStats::GpuDecodeStats gpu_stats() const override;
 
  private:

@@ -74,7 +74,7 @@ void use_gpu_decoder(DecodeStage& decode, const PipelineOptions& options, const 
     if (all) throw;
     return;
   }
-  decode.use_gpu(std::move(nvjpeg), fields, all ? SampleStage::GpuShare::kAll : SampleStage::GpuShare::kShare);
+  decode.use_gpu(std::move(nvjpeg), fields, all ? SampleStage::GpuShare::kAll : SampleStage::GpuShare::kAuto);
 }
 
 }  // namespace

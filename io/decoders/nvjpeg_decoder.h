@@ -23,8 +23,8 @@ namespace ferry::detail {
 // or replaces it as it does any other sample) and the order, the cutter and resumption see nothing new.
 //  * The split node cuts a plan into groups of about PipelineGraph::kGpuGroup images, so that one task
 //    hands the hardware many images at once. Under `gpu` each group is decoded on the GPU; under `auto`
-//    where there is room when its task starts (Note [sharing images between the GPU and the CPU] in
-//    pipeline_graph.cpp).
+//    where auto's measurement says when its task starts (Note [auto: the faster decoder] in
+//    pipeline/auto_decode_choice.h).
 //  * The task reads the samples, on every idle decode thread at once (PipelineGraph::decode_samples),
 //    and asks the decode stage for each field; a GPU field's JPEG header is
 //    read on the CPU (TurboJPEG), the window the field keeps is planned exactly as on the CPU path

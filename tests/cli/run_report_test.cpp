@@ -487,6 +487,7 @@ TEST(RunReport, GpuDecodingHasLinesAndAnObjectOnlyWhenAJpegFieldUsesTheGpu) {
   EXPECT_EQ(gpu["decoding_states"].u64(), 4u);
   EXPECT_DOUBLE_EQ(gpu["state_busy_seconds"].number(), 8.0);
   EXPECT_EQ(gpu["unavailable"].text, "");
+  EXPECT_EQ(gpu["auto_choice"].text, "") << "under gpu";
   EXPECT_EQ(check_schema(json_of(RunInfo{}, stats), "report_gpu_decode.json"), 0);
   std::string text = report_text("t", RunInfo{}, stats);
   EXPECT_NE(text.find("jpeg       750 images on the GPU (75%), 250 images on the CPU"), std::string::npos) << text;
@@ -494,6 +495,34 @@ TEST(RunReport, GpuDecodingHasLinesAndAnObjectOnlyWhenAJpegFieldUsesTheGpu) {
                       "states in use 50% of the time"),
             std::string::npos)
       << text;
+
+  // Under auto: what it chose, from which rates; each phase in the JSON and the text.
+  stats.gpu_decode.auto_cpu_images_per_second = 31'000.0;
+  stats.gpu_decode.auto_gpu_images_per_second = 55'100.0;
+  const std::vector<std::pair<std::string, std::string>> phases = {
+      {"gpu", "auto chose the GPU: the GPU alone 55.1k images/s, the CPU threads 31.0k images/s while it started"},
+      {"cpu", "auto chose the CPU threads: the GPU alone 55.1k images/s, the CPU threads 31.0k images/s while it"},
+      {"trying", "auto: the GPU decodes while its rate is measured (the CPU threads: 31.0k images/s)"},
+      {"warming", "auto: the CPU threads decode while the GPU decoder starts"},
+      {"mixed",
+       "auto: the devices chose differently (in all: the GPU 55.1k images/s, the CPU threads 31.0k images/s)"}};
+  for (const auto& [phase, line] : phases) {
+    stats.gpu_decode.auto_choice = phase;
+    EXPECT_NE(report_text("t", RunInfo{}, stats).find(line), std::string::npos) << phase;
+    const std::string report = json_of(RunInfo{}, stats);
+    const Json parsed = JsonReader::parse(report);
+    const Json& chosen = parsed["gpu_decode"];
+    EXPECT_EQ(chosen["auto_choice"].text, phase);
+    EXPECT_DOUBLE_EQ(chosen["auto_cpu_images_per_second"].number(), 31'000.0);
+    EXPECT_DOUBLE_EQ(chosen["auto_gpu_images_per_second"].number(), 55'100.0);
+    EXPECT_EQ(check_schema(report, "report_auto_" + phase + ".json"), 0) << phase;
+  }
+  stats.gpu_decode.auto_gpu_images_per_second = 0.0;
+  stats.gpu_decode.auto_choice = "trying";
+  EXPECT_EQ(check_schema(json_of(RunInfo{}, stats), "report_auto_unmeasured.json"), 0);
+  stats.gpu_decode.auto_choice = "cpu";
+  EXPECT_NE(report_text("t", RunInfo{}, stats).find("the GPU alone not measured, the CPU threads 31.0k"),
+            std::string::npos);
 
   // Under auto, a decoder still starting, and one that failed to start, say so.
   stats.gpu_decode.ready_seconds = 0.0;
@@ -663,9 +692,9 @@ TEST(RunReport, TheSchemaCheckRejectsBrokenReports) {
     EXPECT_NE(at, std::string::npos) << from;
     return at == std::string::npos ? text : text.replace(at, from.size(), to);
   };
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 10,", ""), "missing.json"), 1);
-  EXPECT_EQ(check_schema(replaced("\"format_version\": 10,", "\"format_version\": 10, \"extra\": 2,"), "extra.json"),
-            1);
+  const std::string version = "\"format_version\": " + std::to_string(kReportFormatVersion) + ",";
+  EXPECT_EQ(check_schema(replaced(version, ""), "missing.json"), 1);
+  EXPECT_EQ(check_schema(replaced(version, version + " \"extra\": 2,"), "extra.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"waiting\": true", "\"waiting\": 1"), "leg.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": \"40\""), "type.json"), 1);
   EXPECT_EQ(check_schema(replaced("\"batches\": 40", "\"batches\": -40"), "negative.json"), 1);

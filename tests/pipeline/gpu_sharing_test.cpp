@@ -1,9 +1,10 @@
-// Note [sharing images between the GPU and the CPU], on a machine without a GPU: a stand-in for the GPU
-// decoder (a decode stage that says GpuShare::kShare, takes a group's samples as pending and decodes them
-// in run_pending after a pause, as the hardware would) shows how the decode node routes groups. Before
-// the stand-in is ready every sample is decoded on the CPU; once it is, it gets groups, never more at
-// once than its room; every delivered byte equals the source's, in the sampler's order, at every thread
-// count. The real decoder's pixels and speed are tests/cuda/jpeg_gpu_cuda_test.cpp's and bench/'s.
+// Note [auto: the faster decoder], on a machine without a GPU: a stand-in for the GPU decoder (a decode
+// stage that says GpuShare::kAuto, takes a group's samples as pending and decodes them in run_pending
+// after a pause, as the hardware would) shows how the decode node routes groups. Before the stand-in is
+// ready every sample is decoded on the CPU; once it is, every group goes to it while its rate is
+// measured, and then to the faster path; every delivered byte equals the source's, in the sampler's
+// order, at every thread count. The choice's arithmetic is auto_decode_choice_test.cpp's; the real
+// decoder's pixels and speed are tests/cuda/jpeg_gpu_cuda_test.cpp's and bench/'s.
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <ferry/io/formats/synthetic_source.h>
+#include <ferry/pipeline/auto_decode_choice.h>
 #include <ferry/pipeline/error.h>
 #include <ferry/pipeline/pipeline.h>
 #include <ferry/pipeline/stage.h>
@@ -39,20 +41,22 @@ SyntheticOptions dataset(uint64_t samples) {
 }
 
 // Wraps the real decode stage. A GPU-routed sample is read here but left pending; run_pending() decodes
-// the group after a pause, counting how many groups are "in the hardware" at once.
+// the group after a pause. A CPU-decoded sample takes `cpu_pause` longer, so that the GPU is the faster.
 class StandInGpuDecode : public SampleStage {
  public:
-  static constexpr size_t kRoom = 2;
-
   explicit StandInGpuDecode(std::unique_ptr<SampleStage> inner) : inner_(std::move(inner)) {}
   std::string_view name() const override { return inner_->name(); }
-  GpuShare gpu_share() const override { return GpuShare::kShare; }
-  size_t gpu_groups() const override { return kRoom; }
-  size_t gpu_room() const override { return ready.load() ? kRoom : 0; }
+  GpuShare gpu_share() const override { return GpuShare::kAuto; }
+  size_t gpu_groups() const override { return 2; }
+  GpuReadiness gpu_readiness() const override {
+    if (!ready.load()) return GpuReadiness::kStarting;
+    return warm.load() ? GpuReadiness::kWarm : GpuReadiness::kReady;
+  }
 
   void run(SampleWork& work) override {
     if (!work.on_gpu) {
       inner_->run(work);
+      if (cpu_pause.count() > 0) std::this_thread::sleep_for(cpu_pause);
       cpu_samples.fetch_add(1);
       return;
     }
@@ -63,51 +67,55 @@ class StandInGpuDecode : public SampleStage {
   void run_pending(const std::vector<SampleWork*>& samples,
                    const std::function<void(SampleWork&, std::exception_ptr)>& failed) override {
     (void)failed;
-    const size_t now = ++in_hardware;
-    size_t seen = most_at_once.load();
-    while (now > seen && !most_at_once.compare_exchange_weak(seen, now)) {
-    }
     std::this_thread::sleep_for(2ms);
     for (SampleWork* sample : samples) {
       sample->pending.clear();
       inner_->run(*sample);
       gpu_samples.fetch_add(1);
     }
-    --in_hardware;
     gpu_groups_done.fetch_add(1);
   }
 
-  std::atomic<bool> ready{false};
-  std::atomic<size_t> in_hardware{0}, most_at_once{0};
+  std::atomic<bool> ready{false}, warm{true};
+  std::chrono::microseconds cpu_pause{0};
   std::atomic<uint64_t> cpu_samples{0}, gpu_samples{0}, gpu_groups_done{0};
 
  private:
   std::unique_ptr<SampleStage> inner_;
 };
 
-// What a run delivered, and where the stand-in says its samples were decoded.
+// What a run delivered, where the stand-in says its samples were decoded, and what auto chose.
 struct Delivered {
   uint64_t batches = 0;
   uint64_t samples = 0;
   uint64_t cpu_samples = 0, gpu_samples = 0, gpu_groups = 0;
-  size_t most_at_once = 0;  // groups in the stand-in's "hardware" at once
+  PipelineStats::GpuDecodeStats gpu;
 };
 
-// Runs 2 epochs of 2000 samples in batches of 200 (groups of about 64: 4 a plan) with `threads` decode
-// threads, checking every batch against the source; `ready_after` batches taken, the stand-in becomes
-// ready (0: from the start).
-Delivered run_shared(size_t threads, uint64_t ready_after) {
+struct Run {
+  size_t threads = 1;
+  uint64_t ready_after = 0;  // batches taken before the stand-in is ready (0: from the start)
+  bool warm = true;          // once ready, its rate is what it will be (else auto never measures it)
+  uint64_t epochs = 2;
+  std::chrono::microseconds cpu_pause{0};
+};
+
+// Runs `epochs` epochs of 2000 samples in batches of 200 (4 groups of 50 a plan), checking every batch
+// against the source.
+Delivered run_shared(const Run& settings) {
   const auto source = std::make_shared<const SyntheticSource>(dataset(2000));
   PipelineOptions options;
   options.device = "cpu";
   options.batch_size = 200;
-  options.epochs = 2;
-  options.decode_threads = threads;
+  options.epochs = settings.epochs;
+  options.decode_threads = settings.threads;
   options.prefetch = 2;
   StageSet stages = make_standard_stages(source, options);
   auto owned = std::make_unique<StandInGpuDecode>(std::move(stages.decode));
   StandInGpuDecode& stand_in = *owned;
-  if (ready_after == 0) stand_in.ready = true;
+  stand_in.ready = settings.ready_after == 0;
+  stand_in.warm = settings.warm;
+  stand_in.cpu_pause = settings.cpu_pause;
   stages.decode = std::move(owned);
   Pipeline pipeline(std::move(stages), options);
   Delivered run;
@@ -116,41 +124,59 @@ Delivered run_shared(size_t threads, uint64_t ready_after) {
     EXPECT_EQ(batch->index(), run.batches % 10) << "batches in the sampler's order";
     ++run.batches;
     run.samples += batch->batch_size();
-    if (run.batches == ready_after) stand_in.ready = true;
+    if (run.batches == settings.ready_after) stand_in.ready = true;
   }
   run.cpu_samples = stand_in.cpu_samples.load();
   run.gpu_samples = stand_in.gpu_samples.load();
   run.gpu_groups = stand_in.gpu_groups_done.load();
-  run.most_at_once = stand_in.most_at_once.load();
+  run.gpu = pipeline.stats().gpu_decode;
   return run;
 }
 
 class GpuSharing : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(GpuSharing, BeforeTheGpuIsReadyTheCpuDecodesEverything) {
-  const Delivered run = run_shared(GetParam(), /*ready_after=*/1000);
+  const Delivered run = run_shared({.threads = GetParam(), .ready_after = 1000});
   EXPECT_EQ(run.batches, 20u);
   EXPECT_EQ(run.samples, 4000u);
   EXPECT_EQ(run.gpu_samples, 0u);
   EXPECT_EQ(run.cpu_samples, 4000u);
+  EXPECT_EQ(run.gpu.auto_choice, "warming");
 }
 
-TEST_P(GpuSharing, OnceReadyTheGpuTakesGroupsNeverMoreThanItsRoomAtOnce) {
-  const Delivered run = run_shared(GetParam(), /*ready_after=*/0);
+TEST_P(GpuSharing, OnceReadyEveryGroupGoesToTheGpuUntilItsRateIsMeasured) {
+  // Never warm: its rate is never measured, so it keeps every group.
+  const Delivered run = run_shared({.threads = GetParam(), .ready_after = 0, .warm = false});
   EXPECT_EQ(run.samples, 4000u);
-  EXPECT_EQ(run.gpu_samples + run.cpu_samples, 4000u) << "each sample decoded once";
-  EXPECT_GT(run.gpu_groups, 0u);
-  EXPECT_LE(run.most_at_once, StandInGpuDecode::kRoom);
+  EXPECT_EQ(run.gpu_samples, 4000u);
+  EXPECT_EQ(run.cpu_samples, 0u);
+  EXPECT_EQ(run.gpu_groups, 80u);
+  EXPECT_EQ(run.gpu.auto_choice, "trying");
+  EXPECT_EQ(run.gpu.auto_cpu_images_per_second, 0.0) << "nothing decoded on the CPU before";
 }
 
 TEST_P(GpuSharing, TheGpuJoinsWhenItBecomesReadyMidRun) {
-  const Delivered run = run_shared(GetParam(), /*ready_after=*/3);
+  const Delivered run = run_shared({.threads = GetParam(), .ready_after = 3});
   EXPECT_EQ(run.samples, 4000u);
   EXPECT_EQ(run.gpu_samples + run.cpu_samples, 4000u);
-  // Batches 0..3 and the prefetched ones were planned and begun on the CPU; most of the rest can go to
-  // the GPU once it is ready (how many depends on timing).
+  // Batches 0..3 and the prefetched ones were planned and begun on the CPU, the rest on the GPU (how many
+  // of each depends on timing).
   EXPECT_GT(run.gpu_samples, 0u);
   EXPECT_GE(run.cpu_samples, 3u * 200u);
+}
+
+TEST_P(GpuSharing, AutoKeepsTheFasterPathOnceItHasMeasuredBoth) {
+  // 1 ms a CPU-decoded sample: the CPU threads are far slower than the stand-in's GPU. After 8 batches
+  // on the CPU (a rate to compare), the GPU decodes 16384 images (AutoDecodeChoice::kGpuWindowImages)
+  // while it is measured, then keeps the rest.
+  const Delivered run = run_shared({.threads = GetParam(), .ready_after = 8, .epochs = 12, .cpu_pause = 1ms});
+  EXPECT_EQ(run.samples, 24000u);
+  EXPECT_EQ(run.gpu_samples + run.cpu_samples, 24000u) << "each sample decoded once";
+  EXPECT_EQ(run.gpu.auto_choice, "gpu");
+  EXPECT_GT(run.gpu.auto_cpu_images_per_second, 0.0);
+  EXPECT_GT(run.gpu.auto_gpu_images_per_second, run.gpu.auto_cpu_images_per_second);
+  EXPECT_GE(run.cpu_samples, 8u * 200u);
+  EXPECT_GE(run.gpu_samples, AutoDecodeChoice::kGpuWindowImages);
 }
 
 // A stand-in for `device: gpu` (every group to the GPU) whose first field waits for the "hardware" while
@@ -164,7 +190,7 @@ class FailingGpuDecode : public SampleStage {
   std::string_view name() const override { return inner_->name(); }
   GpuShare gpu_share() const override { return GpuShare::kAll; }
   size_t gpu_groups() const override { return 2; }
-  size_t gpu_room() const override { return 2; }
+  GpuReadiness gpu_readiness() const override { return GpuReadiness::kWarm; }
 
   void run(SampleWork& work) override {
     inner_->run(work);
