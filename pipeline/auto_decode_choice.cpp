@@ -25,7 +25,7 @@ AutoDecodeChoice::Path AutoDecodeChoice::route(bool gpu_ready, bool gpu_settled)
     case Phase::kWarming:
       if (!gpu_ready) return Path::kCpu;
       // The CPU's window closes here: what it finishes from now on shares the cores with the GPU's calls.
-      outcome_.cpu_images_per_second = cpu_.images >= min_cpu_images_ ? cpu_.rate() : 0.0;
+      cpu_rate_ = cpu_.images >= min_cpu_images_ ? cpu_.rate() : 0.0;
       phase_ = Phase::kTrying;
       [[fallthrough]];
     case Phase::kTrying:
@@ -46,17 +46,15 @@ void AutoDecodeChoice::finished(Path path, uint64_t images, uint64_t now_ns) {
 }
 
 void AutoDecodeChoice::decide() {
-  outcome_.gpu_images_per_second = gpu_.rate();
+  gpu_rate_ = gpu_.rate();
   // A CPU window too short to measure (a GPU decoder ready at once) keeps the GPU.
-  const bool cpu_faster = outcome_.cpu_images_per_second > (1.0 + cpu_margin_) * outcome_.gpu_images_per_second;
+  const bool cpu_faster = cpu_rate_ > (1.0 + cpu_margin_) * gpu_rate_;
   phase_ = cpu_faster ? Phase::kCpu : Phase::kGpu;
 }
 
 AutoDecodeChoice::Outcome AutoDecodeChoice::outcome() const {
   std::lock_guard lock(mutex_);
-  Outcome outcome = outcome_;
-  outcome.phase = phase_;
-  return outcome;
+  return Outcome{phase_, cpu_rate_, gpu_rate_};
 }
 
 std::string AutoDecodeChoice::phase_name(Phase phase) {

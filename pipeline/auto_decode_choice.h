@@ -81,7 +81,8 @@ class AutoDecodeChoice {
   Phase phase_ = Phase::kWarming;  // guarded by mutex_
   bool measuring_gpu_ = false;     // kTrying, settled: the GPU's window is open; guarded by mutex_
   Window cpu_, gpu_;               // guarded by mutex_
-  Outcome outcome_;                // guarded by mutex_
+  double cpu_rate_ = 0.0;          // images a second, once measured; guarded by mutex_
+  double gpu_rate_ = 0.0;          // guarded by mutex_
 };
 
 }  // namespace ferry
