@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/augment.py: training-ready image batches (issue 15), ferry beside torch's DataLoader and
+"""bench/augment.py: training-ready image batches, ferry beside torch's DataLoader and
 torchvision's GPU decoder, on the same files, cores and device, in one run.
 
     python3 bench/augment.py --ferry build/gpu/cli/ferry --data build/gpu/bench-data --device cuda \\

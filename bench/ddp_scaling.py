@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench/ddp_scaling.py: data-parallel loading on 1, 2 and 4 GPUs, one process per GPU as torchrun
-starts them (issue 16), ferry beside torch's DataLoader, and one ferry process feeding every GPU, in one
+starts them, ferry beside torch's DataLoader, and one ferry process feeding every GPU, in one
 run.
 
     python3 bench/ddp_scaling.py --ferry build/gpu/cli/ferry --data build/gpu/bench-data \\
@@ -241,7 +241,7 @@ def main():
                         help="batches each rank loads (ferry-1proc: steps, a batch for every device each); "
                              "default: --image-batches and --token-batches")
     # Long enough that start-up (the processes' pipelines, pools and workers) is not most of the span: 48
-    # batches of either took 0.05 to 0.5 s and measured start-up, not loading (2026-11-27, 4 H200s).
+    # batches of either took 0.05 to 0.5 s and measured start-up, not loading (4 H200s).
     parser.add_argument("--image-batches", type=int, default=320)
     parser.add_argument("--token-batches", type=int, default=2000)
     parser.add_argument("--timeout", type=float, default=600, help="seconds a rank (or ferry-1proc) may take")

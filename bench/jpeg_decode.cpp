@@ -404,7 +404,7 @@ int main(int argc, char** argv) {
       return [&, handle, buffer](size_t i) { plain_decode(*handle, images[i], buffer->data()); };
     };
 
-    // One untimed round first: the first timed round ran slower than later ones on the GPU machine
+    // One untimed round first: the first timed round ran slower than later ones on an H100 host
     // (caches, clocks), which made the 1-thread baseline look low and scaling look above 100%.
     (void)timed_rate(1, seconds, images.size(), plain_worker);
     std::vector<Point> points;

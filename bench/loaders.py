@@ -301,7 +301,7 @@ def bench_images(args, device, threads, out):
     warm_up(device, batch_bytes)
     points = []
     for t in threads:
-        # ferry decodes about 2900 images/s per thread on the GPU machine: 24 batches per thread keep it
+        # ferry decodes about 2900 images/s per thread on an H100 host: 24 batches per thread keep it
         # busy about 2 s per point, the DataLoader 2.5 to 10 s (the files are read up to 12 times).
         batches = min(4 * t, 8) if args.quick else 24 * t
         epochs = -(-batches * batch_size // samples)
@@ -344,7 +344,7 @@ def bench_tokens(args, device, threads, out):
     check_same_batches("tokens", ferry_digest_lines(digest), lines)
 
     per_epoch = -(-len(dataset) // TOKEN_BATCH)
-    # ferry delivers about 10000 batches/s on the GPU machine, the DataLoader about 1500.
+    # ferry delivers about 10000 batches/s on an H100 host, the DataLoader about 1500.
     batches = args.token_batches or (60 if args.quick else 16000)
     epochs = -(-batches // per_epoch)
     warm_up(device, TOKEN_BATCH * WINDOW * (4 if wide else dtype.itemsize))

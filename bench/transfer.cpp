@@ -191,8 +191,8 @@ class PlainLoopBatches {
   void* target_ = nullptr;
 };
 
-// What staging through a small ring could reach (docs/performance-notes.md, "What would lift staged
-// large batches further"): a plain loop, no framework. `threads` threads share each pageable batch;
+// What staging through a small ring could reach (docs/benchmarks.md, "What staging can deliver for
+// (a)"): a plain loop, no framework. `threads` threads share each pageable batch;
 // thread t copies chunks t, t + threads, ... of `chunk` bytes into its own ring of `slots`
 // pinned buffers, each followed at once by a cudaMemcpyAsync on the thread's stream and an event that
 // frees the slot. The ring (threads x slots x chunk) is small enough to stay in the last-level cache,

@@ -1,6 +1,6 @@
 # Finds ferry's dependencies and decides which build this is (GPU or CPU), saying why.
 # Everything is found with find_package/find_path, so Debian packages and CMAKE_PREFIX_PATH
-# (a pip torch, unpacked .deb files on the GPU machine, a conda env) work the same way.
+# (a pip torch, unpacked .deb files, a conda env) work the same way.
 
 find_package(Threads REQUIRED)
 

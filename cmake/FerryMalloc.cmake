@@ -3,15 +3,14 @@
 # Every tensor of a batch is a few heap objects (its TensorImpl, version counter, the batch's list),
 # made on the pipeline's threads and freed on the consumer's. With glibc's malloc, those frees take
 # the lock of the arena of the thread that made the object, while that thread is making the next
-# batch's. On the H100 hosts (2026-11-28, docs/performance-notes.md, ninth session) a batch of
-# 10 000 tensors cost its consumer 2.6-3.1 ms to drop with glibc and 0.5-0.9 ms with jemalloc;
-# bench/transfer (d) went from 3.4-3.8 to 7.0-8.7 GB/s, (b) from 10.9-13.7 to 15.7-19.7, and
-# bench/latency's batches a second rose by 23-58% (tokens) and 28-102% (32 x 1 KiB).
+# batch's. On an H100 host a batch of 10 000 tensors cost its consumer 2.6-2.8 ms to drop with glibc
+# and 0.5-0.6 ms with jemalloc; bench/transfer (d) went from 3.4-3.8 to 8.7 GB/s, and bench/latency's
+# batches a second rose by 23-58% (tokens) and 28-102% (32 x 1 KiB) (docs/benchmarks.md, "The malloc").
 #
 # FERRY_MALLOC: AUTO (jemalloc, else tcmalloc, where found; glibc's otherwise), JEMALLOC, TCMALLOC
 # (fail without it), SYSTEM. Sanitizer builds always use the system's: ASan and TSan replace malloc
 # themselves. The libraries are not linked to any of them: a program using ferry chooses its own
-# malloc (docs/performance-notes.md says how, and how Python can preload one).
+# malloc (docs/benchmarks.md, "The malloc", says how Python can preload one).
 set(FERRY_MALLOC "AUTO" CACHE STRING "malloc for ferry's programs: AUTO, JEMALLOC, TCMALLOC, SYSTEM")
 set_property(CACHE FERRY_MALLOC PROPERTY STRINGS AUTO JEMALLOC TCMALLOC SYSTEM)
 string(TOUPPER "${FERRY_MALLOC}" ferry_malloc_choice)

@@ -9,13 +9,13 @@
 
 namespace ferry::detail {
 
-// Seed 000's rule: each packed tensor starts at a multiple of max(min_packed_alignment_bytes, its
+// multi_tensor_copier's rule (ACCV-Lab): each packed tensor starts at a multiple of max(min_packed_alignment_bytes, its
 // element size), for any minimum of at least 1. With a minimum that is not a power of two (6, say)
 // that offset need not be a multiple of the element size (6 for a float), and a tensor cannot start
 // there: its view counts its storage offset in elements. So a tensor starts at a multiple of the
-// least common multiple of the two, which is a multiple of their maximum (the seed's guarantee
+// least common multiple of the two, which is a multiple of their maximum (the copier's guarantee
 // holds) and the maximum itself whenever one divides the other (every power of two: the same layout
-// as the seed's). An lcm past SIZE_MAX comes out as SIZE_MAX: such a tensor can only start a chunk.
+// as the copier's). An lcm past SIZE_MAX comes out as SIZE_MAX: such a tensor can only start a chunk.
 size_t packed_alignment(size_t min_alignment, size_t element_size) {
   const size_t element = std::max<size_t>(element_size, 1);
   const size_t minimum = std::max<size_t>(min_alignment, 1);

@@ -22,7 +22,7 @@ struct PackedChunk {
 };
 
 /// Where a packed tensor may start: a multiple of this, the least common multiple of
-/// `min_alignment` and `element_size` (so of their maximum, seed 000's rule, and of the element size,
+/// `min_alignment` and `element_size` (so of their maximum, multi_tensor_copier's rule, and of the element size,
 /// which a tensor's view needs); SIZE_MAX where that would not fit a size_t.
 size_t packed_alignment(size_t min_alignment, size_t element_size);
 

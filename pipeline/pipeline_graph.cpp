@@ -540,7 +540,7 @@ void PipelineGraph::return_token() {
 // samples against 8-10 us of packing; 0.87 ms a 38.5 MB image batch): each free of a block from another
 // thread's malloc arena takes that arena's lock, which the decode threads allocate under, and pack is a
 // serial node that every batch waits for. So pack hands the samples to a task of the arena's that frees
-// them beside decode, off the batch's path (docs/performance-notes.md has the runs). At most
+// them beside decode, off the batch's path. At most
 // max_releasing_ batches' samples wait for such a task, so memory stays bounded when the workers are
 // all busy: beyond that pack frees them itself, as before. The tasks wait behind decode's, so the bound
 // grows with the batches in flight: half of prefetch, at least 2. (At prefetch 16, a bound of 2 had pack

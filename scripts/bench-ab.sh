@@ -4,13 +4,13 @@
 # bench/transfer and bench/loaders.py for each, alternating, ROUNDS times, and prints each figure's
 # median for both. Results (every run's JSON and a summary) go to $OUT, or ./bench-ab.
 #
-#   source .deps/device-env.sh   # on the GPU machine
+#   source .deps/device-env.sh   # on a GPU machine that takes dependencies from .deps (docs/reliability.md)
 #   scripts/bench-ab.sh BASELINE [ROUNDS] [--no-loaders] [--loaders-args "..."] [--data DIR]
 #
 # The two builds use the same compiler, preset (gpu where it can be one, else release) and flags, and
-# FERRY_MALLOC from the environment (default AUTO). A baseline from before 2026-11-28 knows no such
-# option and keeps glibc's malloc: compare against it with FERRY_MALLOC=SYSTEM, or the malloc is
-# measured along with the change (each run's report and `ferry info` name it).
+# FERRY_MALLOC from the environment (default AUTO). A baseline older than that option keeps glibc's
+# malloc: compare against it with FERRY_MALLOC=SYSTEM, or the malloc is measured along with the change
+# (each run's report and `ferry info` name it).
 # loaders.py comes from this tree for both (it drives the `ferry` binary it is given).
 set -uo pipefail
 cd "$(dirname "$0")/.."

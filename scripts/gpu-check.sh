@@ -1,27 +1,34 @@
 #!/usr/bin/env bash
-# The whole GPU check, for the GPU machine (see ../shared/device/README.md):
-# configure a GPU build (fails unless CUDA toolkit and a CUDA libtorch are found), build, run every
-# test, then the benchmarks, the demo and the example. Logs and results go to $OUT (or ./gpu-results).
+# The whole GPU check, for a machine with an NVIDIA GPU: configure a GPU build (fails unless the CUDA
+# toolkit and a CUDA-enabled libtorch are found), build, run every test, compute-sanitizer over the cuda
+# tests, then `ferry info --bandwidth`, the demo, every shipped config, the C++ and Python examples and
+# the benchmarks. Logs and results go to $OUT (or ./gpu-results).
 #
 #   source .deps/device-env.sh; scripts/gpu-check.sh [--no-bench] [--no-sanitize] [--no-tests] [--only=NAME,...]
+#
+# .deps (ignored by git) is for a GPU machine that lacks some of ferry's Debian dependencies: .deps/debs
+# holds their .deb files (libtbb-dev and its libraries, libconcurrentqueue-dev, libturbojpeg0-dev,
+# libturbojpeg0, libjemalloc2, libjemalloc-dev: `apt-get download` them on a Debian 12 machine), and
+# .deps/device-env.sh unpacks them and exports CMAKE_PREFIX_PATH (with the CUDA-enabled torch's
+# torch.utils.cmake_prefix_path), LD_LIBRARY_PATH and CPATH. A machine that has them needs neither.
 #
 # --no-sanitize skips the compute-sanitizer step (memcheck, racecheck and synccheck over every binary
 # of cuda-labelled tests; a few minutes). --no-tests skips ctest.
 #
-# One device call runs at most 10 minutes, and the whole check takes longer (2026-11-27, H200: configure
-# and build 2 minutes, ctest about 7). Split it over calls on the same warm machine (the next call
-# within 30 s of the last; the build is kept, so it is only checked again):
+# The whole check takes more than 10 minutes (on one H200 with 16 cores: configure and build 2 minutes,
+# ctest about 7, then the sanitizer and the benchmarks). Where one command may run only so long, run it
+# in parts on the same machine (the build is kept, so later parts only check it):
 #   scripts/gpu-check.sh --no-bench --no-sanitize     # build and every test
 #   scripts/gpu-check.sh --no-tests --no-bench        # compute-sanitizer
 #   scripts/gpu-check.sh --no-tests --no-sanitize --only=runs,transfer,loaders,python_iteration,start_copy
 #   scripts/gpu-check.sh --no-tests --no-sanitize --only=jpeg_decode,latency,overlap,augment,ddp_scaling
-# ferry's programs link jemalloc where configure finds it (cmake/FerryMalloc.cmake): on the GPU machine
-# only if .deps/debs also holds Debian's libjemalloc2 and libjemalloc-dev (apt-get download them here);
-# configure's "programs' malloc" line says which malloc the build got.
+# ferry's programs link jemalloc where configure finds it (cmake/FerryMalloc.cmake): with .deps, only if
+# .deps/debs holds Debian's libjemalloc2 and libjemalloc-dev; configure's "programs' malloc" line says
+# which malloc the build got.
 # --only=NAME,... runs only those of the runs (info, demo, configs, examples: "runs") and benchmarks
 # (transfer, loaders, python_iteration, start_copy, jpeg_decode, latency, overlap, augment, ddp_scaling;
-# the last only where there are 2 or more GPUs). All the benchmarks at once would outlast a call too
-# (by this session's runs of them one at a time).
+# the last only where there are 2 or more GPUs). All the benchmarks together take longer than 10
+# minutes too, hence the two groups above.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-results}
@@ -51,7 +58,7 @@ step() { echo "=== $* ($(date +%T))"; }
 want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 
 step configure
-# The Python package must build there too (torch 2.11's Python beside Debian's 1.13 here).
+# The Python package must build too, for the Python whose torch is the CUDA-enabled libtorch.
 cmake --preset gpu -DFERRY_BUILD_PYTHON=ON > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
 grep -E "ferry: |Torch|CUDA" "$out/configure.log" | head -6
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The soak on the GPU machine (see ../shared/device/README.md): a GPU build of ferry_soak alone, then
-# BATCHES checked batches (10^6 unless given) delivered to cuda:0. Its log and JSON summary go to $OUT
-# (or ./gpu-results). Further arguments go to ferry_soak (e.g. --seed 7, --seconds 500).
+# The soak on a GPU machine: a GPU build of ferry_soak alone, then BATCHES checked batches (10^6 unless
+# given) delivered to cuda:0. Its log and JSON summary go to $OUT (or ./gpu-results). Further arguments
+# go to ferry_soak (e.g. --seed 7, --seconds 500). Where the machine lacks some of ferry's Debian
+# dependencies, source .deps/device-env.sh first (what .deps must hold: scripts/gpu-check.sh).
 #
 #   source .deps/device-env.sh; scripts/gpu-soak.sh [BATCHES] [ferry_soak options...]
 set -uo pipefail

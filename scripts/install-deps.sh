@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages ferry builds and tests with, if any are missing (as root, or
 # through sudo). Does nothing when FERRY_NO_APT=1, when CMAKE_PREFIX_PATH is set (dependencies come
-# from elsewhere, as on the GPU machine), or where there is no apt-get.
+# from elsewhere), or where there is no apt-get.
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build git

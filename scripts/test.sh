@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test: installs what is missing, builds everything (release preset) and runs CTest — unit,
 # integration, stress and cuda tests (the cuda ones skip, saying why, where there is no GPU). Then the
-# concurrency core (queues, pools, the batch cutter, pipelines, on_error, fault injection) again under
+# concurrency core (queues, pools, the batch cutter, pipelines, on_error, fault injection, the routing of
+# samples between the CPU threads and the GPU decoder, pipeline groups) again under
 # ThreadSanitizer (scripts/test-tsan.sh; about 20 minutes on 2 cores from a fresh clone, 2 of them testing).
 # Extra arguments go to ctest (e.g. -L unit) and skip the ThreadSanitizer part, as FERRY_TSAN=0 does.
 # FERRY_PRESET=debug-asan runs the suite under AddressSanitizer and UBSan instead of release.
@@ -14,12 +15,12 @@ cmake --build --preset "$preset" -j "$(nproc)"
 ctest --preset "$preset" "$@"
 if [ "$preset" = release ] && [ $# -eq 0 ] && [ "${FERRY_TSAN:-1}" = 1 ]; then
   # The instrumented libtbb is built from the Debian source of the installed libtbb-dev: where the
-  # dependencies come from elsewhere (CMAKE_PREFIX_PATH, as on the GPU machine) there is none.
+  # dependencies come from elsewhere (CMAKE_PREFIX_PATH) there is none.
   if ! dpkg-query -W -f='${Status}' libtbb-dev 2> /dev/null | grep -q "install ok installed"; then
     echo "ferry: the ThreadSanitizer part is skipped: it needs Debian's libtbb-dev (scripts/test-tsan.sh says why)"
     exit 0
   fi
   echo "ferry: the concurrency core under ThreadSanitizer"
-  FERRY_TSAN_TARGETS="bounded_queue_test bounded_queue_stress_test pinned_pool_test batch_cutter_test pipeline_test on_error_skip_test fault_injection_test gpu_sharing_test auto_decode_choice_test pipeline_group_test" \
-    scripts/test-tsan.sh -R '^(BoundedQueue|BoundedQueueStress|PinnedPool|PoolOptions|BatchCutter|Pipeline|PipelineOrder|OnErrorSkip|FaultInjection|DecodeThreads/GpuSharing|AutoDecodeChoice|PipelineGroup)\.'
+  FERRY_TSAN_TARGETS="bounded_queue_test bounded_queue_stress_test pinned_pool_test batch_cutter_test pipeline_test on_error_skip_test fault_injection_test decode_routing_test auto_decode_choice_test pipeline_group_test" \
+    scripts/test-tsan.sh -R '^(BoundedQueue|BoundedQueueStress|PinnedPool|PoolOptions|BatchCutter|Pipeline|PipelineOrder|OnErrorSkip|FaultInjection|DecodeThreads/GpuDecodeRouting|AutoDecodeChoice|PipelineGroup)\.'
 fi

@@ -43,7 +43,7 @@ namespace ferry {
 //
 // The host loop and the kernel share augment_tap() and augment_value(), and both are compiled without
 // fused multiply-adds (stages/CMakeLists.txt): with FMAs the kernel's float32 values differed from the
-// host's by up to 1.4e-5 (the H200, the first run), since one fused rounding in the source coordinate
+// host's by up to 1.4e-5 (on an H200), since one fused rounding in the source coordinate
 // moves the interpolation weight. Without them each operation rounds alike, so a GPU and a CPU pipeline
 // deliver the same bytes (ImageAugmentCuda tests every element for equality).
 

@@ -14,7 +14,7 @@ namespace ferry {
 // ~~~~~~~~~~~~~~~~~~~~
 // Staging costs three bytes of host memory traffic per byte delivered: the CPU reads the decoded
 // tensor, writes the slab, and the copy engine reads the slab. For large batches that, not the link,
-// is the limit (docs/performance-notes.md). A decoded tensor that is already in pinned memory needs
+// is the limit (docs/benchmarks.md, bench/transfer). A decoded tensor that is already in pinned memory needs
 // none of it: the copy engine can read it in place. So a contiguous pinned tensor of at least
 // TransferOptions::direct_copy_bytes (1 MiB; 0: never) gets no CopyOp; its byte range becomes a
 // CopyChunk whose source is the tensor itself, and the slab's chunks are cut around it, so the

@@ -112,9 +112,9 @@ class NvJpegDecoder {
 
   struct Worker;
 
-  /// Decoding states in use at once. Each concurrent decode() call had its own state before: with prefetch
-  /// 16, sixteen states, each with its own set-up and allocations, made the GPU groups take 31 s summed
-  /// against 4.9 s with prefetch 4 (2xH200, 32 768 images). bench/jpeg_decode on an H200: 1 caller 38k
+  /// Decoding states in use at once, not one per concurrent decode() call: with prefetch 16, sixteen
+  /// states, each with its own set-up and allocations, made the GPU groups take 31 s summed against 4.9 s
+  /// with prefetch 4 (2xH200, 32 768 images). bench/jpeg_decode on an H200: 1 caller 38k
   /// images/s, 2 callers 61k, 4 callers 70k (batches of 256).
   static constexpr size_t kMaxWorkers = 4;
 

@@ -31,13 +31,12 @@ std::string errno_text() { return std::strerror(errno); }
 
 // Note [POSIX directory scan]
 // The scan uses opendir/readdir/stat rather than std::filesystem: a test built on std::filesystem
-// crashed on the GPU machine's toolchain (g++ 13 with a libtorch built against another libstdc++;
-// see the commit "cli_test: temp dirs with POSIX calls"), and a source in the library must not bring
-// that risk into every program that links ferry. readdir's d_type is not trusted (some filesystems
-// say DT_UNKNOWN); stat() says what each entry is and follows symbolic links, as torchvision's
-// os.walk(followlinks=True) does. Folders are identified by (device, inode), so a link back to a
-// folder above it (a loop) is skipped instead of recursing forever; two links to one folder elsewhere
-// give its files twice, as torchvision does.
+// crashed when built with g++ 13 against a libtorch built with another libstdc++, and a source in the
+// library must not bring that risk into every program that links ferry. readdir's d_type is not trusted
+// (some filesystems say DT_UNKNOWN); stat() says what each entry is and follows symbolic links, as
+// torchvision's os.walk(followlinks=True) does. Folders are identified by (device, inode), so a link
+// back to a folder above it (a loop) is skipped instead of recursing forever; two links to one folder
+// elsewhere give its files twice, as torchvision does.
 struct DirEntry {
   std::string name;
   bool directory = false;

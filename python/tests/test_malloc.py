@@ -1,4 +1,4 @@
-"""ferry.malloc_name(), and a Python program run with jemalloc preloaded (what docs/performance-notes.md
+"""ferry.malloc_name(), and a Python program run with jemalloc preloaded (what docs/benchmarks.md
 recommends for batches of many tensors) delivering the same bytes as `ferry run`."""
 
 import os

@@ -191,7 +191,7 @@ def test_a_failing_tensor_is_named_by_its_place_in_the_structure():
     assert raised.value.stage == "copy"
 
 
-def test_the_device_may_be_a_torch_device_and_the_defaults_are_seed_000s():
+def test_the_device_may_be_a_torch_device_and_the_defaults_are_multi_tensor_copiers():
     data = [torch.arange(4), {"a": np.ones(3)}]
     got = ferry.start_copy(data, torch.device("cpu")).get()
     assert torch.equal(got[0], data[0]) and torch.equal(got[1]["a"], torch.ones(3, dtype=torch.float64))
@@ -201,14 +201,14 @@ def test_the_device_may_be_a_torch_device_and_the_defaults_are_seed_000s():
                             max_packed_chunk_bytes=32 * 2**20, use_background_thread=True)
 
 
-def test_the_options_are_keyword_only_as_in_seed_000():
+def test_the_options_are_keyword_only_as_in_multi_tensor_copier():
     with pytest.raises(TypeError):
         ferry.start_copy([torch.ones(1)], "cpu", True)  # use_pinned_staging given by position
 
 
 def test_errors_are_runtime_errors_and_ready_is_true_once_get_returned():
-    assert issubclass(ferry.Error, RuntimeError)  # seed 000's get() raises RuntimeError
-    handle = ferry.start_copy([np.array([1, 2, 3]), np.array([4, 5, 6])], "cpu")  # seed 000's numpy example
+    assert issubclass(ferry.Error, RuntimeError)  # multi_tensor_copier's get() raises RuntimeError
+    handle = ferry.start_copy([np.array([1, 2, 3]), np.array([4, 5, 6])], "cpu")  # multi_tensor_copier's numpy example
     got = handle.get()
     assert handle.ready()
     assert all(torch.equal(g, torch.tensor(v)) for g, v in zip(got, [[1, 2, 3], [4, 5, 6]]))
@@ -360,7 +360,7 @@ def test_gpu_inputs_may_be_overwritten_on_their_stream_once_get_returns():
 
 
 @needs_gpu
-def test_seed_000s_example_and_ready_once_get_returned():
+def test_multi_tensor_copiers_example_and_ready_once_get_returned():
     data = [torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])]
     handle = ferry.start_copy(data, "cuda:0")
     result = handle.get()

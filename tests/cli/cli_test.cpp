@@ -51,7 +51,7 @@ constexpr const char* kPython = "/usr/bin/python3";
 // machine may be busy building. None of them is an assertion about speed, only a guard against hangs.
 constexpr Clock::duration kRunDeadline = seconds(120);
 constexpr Clock::duration kProgressDeadline = seconds(60);
-// After SIGINT: far beyond the one second the issue asks for, so a slow stop is measured, not cut off.
+// After SIGINT: far beyond the one second ferry promises, so a slow stop is measured, not cut off.
 constexpr Clock::duration kStopDeadline = seconds(10);
 
 // How a child ended.
@@ -388,7 +388,7 @@ std::string in_ms(Clock::duration duration) {
 }
 
 TEST(FerryRun, CtrlCStopsCleanlyWithAReportWithinASecond) {
-  // The issue asks for a stop within a second of Ctrl-C, whenever it comes (longer under a sanitizer:
+  // ferry promises a stop within a second of Ctrl-C, whenever it comes (longer under a sanitizer:
   // ThreadSanitizer alone takes ~0.4 s to tear a process down).
   constexpr Clock::duration kBound = seconds(1) * FERRY_TEST_TIME_SCALE;
   for (const Clock::duration after :
@@ -571,7 +571,7 @@ std::vector<std::string> shuffled_run(const std::vector<std::string>& more) {
 
 }  // namespace resume
 
-// The issue's test: stop after N batches, resume in a new process, and the two runs' batches, one
+// Stop after N batches, resume in a new process, and the two runs' batches, one
 // after the other, are bit-identical to an uninterrupted run's — whatever the thread counts and
 // prefetch depths of the parts.
 TEST(FerryResume, ANewProcessContinuesBitForBitWhereTheLastStopped) {

@@ -30,7 +30,7 @@ TEST(CopyOptions, InvalidValuesAreNamedWithTheirValue) {
   options = CopyOptions{};
   options.max_packed_chunk_bytes = 0;
   EXPECT_TRUE(contains(error_of([&] { validate(options); }), "max_packed_chunk_bytes must be at least 1, got 0"));
-  // Seed 000 takes any alignment of at least 1, powers of two or not.
+  // ACCV-Lab's multi_tensor_copier takes any alignment of at least 1, powers of two or not.
   for (size_t alignment : {size_t{1}, size_t{2}, size_t{3}, size_t{6}, size_t{12}, size_t{16}, size_t{48}, size_t{4096},
                            SIZE_MAX}) {
     CopyOptions valid;
@@ -40,9 +40,9 @@ TEST(CopyOptions, InvalidValuesAreNamedWithTheirValue) {
   }
 }
 
-// The seed's rule, max(minimum, element size), where one divides the other; their least common
+// multi_tensor_copier's rule, max(minimum, element size), where one divides the other; their least common
 // multiple otherwise, so that each tensor starts at a multiple of its element size.
-TEST(PackedChunks, TheAlignmentIsTheSeedsMaximumOrTheLeastCommonMultiple) {
+TEST(PackedChunks, TheAlignmentIsTheMaximumOrTheLeastCommonMultiple) {
   for (const size_t minimum : {size_t{1}, size_t{2}, size_t{4}, size_t{16}, size_t{256}}) {
     for (const size_t element : {size_t{1}, size_t{2}, size_t{4}, size_t{8}, size_t{16}}) {
       EXPECT_EQ(detail::packed_alignment(minimum, element), std::max(minimum, element)) << minimum << " " << element;

@@ -36,7 +36,7 @@
 namespace ferry {
 namespace {
 
-// Measured on an H200 (2026-11-27): NvjpegPixels... 9 levels at most and 0.738 on average over its 48
+// Measured on an H200: NvjpegPixels... 9 levels at most and 0.738 on average over its 48
 // files; AFolderDecodes... 6 and 0.41. The bounds leave room for another GPU's NVJPG engines.
 constexpr double kMaxLevels = 12;  // largest difference of one value (0..255): chroma edges upsampled differently
 constexpr double kMeanLevels = 1.0;

@@ -285,7 +285,7 @@ TEST_F(StartCopyCuda, ExtremePackingOptionsCopyEveryValue) {
   std::mt19937 rng(63);
   Draw draw;
   draw.devices = {at::Device(at::kCPU)};
-  // 3, 6, 24 and 100: not powers of two, which seed 000 accepts (each tensor then starts at the least
+  // 3, 6, 24 and 100: not powers of two, which multi_tensor_copier accepts (each tensor then starts at the least
   // common multiple of the alignment and its element size).
   for (const size_t alignment : {size_t{1} << 63, size_t{1}, size_t{3}, size_t{6}, size_t{24}, size_t{100}}) {
     for (const size_t limit : {size_t{1}, size_t{7}, size_t{4096}, SIZE_MAX}) {
@@ -379,7 +379,7 @@ TEST_F(StartCopyCuda, AHandleDroppedAfterGetKeepsItsStagingUntilTheCopyRan) {
   EXPECT_EQ(detail::RetiredCopies::pending(), 0u);
 }
 
-// Seed 000: ready() polls without blocking and says whether the copy has completed. With the copy
+// As in multi_tensor_copier: ready() polls without blocking and says whether the copy has completed. With the copy
 // stream held by a gate, the copies are submitted (plan() waits for that) but none has run.
 TEST_F(StartCopyCuda, ReadyIsFalseWhileTheCopyIsHeldBackAndTrueOnceItRan) {
   c10::cuda::device_synchronize();

@@ -249,7 +249,7 @@ TEST_F(UnifiedMemoryCuda, HundredAllocateFreeCyclesLeakNothing) {
   CudaStream stream(0);
   (void)free_bytes();
   // One cycle first: the first managed allocation may set up driver state that stays, and libtorch's
-  // first fill_ loads its kernels (96 MB of the device's memory on the H100 machine, for good).
+  // first fill_ loads its kernels (96 MB of an H100's memory, for good).
   free_managed(allocate_managed(bytes, 0));
   empty_managed({static_cast<int64_t>(bytes / 4)}, at::kFloat, 0).fill_(0.0f);
   FERRY_CUDA_CHECK(cudaDeviceSynchronize());

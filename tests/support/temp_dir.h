@@ -6,7 +6,8 @@ namespace ferry::testing {
 
 /// A fresh directory under $TMPDIR (or /tmp) for one test's files; the destructor removes everything
 /// in it, sub-folders too (links are removed, not followed), then the directory. Plain POSIX calls: std::filesystem and
-/// ::testing::TempDir() crashed tests on the GPU machine (see cli_test.cpp). Not thread-safe; one test owns it.
+/// ::testing::TempDir() crashed tests built with g++ 13 against a libtorch of another libstdc++. Not thread-safe;
+/// one test owns it.
 class TempDir {
  public:
   /// Throws std::runtime_error if mkdtemp fails.

@@ -102,7 +102,7 @@ struct Run {
 
 // Runs `epochs` epochs of 2000 samples in batches of 200 (4 groups of 50 a plan), checking every batch
 // against the source.
-Delivered run_shared(const Run& settings) {
+Delivered run_routed(const Run& settings) {
   const auto source = std::make_shared<const SyntheticSource>(dataset(2000));
   PipelineOptions options;
   options.device = "cpu";
@@ -133,10 +133,10 @@ Delivered run_shared(const Run& settings) {
   return run;
 }
 
-class GpuSharing : public ::testing::TestWithParam<size_t> {};
+class GpuDecodeRouting : public ::testing::TestWithParam<size_t> {};
 
-TEST_P(GpuSharing, BeforeTheGpuIsReadyTheCpuDecodesEverything) {
-  const Delivered run = run_shared({.threads = GetParam(), .ready_after = 1000});
+TEST_P(GpuDecodeRouting, BeforeTheGpuIsReadyTheCpuDecodesEverything) {
+  const Delivered run = run_routed({.threads = GetParam(), .ready_after = 1000});
   EXPECT_EQ(run.batches, 20u);
   EXPECT_EQ(run.samples, 4000u);
   EXPECT_EQ(run.gpu_samples, 0u);
@@ -144,9 +144,9 @@ TEST_P(GpuSharing, BeforeTheGpuIsReadyTheCpuDecodesEverything) {
   EXPECT_EQ(run.gpu.auto_choice, "warming");
 }
 
-TEST_P(GpuSharing, OnceReadyEveryGroupGoesToTheGpuUntilItsRateIsMeasured) {
+TEST_P(GpuDecodeRouting, OnceReadyEveryGroupGoesToTheGpuUntilItsRateIsMeasured) {
   // Never warm: its rate is never measured, so it keeps every group.
-  const Delivered run = run_shared({.threads = GetParam(), .ready_after = 0, .warm = false});
+  const Delivered run = run_routed({.threads = GetParam(), .ready_after = 0, .warm = false});
   EXPECT_EQ(run.samples, 4000u);
   EXPECT_EQ(run.gpu_samples, 4000u);
   EXPECT_EQ(run.cpu_samples, 0u);
@@ -155,8 +155,8 @@ TEST_P(GpuSharing, OnceReadyEveryGroupGoesToTheGpuUntilItsRateIsMeasured) {
   EXPECT_EQ(run.gpu.auto_cpu_images_per_second, 0.0) << "nothing decoded on the CPU before";
 }
 
-TEST_P(GpuSharing, TheGpuJoinsWhenItBecomesReadyMidRun) {
-  const Delivered run = run_shared({.threads = GetParam(), .ready_after = 3});
+TEST_P(GpuDecodeRouting, TheGpuJoinsWhenItBecomesReadyMidRun) {
+  const Delivered run = run_routed({.threads = GetParam(), .ready_after = 3});
   EXPECT_EQ(run.samples, 4000u);
   EXPECT_EQ(run.gpu_samples + run.cpu_samples, 4000u);
   // Batches 0..3 and the prefetched ones were planned and begun on the CPU, the rest on the GPU (how many
@@ -165,11 +165,11 @@ TEST_P(GpuSharing, TheGpuJoinsWhenItBecomesReadyMidRun) {
   EXPECT_GE(run.cpu_samples, 3u * 200u);
 }
 
-TEST_P(GpuSharing, AutoKeepsTheFasterPathOnceItHasMeasuredBoth) {
+TEST_P(GpuDecodeRouting, AutoKeepsTheFasterPathOnceItHasMeasuredBoth) {
   // 1 ms a CPU-decoded sample: the CPU threads are far slower than the stand-in's GPU. After 8 batches
   // on the CPU (a rate to compare), the GPU decodes 16384 images (AutoDecodeChoice::kGpuWindowImages)
   // while it is measured, then keeps the rest.
-  const Delivered run = run_shared({.threads = GetParam(), .ready_after = 8, .epochs = 12, .cpu_pause = 1ms});
+  const Delivered run = run_routed({.threads = GetParam(), .ready_after = 8, .epochs = 12, .cpu_pause = 1ms});
   EXPECT_EQ(run.samples, 24000u);
   EXPECT_EQ(run.gpu_samples + run.cpu_samples, 24000u) << "each sample decoded once";
   EXPECT_EQ(run.gpu.auto_choice, "gpu");
@@ -258,7 +258,7 @@ TEST(GpuDecodeFailures, AReplacementTakesTheSlotsItsFailedSampleWasPlacedIn) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(DecodeThreads, GpuSharing, ::testing::Values(1, 2, 4, 8),
+INSTANTIATE_TEST_SUITE_P(DecodeThreads, GpuDecodeRouting, ::testing::Values(1, 2, 4, 8),
                          [](const ::testing::TestParamInfo<size_t>& threads) {
                            return std::to_string(threads.param) + "_threads";
                          });
