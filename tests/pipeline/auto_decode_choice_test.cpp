@@ -106,8 +106,11 @@ TEST(AutoDecodeChoice, ThreadsRouteAndFinishAtOnce) {
       workers.emplace_back([&, t] {
         for (int g = 0; g < 400; ++g) {
           if (t == 0 && g == 100) ready = true;
-          const Path path = choice.route(ready.load(), ready.load());
+          // The phase as it stood before route(): phases only move forward, so a choice of the GPU seen
+          // before the call binds it. Read after it, a choice made meanwhile by another thread would
+          // count the CPU path it rightly took before that choice.
           const Phase phase = choice.outcome().phase;
+          const Path path = choice.route(ready.load(), ready.load());
           if (phase == Phase::kGpu && path == Path::kCpu) ++cpu_after_choice;
           choice.finished(path, 64, clock.fetch_add(kMs / 4) + kMs / 4);
         }
