@@ -5,30 +5,41 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "ferry/io/decoders/image_decoder.h"
-#include "ferry/io/decoders/png_decoder.h"
+#include "ferry/io/decoders/decoder_registry.h"
+#include "ferry/io/formats/source_registry.h"
 #include "ferry/io/samplers/sequential_sampler.h"
 #include "ferry/io/samplers/shard_shuffle_sampler.h"
 #include "ferry/io/samplers/sharded_sampler.h"
 #include "ferry/io/samplers/shuffled_sampler.h"
-#include "ferry/io/util/dtype_names.h"
+#include "ferry/io/transforms/transform_registry.h"
+#include "ferry/io/util/dataset_paths.h"
 #include "ferry/pipeline/cuda_device.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
 namespace {
 
-// The decode options of a field that change its bytes, for batch_order(): "" when it has none.
-std::string jpeg_order_text(const SourceConfig& source, const std::string& field) {
-  const auto found = source.jpeg.find(field);
-  if (found == source.jpeg.end()) return "";
-  return ":resize_shorter=" + std::to_string(found->second.resize_shorter) +
-         (found->second.crop == JpegDecodeOptions::Crop::kRandom ? ":crop=random" : ":crop=center");
+// What a key's value says about the order, where a kind gives no order() of its own: a path as the file
+// it names (two spellings of one dataset are one order), anything else as written.
+std::string order_text(const KeyValue& value, const KeySpec& spec) {
+  if (spec.type == KeySpec::Type::kPath && value.is_scalar()) return detail::real_path(value.text());
+  if (spec.type == KeySpec::Type::kList && !spec.item.empty() && spec.item.front().type == KeySpec::Type::kPath &&
+      value.is_list()) {
+    std::string paths;
+    for (const KeyValue& item : value.items()) paths += detail::real_path(item.text()) + ";";
+    return paths;
+  }
+  return value.yaml();
 }
 
-std::string real_path(const std::string& path) {
-  char resolved[PATH_MAX];
-  return ::realpath(path.c_str(), resolved) != nullptr ? std::string(resolved) : path;
+std::shared_ptr<const SourceKind> kind_of(const SourceConfig& source) {
+  std::shared_ptr<const SourceKind> kind = SourceRegistry::global().find(source.kind);
+  if (!kind) {
+    std::string known;
+    for (const std::string& name : SourceRegistry::global().names()) known += (known.empty() ? "" : ", ") + name;
+    throw Error("unknown source kind '" + source.kind + "' (registered: " + known + ")");
+  }
+  return kind;
 }
 
 }  // namespace
@@ -86,58 +97,28 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
   const SourceConfig& source = config.source;
   order["source.kind"] = source.kind;
   order["source.size"] = std::to_string(made.size());
-  if (source.kind == "synthetic") {
-    const SyntheticOptions& synthetic = source.synthetic;
-    order["source.samples"] = std::to_string(synthetic.samples);
-    order["source.seed"] = std::to_string(synthetic.seed);
-    std::ostringstream fields;
-    fields.precision(17);  // every double exactly: two ranges that differ must not read the same
-    for (const SyntheticField& field : synthetic.fields) {
-      fields << field.name << ":" << dtype_name(field.dtype) << "[";
-      for (const int64_t size : field.shape) fields << size << ",";
-      fields << "]";
-      if (field.variable) fields << "len" << field.min_length << ".." << field.max_length;
-      if (field.range) fields << "range" << field.range->first << ".." << field.range->second;
-      fields << ";";
+  const std::shared_ptr<const SourceKind> kind = kind_of(source);
+  if (kind->order) {
+    for (auto& [key, value] : kind->order(source.keys, made)) order[key] = std::move(value);
+  } else {
+    for (const auto& [name, value] : source.keys.entries()) {
+      if (const KeySpec* spec = [&]() -> const KeySpec* {
+            for (const KeySpec& key : kind->keys) {
+              if (key.name == name) return &key;
+            }
+            return nullptr;
+          }()) {
+        order["source." + name] = order_text(value, *spec);
+      }
     }
-    order["source.fields"] = fields.str();
-  } else if (source.kind == "megatron") {
-    // The file, not the text: a relative and an absolute path to one dataset are the same order.
-    char resolved[PATH_MAX];
-    order["source.prefix"] = ::realpath((source.megatron.prefix + ".bin").c_str(), resolved) != nullptr
-                                 ? std::string(resolved)
-                                 : source.megatron.prefix;
-    order["source.seq_len"] = std::to_string(source.megatron.seq_len);
-    order["source.add_extra_token"] = source.megatron.add_extra_token ? "true" : "false";
-  } else if (source.kind == "tar") {
-    std::string shards;
-    for (const std::string& shard : source.tar.shards) {
-      char resolved[PATH_MAX];
-      shards += (::realpath(shard.c_str(), resolved) != nullptr ? std::string(resolved) : shard) + ";";
+  }
+  // Transforms change what a sample holds; none (the usual case) records nothing, as before they existed.
+  if (!config.transforms.empty()) {
+    std::string transforms;
+    for (const TransformConfig& transform : config.transforms) {
+      transforms += transform.kind + transform.keys.yaml() + ";";
     }
-    order["source.shards"] = shards;
-    std::ostringstream members;
-    for (const TarField& field : source.tar.fields) {
-      members << field.name << ":" << field.extension << ":" << dtype_name(field.dtype) << ":" << field.decoder
-              << (field.optional ? ":optional" : "") << jpeg_order_text(source, field.name) << ";";
-    }
-    order["source.members"] = members.str();
-  } else if (source.kind == "image_folder") {
-    // The folder as scanned: another root, other extensions or other classes number samples otherwise.
-    const auto* folder = dynamic_cast<const ImageFolderSource*>(&made);
-    const ImageFolderOptions& options = folder != nullptr ? folder->options() : source.image_folder;
-    order["source.root"] = real_path(options.root);
-    std::vector<std::string> extensions = options.extensions;
-    std::sort(extensions.begin(), extensions.end());
-    std::string extension_list;
-    for (const std::string& extension : extensions) extension_list += extension + ";";
-    order["source.extensions"] = extension_list;
-    if (folder != nullptr) order["source.classes"] = std::to_string(folder->class_names().size());
-    std::ostringstream image;
-    image << options.image.decoder << "[";
-    for (const int64_t size : options.image.shape) image << size << ",";
-    image << "]" << jpeg_order_text(source, options.image.name);
-    order["source.image"] = image.str();
+    order["transforms"] = transforms;
   }
   order["batch_size"] = std::to_string(config.pipeline.batch_size);
   // Once a sample is skipped, batches hold other samples than under fail (and the saved position
@@ -149,13 +130,16 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
     order["sampler.shuffle_buffer"] = std::to_string(config.sampler.shuffle_buffer);
   }
   // Keys that change nothing in this run are left out, so changing them does not block a resume.
-  // The seed also draws random crops (Note [random crop]): other crops are other bytes.
-  const bool random_crop = std::any_of(source.jpeg.begin(), source.jpeg.end(), [](const auto& field) {
-    return field.second.crop == JpegDecodeOptions::Crop::kRandom;
-  });
+  // The seed also draws random crops (Note [random crop]) and a transform's random numbers: other
+  // draws are other bytes.
+  bool random_decode = false;
+  for (const auto& [field, decoder] : make_field_decoders(config, made)) random_decode |= !decoder->same_every_epoch();
+  for (const auto& transform : make_transforms(config).list) random_decode |= !transform->same_every_epoch();
   const AugmentOptions& augment = config.pipeline.augment;
   const bool random_augment = augment.enabled() && (augment.crops() || augment.flip > 0);
-  if (config.sampler.shuffle || random_crop || random_augment) order["sampler.seed"] = std::to_string(config.sampler.seed);
+  if (config.sampler.shuffle || random_decode || random_augment) {
+    order["sampler.seed"] = std::to_string(config.sampler.seed);
+  }
   order["sampler.rank"] = std::to_string(placement.rank);
   order["sampler.world_size"] = std::to_string(placement.world_size);
   if (placement.world_size > 1) order["sampler.remainder"] = config.sampler.drop_remainder ? "drop" : "pad";
@@ -163,55 +147,60 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
 }
 
 std::shared_ptr<const Source> make_source(const SourceConfig& source) {
-  if (source.kind == "synthetic") return std::make_shared<SyntheticSource>(source.synthetic);
-  if (source.kind == "megatron") return std::make_shared<TokenWindowSource>(source.megatron);
-  if (source.kind == "tar") return std::make_shared<TarShardSource>(source.tar);
-  if (source.kind == "image_folder") return std::make_shared<ImageFolderSource>(source.image_folder);
-  throw Error("unknown source kind '" + source.kind + "'");
+  std::shared_ptr<const Source> made = kind_of(source)->make(source.keys);
+  if (!made) throw Error("source kind '" + source.kind + "' made no source (null)");
+  return made;
 }
 
 FieldDecoders make_field_decoders(const Config& config, const Source& source) {
   FieldDecoders decoders;
-  for (const auto& [name, options] : config.source.jpeg) {
-    const auto& specs = source.fields();
-    const auto spec = std::find_if(specs.begin(), specs.end(), [&](const FieldSpec& s) { return s.name == name; });
+  const std::shared_ptr<const SourceKind> kind = kind_of(config.source);
+  if (!kind->decoded_fields) return decoders;
+  const std::vector<FieldSpec>& specs = source.fields();
+  for (const DecodedField& field : kind->decoded_fields(config.source.keys)) {
+    const auto spec = std::find_if(specs.begin(), specs.end(), [&](const FieldSpec& s) { return s.name == field.name; });
     if (spec == specs.end()) {
-      throw Error("resize_shorter/crop are set for field '" + name + "', which " + source.describe() +
+      throw Error("field '" + field.name + "' is configured in the source, which " + source.describe() +
                   " does not have");
     }
-    if (spec->shape.size() != 3 || spec->shape[0] <= 0 || spec->shape[1] <= 0 || spec->shape[2] != 3) {
-      throw Error("field '" + name + "': resize_shorter/crop need the field's shape to be [H, W, 3] (the crop's size)");
-    }
-    JpegDecodeOptions jpeg;
-    jpeg.resize_shorter = options.resize_shorter;
-    jpeg.crop_height = spec->shape[0];
-    jpeg.crop_width = spec->shape[1];
-    jpeg.crop = options.crop;
-    jpeg.seed = config.sampler.seed;
-    // decode.decoders may name another image decoder for the field (the loader allows only those):
-    // it decodes with the field's resize and crop.
-    const auto chosen = config.pipeline.decoders.find(name);
-    const std::string& decoder = chosen != config.pipeline.decoders.end() ? chosen->second : options.decoder;
-    if (decoder == "png") {
-      decoders.emplace(name, std::make_shared<PngDecoder>(jpeg));
-    } else if (decoder == "image") {
-      decoders.emplace(name, std::make_shared<ImageDecoder>(jpeg));
-    } else {
-      decoders.emplace(name, std::make_shared<JpegDecoder>(jpeg));
+    // decode.decoders may name another decoder for the field: it decodes with the field's keys.
+    const auto chosen = config.pipeline.decoders.find(field.name);
+    const std::string& decoder = chosen != config.pipeline.decoders.end() ? chosen->second
+                                  : field.decoder.empty()                  ? spec->decoder
+                                                                           : field.decoder;
+    static const KeyValue kNoKeys = KeyValue::mapping({});
+    const DecoderArgs args{*spec, field.keys != nullptr ? *field.keys : kNoKeys, config.sampler.seed};
+    try {
+      decoders.emplace(field.name, DecoderRegistry::global().make(decoder, args));
+    } catch (const std::exception& e) {
+      throw Error("field '" + field.name + "' (decoder '" + decoder + "'): " + cause_of(e));
     }
   }
   return decoders;
 }
 
+SampleTransforms make_transforms(const Config& config) {
+  SampleTransforms transforms;
+  transforms.seed = config.sampler.seed;
+  for (size_t t = 0; t < config.transforms.size(); ++t) {
+    const TransformConfig& transform = config.transforms[t];
+    try {
+      transforms.list.push_back(TransformRegistry::global().make(transform.kind, transform.keys));
+    } catch (const std::exception& e) {
+      throw Error("transform " + std::to_string(t) + " ('" + transform.kind + "'): " + cause_of(e));
+    }
+  }
+  return transforms;
+}
+
 std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement,
                                             const Source& source) {
   std::shared_ptr<const Sampler> order;
-  const auto* tar = dynamic_cast<const TarShardSource*>(&source);
-  if (sampler.shuffle && sampler.shuffle_buffer > 0 && tar != nullptr) {
-    std::vector<uint64_t> sizes(tar->shard_count());
-    for (size_t shard = 0; shard < sizes.size(); ++shard) sizes[shard] = tar->shard_samples(shard).size();
+  std::vector<uint64_t> shards = sampler.shuffle && sampler.shuffle_buffer > 0 ? source.shard_sizes()
+                                                                             : std::vector<uint64_t>{};
+  if (!shards.empty()) {
     order = std::make_shared<ShardShuffleSampler>(
-        std::move(sizes),
+        std::move(shards),
         ShardShuffleSampler::Options{sampler.seed, static_cast<size_t>(sampler.shuffle_buffer), true});
   } else if (sampler.shuffle) {
     order = std::make_shared<ShuffledSampler>(source.size(), sampler.seed);

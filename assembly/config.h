@@ -10,34 +10,26 @@
 
 #include "ferry/assembly/torchrun_env.h"
 #include "ferry/io/decoders/decoder.h"
-#include "ferry/io/decoders/jpeg_decoder.h"
-#include "ferry/io/formats/image_folder_source.h"
-#include "ferry/io/formats/synthetic_source.h"
-#include "ferry/io/formats/tar_shard_source.h"
-#include "ferry/io/formats/token_window_source.h"
+#include "ferry/io/formats/source.h"
 #include "ferry/io/samplers/sampler.h"
+#include "ferry/io/transforms/transform.h"
+#include "ferry/io/util/key_schema.h"
 #include "ferry/pipeline/pipeline_options.h"
 
 namespace ferry {
 
-/// How a field decoded by an image decoder (jpeg, png, image) is made the same size in every sample (YAML:
-/// `resize_shorter`, `crop`): resized so that its shorter side is resize_shorter (0: not resized), then cropped to the
-/// field's [H, W]. A random crop is seeded from sampler.seed (Note [random crop]).
-struct JpegFieldOptions {
-  std::string decoder = "jpeg";  // which image decoder: jpeg, png or image (either, by the bytes)
-  int64_t resize_shorter = 0;
-  JpegDecodeOptions::Crop crop = JpegDecodeOptions::Crop::kCenter;
-};
-
-/// Where the samples come from. `kind` picks which of the option groups below applies.
+/// Where the samples come from: a source kind registered in SourceRegistry (synthetic, megatron, tar,
+/// image_folder, or a program's or a plugin's own) and its keys.
 struct SourceConfig {
   std::string kind = "synthetic";
-  SyntheticOptions synthetic;       // kind: synthetic
-  TokenWindowOptions megatron;      // kind: megatron
-  TarShardOptions tar;              // kind: tar (shards already expanded from their {a..b} patterns)
-  ImageFolderOptions image_folder;  // kind: image_folder
-  /// Fields (by name) that get an image decoder of their own, with these options: see make_field_decoders().
-  std::map<std::string, JpegFieldOptions, std::less<>> jpeg;
+  /// The `source` mapping, `kind` left out, as the loader checked it against the kind's keys.
+  KeyValue keys = KeyValue::mapping({});
+};
+
+/// One entry of `transforms:`: a transform registered in TransformRegistry and its keys.
+struct TransformConfig {
+  std::string kind;
+  KeyValue keys = KeyValue::mapping({});  // the entry, `kind` left out
 };
 
 /// The order of the samples and this process's share of them.
@@ -79,6 +71,10 @@ struct Config {
   SourceConfig source;
   SamplerConfig sampler;
   PipelineOptions pipeline;
+  /// Sample transforms, run in this order on every decoded sample (`transforms:`).
+  std::vector<TransformConfig> transforms;
+  /// The plugins the config loaded (`plugins:`), as written; they were loaded while it was read.
+  std::vector<std::string> plugins;
   /// transfer.devices: one process feeding several devices ("cpu", "cuda:N", or the one entry "all":
   /// every visible GPU), a pipeline each (Note [one process, several devices] in
   /// pipeline/pipeline_group.h; make_pipeline_group()). Empty: one device, pipeline.device.
@@ -123,15 +119,19 @@ PipelineOptions resolve_pipeline_options(const Config& config, const Placement& 
 /// another size is caught; one regenerated with the same size but other contents is not).
 std::map<std::string, std::string> batch_order(const Config& config, const Placement& placement, const Source& source);
 
-/// The source config.source describes. Throws ferry::Error when it cannot be made.
+/// The source config.source describes, made by its kind. Throws ferry::Error when it cannot be made.
 std::shared_ptr<const Source> make_source(const SourceConfig& source);
 
-/// The decoders that config.source.jpeg asks for, by field: a JpegDecoder per field with its resize,
-/// a crop of the field's [H, W] (from `source`, the source the config makes) and sampler.seed. They
-/// are instances for make_pipeline(), never registered in DecoderRegistry::global(), so two pipelines
-/// with different options in one process do not clash. Throws ferry::Error for a field the source
-/// does not have or whose shape is not [H, W, 3].
+/// The decoders of the fields whose decoder the config names with its keys (a tar member's resize and
+/// crop, say), made by their kinds in DecoderRegistry::global() for `source`'s fields (the source the
+/// config makes): instances for make_pipeline(), never registered, so two pipelines with different
+/// options in one process do not clash. Throws ferry::Error for a field the source does not have or a
+/// decoder that cannot decode it.
 FieldDecoders make_field_decoders(const Config& config, const Source& source);
+
+/// The transforms config.transforms names, made by their kinds in TransformRegistry::global(), seeded
+/// with sampler.seed. Throws ferry::Error for one that cannot be made.
+SampleTransforms make_transforms(const Config& config);
 
 /// The order config.sampler asks for over `source`'s samples: sequential or shuffled (for tar shards
 /// with a shuffle buffer: shard order and buffer), then this rank's share (ShardedSampler) when there

@@ -1,7 +1,11 @@
 #include "ferry/assembly/config_schema.h"
 
 #include <algorithm>
+#include <sstream>
 
+#include "ferry/io/decoders/decoder_registry.h"
+#include "ferry/io/formats/source_registry.h"
+#include "ferry/io/transforms/transform_registry.h"
 #include "ferry/io/util/dtype_names.h"
 
 namespace ferry {
@@ -12,111 +16,23 @@ const std::vector<ConfigKey>& config_keys() {
       // source
       {"source", "mapping", "required", "Where the samples come from; `kind` selects the reader.",
        "{kind: synthetic, fields: [{name: x, dtype: float32, shape: [4]}]}"},
-      {"source.kind", "one of: synthetic, megatron, tar, image_folder", "required",
-       "The reader. `synthetic` makes deterministic samples from (seed, index), nothing to download; `megatron` reads "
+      {"source.kind", "source kind name", "required",
+       "The reader: `synthetic` makes deterministic samples from (seed, index), nothing to download; `megatron` reads "
        "a Megatron-LM indexed token dataset (`.bin` + `.idx`); `tar` reads WebDataset-style tar shards; `image_folder` "
-       "reads a folder of image files, one sub-folder per class (torchvision's ImageFolder layout).",
+       "reads a folder of image files, one sub-folder per class (torchvision's ImageFolder layout); or a kind your "
+       "program or a plugin registers. Each kind takes its own keys beside `kind` (Source kinds, below).",
        "synthetic"},
-      {"source.prefix", "path", "required (megatron)",
-       "The dataset's path without `.bin`/`.idx` (megatron). Samples are windows of `seq_len + 1` tokens over the "
-       "documents back to back, one field `tokens` in the file's dtype (uint16 is widened to int32 where libtorch has "
-       "no uint16).",
-       "data/tokens"},
-      {"source.seq_len", "integer >= 1", "2048", "Tokens per training sequence (megatron).", "4096"},
-      {"source.add_extra_token", "boolean", "true", "Windows of seq_len + 1 tokens, for the shifted labels (megatron).",
-       "false"},
-      {"source.shards", "path or list of paths", "required (tar)",
-       "The tar shards, read in this order; `{000..009}` in a path stands for each number of the range (tar). A sample "
-       "is the consecutive members sharing a basename.",
-       "[data/shard-000.tar]"},
-      {"source.members", "list of members", "one field per extension of the first sample (tar)",
-       "Which member of each sample feeds which field, and how it decodes (tar). Without it: labels (`.cls`, `.id`, "
-       "...) as int64 through `label`, everything else as raw bytes.",
-       "[{name: label, extension: cls, dtype: int64, shape: [], decoder: label}]"},
-      {"source.members[].name", "string", "required", "The field's name in a batch (tar).", "image"},
-      {"source.members[].extension", "string", "required",
-       "The member's extension, without the dot: `jpg`, `cls`, `seg.png` (tar).", "jpg"},
-      {"source.members[].dtype", dtype_choice, "uint8", "Element type after decoding (tar).", "uint8"},
-      {"source.members[].shape", "list of integers >= 0", "bytes of any length",
-       "Shape after decoding, [H, W, 3] for `jpeg` (tar). Without it the field is variable-length in its first "
-       "dimension.",
-       "[64, 64, 3]"},
-      {"source.members[].max_length", "integer >= 1", "none",
-       "Longest first dimension of a variable-length field: lets `pool.slab_size` be auto (tar).", "4096"},
-      {"source.members[].decoder", "decoder name", "raw",
-       "How the member's bytes become the field: raw, jpeg, png, image (JPEG or PNG, told apart by their bytes), npy, "
-       "label, json, or one your program registers (tar).",
-       "raw"},
-      {"source.members[].optional", "boolean", "false",
-       "A sample without this member gets an empty tensor instead of failing (tar).", "true"},
-      {"source.members[].resize_shorter", "integer 1..65535", "none",
-       "Resize each image so that its shorter side has this many pixels, keeping the aspect ratio, before the crop; "
-       "decoders `jpeg`, `png` and `image` only (tar).",
-       "256"},
-      {"source.members[].crop", "one of: center, random", "center",
-       "Where the crop of the field's [H, W] is taken from the (resized) image; random: drawn from `sampler.seed`, the "
-       "epoch and the sample, so an image gets another crop every epoch and a run (or a resume) repeats exactly. "
-       "Decoders `jpeg`, `png` and `image` only; without resize_shorter and crop every image must already be [H, W] "
-       "(tar).",
-       "random"},
-      {"source.members[].device", "one of: cpu, gpu, auto", "cpu",
-       "Where a jpeg member is decoded: cpu (libjpeg-turbo on the decode threads), gpu (nvJPEG's hardware decoder "
-       "on the delivery GPU; the images it cannot decode on the CPU), auto (the CPU threads while the GPU decoder "
-       "starts, then whichever of the two decoded faster, as measured; the CPU alone where the build has no nvJPEG) "
-       "(tar).",
-       "auto"},
-      {"source.root", "path", "required (image_folder)",
-       "The folder of images, one sub-folder per class: `root/<class>/<file>`. Class folders sorted by name are labels "
-       "0, 1, ...; below each, files are found in sub-folders too and sorted by path; hidden files and folders are "
-       "skipped. Samples have two fields: `image` and `label` (the class index, int64); keys are paths relative to "
-       "root (image_folder).",
-       "data/images"},
-      {"source.extensions", "list of strings", "[jpg, jpeg]",
-       "The files that count, by extension, compared case-insensitively (image_folder). PNG files need decoder `png` "
-       "or `image`.",
-       "[jpg, jpeg, JPG]"},
-      {"source.image", "mapping", "required (image_folder)",
-       "How each file's bytes become the `image` field (image_folder).",
-       "{shape: [224, 224, 3], resize_shorter: 256, crop: center}"},
-      {"source.image.shape", "list of integers >= 0", "required with jpeg, png, image; raw: bytes of any length",
-       "The decoded image's shape: [H, W, 3] for `jpeg`, `png` and `image`, uint8 RGB (image_folder).",
-       "[224, 224, 3]"},
-      {"source.image.decoder", "decoder name", "jpeg",
-       "How a file's bytes become the image: jpeg, png, image (JPEG or PNG, told apart by their bytes: for folders "
-       "that mix them), raw (the file's bytes as stored), or one your program registers (image_folder).",
-       "raw"},
-      {"source.image.resize_shorter", "integer 1..65535", "none",
-       "Resize each image so that its shorter side has this many pixels, keeping the aspect ratio, before the crop; "
-       "decoders `jpeg`, `png` and `image` only (image_folder).",
-       "256"},
-      {"source.image.crop", "one of: center, random", "center",
-       "Where the crop of the image's [H, W] is taken from the (resized) image; random: drawn from `sampler.seed`, the "
-       "epoch and the sample, so an image gets another crop every epoch and a run (or a resume) repeats exactly. "
-       "Decoders `jpeg`, `png` and `image` only; without resize_shorter and crop every image must already be [H, W] "
-       "(image_folder).",
-       "random"},
-      {"source.image.device", "one of: cpu, gpu, auto", "cpu",
-       "Where the jpeg decoder decodes: cpu (libjpeg-turbo on the decode threads), gpu (nvJPEG's hardware decoder on "
-       "the delivery GPU; the images it cannot decode on the CPU), auto (the CPU threads while the GPU "
-       "decoder starts, then whichever of the two decoded faster, as measured; the CPU alone where the build has no "
-       "nvJPEG) (image_folder).",
-       "auto"},
-      {"source.samples", "integer >= 1", "1024", "Samples in the dataset (synthetic).", "10000"},
-      {"source.seed", "integer", "0",
-       "Seed of the synthetic data: the same seed gives the same bytes on every machine.", "7"},
-      {"source.fields", "list of fields", "required", "The fields of each sample, in order (synthetic).",
-       "[{name: image, dtype: uint8, shape: [3, 64, 64]}]"},
-      {"source.fields[].name", "string", "required", "The field's name: the key of its tensor in a batch.", "image"},
-      {"source.fields[].dtype", dtype_choice, "required", "Element type.", "uint8"},
-      {"source.fields[].shape", "list of integers >= 0", "[]",
-       "Shape of one sample's tensor; for a variable-length field, the shape after its first dimension.",
-       "[3, 64, 64]"},
-      {"source.fields[].length", "[min, max] integers", "fixed length",
-       "Makes the field variable-length: its first dimension is drawn per sample from [min, max]; batches pad it and "
-       "add `<field>_lengths`.",
-       "[16, 256]"},
-      {"source.fields[].range", "[low, high] numbers", "floats [-1, 1), integers: the dtype's range",
-       "Values are drawn uniformly from [low, high).", "[0, 100]"},
+      {"plugins", "path or list of paths", "none",
+       "Plugins to load before the rest of the config is read: shared libraries that add source kinds, decoders and "
+       "transforms (docs/extending.md). A relative path is relative to the current folder.",
+       "[build/libmy_plugin.so]"},
+      {"transforms", "list of transforms", "none",
+       "Sample transforms, run in this order on the decode threads after the decoders: each maps a sample's fields "
+       "to new fields (Transforms, below).",
+       "[{kind: drop, fields: [label]}]"},
+      {"transforms[].kind", "transform name", "required",
+       "The transform: drop, rename, or one your program or a plugin registers. It takes its own keys beside `kind`.",
+       "drop"},
       // batches
       {"batch_size", "integer 1..16777216", "32", "Samples per batch.", "64"},
       {"prefetch", "integer 1..1024", "3",
@@ -157,8 +73,8 @@ const std::vector<ConfigKey>& config_keys() {
        "next samples, log it on stderr, count it and list it in the report.",
        "skip"},
       {"decode.decoders", "mapping of field to decoder", "the source's",
-       "Decoder per field, replacing the source's choice (built in: raw, jpeg, npy, label, json; and any your program "
-       "registers).",
+       "Decoder per field, replacing the source's choice (built in: raw, jpeg, png, image, npy, label, json; and any "
+       "your program or a plugin registers). It decodes with the keys the source gives the field.",
        "{image: raw}"},
       {"decode.decoders.<field>", "decoder name", "the source's", "The decoder of one field.", "raw"},
       // collate
@@ -283,6 +199,69 @@ std::vector<std::string> config_section_keys(std::string_view section) {
     names.emplace_back(rest);
   }
   return names;
+}
+
+namespace {
+
+// A table cell: no line breaks or '|', which would end the cell.
+std::string cell(std::string text) {
+  for (char& c : text) {
+    if (c == '\n') c = ' ';
+  }
+  std::string escaped;
+  for (const char c : text) escaped += c == '|' ? std::string("\\|") : std::string(1, c);
+  return escaped;
+}
+
+// One row per key, nested keys under their parent's path ("members[].name", "image.shape").
+void key_rows(std::ostringstream& out, const std::vector<KeySpec>& keys, const std::string& prefix) {
+  for (const KeySpec& key : keys) {
+    const std::string path = prefix + key.name;
+    out << "| `" << path << "` | " << cell(key.type_description()) << " | "
+        << cell(key.default_value.empty() ? "none" : key.default_value) << " | " << cell(key.description) << " | "
+        << (key.example.empty() ? std::string() : "`" + cell(key.example) + "`") << " |\n";
+    if (key.type == KeySpec::Type::kMapping) key_rows(out, key.keys, path + ".");
+    if (key.type == KeySpec::Type::kList && key.item.front().type == KeySpec::Type::kMapping) {
+      key_rows(out, key.item.front().keys, path + "[].");
+    }
+  }
+}
+
+void table(std::ostringstream& out, const std::string& heading, const std::string& description,
+           const std::string& origin, const std::vector<KeySpec>& keys, const std::string& prefix) {
+  out << "### " << heading << "\n\n";
+  if (!description.empty()) out << description << "\n\n";
+  if (!origin.empty()) out << "From " << origin << ".\n\n";
+  if (keys.empty()) {
+    out << "No keys of its own.\n\n";
+    return;
+  }
+  out << "| key | type | default | description | example |\n|---|---|---|---|---|\n";
+  key_rows(out, keys, prefix);
+  out << "\n";
+}
+
+}  // namespace
+
+std::string extension_keys_markdown() {
+  std::ostringstream out;
+  out << "## Source kinds\n\n"
+         "`source.kind` picks one; its keys sit beside `kind` in `source:`.\n\n";
+  for (const auto& kind : SourceRegistry::global().kinds()) {
+    table(out, "`" + kind->name + "`", kind->description, kind->origin, kind->keys, "source.");
+  }
+  out << "## Decoders\n\n"
+         "A field's mapping that names a decoder (`decoder:` of a tar member, of an image folder's `image`) also takes "
+         "the decoder's keys.\n\n";
+  for (const auto& kind : DecoderRegistry::global().kinds()) {
+    table(out, "`" + kind->name + "`", kind->description, kind->origin, kind->keys, "");
+  }
+  out << "## Transforms\n\n"
+         "Each entry of `transforms:` names one with `kind`; its keys sit beside it.\n\n";
+  for (const auto& kind : TransformRegistry::global().kinds()) {
+    table(out, "`" + kind->name + "`", kind->description, kind->origin, kind->keys, "");
+  }
+  return out.str();
 }
 
 }  // namespace ferry

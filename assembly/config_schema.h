@@ -26,8 +26,12 @@ const std::vector<ConfigKey>& config_keys();
 /// The key with this schema path, or nullptr.
 const ConfigKey* find_config_key(std::string_view path);
 
-/// The names directly under a section ("" for the top level, "source.fields[]" for a field's
-/// keys), in schema order.
+/// The names directly under a section ("" for the top level, "augment.normalize" for its keys), in
+/// schema order.
 std::vector<std::string> config_section_keys(std::string_view section);
+
+/// Markdown reference of every registered source kind, decoder and transform with its keys (a plugin's
+/// too, once loaded): what `ferry info --keys` prints and docs/config.md holds for the built-in ones.
+std::string extension_keys_markdown();
 
 }  // namespace ferry

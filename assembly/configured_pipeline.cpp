@@ -12,6 +12,8 @@
 #include "ferry/assembly/pipeline_state_loader.h"
 #include "ferry/io/decoders/decoder_registry.h"
 #include "ferry/io/decoders/nvjpeg_decoder.h"
+#include "ferry/io/formats/source_registry.h"
+#include "ferry/io/transforms/transform_registry.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/io/util/units.h"
 #include "ferry/pipeline/cuda_device.h"
@@ -45,13 +47,181 @@ std::optional<std::string> budget_problem(const PoolOptions& pool, size_t prefet
                  : "");
 }
 
+// The problems check_config() finds, each located where its key was set.
+struct Problems {
+  const Config& config;
+  std::vector<ConfigProblem> list;
+
+  void add(const std::string& key, std::string message) { list.push_back({config.where(key), key, std::move(message)}); }
+  /// At a value's own place: a key inside the source's keys (a field's `device`).
+  void add(const KeyValue& value, std::string message) {
+    list.push_back({value.where().empty() ? config.where(value.key()) : value.where(), value.key(), std::move(message)});
+  }
+  bool empty() const noexcept { return list.empty(); }
+};
+
+// The decode stage the config's pipeline runs: each field's decoder, then the transforms. nullopt after
+// adding why it cannot be made: a decoder's problem at decode.decoders (or the source's field), a
+// transform's at transforms.
+std::optional<DecodeStage> checked_decoding(const Config& config, const PipelineOptions& options,
+                                            const std::shared_ptr<const Source>& source, Problems& problems) {
+  FieldDecoders field_decoders;
+  SampleTransforms transforms;
+  try {
+    field_decoders = make_field_decoders(config, *source);
+    transforms = make_transforms(config);
+  } catch (const Error& e) {
+    problems.add(e.cause().rfind("transform ", 0) == 0 ? "transforms" : "source", e.cause());
+    return std::nullopt;
+  }
+  try {
+    const DecodeStage decoders(source, DecoderRegistry::global(), options.decoders, field_decoders);
+    try {
+      (void)transformed_fields(decoders.fields(), transforms.list);
+    } catch (const Error& e) {
+      problems.add("transforms", e.cause());
+      return std::nullopt;
+    }
+  } catch (const Error& e) {
+    problems.add("decode.decoders", e.cause());
+    return std::nullopt;
+  }
+  return std::optional<DecodeStage>(std::in_place, source, DecoderRegistry::global(), options.decoders, field_decoders,
+                                    std::move(transforms));
+}
+
+// The value of a decoded field's `device` key, if the config gives one (a problem with the GPU decoder
+// is reported there).
+const KeyValue* device_key(const Config& config, const std::string& field) {
+  const std::shared_ptr<const SourceKind> kind = SourceRegistry::global().find(config.source.kind);
+  if (!kind || !kind->decoded_fields) return nullptr;
+  for (const DecodedField& decoded : kind->decoded_fields(config.source.keys)) {
+    if (decoded.name == field && decoded.keys != nullptr) return decoded.keys->find("device");
+  }
+  return nullptr;
+}
+
+// Note [GPU JPEG decode]: device: gpu needs the decoder in this build and batches on a GPU (every device of
+// a group on its own); auto uses it where it can and the CPU otherwise. Neither goes with a dataset cache,
+// nor gpu with sample transforms (they run on the CPU after every field is decoded).
+void check_gpu_decoding(const Config& config, const PipelineOptions& options, const DecodeStage& decode,
+                        const std::vector<at::Device>& targets, Problems& problems) {
+  for (const auto& [field, where] : decode.gpu_fields()) {
+    const KeyValue* key = device_key(config, field);
+    const auto add = [&](std::string message) {
+      if (key != nullptr) {
+        problems.add(*key, std::move(message));
+      } else {
+        problems.add("source", std::move(message));
+      }
+    };
+    const std::string device = decode_device_name(where);
+    if (options.cache.enabled()) {
+      problems.add("cache.memory", "field '" + field + "' is decoded on the GPU (device: " + device +
+                                       "), which the dataset cache does not support yet: use device: cpu with a "
+                                       "cache, or cache.memory: off");
+    }
+    if (where != ImageDecodeOptions::Device::kGpu) continue;
+    if (!decode.transforms().empty()) {
+      add("field '" + field + "' is to be decoded on the GPU (device: gpu), but sample transforms run on the CPU "
+          "after the decoders: use device: cpu or auto, or leave the transforms out");
+    }
+    for (const at::Device& target : targets) {
+      if (!target.is_cuda()) {
+        add("field '" + field + "' is to be decoded on the GPU (device: gpu), but batches go to " + target.str() +
+            (config.devices.empty() ? " (transfer.device)" : " (transfer.devices)") +
+            ": deliver them to a CUDA device, or use device: cpu or auto");
+        break;
+      }
+      if (const std::string why = detail::NvJpegDecoder::unavailable_reason(); !why.empty()) {
+        add("this build cannot decode JPEGs on the GPU (" + why + "): use device: cpu or auto");
+        break;
+      }
+    }
+  }
+}
+
+// What only the fields the samples end with can say: the augmented field, the pad values, the size of the
+// largest batch against the slab and the pinned budget.
+void check_batches(const Config& config, const PipelineOptions& options, const DecodeStage& decode,
+                   const SourceKind* kind, Problems& problems) {
+  const std::vector<FieldSpec>& fields = decode.fields();
+  if (options.augment.enabled()) {
+    try {
+      (void)make_image_augment(options.augment, fields);
+    } catch (const Error& e) {
+      const std::string cause = e.cause();
+      const std::string prefix = "augment.field: ";
+      problems.add("augment.field", cause.rfind(prefix, 0) == 0 ? cause.substr(prefix.size()) : cause);
+    }
+  }
+  if (!config.transforms.empty()) {
+    // Without transforms the loader checked these names against the source's fields.
+    std::string names;
+    for (const FieldSpec& spec : fields) names += (names.empty() ? "" : ", ") + spec.name;
+    for (const auto& [field, pad] : options.collate.pad_values) {
+      const auto found = std::find_if(fields.begin(), fields.end(), [&](const FieldSpec& f) { return f.name == field; });
+      if (found == fields.end()) {
+        problems.add("collate.pad_values." + field,
+                     "the samples have no field '" + field + "' after the transforms; their fields: " + names);
+      } else if (!found->variable()) {
+        problems.add("collate.pad_values." + field, "field '" + field + "' has a fixed length: it is never padded");
+      }
+    }
+  }
+  // Each pad value at its own key (collate.pad_value, or the field's collate.pad_values entry).
+  bool pads_fit = true;
+  for (const FieldSpec& spec : fields) {
+    if (!spec.variable()) continue;  // never padded
+    const auto custom = options.collate.pad_values.find(spec.name);
+    const bool own = custom != options.collate.pad_values.end();
+    try {
+      (void)CollateStage::pad_element(own ? custom->second : options.collate.pad_value, spec.dtype);
+    } catch (const Error& e) {
+      problems.add(own ? "collate.pad_values." + spec.name : "collate.pad_value",
+                   e.cause() + " (field '" + spec.name + "' is " + dtype_name(spec.dtype) + ")");
+      pads_fit = false;
+    }
+  }
+  if (!pads_fit) return;
+  try {
+    const CollateStage collate(fields, options.collate, options.transfer.min_alignment);
+    const std::optional<size_t> largest = collate.max_batch_bytes(options.batch_size);
+    const std::string batch = "batch_size " + std::to_string(options.batch_size) + " of " + decode.source()->describe();
+    const PoolOptions& pool = options.pool;
+    const std::optional<size_t> slab = pool.slab_size(largest);
+    if (pool.slab_bytes != 0 && largest && *largest > pool.slab_bytes) {
+      problems.add("pool.slab_size", "a slab of " + format_byte_size(pool.slab_bytes) +
+                                         " is smaller than the largest batch, " + format_byte_size(*largest) + " (" +
+                                         batch + "); use at least that, or auto");
+    } else if (!slab) {
+      std::string field;
+      for (const FieldSpec& spec : fields) {
+        if (field.empty() && spec.variable() && !spec.max_length) field = spec.name;
+      }
+      std::optional<KeyProblem> advice;
+      if (kind != nullptr && kind->size_advice) advice = kind->size_advice(config.source.keys, field);
+      if (advice) {
+        problems.add(advice->key, advice->message);
+      } else {
+        problems.add("pool.slab_size", "field '" + field +
+                                           "' is variable-length with no max_length, so the largest batch (and the "
+                                           "pinned slab it needs) is unknown: set pool.slab_size to the largest "
+                                           "batch's bytes, or give the field a maximum");
+      }
+    } else if (auto problem = budget_problem(pool, options.prefetch, *slab, pool.slab_bytes != 0 ? "" : batch)) {
+      problems.add("pool.budget", *problem);
+    }
+  } catch (const Error& e) {
+    problems.add("source.fields", e.cause());  // the fields cannot be collated as given
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<const Source> check_config(const Config& config) {
-  std::vector<ConfigProblem> problems;
-  auto add = [&](const std::string& key, std::string message) {
-    problems.push_back({config.where(key), key, std::move(message)});
-  };
+  Problems problems{config};
+  const auto add = [&](const std::string& key, std::string message) { problems.add(key, std::move(message)); };
   std::optional<Placement> placement;
   try {
     placement = resolve_placement(config.sampler, torchrun_env());
@@ -79,31 +249,13 @@ std::shared_ptr<const Source> check_config(const Config& config) {
       add(config.devices.empty() ? "transfer.device" : "transfer.devices", e.cause());
     }
   }
-  // Note [GPU JPEG decode]: device: gpu needs the decoder in this build and batches on a GPU (every device of
-  // a group on its own); auto uses it where it can and the CPU otherwise.
-  for (const auto& [field, where] : options.decode_devices) {
-    if (where != DecodeDevice::kGpu) continue;
-    const std::string key = config.source.kind == "image_folder" ? "source.image.device" : "source.members";
-    for (const at::Device& target : targets) {
-      if (!target.is_cuda()) {
-        add(key, "field '" + field + "' is to be decoded on the GPU (device: gpu), but batches go to " + target.str() +
-                     (config.devices.empty() ? " (transfer.device)" : " (transfer.devices)") +
-                     ": deliver them to a CUDA device, or use device: cpu or auto");
-        break;
-      }
-      if (const std::string why = detail::NvJpegDecoder::unavailable_reason(); !why.empty()) {
-        add(key, "this build cannot decode JPEGs on the GPU (" + why + "): use device: cpu or auto");
-        break;
-      }
-    }
-  }
-
   std::shared_ptr<const Source> source;
+  const std::shared_ptr<const SourceKind> kind = SourceRegistry::global().find(config.source.kind);
   try {
     source = make_source(config.source);
   } catch (const Error& e) {
-    // An image folder's problems (no classes, an empty class) are the root's.
-    add(config.source.kind == "image_folder" ? "source.root" : "source", e.cause());
+    // An image folder's problems (no classes, an empty class) are the root's: where the kind says.
+    add(kind ? kind->error_key : "source", e.cause());
   }
   if (source && placement) {
     // A run that would deliver nothing is a mistake, not a success to report.
@@ -125,105 +277,26 @@ std::shared_ptr<const Source> check_config(const Config& config) {
     }
   }
   if (source) {
-    FieldDecoders field_decoders;
-    try {
-      field_decoders = make_field_decoders(config, *source);
-    } catch (const Error& e) {
-      add("source", e.cause());
-    }
-    try {
-      DecodeStage decode(source, DecoderRegistry::global(), options.decoders, field_decoders);
-    } catch (const Error& e) {
-      add("decode.decoders", e.cause());
-    }
-    if (options.augment.enabled()) {
-      try {
-        (void)make_image_augment(options.augment, source->fields());
-      } catch (const Error& e) {
-        const std::string cause = e.cause();
-        const std::string prefix = "augment.field: ";
-        add("augment.field", cause.rfind(prefix, 0) == 0 ? cause.substr(prefix.size()) : cause);
-      }
-    }
-    // Each pad value at its own key (collate.pad_value, or the field's collate.pad_values entry).
-    bool pads_fit = true;
-    for (const FieldSpec& spec : source->fields()) {
-      if (!spec.variable()) continue;  // never padded
-      const auto custom = options.collate.pad_values.find(spec.name);
-      const bool own = custom != options.collate.pad_values.end();
-      try {
-        (void)CollateStage::pad_element(own ? custom->second : options.collate.pad_value, spec.dtype);
-      } catch (const Error& e) {
-        add(own ? "collate.pad_values." + spec.name : "collate.pad_value",
-            e.cause() + " (field '" + spec.name + "' is " + dtype_name(spec.dtype) + ")");
-        pads_fit = false;
-      }
-    }
-    if (pads_fit) {
-      try {
-        const CollateStage collate(source->fields(), options.collate, options.transfer.min_alignment);
-        const std::optional<size_t> largest = collate.max_batch_bytes(options.batch_size);
-        const std::string batch = "batch_size " + std::to_string(options.batch_size) + " of " + source->describe();
-        const PoolOptions& pool = options.pool;
-        const std::optional<size_t> slab = pool.slab_size(largest);
-        if (pool.slab_bytes != 0 && largest && *largest > pool.slab_bytes) {
-          add("pool.slab_size", "a slab of " + format_byte_size(pool.slab_bytes) +
-                                    " is smaller than the largest batch, " + format_byte_size(*largest) + " (" + batch +
-                                    "); use at least that, or auto");
-        } else if (!slab) {
-          std::string field;
-          for (const FieldSpec& spec : source->fields()) {
-            if (field.empty() && spec.variable() && !spec.max_length) field = spec.name;
+    if (const std::optional<DecodeStage> decode = checked_decoding(config, options, source, problems)) {
+      check_gpu_decoding(config, options, *decode, targets, problems);
+      check_batches(config, options, *decode, kind.get(), problems);
+      if (options.cache.enabled() && placement && problems.empty()) {
+        // Everything the dataset cache needs, as make_pipeline() will plan it (Note [dataset cache]).
+        try {
+          const CollateStage collate(decode->fields(), options.collate, options.transfer.min_alignment);
+          // Each device of a group keeps its own share's cache on itself.
+          for (const at::Device& target : targets) {
+            (void)plan_dataset_cache(*decode, options, target, *make_sampler(config.sampler, *placement, *source),
+                                     collate.max_batch_bytes(options.batch_size));
           }
-          const std::string unknown = "field '" + field +
-                                      "' is variable-length with no max_length, so the largest batch (and the pinned "
-                                      "slab it needs) is unknown: ";
-          if (config.source.kind == "tar") {
-            std::string extension = field;  // fields found in the shards are named after their extension
-            for (const TarField& member : config.source.tar.fields) {
-              if (member.name == field) extension = member.extension;
-            }
-            const bool png = extension == "png";
-            const bool image = png || extension == "jpg" || extension == "jpeg";
-            const std::string member = "{name: " + field + ", extension: " + extension;
-            add("source.members",
-                unknown + "in source.members, " +
-                    (image ? "give it a decoder and a fixed shape, e.g. " + member +
-                                 ", decoder: " + (png ? "png" : "jpeg") +
-                                 ", shape: [224, 224, 3], resize_shorter: 256}, or a max_length (its longest first "
-                                 "dimension)"
-                           : "give it a max_length (its longest first dimension), e.g. " + member +
-                                 ", max_length: 65536}, or a decoder with a fixed shape") +
-                    "; or set pool.slab_size");
-          } else {
-            add("pool.slab_size",
-                unknown + "set pool.slab_size to the largest batch's bytes, or give the field a maximum");
-          }
-        } else if (auto problem = budget_problem(pool, options.prefetch, *slab, pool.slab_bytes != 0 ? "" : batch)) {
-          add("pool.budget", *problem);
+        } catch (const Error& e) {
+          const bool size = e.cause().find("max_bytes") != std::string::npos && options.cache.max_bytes != 0;
+          problems.add(size ? "cache.max_bytes" : "cache.memory", e.cause());
         }
-      } catch (const Error& e) {
-        add("source.fields", e.cause());  // the fields cannot be collated as given
-      }
-    }
-    if (options.cache.enabled() && placement && problems.empty()) {
-      // Everything the dataset cache needs, as make_pipeline() will plan it (Note [dataset cache]).
-      try {
-        const DecodeStage decode(source, DecoderRegistry::global(), options.decoders, field_decoders);
-        const CollateStage collate(source->fields(), options.collate, options.transfer.min_alignment);
-        // Each device of a group keeps its own share's cache on itself.
-        for (const at::Device& target : targets) {
-          (void)plan_dataset_cache(*source, decode.decoders(), options, target,
-                                   *make_sampler(config.sampler, *placement, *source),
-                                   collate.max_batch_bytes(options.batch_size));
-        }
-      } catch (const Error& e) {
-        const bool size = e.cause().find("max_bytes") != std::string::npos && options.cache.max_bytes != 0;
-        add(size ? "cache.max_bytes" : "cache.memory", e.cause());
       }
     }
   }
-  if (!problems.empty()) throw ConfigError(std::move(problems));
+  if (!problems.list.empty()) throw ConfigError(std::move(problems.list));
   return source;
 }
 
@@ -270,7 +343,8 @@ PipelineGroup::Part configured_part(const Config& config, const Placement& place
   }
   const FieldDecoders field_decoders = make_field_decoders(placed, *source);
   PipelineGroup::Part part;
-  part.stages = make_standard_stages(std::move(source), options, std::move(sampler), field_decoders);
+  part.stages =
+      make_standard_stages(std::move(source), options, std::move(sampler), field_decoders, make_transforms(placed));
   part.options = std::move(options);
   return part;
 }

@@ -1,9 +1,10 @@
 // ferry: the command line.
 //   ferry run [CONFIG] [--set k=v]... [--batches N] [--epochs N] [--report PATH]
 //   ferry validate CONFIG [--set k=v]...
-//   ferry info [--bandwidth]
+//   ferry info [--bandwidth] [--keys]
 //   ferry make-dataset tokens|tar|npy|images OUT [options]   (cli/make_dataset.h)
 //   ferry --version, ferry --help, ferry COMMAND --help
+// Every command also takes --plugin PATH (repeatable, before or after the command): a plugin to load first.
 // Exit status: 0 done, 1 the run failed, 2 bad usage or an invalid config, 130 interrupted (Ctrl-C),
 // 143 terminated (SIGTERM).
 #include <atomic>
@@ -28,8 +29,10 @@
 #include <oneapi/tbb/version.h>
 
 #include <ferry/assembly/config_loader.h>
+#include <ferry/assembly/config_schema.h>
 #include <ferry/assembly/configured_pipeline.h>
 #include <ferry/assembly/pipeline_state_loader.h>
+#include <ferry/assembly/plugin.h>
 #include <ferry/build_config.h>
 #include <ferry/io/util/units.h>
 #include <ferry/pipeline/cuda_device.h>
@@ -62,17 +65,20 @@ constexpr const char* kRunUsage =
     "  --report PATH         also write the report as JSON, docs/report.md (--set stats.report=PATH)\n"
     "  --save-state PATH     at the end (also after Ctrl-C or a failure) save where the run stands\n"
     "  --resume PATH         start where a saved run stopped: the batches it had not delivered\n"
-    "  --digest PATH         write a line per batch with a hash of its contents (for checking)\n";
+    "  --digest PATH         write a line per batch with a hash of its contents (for checking)\n"
+    "  --plugin PATH         load a plugin (a shared library of source kinds, decoders, transforms) first\n";
 constexpr const char* kValidateUsage =
-    "usage: ferry validate CONFIG [--set key=value]...\n"
+    "usage: ferry validate CONFIG [--set key=value]... [--plugin PATH]...\n"
     "\n"
     "Checks CONFIG and the overrides without running it: every problem, with file:line:column, the key,\n"
     "what was expected and what was found. Exits 0 when it would run, 2 otherwise.\n";
 constexpr const char* kInfoUsage =
-    "usage: ferry info [--bandwidth]\n"
+    "usage: ferry info [--bandwidth] [--keys] [--plugin PATH]...\n"
     "\n"
-    "What this build supports: the versions of ferry, libtorch, oneTBB and CUDA, and the visible devices.\n"
-    "  --bandwidth           also measure each device's host-to-device link\n";
+    "What this build supports: the versions of ferry, libtorch, oneTBB and CUDA, the visible devices, and\n"
+    "the source kinds, decoders and transforms a config can name (a loaded plugin's too).\n"
+    "  --bandwidth           also measure each device's host-to-device link\n"
+    "  --keys                print every source kind's, decoder's and transform's keys (Markdown)\n";
 constexpr const char* kMakeDatasetUsage =
     "usage: ferry make-dataset tokens OUT [--documents N] [--seed S] [--vocab V] [--dtype uint16|int32]\n"
     "       ferry make-dataset tar OUT_DIR [--samples N] [--shards S] [--image-size N|HxW|imagenet] [--classes C] [--seed S] "
@@ -104,6 +110,7 @@ void print_usage(FILE* out) {
   std::fputs("ferry: staged data loading into GPU-resident batches\n\n", out);
   for (const Command& command : kCommands) std::fprintf(out, "%s\n", command.usage);
   std::fputs("ferry --version prints the version and the build; ferry COMMAND --help one command's usage.\n", out);
+  std::fputs("ferry --plugin PATH COMMAND ... loads a plugin first (repeatable; also after the command).\n", out);
   std::fputs(kExitStatus, out);
 }
 
@@ -161,6 +168,10 @@ ConfigArgs parse_config_args(const std::vector<std::string_view>& args, bool run
       parsed.resume = value();
     } else if (run_flags && flag == "--digest") {
       parsed.digest = value();
+    } else if (flag == "--plugin") {
+      ferry::load_plugin(value());
+    } else if (flag.rfind("--plugin=", 0) == 0) {
+      ferry::load_plugin(std::string(flag.substr(9)));
     } else if (flag.rfind("-", 0) == 0) {
       throw UsageError("unknown option '" + std::string(flag) + "'");
     } else if (!parsed.path) {
@@ -394,9 +405,39 @@ int validate(const std::vector<std::string_view>& args) {
   return 0;
 }
 
+// The source kinds, decoders and transforms a config can name, by name, each plugin's marked.
+void print_extensions() {
+  const auto names = [](const auto& kinds) {
+    std::string text;
+    for (const auto& kind : kinds) {
+      text += (text.empty() ? "" : ", ") + kind->name;
+      if (!kind->origin.empty()) text += " (" + kind->origin + ")";
+    }
+    return text;
+  };
+  std::printf("  source kinds  %s\n", names(ferry::SourceRegistry::global().kinds()).c_str());
+  std::printf("  decoders      %s\n", names(ferry::DecoderRegistry::global().kinds()).c_str());
+  std::printf("  transforms    %s\n", names(ferry::TransformRegistry::global().kinds()).c_str());
+  const std::vector<std::string> plugins = ferry::loaded_plugins();
+  std::string loaded;
+  for (const std::string& plugin : plugins) loaded += (loaded.empty() ? "" : ", ") + plugin;
+  std::printf("  plugins       %s\n", plugins.empty() ? "none loaded (--plugin PATH)" : loaded.c_str());
+  std::printf("  (ferry info --keys prints their keys)\n");
+}
+
 int info(const std::vector<std::string_view>& args) {
   bool bandwidth = false;
-  for (const std::string_view arg : args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string_view arg = args[i];
+    if (arg == "--keys") {
+      std::fputs(ferry::extension_keys_markdown().c_str(), stdout);
+      return 0;
+    }
+    if (arg == "--plugin") {
+      if (i + 1 >= args.size()) throw UsageError("--plugin needs a value");
+      ferry::load_plugin(std::string(args[++i]));
+      continue;
+    }
     if (arg != "--bandwidth") throw UsageError("unknown option '" + std::string(arg) + "'");
     bandwidth = true;
   }
@@ -409,6 +450,7 @@ int info(const std::vector<std::string_view>& args) {
   std::printf("  CUDA driver   %s\n", ferry::cuda_driver_version().c_str());
   std::printf("  nvjpeg: %s\n", FERRY_NVJPEG ? "yes (jpeg device: gpu and auto decode on the GPU)"
                                              : ("no: " + std::string(FERRY_NVJPEG_REASON)).c_str());
+  print_extensions();
   const std::vector<ferry::CudaDeviceInfo> devices = ferry::cuda_devices(/*free_memory=*/true);
   if (devices.empty()) {
     std::printf("  devices       %s\n", ferry::cuda_unavailable_reason().c_str());
@@ -436,9 +478,20 @@ int info(const std::vector<std::string_view>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<std::string_view> args(argv + 1, argv + argc);
+  std::vector<std::string_view> args(argv + 1, argv + argc);
   const Command* command = nullptr;
   try {
+    // --plugin PATH before the command: loaded before anything else.
+    while (!args.empty() && (args[0] == "--plugin" || args[0].rfind("--plugin=", 0) == 0)) {
+      if (args[0] == "--plugin") {
+        if (args.size() < 2) throw UsageError("--plugin needs a value");
+        ferry::load_plugin(std::string(args[1]));
+        args.erase(args.begin(), args.begin() + 2);
+      } else {
+        ferry::load_plugin(std::string(args[0].substr(9)));
+        args.erase(args.begin());
+      }
+    }
     if (args.empty()) {
       print_usage(stderr);
       return kUsageError;
@@ -480,6 +533,9 @@ int main(int argc, char** argv) {
                  command ? "its usage" : "the commands and their usage");
     return kUsageError;
   } catch (const ferry::ConfigError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return kUsageError;
+  } catch (const ferry::PluginError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return kUsageError;
   } catch (const std::exception& e) {  // ferry::Error, and anything else (out of memory, libtorch)

@@ -32,15 +32,6 @@ const char* cache_memory_name(CacheMemory memory) noexcept {
   return "unknown";
 }
 
-const char* decode_device_name(DecodeDevice device) noexcept {
-  switch (device) {
-    case DecodeDevice::kCpu: return "cpu";
-    case DecodeDevice::kGpu: return "gpu";
-    case DecodeDevice::kAuto: return "auto";
-  }
-  return "unknown";
-}
-
 const char* augment_dtype_name(AugmentOptions::DType dtype) noexcept {
   switch (dtype) {
     case AugmentOptions::DType::kFloat32: return "float32";

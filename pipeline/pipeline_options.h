@@ -120,16 +120,6 @@ struct AugmentOptions {
 const char* augment_dtype_name(AugmentOptions::DType dtype) noexcept;
 const char* augment_layout_name(AugmentOptions::Layout layout) noexcept;
 
-/// Where a jpeg field is decoded (Note [GPU JPEG decode] in io/decoders/nvjpeg_decoder.h).
-enum class DecodeDevice {
-  kCpu,   // libjpeg-turbo on the decode threads
-  kGpu,   // nvJPEG's hardware decoder, every image it can decode (the others on the CPU)
-  kAuto,  // the CPU while the GPU decoder starts, then the faster of the two (Note [auto: the faster decoder])
-};
-
-/// "cpu", "gpu", "auto".
-const char* decode_device_name(DecodeDevice device) noexcept;
-
 /// What a sample that cannot be read or decoded does to the run.
 enum class OnError {
   kFail,  // the consumer gets ferry::Error naming the sample, after every batch before it
@@ -163,8 +153,6 @@ struct PipelineOptions {
   std::string device = "auto";
   /// Decoder per field name, replacing the one the source names (see DecoderRegistry).
   std::map<std::string, std::string, std::less<>> decoders;
-  /// Where each jpeg field is decoded; fields not named here: on the CPU.
-  std::map<std::string, DecodeDevice, std::less<>> decode_devices;
   OnError on_error = OnError::kFail;
   /// Under kSkip: replace a skipped sample with the next one of the epoch that reads (Note
   /// [replacing skipped samples]) instead of filling its batch from the samples after it. Epochs

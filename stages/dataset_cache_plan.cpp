@@ -32,18 +32,16 @@ size_t free_device_bytes(int device) {
 
 }  // namespace
 
-DatasetCache::Options plan_dataset_cache(const Source& source,
-                                         const std::vector<std::shared_ptr<const Decoder>>& decoders,
-                                         const PipelineOptions& options, at::Device device, const Sampler& sampler,
-                                         std::optional<size_t> largest_batch) {
+const char* const kCacheRepeats =
+    ": a cache would repeat the first epoch's samples (use crop: center for a cached field, or turn the cache off)";
+
+DatasetCache::Options plan_dataset_cache(const DecodeStage& decode, const PipelineOptions& options, at::Device device,
+                                         const Sampler& sampler, std::optional<size_t> largest_batch) {
   const CacheOptions& cache = options.cache;
-  const std::vector<FieldSpec>& specs = source.fields();
-  for (size_t f = 0; f < specs.size() && f < decoders.size(); ++f) {
-    if (decoders[f] && !decoders[f]->same_every_epoch()) {
-      throw Error("field '" + specs[f].name + "' is decoded by '" + std::string(decoders[f]->name()) +
-                  "' with a random crop, another one every epoch: a cache would repeat the first epoch's crops "
-                  "(use crop: center for a cached field, or turn the cache off)");
-    }
+  const Source& source = *decode.source();
+  const std::vector<FieldSpec>& specs = decode.fields();
+  if (const std::string why = decode.varies_by_epoch(); !why.empty()) {
+    throw Error(why + kCacheRepeats);
   }
   const std::string memory = cache_memory_name(cache.memory);
   if (cache.memory == CacheMemory::kHost && device.is_cuda()) {

@@ -9,6 +9,7 @@
 #include "ferry/io/decoders/jpeg_decoder.h"
 #include "ferry/io/decoders/jpeg_markers.h"
 #include "ferry/io/decoders/nvjpeg_decoder.h"
+#include "ferry/io/transforms/transform_registry.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/pipeline/error.h"
 #include "ferry/pipeline/field_loop.h"
@@ -22,12 +23,21 @@ std::string sizes_text(at::IntArrayRef sizes) {
   return out.str();
 }
 
-void check_decoded(const at::Tensor& tensor, const FieldSpec& spec) {
-  if (!tensor.defined()) throw Error("the decoder returned no tensor");
-  if (!tensor.device().is_cpu())
-    throw Error("the decoder returned a tensor on " + tensor.device().str() + ", not the CPU");
+// `made` says who made the tensor and who declared its spec: a decoder and the source, or a transform.
+struct Maker {
+  std::string_view what;      // "decoder", "transform"
+  std::string_view declarer;  // "the source declares", "it declared"
+};
+constexpr Maker kDecoderMade{"decoder", "the source declares"};
+constexpr Maker kTransformMade{"transform", "it declared"};
+
+void check_decoded(const at::Tensor& tensor, const FieldSpec& spec, const Maker& made = kDecoderMade) {
+  if (!tensor.defined()) throw Error("the " + std::string(made.what) + " returned no tensor");
+  if (!tensor.device().is_cpu()) {
+    throw Error("the " + std::string(made.what) + " returned a tensor on " + tensor.device().str() + ", not the CPU");
+  }
   if (tensor.scalar_type() != spec.dtype) {
-    throw Error("decoded dtype " + dtype_name(tensor.scalar_type()) + " but the source declares " +
+    throw Error("decoded dtype " + dtype_name(tensor.scalar_type()) + " but " + std::string(made.declarer) + " " +
                 dtype_name(spec.dtype));
   }
   bool ok = tensor.dim() == static_cast<int64_t>(spec.shape.size());
@@ -54,8 +64,8 @@ void check_decoded(const at::Tensor& tensor, const FieldSpec& spec) {
 
 DecodeStage::DecodeStage(std::shared_ptr<const Source> source, const DecoderRegistry& registry,
                          const std::map<std::string, std::string, std::less<>>& decoders,
-                         const FieldDecoders& instances)
-    : source_(std::move(source)) {
+                         const FieldDecoders& instances, SampleTransforms transforms)
+    : source_(std::move(source)), transforms_(std::move(transforms)) {
   if (!source_) throw Error("decode stage: no source");
   const auto& specs = source_->fields();
   const auto has_field = [&](std::string_view field) {
@@ -86,11 +96,50 @@ DecodeStage::DecodeStage(std::shared_ptr<const Source> source, const DecoderRegi
       throw Error("field '" + spec.name + "' of " + source_->describe() + ": " + cause_of(e));
     }
   }
+  for (const auto& transform : transforms_.list) {
+    if (!transform) throw Error("no transform (null) given");
+  }
+  fields_ = transformed_fields(specs, transforms_.list);
+}
+
+std::vector<std::pair<std::string, ImageDecodeOptions::Device>> DecodeStage::gpu_fields() const {
+  std::vector<std::pair<std::string, ImageDecodeOptions::Device>> fields;
+  const std::vector<FieldSpec>& specs = source_->fields();
+  for (size_t f = 0; f < specs.size(); ++f) {
+    const auto* jpeg = dynamic_cast<const JpegDecoder*>(decoders_[f].get());
+    if (jpeg != nullptr && jpeg->options().device != ImageDecodeOptions::Device::kCpu) {
+      fields.emplace_back(specs[f].name, jpeg->options().device);
+    }
+  }
+  return fields;
+}
+
+std::string DecodeStage::varies_by_epoch(const std::string& field, const Decoder& decoder) {
+  return "field '" + field + "' is decoded by '" + std::string(decoder.name()) +
+         "' with a random crop, another one every epoch";
+}
+
+std::string DecodeStage::varies_by_epoch() const {
+  const std::vector<FieldSpec>& specs = source_->fields();
+  for (size_t f = 0; f < specs.size() && f < decoders_.size(); ++f) {
+    if (!decoders_[f]->same_every_epoch()) return varies_by_epoch(specs[f].name, *decoders_[f]);
+  }
+  for (const auto& transform : transforms_.list) {
+    if (!transform->same_every_epoch()) {
+      return "transform '" + std::string(transform->name()) + "' makes another sample every epoch";
+    }
+  }
+  return "";
 }
 
 void DecodeStage::use_gpu(std::shared_ptr<detail::NvJpegDecoder> nvjpeg, const std::vector<std::string>& fields,
                           GpuShare share) {
   const std::vector<FieldSpec>& specs = source_->fields();
+  if (!fields.empty() && !transforms_.list.empty()) {
+    // A GPU-decoded field is decoded a group at a time after run(), where the transforms have run.
+    throw Error("field '" + fields.front() + "' is to be decoded on the GPU, but sample transforms run on the CPU " +
+                "after the decoders: decode it on the CPU (device: cpu), or leave the transforms out");
+  }
   on_gpu_.assign(specs.size(), false);
   for (const std::string& field : fields) {
     const auto found =
@@ -281,6 +330,47 @@ void DecodeStage::run(SampleWork& work) {
   } else {
     for (size_t i = 0; i < specs.size(); ++i) decode_field(i);
   }
+  if (!transforms_.list.empty()) transform(work, encoded.key);
+}
+
+void DecodeStage::transform(SampleWork& work, const std::string& key) const {
+  const std::vector<FieldSpec>& specs = source_->fields();
+  std::vector<std::string> names;
+  names.reserve(specs.size());
+  for (const FieldSpec& spec : specs) names.push_back(spec.name);
+  SampleFields sample(std::move(names), std::move(work.fields));
+  const SampleContext context{transforms_.seed, work.plan->epoch, work.index(), key};
+  for (const auto& transform : transforms_.list) {
+    try {
+      transform->apply(sample, context);
+    } catch (const std::exception& e) {
+      throw Error(key + ": transform '" + std::string(transform->name()) + "': " + cause_of(e));
+    }
+  }
+  // In the declared order, each as declared: the transforms' mistake is named here, not in collate.
+  const std::string by = transforms_.list.size() == 1
+                             ? "transform '" + std::string(transforms_.list.front()->name()) + "'"
+                             : "the transforms";
+  std::vector<at::Tensor> out(fields_.size());
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    if (!sample.has(fields_[i].name)) {
+      throw Error(key + ": " + by + " left out the field '" + fields_[i].name + "' declared among their outputs");
+    }
+    out[i] = sample.at(fields_[i].name);
+    try {
+      check_decoded(out[i], fields_[i], kTransformMade);
+    } catch (const std::exception& e) {
+      throw Error(key + ": field '" + fields_[i].name + "' from " + by + ": " + cause_of(e));
+    }
+  }
+  if (sample.names().size() != fields_.size()) {
+    for (const std::string& name : sample.names()) {
+      if (std::none_of(fields_.begin(), fields_.end(), [&](const FieldSpec& spec) { return spec.name == name; })) {
+        throw Error(key + ": " + by + " made the field '" + name + "', which they did not declare");
+      }
+    }
+  }
+  work.fields = std::move(out);
 }
 
 }  // namespace ferry

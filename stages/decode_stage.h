@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "ferry/io/decoders/decoder_registry.h"
+#include "ferry/io/decoders/image_decode_options.h"
 #include "ferry/io/formats/source.h"
+#include "ferry/io/transforms/transform.h"
 #include "ferry/pipeline/dataset_cache.h"
 #include "ferry/pipeline/stage.h"
 
@@ -21,18 +23,33 @@ class NvJpegDecoder;
 /// Reads a sample from the source and decodes each field with its decoder (see the constructor),
 /// then checks the result against the spec (dtype, fixed dims, max_length), so that a decoder's
 /// mistake is reported here, naming the sample key and field, rather than as a confusing collate
-/// error later. A sample the dataset cache holds is neither read nor decoded: it is marked cached (Note
-/// [dataset cache]). Runs on decode_threads threads at once (thread-safe: it keeps no mutable state).
+/// error later. Then the sample transforms run, and their result is checked against the fields they
+/// declared (fields()). A sample the dataset cache holds is neither read nor decoded: it is marked
+/// cached (Note [dataset cache]). Runs on decode_threads threads at once (thread-safe: it keeps no
+/// mutable state).
 class DecodeStage : public SampleStage {
  public:
   /// Resolves every field's decoder now — an instance `instances` gives for that field, else the one
-  /// `decoders` names, else the source's choice — so an unknown decoder or field throws ferry::Error
-  /// before any thread starts. Keeps the instances (shared), not the registry.
+  /// `decoders` names, else the source's choice — and the fields the transforms make, so an unknown
+  /// decoder or field, or a transform whose input does not suit it, throws ferry::Error before any
+  /// thread starts. Keeps the instances (shared), not the registry.
   DecodeStage(std::shared_ptr<const Source> source, const DecoderRegistry& registry,
               const std::map<std::string, std::string, std::less<>>& decoders = {},
-              const FieldDecoders& instances = {});
+              const FieldDecoders& instances = {}, SampleTransforms transforms = {});
   std::string_view name() const override { return "decode"; }
   void run(SampleWork& work) override;
+  /// The fields of the samples it hands on: the source's, or what its transforms make of them.
+  const std::vector<FieldSpec>& fields() const noexcept { return fields_; }
+  const std::shared_ptr<const Source>& source() const noexcept { return source_; }
+  const std::vector<std::shared_ptr<const Transform>>& transforms() const noexcept { return transforms_.list; }
+  /// The fields whose decoder asks for the GPU's hardware decoder (a jpeg field's `device: gpu` or
+  /// `auto`), with what it asks for, in the source's field order (Note [GPU JPEG decode]).
+  std::vector<std::pair<std::string, ImageDecodeOptions::Device>> gpu_fields() const;
+  /// Why a dataset cache cannot keep `field`, which `decoder` decodes otherwise every epoch.
+  static std::string varies_by_epoch(const std::string& field, const Decoder& decoder);
+  /// Why a sample may come out otherwise in another epoch (a random crop, a random transform), so that
+  /// a dataset cache would repeat its first epoch; "" when every sample comes out the same.
+  std::string varies_by_epoch() const;
   /// Samples `cache` holds are not read from now on (Note [dataset cache]). Before the pipeline starts.
   void use_cache(std::shared_ptr<const DatasetCache> cache) { cache_ = std::move(cache); }
   /// Each field's decoder, in the source's field order.
@@ -55,8 +72,13 @@ class DecodeStage : public SampleStage {
   /// run() for field `i` of a GPU-routed sample: pending (true) or to be decoded on the CPU (false).
   bool defer(SampleWork& work, size_t i, const at::Tensor& encoded);
 
+  /// Runs the transforms on a decoded sample and checks what they made against fields_.
+  void transform(SampleWork& work, const std::string& key) const;
+
   std::shared_ptr<const Source> source_;
   std::vector<std::shared_ptr<const Decoder>> decoders_;  // one per field
+  SampleTransforms transforms_;
+  std::vector<FieldSpec> fields_;  // after the transforms
   std::shared_ptr<const DatasetCache> cache_;             // samples it holds are not read (may be null)
   // Note [GPU JPEG decode]: set by use_gpu() before the start, read-only after it.
   std::shared_ptr<detail::NvJpegDecoder> nvjpeg_;

@@ -44,21 +44,24 @@ at::Device resolve_device(const std::string& name) {
 
 namespace {
 
-// Note [GPU JPEG decode]: hands the decode stage the GPU decoder for the fields options.decode_devices sends
-// there. device: gpu without one fails; auto without one decodes on the CPU (the report then has no jpeg line).
+// Note [GPU JPEG decode]: hands the decode stage the GPU decoder for the jpeg fields whose decoder says
+// `device: gpu` or `auto`. device: gpu without one fails; auto without one decodes on the CPU (the report
+// then has no jpeg line).
 void use_gpu_decoder(DecodeStage& decode, const PipelineOptions& options, const at::Device& device) {
   std::vector<std::string> fields;
   bool all = true;  // every GPU field wants the GPU for every image it can decode
-  for (const auto& [field, where] : options.decode_devices) {
-    if (where == DecodeDevice::kCpu) continue;
-    if (where == DecodeDevice::kGpu && !device.is_cuda()) {
+  for (const auto& [field, where] : decode.gpu_fields()) {
+    const bool gpu = where == ImageDecodeOptions::Device::kGpu;
+    if (gpu && !device.is_cuda()) {
       throw Error("field '" + field + "' is to be decoded on the GPU (device: gpu), but batches go to " + device.str() +
                   ": deliver to a CUDA device (transfer.device), or decode it on the CPU");
     }
     fields.push_back(field);
-    all = all && where == DecodeDevice::kGpu;
+    all = all && gpu;
   }
   if (fields.empty()) return;
+  // Sample transforms run on the CPU after every field is decoded: under auto the CPU decodes too.
+  if (!all && !decode.transforms().empty()) return;
   if (options.cache.enabled()) {
     throw Error("field '" + fields.front() +
                 "' is to be decoded on the GPU, which the dataset cache does not support yet: decode it on the CPU, "
@@ -80,18 +83,23 @@ void use_gpu_decoder(DecodeStage& decode, const PipelineOptions& options, const 
 }  // namespace
 
 StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOptions& options,
-                              std::shared_ptr<const Sampler> sampler, const FieldDecoders& field_decoders) {
+                              std::shared_ptr<const Sampler> sampler, const FieldDecoders& field_decoders,
+                              SampleTransforms transforms) {
   options.check();
   if (!source) throw Error("make_pipeline: no source");
   const at::Device device = resolve_device(options.device);
   options.device = device.str();
   if (!sampler) sampler = std::make_shared<SequentialSampler>(source->size());
 
-  auto collate = std::make_unique<CollateStage>(source->fields(), options.collate, options.transfer.min_alignment);
+  auto decode = std::make_unique<DecodeStage>(source, DecoderRegistry::global(), options.decoders, field_decoders,
+                                              std::move(transforms));
+  // The samples as collated: the source's fields, or what the transforms made of them.
+  const std::vector<FieldSpec>& fields = decode->fields();
+  auto collate = std::make_unique<CollateStage>(fields, options.collate, options.transfer.min_alignment);
   const std::optional<size_t> slab_bytes = options.pool.slab_size(collate->max_batch_bytes(options.batch_size));
   if (!slab_bytes) {
     std::string field;
-    for (const FieldSpec& spec : source->fields()) {
+    for (const FieldSpec& spec : fields) {
       if (spec.variable() && !spec.max_length) field = spec.name;
     }
     throw Error("pool.slab_bytes must be set: field '" + field + "' of " + source->describe() +
@@ -105,18 +113,17 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
   pool_options.device = device.is_cuda() ? device.index() : 0;
   pool_options.pinned = device.is_cuda();
 
-  auto decode = std::make_unique<DecodeStage>(source, DecoderRegistry::global(), options.decoders, field_decoders);
   use_gpu_decoder(*decode, options, device);
   std::shared_ptr<DatasetCache> cache;
   if (options.cache.enabled()) {
-    cache = DatasetCache::create(plan_dataset_cache(*source, decode->decoders(), options, device, *sampler,
-                                                    collate->max_batch_bytes(options.batch_size)));
+    cache = DatasetCache::create(
+        plan_dataset_cache(*decode, options, device, *sampler, collate->max_batch_bytes(options.batch_size)));
     decode->use_cache(cache);
     collate->use_cache(cache);
   }
 
   std::shared_ptr<const ImageAugment> augment;
-  if (options.augment.enabled()) augment = make_image_augment(options.augment, source->fields());
+  if (options.augment.enabled()) augment = make_image_augment(options.augment, fields);
 
   // Note [placing samples]: not where a sample's batch is known only after decode (re-cut batches) or
   // where the dataset cache keeps the decoded tensors.
@@ -139,8 +146,10 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
 }
 
 Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions options,
-                       std::shared_ptr<const Sampler> sampler, const FieldDecoders& field_decoders) {
-  StageSet stages = make_standard_stages(std::move(source), options, std::move(sampler), field_decoders);
+                       std::shared_ptr<const Sampler> sampler, const FieldDecoders& field_decoders,
+                       SampleTransforms transforms) {
+  StageSet stages =
+      make_standard_stages(std::move(source), options, std::move(sampler), field_decoders, std::move(transforms));
   return Pipeline(std::move(stages), std::move(options));
 }
 

@@ -2,25 +2,23 @@
 
 #include <mutex>
 
-#include "ferry/io/decoders/image_decoder.h"
-#include "ferry/io/decoders/jpeg_decoder.h"
+#include "ferry/io/decoders/builtin_decoder_kinds.h"
 #include "ferry/io/decoders/json_decoder.h"
 #include "ferry/io/decoders/label_decoder.h"
 #include "ferry/io/decoders/npy_decoder.h"
-#include "ferry/io/decoders/png_decoder.h"
 #include "ferry/io/decoders/raw_decoder.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
 
 DecoderRegistry::DecoderRegistry() {
-  decoders_.push_back(std::make_shared<RawDecoder>());
-  decoders_.push_back(std::make_shared<JpegDecoder>());
-  decoders_.push_back(std::make_shared<PngDecoder>());
-  decoders_.push_back(std::make_shared<ImageDecoder>());
-  decoders_.push_back(std::make_shared<NpyDecoder>());
-  decoders_.push_back(std::make_shared<LabelDecoder>());
-  decoders_.push_back(std::make_shared<JsonDecoder>());
+  add(std::make_shared<RawDecoder>());
+  add(detail::jpeg_decoder_kind());
+  add(detail::png_decoder_kind());
+  add(detail::image_decoder_kind());
+  add(std::make_shared<NpyDecoder>());
+  add(std::make_shared<LabelDecoder>());
+  add(std::make_shared<JsonDecoder>());
 }
 
 DecoderRegistry& DecoderRegistry::global() {
@@ -28,32 +26,68 @@ DecoderRegistry& DecoderRegistry::global() {
   return registry;
 }
 
-void DecoderRegistry::add(std::shared_ptr<const Decoder> decoder) {
-  if (!decoder) throw Error("cannot register a null decoder");
+void DecoderRegistry::add(DecoderKind kind) {
+  if (kind.name.empty()) throw Error("cannot register a decoder without a name");
+  const std::string owner = "decoder '" + kind.name + "'";
+  if (!kind.make) throw Error(owner + " has no make function");
+  detail::check_key_specs(kind.keys, owner);
   std::unique_lock lock(mutex_);
-  for (const auto& known : decoders_) {
-    if (known->name() == decoder->name()) {
-      throw Error("a decoder named '" + std::string(decoder->name()) + "' is already registered");
+  for (const auto& known : kinds_) {
+    if (known->name == kind.name) {
+      throw Error("a decoder named '" + kind.name + "' is already registered" +
+                  (known->origin.empty() ? " (built in)" : " (by " + known->origin + ")"));
     }
   }
-  decoders_.push_back(std::move(decoder));
+  kinds_.push_back(std::make_shared<const DecoderKind>(std::move(kind)));
+}
+
+void DecoderRegistry::add(std::shared_ptr<const Decoder> decoder, std::string origin) {
+  if (!decoder) throw Error("cannot register a null decoder");
+  DecoderKind kind;
+  kind.name = std::string(decoder->name());
+  kind.make = [decoder](const DecoderArgs&) { return decoder; };
+  kind.origin = std::move(origin);
+  add(std::move(kind));
+}
+
+std::shared_ptr<const DecoderKind> DecoderRegistry::kind(std::string_view name) const {
+  std::shared_lock lock(mutex_);
+  for (const auto& kind : kinds_) {
+    if (kind->name == name) return kind;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const DecoderKind> DecoderRegistry::require(std::string_view name) const {
+  if (auto found = kind(name)) return found;
+  std::string known;
+  for (const std::string& registered : names()) known += (known.empty() ? "" : ", ") + registered;
+  throw Error("unknown decoder '" + std::string(name) + "'; registered decoders: " + known);
 }
 
 std::shared_ptr<const Decoder> DecoderRegistry::find(std::string_view name) const {
-  std::shared_lock lock(mutex_);
-  for (const auto& decoder : decoders_) {
-    if (decoder->name() == name) return decoder;
-  }
-  std::string known;
-  for (const auto& decoder : decoders_) known += (known.empty() ? "" : ", ") + std::string(decoder->name());
-  throw Error("unknown decoder '" + std::string(name) + "'; registered decoders: " + known);
+  static const FieldSpec kAnyField;
+  static const KeyValue kNoKeys = KeyValue::mapping({});
+  return make(name, DecoderArgs{kAnyField, kNoKeys, 0});
+}
+
+std::shared_ptr<const Decoder> DecoderRegistry::make(std::string_view name, const DecoderArgs& args) const {
+  const std::shared_ptr<const DecoderKind> found = require(name);
+  std::shared_ptr<const Decoder> decoder = found->make(args);
+  if (!decoder) throw Error("decoder '" + std::string(name) + "' made no decoder (null)");
+  return decoder;
 }
 
 std::vector<std::string> DecoderRegistry::names() const {
   std::shared_lock lock(mutex_);
   std::vector<std::string> names;
-  for (const auto& decoder : decoders_) names.emplace_back(decoder->name());
+  for (const auto& kind : kinds_) names.push_back(kind->name);
   return names;
+}
+
+std::vector<std::shared_ptr<const DecoderKind>> DecoderRegistry::kinds() const {
+  std::shared_lock lock(mutex_);
+  return kinds_;
 }
 
 }  // namespace ferry

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <shared_mutex>
 #include <string>
@@ -7,28 +9,72 @@
 #include <vector>
 
 #include "ferry/io/decoders/decoder.h"
+#include "ferry/io/util/key_schema.h"
 
 namespace ferry {
 
+/// What a decoder kind's make() gets: the field it decodes and the keys the config gives it.
+struct DecoderArgs {
+  /// The field as the source declares it (its dtype and shape: an image decoder crops to [H, W]).
+  const FieldSpec& field;
+  /// The config's mapping that names the decoder (a tar member, an image folder's `image`): the
+  /// decoder's own keys among the source's. An empty mapping where the config gives none.
+  const KeyValue& keys;
+  /// sampler.seed: random choices are drawn from (seed, epoch, sample) (DecodeContext).
+  uint64_t seed = 0;
+};
+
+/// A decoder a config can name (`decoder: NAME` in a source's field mapping, decode.decoders), with
+/// the keys it takes there: the image decoders' resize_shorter and crop, say. Like SourceKind, the
+/// built-in decoders are registered kinds, and a program or a plugin adds its own the same way.
+struct DecoderKind {
+  std::string name;
+  /// One paragraph: what goes in and comes out, for docs and `ferry info`.
+  std::string description;
+  /// Its keys, taken in the mapping that names it, beside the source's own keys there.
+  std::vector<KeySpec> keys;
+  /// Makes the decoder of one field (called once per field and pipeline, not per sample). Throws
+  /// ferry::Error for a field it cannot decode into.
+  std::function<std::shared_ptr<const Decoder>(const DecoderArgs& args)> make;
+  /// Checks of the mapping that names it (its keys, and the source's: `dtype`, `shape`) that the schema
+  /// cannot state, adding each problem; called by the config loader. Default: none.
+  std::function<void(const KeyValue& field, KeyProblems& problems)> check;
+  /// Where the kind comes from: "" for a built-in one, a plugin's path, or what the program says.
+  std::string origin;
+};
+
 /// Decoders by name. Sources name a decoder per field; the decode stage resolves the names once,
 /// when the pipeline is built, so a misspelt decoder fails before any thread starts.
-/// Thread-safe: lookups share a lock, additions take it exclusively.
+/// Thread-safe: lookups share a lock, additions take it exclusively; nothing is ever removed.
 class DecoderRegistry {
  public:
-  /// A registry with the built-in decoders: "raw", "jpeg" (RGB, no resize), "npy", "label", "json".
+  /// A registry with the built-in decoders: raw, jpeg, png, image (JPEG or PNG, by the bytes), npy,
+  /// label, json.
   DecoderRegistry();
-  /// The process-wide registry make_pipeline() uses; add your own decoders to it.
+  /// The process-wide registry that configs and make_pipeline() use; add your own decoders to it.
   static DecoderRegistry& global();
 
-  /// Throws ferry::Error if a decoder of that name is already registered.
-  void add(std::shared_ptr<const Decoder> decoder);
-  /// Throws ferry::Error naming the unknown decoder and the registered ones.
+  /// Registers a kind. Throws ferry::Error for an empty name, no make, keys it cannot register, or a
+  /// name already registered (saying by whom).
+  void add(DecoderKind kind);
+  /// Registers one instance under its name(), with no keys: every field that names it shares it.
+  void add(std::shared_ptr<const Decoder> decoder, std::string origin = "");
+  /// The kind, or nullptr.
+  std::shared_ptr<const DecoderKind> kind(std::string_view name) const;
+  /// The decoder `name` makes for a field of no particular spec and no keys (the built-in "jpeg":
+  /// no resize, no crop). Throws ferry::Error naming the unknown decoder and the registered ones.
   std::shared_ptr<const Decoder> find(std::string_view name) const;
+  /// The decoder `name` makes for `args`. Throws like find(), or what the kind's make() throws.
+  std::shared_ptr<const Decoder> make(std::string_view name, const DecoderArgs& args) const;
+  /// Names in registration order (the built-in ones first).
   std::vector<std::string> names() const;
+  std::vector<std::shared_ptr<const DecoderKind>> kinds() const;
 
  private:
+  std::shared_ptr<const DecoderKind> require(std::string_view name) const;
+
   mutable std::shared_mutex mutex_;
-  std::vector<std::shared_ptr<const Decoder>> decoders_;
+  std::vector<std::shared_ptr<const DecoderKind>> kinds_;
 };
 
 }  // namespace ferry

@@ -18,6 +18,14 @@ struct ImageDecodeOptions {
   enum class Crop { kCenter, kRandom } crop = Crop::kCenter;
   /// Seeds kRandom crops; ignored by kCenter.
   uint64_t seed = 0;
+  /// Where JpegDecoder's images are decoded (Note [GPU JPEG decode] in nvjpeg_decoder.h): kCpu on the decode
+  /// threads (libjpeg-turbo); kGpu on the delivery GPU's hardware decoder, every image it can decode (the
+  /// others on the CPU); kAuto the CPU while the GPU decoder starts, then whichever of the two decoded
+  /// faster (Note [auto: the faster decoder]). The other image decoders decode on the CPU.
+  enum class Device { kCpu, kGpu, kAuto } device = Device::kCpu;
 };
+
+/// "cpu", "gpu", "auto".
+const char* decode_device_name(ImageDecodeOptions::Device device) noexcept;
 
 }  // namespace ferry

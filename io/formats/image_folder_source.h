@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ferry/io/formats/source.h"
+#include "ferry/io/util/key_schema.h"
 
 namespace ferry {
 
@@ -19,6 +20,9 @@ struct ImageFolderOptions {
   /// encoded until the spec names an image decoder ("jpeg" with shape [H, W, 3]).
   FieldSpec image{"image", at::kByte, {kVariableLength}, std::nullopt, "raw"};
 };
+
+/// The options of a config's `source: {kind: image_folder, ...}` mapping, as the config loader checked it.
+ImageFolderOptions image_folder_options(const KeyValue& source);
 
 /// Samples of a folder of images in torchvision's ImageFolder layout: root/<class>/<file>, files
 /// found recursively below each class folder.

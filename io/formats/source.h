@@ -48,6 +48,10 @@ class Source {
   virtual EncodedSample read(uint64_t index) const = 0;
   /// One line for reports and errors, e.g. "synthetic(seed=7, samples=10000, fields=3)".
   virtual std::string describe() const = 0;
+  /// Where the samples lie in shards that are best read in order (tar files): each shard's number of
+  /// samples, the shards in sample order. Shard-aware orders (sampler.shuffle_buffer) use it. Empty
+  /// (the default): one collection read at random.
+  virtual std::vector<uint64_t> shard_sizes() const { return {}; }
 };
 
 }  // namespace ferry

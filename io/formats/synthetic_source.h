@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ferry/io/formats/source.h"
+#include "ferry/io/util/key_schema.h"
 
 namespace ferry {
 
@@ -30,6 +31,9 @@ struct SyntheticOptions {
   uint64_t samples = 1024;
   std::vector<SyntheticField> fields;
 };
+
+/// The options of a config's `source: {kind: synthetic, ...}` mapping, as the config loader checked it.
+SyntheticOptions synthetic_options(const KeyValue& source);
 
 /// Deterministic samples made from (seed, index): the same pair always gives the same bytes, on any
 /// machine and thread, in any order. Each field's bytes come from its own splitmix64 stream, keyed

@@ -225,6 +225,12 @@ TarShardSource::SampleRange TarShardSource::shard_samples(size_t shard) const {
   return SampleRange{shard_begin_[shard], shard_begin_[shard + 1]};
 }
 
+std::vector<uint64_t> TarShardSource::shard_sizes() const {
+  std::vector<uint64_t> sizes(shards_.size());
+  for (size_t s = 0; s < sizes.size(); ++s) sizes[s] = shard_begin_[s + 1] - shard_begin_[s];
+  return sizes;
+}
+
 const TarIndex& TarShardSource::shard(size_t shard) const {
   if (shard >= shards_.size()) {
     throw Error("tar source: shard " + std::to_string(shard) + " is beyond its " + std::to_string(shards_.size()) +

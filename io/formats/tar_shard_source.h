@@ -8,6 +8,7 @@
 
 #include "ferry/io/formats/source.h"
 #include "ferry/io/formats/tar_index.h"
+#include "ferry/io/util/key_schema.h"
 
 namespace ferry {
 
@@ -31,6 +32,10 @@ struct TarShardOptions {
   /// Empty: one field per extension of the first sample (see TarShardSource's class comment).
   std::vector<TarField> fields;
 };
+
+/// The options of a config's `source: {kind: tar, ...}` mapping, as the config loader checked it: its
+/// shards with their {a..b} ranges expanded, its members as fields.
+TarShardOptions tar_options(const KeyValue& source);
 
 /// Samples of WebDataset tar shards (see Note [Tar scanning] in tar_index.cpp for the format).
 ///
@@ -63,6 +68,8 @@ class TarShardSource : public Source {
   EncodedSample read(uint64_t index) const override;
   /// "tar(3 shards, 3000 samples, fields=jpg,cls)": the fields' extensions.
   std::string describe() const override;
+  /// Each shard's number of samples, in the order the shards were given.
+  std::vector<uint64_t> shard_sizes() const override;
 
   /// The fields as resolved (the defaults when options.fields was empty).
   const std::vector<TarField>& tar_fields() const noexcept { return options_.fields; }

@@ -7,6 +7,7 @@
 
 #include "ferry/io/formats/indexed_dataset.h"
 #include "ferry/io/formats/source.h"
+#include "ferry/io/util/key_schema.h"
 
 namespace ferry {
 
@@ -20,6 +21,9 @@ struct TokenWindowOptions {
   /// as Megatron's GPTDataset does with add_extra_token_to_sequence.
   bool add_extra_token = true;
 };
+
+/// The options of a config's `source: {kind: megatron, ...}` mapping, as the config loader checked it.
+TokenWindowOptions megatron_options(const KeyValue& source);
 
 /// GPT-style pretraining samples from a Megatron-LM indexed dataset: all its sequences concatenated
 /// in order into one token stream, cut into windows. Sample i is tokens

@@ -1,4 +1,4 @@
-#include "ferry/assembly/dataset_paths.h"
+#include "ferry/io/util/dataset_paths.h"
 
 #include <cctype>
 #include <climits>
@@ -72,6 +72,11 @@ std::string tar_dataset_hint(const std::vector<std::string>& shards) {
   if (shards.size() != kMadeShards) where += " --shards " + std::to_string(shards.size());
   if (shards.size() > kMadeSamples) where += " --samples " + std::to_string(shards.size());
   return make_dataset_hint("tar", where);
+}
+
+std::string real_path(const std::string& path) {
+  char resolved[PATH_MAX];
+  return ::realpath(path.c_str(), resolved) != nullptr ? std::string(resolved) : path;
 }
 
 }  // namespace ferry::detail

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-// What the config loader says about a dataset's path (source.prefix, source.shards, source.root) that
+// What a config's checks say about a dataset's path (source.prefix, source.shards, source.root) that
 // cannot be read: where it was looked for, and what to do. Internal: not installed.
 
 namespace ferry::detail {
@@ -28,5 +28,9 @@ std::string make_dataset_hint(std::string_view kind, const std::string& where);
 /// writes (DIR/shard-000000.tar, DIR/shard-000001.tar, ... in one folder other than the current one),
 /// with --shards when there are not 4; "" otherwise, as the command could not make them.
 std::string tar_dataset_hint(const std::vector<std::string>& shards);
+
+/// The file or folder `path` names, as an absolute path without links (realpath), or `path` itself
+/// when it cannot be resolved: two spellings of one dataset record the same order.
+std::string real_path(const std::string& path);
 
 }  // namespace ferry::detail

@@ -74,7 +74,7 @@ def test_a_random_crop_is_refused_naming_the_field():
     text = config("host", "cpu")
     text["source"] = {"kind": "image_folder", "root": "/nonexistent",
                       "image": {"shape": [8, 8, 3], "resize_shorter": 8, "crop": "random"}}
-    with pytest.raises(ferry.ConfigError, match="field 'image' has crop: random"):
+    with pytest.raises(ferry.ConfigError, match="field 'image' is decoded by 'jpeg' with a random crop"):
         ferry.Pipeline(text)
 
 

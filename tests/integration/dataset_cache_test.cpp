@@ -251,7 +251,7 @@ TEST_F(DatasetCache, ValidationRefusesRandomCropsNamingTheField) {
   yaml.replace(yaml.find("crop: center"), 12, "crop: random");
   const std::string problems = problems_of(yaml, {"cache.memory=host", "transfer.device=cpu"});
   EXPECT_NE(problems.find("cache.memory"), std::string::npos) << problems;
-  EXPECT_NE(problems.find("field 'image' has crop: random"), std::string::npos) << problems;
+  EXPECT_NE(problems.find("field 'image' is decoded by 'jpeg' with a random crop"), std::string::npos) << problems;
   EXPECT_EQ(problems_of(yaml, {"cache.memory=off", "transfer.device=cpu"}), "");
 
   // The same rule for a program that hands make_pipeline() its own decoder.

@@ -54,7 +54,7 @@ TEST(Resume, StoppedAnywhereAndResumedItDeliversExactlyTheRest) {
   for (const bool sharded : {false, true}) {
     SCOPED_TRACE(sharded ? "rank 1 of 3" : "one rank");
     const Config config = parse_config(kConfig, "resume.yaml", sharded ? world : std::vector<std::string>{});
-    const SyntheticSource truth(config.source.synthetic);
+    const SyntheticSource truth(synthetic_options(config.source.keys));
     Pipeline whole = make_pipeline(config);
     const std::vector<Delivered> expected = take(whole, truth);
     ASSERT_GT(expected.size(), 10u);
@@ -88,7 +88,7 @@ TEST(Resume, StoppedAnywhereAndResumedItDeliversExactlyTheRest) {
 // one would.
 TEST(Resume, MaxBatchesCountsFromTheStartOfTheRun) {
   const Config config = parse_config(kConfig, "resume.yaml", {"max_batches=30"});
-  const SyntheticSource truth(config.source.synthetic);
+  const SyntheticSource truth(synthetic_options(config.source.keys));
   Pipeline whole = make_pipeline(config);
   const std::vector<Delivered> expected = take(whole, truth);
   ASSERT_EQ(expected.size(), 30u);
@@ -257,7 +257,7 @@ TEST(Resume, StatesThatDoNotFitTheConfigAreRefusedNamingTheFileAndTheKey) {
   EXPECT_THROW((void)make_pipeline(skipping, ahead), ConfigError);
 }
 
-// Found by tests/fuzz/pipeline_state_fuzz (and issue 13's probe): a cursor without one of its keys
+// Found by tests/fuzz/pipeline_state_fuzz: a cursor without one of its keys
 // escaped as yaml-cpp's "invalid node; first invalid key" instead of a ConfigError naming the file
 // and the key.
 TEST(Resume, ACursorMissingAKeyIsRefusedNamingIt) {

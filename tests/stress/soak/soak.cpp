@@ -932,8 +932,9 @@ void RoundRunner::run_checked() {
   device_ = resolve_device(round_.options.device);
   config_.origin = "soak round " + std::to_string(round_.number);
   config_.source.kind = "synthetic";  // (for the order keys a saved state carries; the source is the soak's)
-  config_.source.synthetic.samples = round_.data.samples;
-  config_.source.synthetic.seed = round_.data.seed;
+  config_.source.keys = KeyValue::mapping({{"samples", KeyValue::scalar(std::to_string(round_.data.samples))},
+                                           {"seed", KeyValue::scalar(std::to_string(round_.data.seed))},
+                                           {"fields", KeyValue::list({})}});
   config_.sampler.shuffle = round_.order == OrderKind::kShuffled;
   config_.sampler.seed = round_.order_seed;
   config_.sampler.rank = round_.rank;

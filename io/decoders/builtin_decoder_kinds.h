@@ -1,0 +1,14 @@
+#pragma once
+
+#include "ferry/io/decoders/decoder_registry.h"
+
+// The built-in decoders that take keys (the image decoders' resize and crop), which DecoderRegistry's
+// constructor registers (image_decoder_kinds.cpp). Internal: not installed.
+
+namespace ferry::detail {
+
+DecoderKind jpeg_decoder_kind();
+DecoderKind png_decoder_kind();
+DecoderKind image_decoder_kind();
+
+}  // namespace ferry::detail

@@ -1,0 +1,263 @@
+// The `tar` source kind: WebDataset-style tar shards, a sample being the members sharing a basename.
+#include <sstream>
+
+#include <sys/stat.h>
+
+#include "ferry/io/formats/builtin_source_kinds.h"
+#include "ferry/io/formats/tar_shard_source.h"
+#include "ferry/io/util/dataset_paths.h"
+#include "ferry/io/util/dtype_names.h"
+#include "ferry/io/util/units.h"
+#include "ferry/pipeline/error.h"
+
+namespace ferry {
+namespace {
+
+using Type = KeySpec::Type;
+
+std::vector<KeySpec> member_keys() {
+  return {
+      {.name = "name",
+       .type = Type::kString,
+       .description = "The field's name in a batch.",
+       .default_value = "required",
+       .required = true,
+       .example = "image",
+       .min = 1,
+       .expected = "a non-empty name"},
+      {.name = "extension",
+       .type = Type::kString,
+       .description = "The member's extension, without the dot: `jpg`, `cls`, `seg.png`.",
+       .default_value = "required",
+       .required = true,
+       .example = "jpg",
+       .min = 1,
+       .expected = "a non-empty name"},
+      {.name = "dtype",
+       .type = Type::kChoice,
+       .description = "Element type after decoding.",
+       .default_value = "uint8",
+       .example = "uint8",
+       .choices = dtype_names()},
+      {.name = "shape",
+       .type = Type::kList,
+       .description = "Shape after decoding, [H, W, 3] for the image decoders. Without it the field is "
+                      "variable-length in its first dimension.",
+       .default_value = "bytes of any length",
+       .example = "[64, 64, 3]",
+       .item = {{.type = Type::kInteger, .min = 0, .max = 1073741824}},
+       .expected = "a list of integers >= 0, e.g. [224, 224, 3]",
+       .type_text = "list of integers >= 0"},
+      {.name = "max_length",
+       .type = Type::kInteger,
+       .description = "Longest first dimension of a variable-length field: lets `pool.slab_size` be auto.",
+       .default_value = "none",
+       .example = "4096",
+       .min = 1,
+       .max = 1073741824},
+      {.name = "decoder",
+       .type = Type::kDecoder,
+       .description = "How the member's bytes become the field: raw, jpeg, png, image (JPEG or PNG, told apart by "
+                      "their bytes), npy, label, json, or one your program or a plugin registers. The mapping also "
+                      "takes the decoder's own keys (docs/config.md, Decoders).",
+       .default_value = "raw",
+       .example = "raw"},
+      {.name = "optional",
+       .type = Type::kBoolean,
+       .description = "A sample without this member gets an empty tensor instead of failing.",
+       .default_value = "false",
+       .example = "true"},
+  };
+}
+
+// The shards a `shards` value names, braces expanded ({000..009}), in order.
+std::vector<std::string> expanded_shards(const KeyValue& shards) {
+  std::vector<std::string> paths;
+  for (const KeyValue& pattern : shards.items()) {
+    for (std::string& shard : TarShardSource::expand_braces(pattern.text())) paths.push_back(std::move(shard));
+  }
+  return paths;
+}
+
+void check_shards(const KeyValue& shards, KeyProblems& problems) {
+  for (const KeyValue& item : shards.items()) {
+    const std::string& pattern = item.text();
+    if (const auto why = detail::unsupported_path(pattern)) {
+      problems.add(item, *why);
+      continue;
+    }
+    try {
+      std::vector<std::string> missing;
+      const std::vector<std::string> expanded = TarShardSource::expand_braces(pattern);
+      for (const std::string& shard : expanded) {
+        struct stat info {};
+        if (::stat(shard.c_str(), &info) != 0) missing.push_back(shard);
+      }
+      const std::string hint = missing.size() == expanded.size() ? detail::tar_dataset_hint(expanded) : "";
+      if (expanded.size() > 1 && missing.size() == expanded.size()) {  // one problem, not thousands
+        problems.add(item, detail::missing_text(pattern) + " (none of its " + std::to_string(expanded.size()) +
+                               " shards exists)" + hint);
+      } else {
+        for (const std::string& shard : missing) problems.add(item, detail::missing_text(shard) + hint);
+      }
+    } catch (const Error& e) {
+      problems.add(item, e.cause());
+    }
+  }
+}
+
+void check_tar(const KeyValue& source, KeyProblems& problems) {
+  check_shards(source.at("shards"), problems);
+  if (const KeyValue* members = source.find("members")) {
+    for (const KeyValue& member : members->items()) {
+      detail::check_image_extensions(member, member.text_or("decoder", "raw"), {member.at("extension").text()},
+                                     problems);
+    }
+  }
+}
+
+TarField member_of(const KeyValue& member) {
+  TarField field;
+  field.name = member.at("name").text();
+  field.extension = member.at("extension").text();
+  if (const KeyValue* dtype = member.find("dtype")) field.dtype = parse_dtype(dtype->text());
+  if (const KeyValue* shape = member.find("shape")) {
+    field.shape.clear();
+    for (const KeyValue& size : shape->items()) field.shape.push_back(size.integer());
+  }
+  if (const KeyValue* length = member.find("max_length")) field.max_length = length->integer();
+  field.decoder = member.text_or("decoder", field.decoder);
+  field.optional = member.boolean_or("optional", field.optional);
+  return field;
+}
+
+// The image options that change a member's bytes, for the order: "" when it sets none.
+std::string image_order_text(const KeyValue& member) {
+  const KeyValue* resize = member.find("resize_shorter");
+  const KeyValue* crop = member.find("crop");
+  if (resize == nullptr && crop == nullptr) return "";
+  return ":resize_shorter=" + (resize != nullptr ? std::to_string(resize->integer()) : std::string("0")) +
+         (crop != nullptr && crop->text() == "random" ? ":crop=random" : ":crop=center");
+}
+
+}  // namespace
+
+TarShardOptions tar_options(const KeyValue& source) {
+  TarShardOptions options;
+  options.shards = expanded_shards(source.at("shards"));
+  if (const KeyValue* members = source.find("members")) {
+    for (const KeyValue& member : members->items()) options.fields.push_back(member_of(member));
+  }
+  return options;
+}
+
+namespace detail {
+
+void check_image_extensions(const KeyValue& field, const std::string& decoder,
+                            const std::vector<std::string>& extensions, KeyProblems& problems) {
+  for (const std::string& extension : extensions) {
+    // The format is the last part: "seg.png" (a tar member) and ".png" (an image folder's) are PNGs.
+    const size_t dot = extension.rfind('.');
+    const std::string shown = dot == std::string::npos ? extension : extension.substr(dot + 1);
+    const bool png = equal_ignoring_case(shown, "png");
+    const bool jpeg = equal_ignoring_case(shown, "jpg") || equal_ignoring_case(shown, "jpeg");
+    if ((decoder == "jpeg" && png) || (decoder == "png" && jpeg)) {
+      const KeyValue* named = field.find("decoder");
+      problems.add(field.key() + ".decoder", named != nullptr ? *named : field,
+                   "the " + decoder + " decoder cannot read ." + shown + " files; use decoder: " + (png ? "png" : "jpeg") +
+                       ", or decoder: image, which reads JPEG and PNG files alike");
+      return;
+    }
+  }
+}
+
+SourceKind tar_source_kind() {
+  SourceKind kind;
+  kind.name = "tar";
+  kind.description = "WebDataset-style tar shards: a sample is the consecutive members sharing a basename.";
+  kind.keys = {
+      {.name = "shards",
+       .type = Type::kList,
+       .description = "The tar shards, read in this order; `{000..009}` in a path stands for each number of the "
+                      "range.",
+       .default_value = "required",
+       .required = true,
+       .example = "[data/shard-000.tar]",
+       .item = {{.type = Type::kPath, .expected = "a path"}},
+       .one_or_list = true,
+       .expected = "a path or a list of paths",
+       .type_text = "path or list of paths",
+       .missing = "the tar shards: a path or a list of paths"},
+      {.name = "members",
+       .type = Type::kList,
+       .description = "Which member of each sample feeds which field, and how it decodes. Without it: labels "
+                      "(`.cls`, `.id`, ...) as int64 through `label`, everything else as raw bytes.",
+       .default_value = "one field per extension of the first sample",
+       .example = "[{name: label, extension: cls, dtype: int64, shape: [], decoder: label}]",
+       .item = {{.type = Type::kMapping, .keys = member_keys()}},
+       .expected = "a list of members ({name, extension, dtype, shape, max_length, decoder, optional})",
+       .type_text = "list of members"},
+  };
+  kind.make = [](const KeyValue& source) { return std::make_shared<TarShardSource>(tar_options(source)); };
+  kind.check = check_tar;
+  kind.shards = true;
+  kind.fields = [](const KeyValue& source) {
+    // Without members the fields are known only once a shard is read.
+    std::vector<FieldSpec> fields;
+    for (const TarField& member : tar_options(source).fields) {
+      fields.push_back(FieldSpec{.name = member.name, .shape = member.shape});
+    }
+    return fields;
+  };
+  kind.decoded_fields = [](const KeyValue& source) {
+    std::vector<DecodedField> fields;
+    if (const KeyValue* members = source.find("members")) {
+      for (const KeyValue& member : members->items()) {
+        fields.push_back({member.at("name").text(), &member, member.text_or("decoder", "raw")});
+      }
+    }
+    return fields;
+  };
+  kind.order = [](const KeyValue& source, const Source&) {
+    std::map<std::string, std::string> order;
+    std::string shards;
+    for (const std::string& shard : expanded_shards(source.at("shards"))) shards += real_path(shard) + ";";
+    order["source.shards"] = shards;
+    std::ostringstream members;
+    if (const KeyValue* list = source.find("members")) {
+      for (const KeyValue& member : list->items()) {
+        const TarField field = member_of(member);
+        members << field.name << ":" << field.extension << ":" << dtype_name(field.dtype) << ":" << field.decoder
+                << (field.optional ? ":optional" : "") << image_order_text(member) << ";";
+      }
+    }
+    order["source.members"] = members.str();
+    return order;
+  };
+  kind.size_advice = [](const KeyValue& source, const std::string& field) {
+    std::string extension = field;  // fields found in the shards are named after their extension
+    if (const KeyValue* members = source.find("members")) {
+      for (const KeyValue& member : members->items()) {
+        if (member.at("name").text() == field) extension = member.at("extension").text();
+      }
+    }
+    const bool png = extension == "png";
+    const bool image = png || extension == "jpg" || extension == "jpeg";
+    const std::string member = "{name: " + field + ", extension: " + extension;
+    const std::string unknown = "field '" + field +
+                                "' is variable-length with no max_length, so the largest batch (and the pinned "
+                                "slab it needs) is unknown: ";
+    return std::optional<KeyProblem>(KeyProblem{
+        "source.members", "",
+        unknown + "in source.members, " +
+            (image ? "give it a decoder and a fixed shape, e.g. " + member + ", decoder: " + (png ? "png" : "jpeg") +
+                         ", shape: [224, 224, 3], resize_shorter: 256}, or a max_length (its longest first dimension)"
+                   : "give it a max_length (its longest first dimension), e.g. " + member +
+                         ", max_length: 65536}, or a decoder with a fixed shape") +
+            "; or set pool.slab_size"});
+  };
+  return kind;
+}
+
+}  // namespace detail
+}  // namespace ferry

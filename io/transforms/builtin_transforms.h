@@ -1,0 +1,13 @@
+#pragma once
+
+#include "ferry/io/transforms/transform_registry.h"
+
+// The built-in sample transforms, which TransformRegistry's constructor registers
+// (builtin_transforms.cpp). Internal: not installed.
+
+namespace ferry::detail {
+
+TransformKind drop_transform_kind();
+TransformKind rename_transform_kind();
+
+}  // namespace ferry::detail

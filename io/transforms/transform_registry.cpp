@@ -1,0 +1,98 @@
+#include "ferry/io/transforms/transform_registry.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "ferry/io/transforms/builtin_transforms.h"
+#include "ferry/pipeline/error.h"
+
+namespace ferry {
+
+TransformRegistry::TransformRegistry() {
+  add(detail::drop_transform_kind());
+  add(detail::rename_transform_kind());
+}
+
+TransformRegistry& TransformRegistry::global() {
+  static TransformRegistry registry;
+  return registry;
+}
+
+void TransformRegistry::add(TransformKind kind) {
+  if (kind.name.empty()) throw Error("cannot register a transform without a name");
+  const std::string owner = "transform '" + kind.name + "'";
+  if (!kind.make) throw Error(owner + " has no make function");
+  for (const KeySpec& key : kind.keys) {
+    if (key.name == "kind") throw Error(owner + ": 'kind' is every transform's key; name the key otherwise");
+  }
+  detail::check_key_specs(kind.keys, owner);
+  std::unique_lock lock(mutex_);
+  for (const auto& known : kinds_) {
+    if (known->name == kind.name) {
+      throw Error("a transform named '" + kind.name + "' is already registered" +
+                  (known->origin.empty() ? " (built in)" : " (by " + known->origin + ")"));
+    }
+  }
+  kinds_.push_back(std::make_shared<const TransformKind>(std::move(kind)));
+}
+
+std::shared_ptr<const TransformKind> TransformRegistry::kind(std::string_view name) const {
+  std::shared_lock lock(mutex_);
+  for (const auto& kind : kinds_) {
+    if (kind->name == name) return kind;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const Transform> TransformRegistry::make(std::string_view name, const KeyValue& keys) const {
+  const std::shared_ptr<const TransformKind> found = kind(name);
+  if (!found) {
+    std::string known;
+    for (const std::string& registered : names()) known += (known.empty() ? "" : ", ") + registered;
+    throw Error("unknown transform '" + std::string(name) + "'; registered transforms: " + known);
+  }
+  std::shared_ptr<const Transform> transform = found->make(keys);
+  if (!transform) throw Error("transform '" + std::string(name) + "' made no transform (null)");
+  return transform;
+}
+
+std::vector<std::string> TransformRegistry::names() const {
+  std::shared_lock lock(mutex_);
+  std::vector<std::string> names;
+  for (const auto& kind : kinds_) names.push_back(kind->name);
+  return names;
+}
+
+std::vector<std::shared_ptr<const TransformKind>> TransformRegistry::kinds() const {
+  std::shared_lock lock(mutex_);
+  return kinds_;
+}
+
+std::vector<FieldSpec> transformed_fields(std::vector<FieldSpec> fields,
+                                          const std::vector<std::shared_ptr<const Transform>>& transforms) {
+  for (size_t t = 0; t < transforms.size(); ++t) {
+    const std::string which = "transform " + std::to_string(t) + " ('" + std::string(transforms[t]->name()) + "')";
+    try {
+      fields = transforms[t]->output_fields(fields);
+    } catch (const std::exception& e) {
+      throw Error(which + ": " + cause_of(e));
+    }
+    if (fields.empty()) throw Error(which + " leaves the sample no field");
+    for (size_t i = 0; i < fields.size(); ++i) {
+      if (fields[i].name.empty()) throw Error(which + " declares an output field without a name");
+      for (size_t j = 0; j < i; ++j) {
+        if (fields[j].name == fields[i].name) {
+          throw Error(which + " declares the output field '" + fields[i].name + "' twice");
+        }
+      }
+      for (size_t d = fields[i].variable() ? 1 : 0; d < fields[i].shape.size(); ++d) {
+        if (fields[i].shape[d] < 0) {
+          throw Error(which + ": output field '" + fields[i].name + "' has a negative dimension");
+        }
+      }
+    }
+  }
+  return fields;
+}
+
+}  // namespace ferry
