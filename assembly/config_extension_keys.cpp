@@ -85,7 +85,8 @@ std::optional<KeyValue> ConfigReader::read_keyed(const Node& node, const std::st
     case Type::kPath: {
       const auto text = scalar(node, key, what);
       if (!text) return std::nullopt;
-      if (spec.min && static_cast<double>(text->size()) < *spec.min) {
+      if ((spec.min && static_cast<double>(text->size()) < *spec.min) ||
+          (spec.max && static_cast<double>(text->size()) > *spec.max)) {
         expected(key, node, what);
         return std::nullopt;
       }

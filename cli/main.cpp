@@ -427,11 +427,12 @@ void print_extensions() {
 
 int info(const std::vector<std::string_view>& args) {
   bool bandwidth = false;
+  bool keys = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string_view arg = args[i];
     if (arg == "--keys") {
-      std::fputs(ferry::extension_keys_markdown().c_str(), stdout);
-      return 0;
+      keys = true;
+      continue;
     }
     if (arg == "--plugin") {
       if (i + 1 >= args.size()) throw UsageError("--plugin needs a value");
@@ -440,6 +441,10 @@ int info(const std::vector<std::string_view>& args) {
     }
     if (arg != "--bandwidth") throw UsageError("unknown option '" + std::string(arg) + "'");
     bandwidth = true;
+  }
+  if (keys) {
+    std::fputs(ferry::extension_keys_markdown().c_str(), stdout);
+    return 0;
   }
   std::printf("ferry %s\n", FERRY_VERSION);
   std::printf("  build         %s\n", ferry::build_description().c_str());

@@ -21,7 +21,7 @@ struct KeySpec {
     kBoolean,  // true/false (also yes/no, on/off)
     kInteger,  // a whole number within [min, max] (bounds optional)
     kNumber,   // a finite number within [min, max]
-    kString,   // any text; min: its least length (1: not empty)
+    kString,   // any text; min and max bound its length (min 1: not empty)
     kPath,     // a local path, as text
     kSize,     // a byte count with units ("64MiB"), within [min, max] bytes
     kChoice,   // one of `choices`

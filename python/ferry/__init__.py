@@ -12,6 +12,9 @@
     pool = ferry.uvm.create_unified_mempool()   # CUDA managed memory: prefetch and advise tensors
                                                 # and modules (ferry.uvm; docs/unified-memory.md)
 
+    ferry.load_plugin("build/libmy_plugin.so")  # source kinds, decoders and transforms of your own
+                                                # (docs/extending.md)
+
 All run on ferry's C++ core (ferry._C): the pipeline's threads and copies never hold the GIL.
 """
 
@@ -19,10 +22,13 @@ from ferry import uvm
 from ferry._C import (
     ConfigError,
     Error,
+    PluginError,
     UnifiedMemoryUnsupportedError,
     __version__,
     build_kind,
     build_reason,
+    load_plugin,
+    loaded_plugins,
     malloc_name,
 )
 from ferry.async_copy import AsyncCopyHandle, start_copy
@@ -35,10 +41,13 @@ __all__ = [
     "ConfigError",
     "Error",
     "Pipeline",
+    "PluginError",
     "UnifiedMemoryUnsupportedError",
     "__version__",
     "build_kind",
     "build_reason",
+    "load_plugin",
+    "loaded_plugins",
     "malloc_name",
     "start_copy",
     "uvm",

@@ -2,6 +2,7 @@
 // python/ferry/_C.pyi for the API as Python sees it).
 #include <torch/csrc/utils/pybind.h>
 
+#include <ferry/assembly/plugin.h>
 #include <ferry/build_config.h>
 #include <ferry/pipeline/malloc_name.h>
 #include <ferry/pipeline/pinned_pool.h>
@@ -26,6 +27,17 @@ PYBIND11_MODULE(_C, m) {
       "malloc_name", &ferry::malloc_name,
       "The malloc this process runs with and its version ('jemalloc 5.3.0-...', 'tcmalloc 2.10', 'glibc 2.36'). "
       "Python's is glibc's unless one is preloaded: LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 python ...");
+  m.def(
+      "load_plugin",
+      [](const std::string& path) {
+        py::gil_scoped_release unlocked;  // the plugin's registration needs no Python
+        ferry::load_plugin(path);
+      },
+      py::arg("path"),
+      "Loads a ferry plugin (a shared library built against this ferry with FERRY_PLUGIN) and registers its source "
+      "kinds, decoders and transforms, for every config after. Loading one already loaded does nothing. Raises "
+      "ferry.PluginError.");
+  m.def("loaded_plugins", &ferry::loaded_plugins, "The plugins loaded so far, as absolute paths.");
   m.def("live_staging_bytes", &ferry::PinnedPool::live_bytes,
         "Staging bytes (pinned, or the pageable fallback) held by every pipeline of this process now.");
 

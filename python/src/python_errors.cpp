@@ -3,6 +3,7 @@
 #include <exception>
 
 #include <ferry/assembly/config_error.h>
+#include <ferry/assembly/plugin.h>
 #include <ferry/pipeline/error.h>
 #include <ferry/pipeline/unified_memory.h>
 
@@ -16,6 +17,7 @@ namespace {
 PyObject* g_error = nullptr;
 PyObject* g_config_error = nullptr;
 PyObject* g_unified_memory_unsupported = nullptr;
+PyObject* g_plugin_error = nullptr;
 
 py::object optional_int(const std::optional<uint64_t>& value) {
   return value ? py::object(py::int_(*value)) : py::object(py::none());
@@ -62,7 +64,14 @@ void register_errors(py::module_& module) {
       "Unified (CUDA managed) memory cannot work here: a CPU build of ferry, no CUDA device, a device "
       "without concurrent managed access, or a torch without torch.cuda.MemPool. The message says which.",
       g_error, nullptr);
+  g_plugin_error = PyErr_NewExceptionWithDoc(
+      "ferry._C.PluginError",
+      "A plugin that cannot be loaded: a missing file, not a shared library or not a ferry plugin, built against "
+      "another ferry or libtorch (both named), an entry point that failed, or a name already registered. Nothing "
+      "of it was registered.",
+      g_error, nullptr);
   module.add_object("Error", py::handle(g_error));
+  module.add_object("PluginError", py::handle(g_plugin_error));
   module.add_object("ConfigError", py::handle(g_config_error));
   module.add_object("UnifiedMemoryUnsupportedError", py::handle(g_unified_memory_unsupported));
 
@@ -77,6 +86,8 @@ void register_errors(py::module_& module) {
       raise(g_config_error, error, std::move(problems));
     } catch (const UnifiedMemoryUnsupportedError& error) {
       raise(g_unified_memory_unsupported, error, py::list());
+    } catch (const PluginError& error) {
+      raise(g_plugin_error, error, py::list());
     } catch (const Error& error) {
       raise(g_error, error, py::list());
     }

@@ -5,14 +5,20 @@
 #             must raise it to C++20 itself); and the dev component alone is a package that is found
 #   deb       `cpack -G DEB` in BUILD, the package unpacked into WORK/root; the consumer finds WORK/root/usr
 #   subdirectory  tests/package/parent, which add_subdirectory()s the source tree SOURCE (and gets no CPack)
+#   plugin    `cmake --install` as for install; then examples/plugin, copied as a user would, built against it,
+#             run by the installed `ferry run` (from its own config's plugins: key) and from Python (PYTHON,
+#             with PYTHONPATH set by the caller): every value checked, and the command's batches against
+#             Python's (check.py --digest)
 # Other variables: SOURCE (ferry's checkout), BUILD (its build folder), WORK (scratch, emptied first),
 # GENERATOR and CXX (as ferry's build), DEPENDS (deb: text the package's Depends must hold, ;-separated),
 # CXX_FLAGS and LINKER_FLAGS (ferry's build's compile and executable link flags: a sanitizer build's
 # consumer is built as ferry is).
 cmake_minimum_required(VERSION 3.22)
 
+# run(COMMAND ... [WORKING_DIRECTORY dir] [OUTPUT var] [EXPECT_FAILURE]): fails unless it exits 0 (with
+# EXPECT_FAILURE: unless it exits 2, as the command does for bad usage or an invalid config).
 function(run)
-  cmake_parse_arguments(RUN "" "WORKING_DIRECTORY;OUTPUT" "COMMAND" ${ARGN})
+  cmake_parse_arguments(RUN "EXPECT_FAILURE" "WORKING_DIRECTORY;OUTPUT" "COMMAND" ${ARGN})
   list(JOIN RUN_COMMAND " " shown)
   message(STATUS "$ ${shown}")
   if(NOT RUN_WORKING_DIRECTORY)
@@ -20,7 +26,9 @@ function(run)
   endif()
   execute_process(COMMAND ${RUN_COMMAND} WORKING_DIRECTORY "${RUN_WORKING_DIRECTORY}"
                   RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
-  if(NOT status EQUAL 0)
+  if(RUN_EXPECT_FAILURE AND NOT status EQUAL 2)
+    message(FATAL_ERROR "expected exit status 2, found ${status}: ${shown}\n${out}")
+  elseif(NOT RUN_EXPECT_FAILURE AND NOT status EQUAL 0)
     message(FATAL_ERROR "failed (${status}): ${shown}\n${out}")
   endif()
   if(RUN_OUTPUT)
@@ -107,6 +115,23 @@ elseif(MODE STREQUAL "subdirectory")
   if(EXISTS "${WORK}/consumer/CPackConfig.cmake")
     message(FATAL_ERROR "ferry below a parent project included CPack: ${WORK}/consumer/CPackConfig.cmake")
   endif()
+elseif(MODE STREQUAL "plugin")
+  run(COMMAND "${CMAKE_COMMAND}" --install "${BUILD}" --prefix "${WORK}/prefix")
+  file(COPY "${SOURCE}/examples/plugin/" DESTINATION "${WORK}/plugin")
+  run(COMMAND "${CMAKE_COMMAND}" -S "${WORK}/plugin" -B "${WORK}/plugin/build" -G "${GENERATOR}"
+      -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_COMPILER=${CXX}" "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
+      "-DCMAKE_SHARED_LINKER_FLAGS=${LINKER_FLAGS}" "-DCMAKE_MODULE_LINKER_FLAGS=${LINKER_FLAGS}"
+      "-DCMAKE_PREFIX_PATH=${WORK}/prefix")
+  run(COMMAND "${CMAKE_COMMAND}" --build "${WORK}/plugin/build")
+  run(COMMAND "${WORK}/prefix/bin/ferry" run records.yaml --digest digest.txt --set stats.progress=off
+      WORKING_DIRECTORY "${WORK}/plugin" OUTPUT ran)
+  message(STATUS "${ran}")
+  run(COMMAND "${WORK}/prefix/bin/ferry" validate records.yaml --set source.colums=5 WORKING_DIRECTORY "${WORK}/plugin"
+      OUTPUT refused EXPECT_FAILURE)
+  message(STATUS "${refused}")
+  run(COMMAND "${PYTHON}" check.py build/libferry_records.so records.yaml --digest digest.txt
+      WORKING_DIRECTORY "${WORK}/plugin" OUTPUT checked)
+  message(STATUS "plugin example: ${checked}")
 else()
-  message(FATAL_ERROR "MODE must be install, deb or subdirectory, not '${MODE}'")
+  message(FATAL_ERROR "MODE must be install, deb, subdirectory or plugin, not '${MODE}'")
 endif()
