@@ -158,7 +158,8 @@ FieldDecoders make_field_decoders(const Config& config, const Source& source) {
   if (!kind->decoded_fields) return decoders;
   const std::vector<FieldSpec>& specs = source.fields();
   for (const DecodedField& field : kind->decoded_fields(config.source.keys)) {
-    const auto spec = std::find_if(specs.begin(), specs.end(), [&](const FieldSpec& s) { return s.name == field.name; });
+    const auto spec =
+        std::find_if(specs.begin(), specs.end(), [&](const FieldSpec& s) { return s.name == field.name; });
     if (spec == specs.end()) {
       throw Error("field '" + field.name + "' is configured in the source, which " + source.describe() +
                   " does not have");
@@ -166,8 +167,8 @@ FieldDecoders make_field_decoders(const Config& config, const Source& source) {
     // decode.decoders may name another decoder for the field: it decodes with the field's keys.
     const auto chosen = config.pipeline.decoders.find(field.name);
     const std::string& decoder = chosen != config.pipeline.decoders.end() ? chosen->second
-                                  : field.decoder.empty()                  ? spec->decoder
-                                                                           : field.decoder;
+                                 : field.decoder.empty()                  ? spec->decoder
+                                                                          : field.decoder;
     static const KeyValue kNoKeys = KeyValue::mapping({});
     const DecoderArgs args{*spec, field.keys != nullptr ? *field.keys : kNoKeys, config.sampler.seed};
     try {
@@ -196,8 +197,8 @@ SampleTransforms make_transforms(const Config& config) {
 std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement,
                                             const Source& source) {
   std::shared_ptr<const Sampler> order;
-  std::vector<uint64_t> shards = sampler.shuffle && sampler.shuffle_buffer > 0 ? source.shard_sizes()
-                                                                             : std::vector<uint64_t>{};
+  std::vector<uint64_t> shards =
+      sampler.shuffle && sampler.shuffle_buffer > 0 ? source.shard_sizes() : std::vector<uint64_t>{};
   if (!shards.empty()) {
     order = std::make_shared<ShardShuffleSampler>(
         std::move(shards),

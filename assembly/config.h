@@ -14,7 +14,7 @@
 #include "ferry/io/samplers/sampler.h"
 #include "ferry/io/transforms/transform.h"
 #include "ferry/io/util/key_schema.h"
-#include "ferry/pipeline/pipeline_options.h"
+#include "ferry/stages/pipeline_options.h"
 
 namespace ferry {
 

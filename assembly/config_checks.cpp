@@ -1,6 +1,7 @@
 // The checks across sections, once every key is read: per-field keys against the source's fields,
 // decoders named for fields whose keys they do not take, and combinations of sampler and pool keys.
 #include <algorithm>
+#include <map>
 
 #include "ferry/assembly/config_reader.h"
 #include "ferry/io/decoders/decoder_registry.h"
@@ -9,6 +10,31 @@
 #include "ferry/stages/decode_stage.h"
 
 namespace ferry::detail {
+namespace {
+
+// The YAML key that sets an option of PipelineOptions, where the two names differ.
+std::string yaml_key(const std::string& option) {
+  static const std::map<std::string, std::string, std::less<>> kKeys{
+      {"epochs", "sampler.epochs"},
+      {"drop_last", "sampler.drop_last"},
+      {"decode_threads", "decode.threads"},
+      {"on_error", "decode.on_error"},
+      {"pool.slab_bytes", "pool.slab_size"},
+      {"pool.budget_bytes", "pool.budget"},
+      {"transfer.min_alignment", "transfer.alignment"},
+      {"transfer.max_chunk_bytes", "transfer.max_chunk"},
+      {"transfer.parallel_pack_bytes", "transfer.parallel_pack"},
+      {"transfer.direct_copy_bytes", "transfer.direct_copy"},
+      {"augment.height", "augment.random_resized_crop.size"},
+      {"augment.scale_min", "augment.random_resized_crop.scale"},
+      {"augment.ratio_min", "augment.random_resized_crop.ratio"},
+      {"augment.std", "augment.normalize.std"},
+  };
+  const auto found = kKeys.find(option);
+  return found != kKeys.end() ? found->second : option;
+}
+
+}  // namespace
 
 void ConfigReader::check_combinations() {
   const PipelineOptions& options = config_.pipeline;
@@ -27,13 +53,14 @@ void ConfigReader::check_combinations() {
       const std::string field = key.substr(key.rfind('.') + 1);
       if (std::find(names.begin(), names.end(), field) == names.end()) {
         problem(key, name_node,
-                "the source has no field '" + field + "'" + did_you_mean(field, names) + "; its fields: " +
-                    list_text(names));
+                "the source has no field '" + field + "'" + did_you_mean(field, names) +
+                    "; its fields: " + list_text(names));
       }
     }
     if (!transformed) {
       for (const auto& [field, pad] : options.collate.pad_values) {
-        const auto found = std::find_if(fields.begin(), fields.end(), [&](const FieldSpec& f) { return f.name == field; });
+        const auto found =
+            std::find_if(fields.begin(), fields.end(), [&](const FieldSpec& f) { return f.name == field; });
         if (found != fields.end() && !found->variable()) {
           problem_at("collate.pad_values." + field, "field '" + field + "' has a fixed length: it is never padded");
         }
@@ -53,8 +80,8 @@ void ConfigReader::check_combinations() {
       for (const auto& [name, value] : field.keys->entries()) {
         const bool decoder_key = original && std::any_of(original->keys.begin(), original->keys.end(),
                                                          [&](const KeySpec& spec) { return spec.name == name; });
-        const bool taken = std::any_of(named->keys.begin(), named->keys.end(),
-                                       [&](const KeySpec& spec) { return spec.name == name; });
+        const bool taken =
+            std::any_of(named->keys.begin(), named->keys.end(), [&](const KeySpec& spec) { return spec.name == name; });
         if (decoder_key && !taken) refused.push_back(name);
       }
       if (refused.empty()) continue;
@@ -67,7 +94,8 @@ void ConfigReader::check_combinations() {
         if (all) takers.push_back(decoder->name);
       }
       std::string keys;
-      for (size_t i = 0; i < refused.size(); ++i) keys += (i == 0 ? "" : i + 1 == refused.size() ? " or " : ", ") + refused[i];
+      for (size_t i = 0; i < refused.size(); ++i)
+        keys += (i == 0 ? "" : i + 1 == refused.size() ? " or " : ", ") + refused[i];
       problem_at("decode.decoders." + field.name, "field '" + field.name + "' sets " + keys +
                                                       ", which only the decoders " + list_text(takers) +
                                                       " take; this names '" + chosen->second + "'");
@@ -92,11 +120,10 @@ void ConfigReader::check_combinations() {
     problem_at("sampler.rank", "expected a rank below world_size (" + std::to_string(*sampler.world_size) +
                                    "), found " + std::to_string(*sampler.rank));
   }
-  const PoolOptions& pool = options.pool;
-  if (pool.slab_count != 0 && pool.slab_count < options.prefetch) {
-    problem_at("pool.slab_count", "expected at least prefetch (" + std::to_string(options.prefetch) +
-                                      ") slabs: every batch in flight holds one; found " +
-                                      std::to_string(pool.slab_count));
+  // The options' own rules (one home: PipelineOptions::problems()), at the YAML key of each option. A value
+  // out of its range was refused as it was read; what is left are options that do not go together.
+  for (const OptionProblem& found : options.problems()) {
+    problem_at(yaml_key(found.option), "expected " + found.expected + ", found " + found.found);
   }
   // Note [dataset cache]: a cache repeats the first epoch's bytes, so no cached field may be decoded otherwise
   // every epoch (a random crop). The decoders are made here as the pipeline will make them; a decoder that

@@ -147,8 +147,8 @@ std::optional<KeyValue> ConfigReader::read_keyed_mapping(
     const Node& node, const std::string& key, const std::vector<KeySpec>& keys, const std::vector<std::string>& extra,
     const std::function<std::optional<std::string>(const std::string& name)>& foreign) {
   // The decoder this mapping names, if one of its keys is a decoder: its keys join the mapping's.
-  const auto named = std::find_if(keys.begin(), keys.end(),
-                                  [](const KeySpec& spec) { return spec.type == KeySpec::Type::kDecoder; });
+  const auto named =
+      std::find_if(keys.begin(), keys.end(), [](const KeySpec& spec) { return spec.type == KeySpec::Type::kDecoder; });
   std::string decoder_name;
   std::shared_ptr<const DecoderKind> decoder;
   if (named != keys.end()) {
@@ -178,8 +178,8 @@ std::optional<KeyValue> ConfigReader::read_keyed_mapping(
     const std::string name = name_node.IsScalar() ? name_node.Scalar() : found_text(name_node);
     const std::string path = join_path(key, name);
     if (const auto [it, inserted] = seen.emplace(name, name_node.Mark()); !inserted) {
-      problems_.push_back({location(path, name_node), path,
-                           "given twice (first at line " + std::to_string(it->second.line + 1) + ")"});
+      problems_.push_back(
+          {location(path, name_node), path, "given twice (first at line " + std::to_string(it->second.line + 1) + ")"});
       continue;
     }
     if (std::find(extra.begin(), extra.end(), name) != extra.end()) continue;
@@ -202,8 +202,8 @@ std::optional<KeyValue> ConfigReader::read_keyed_mapping(
       }
       if (!takers.empty()) {
         message = name + " is a key of the " + (takers.size() == 1 ? "decoder " : "decoders ") + list_text(takers) +
-                  "; this field's decoder is '" + decoder_name + "' (set decoder: " + takers.front() +
-                  ", or remove " + name + ")";
+                  "; this field's decoder is '" + decoder_name + "' (set decoder: " + takers.front() + ", or remove " +
+                  name + ")";
         at = &entry.second;
       }
     }

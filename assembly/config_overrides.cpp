@@ -26,8 +26,10 @@ void ConfigReader::apply_overrides(Node& root) {
     std::string why;
     const std::optional<std::vector<std::string>> parts = key_path(path, why);
     if (!parts) {
-      problems_.push_back({where, path, "expected key.path=value, e.g. source.fields.0.name=x or "
-                                        "source.fields[0].name=x: " + why});
+      problems_.push_back({where, path,
+                           "expected key.path=value, e.g. source.fields.0.name=x or "
+                           "source.fields[0].name=x: " +
+                               why});
       continue;
     }
     Node value;
@@ -97,7 +99,8 @@ std::optional<std::vector<std::string>> ConfigReader::key_path(const std::string
 
 // Puts `value` at `parts` (of "pool.slab_size", "source.fields.0.dtype"), creating sections on
 // the way; a number indexes a list (one past its end appends).
-void ConfigReader::set_path(Node& root, const std::vector<std::string>& parts, const Node& value, const std::string& where) {
+void ConfigReader::set_path(Node& root, const std::vector<std::string>& parts, const Node& value,
+                            const std::string& where) {
   Node node;
   node.reset(root);
   std::string key;
@@ -109,8 +112,8 @@ void ConfigReader::set_path(Node& root, const std::vector<std::string>& parts, c
       const auto [end, error] = std::from_chars(part.data(), part.data() + part.size(), index);
       if (error != std::errc() || end != part.data() + part.size() || index > node.size()) {
         problems_.push_back({where, key,
-                             "'" + part + "' is not an index of this list of " + std::to_string(node.size()) +
-                                 " (0.." + std::to_string(node.size()) + ")"});
+                             "'" + part + "' is not an index of this list of " + std::to_string(node.size()) + " (0.." +
+                                 std::to_string(node.size()) + ")"});
         return;
       }
       key += "[" + part + "]";

@@ -7,6 +7,7 @@
 #include "ferry/io/formats/source_registry.h"
 #include "ferry/io/transforms/transform_registry.h"
 #include "ferry/io/util/dtype_names.h"
+#include "ferry/stages/pipeline_options.h"
 
 namespace ferry {
 
@@ -34,8 +35,8 @@ const std::vector<ConfigKey>& config_keys() {
        "The transform: drop, rename, or one your program or a plugin registers. It takes its own keys beside `kind`.",
        "drop"},
       // batches
-      {"batch_size", "integer 1..16777216", "32", "Samples per batch.", "64"},
-      {"prefetch", "integer 1..1024", "3",
+      {"batch_size", "integer 1.." + std::to_string(EngineOptions::kMaxBatchSize), "32", "Samples per batch.", "64"},
+      {"prefetch", "integer 1.." + std::to_string(EngineOptions::kMaxPrefetch), "3",
        "Batches in flight between planning and the consumer: more hides jitter, each costs a pinned slab.", "4"},
       {"max_batches", "integer >= 0", "0 (every epoch)",
        "Stop after this many batches in all, counted from the run's start (a resumed run continues the count).", "100"},
@@ -66,8 +67,10 @@ const std::vector<ConfigKey>& config_keys() {
        "drop"},
       // decode
       {"decode", "mapping", "", "Turning stored samples into tensors.", "{threads: 8}"},
-      {"decode.threads", "auto or integer 1..1024", "auto",
-       "Samples decoded at once. auto: the hardware threads minus two (at least 1), divided among the job's processes on this machine under torchrun (LOCAL_WORLD_SIZE).", "8"},
+      {"decode.threads", "auto or integer 1.." + std::to_string(EngineOptions::kMaxDecodeThreads), "auto",
+       "Samples decoded at once. auto: the hardware threads minus two (at least 1), divided among the job's processes "
+       "on this machine under torchrun (LOCAL_WORLD_SIZE).",
+       "8"},
       {"decode.on_error", "one of: fail, skip", "fail",
        "A sample that cannot be read or decoded: fail the run (naming the sample), or skip it: fill its batch from the "
        "next samples, log it on stderr, count it and list it in the report.",
@@ -116,7 +119,7 @@ const std::vector<ConfigKey>& config_keys() {
        "latency, one busy core).",
        "spin"},
       {"transfer.max_chunk", "size >= 4KiB", "32MiB", "Largest single cudaMemcpyAsync of a packed batch.", "16MiB"},
-      {"transfer.alignment", "power of two <= 4096", "16",
+      {"transfer.alignment", "power of two <= " + std::to_string(TransferOptions::kMaxAlignment), "16",
        "Every packed field starts at a multiple of this (and of its element size).", "64"},
       {"transfer.parallel_pack", "size", "1MiB", "Batches of at least this size are packed by several threads.",
        "4MiB"},
@@ -158,8 +161,7 @@ const std::vector<ConfigKey>& config_keys() {
       {"augment.random_resized_crop.ratio", "[min, max], 0 < min <= max", "[0.75, 1.3333]",
        "The range of the window's aspect ratio (width / height), drawn uniformly on a log scale.", "[0.5, 2.0]"},
       {"augment.flip", "number in 0..1", "0", "The probability that a sample is flipped horizontally.", "0.5"},
-      {"augment.normalize", "mapping", "none (values / 255)",
-       "Per channel (R, G, B): (value / 255 - mean) / std.",
+      {"augment.normalize", "mapping", "none (values / 255)", "Per channel (R, G, B): (value / 255 - mean) / std.",
        "{mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}"},
       {"augment.normalize.mean", "list of 3 numbers", "[0, 0, 0]", "The mean of each channel, in [0, 1] units.",
        "[0.485, 0.456, 0.406]"},

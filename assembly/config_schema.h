@@ -13,11 +13,11 @@ namespace ferry {
 /// Paths use `[]` for the elements of a list and `<field>` for a key named after a source field:
 /// "source.fields[].dtype", "collate.pad_values.<field>".
 struct ConfigKey {
-  std::string_view path;
-  std::string_view type;           // "integer", "size", "boolean", "one of: fail, skip", ...
-  std::string_view default_value;  // as a user would write it; "required" for required keys
-  std::string_view description;
-  std::string_view example;  // a valid YAML value for this key
+  std::string path;
+  std::string type;           // "integer", "size", "boolean", "one of: fail, skip", ...
+  std::string default_value;  // as a user would write it; "required" for required keys
+  std::string description;
+  std::string example;  // a valid YAML value for this key
 };
 
 /// Every key, in documentation order. Thread-safe (immutable).

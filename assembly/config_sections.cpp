@@ -35,11 +35,15 @@ void ConfigReader::read_root(const Node& root) {
   }
   PipelineOptions& options = config_.pipeline;
   if (const auto node = child(root, "batch_size")) {
-    if (auto value = integer(*node, "batch_size", 1, 1 << 24, "an integer in 1..16777216"))
+    if (auto value = integer(*node, "batch_size", 1, EngineOptions::kMaxBatchSize,
+                             "an integer in 1.." + std::to_string(EngineOptions::kMaxBatchSize)))
       options.batch_size = *value;
   }
   if (const auto node = child(root, "prefetch")) {
-    if (auto value = integer(*node, "prefetch", 1, 1024, "an integer in 1..1024")) options.prefetch = *value;
+    if (auto value = integer(*node, "prefetch", 1, EngineOptions::kMaxPrefetch,
+                             "an integer in 1.." + std::to_string(EngineOptions::kMaxPrefetch))) {
+      options.prefetch = *value;
+    }
   }
   if (const auto node = child(root, "max_batches")) {
     if (auto value = integer(*node, "max_batches", 0, kMaxInteger, "an integer >= 0 (0: no limit)"))
@@ -55,7 +59,6 @@ void ConfigReader::read_root(const Node& root) {
   if (const auto node = child(root, "augment")) read_augment(*node);
   if (const auto node = child(root, "stats")) read_stats(*node);
 }
-
 
 void ConfigReader::read_sampler(const Node& node) {
   if (!mapping(node, "sampler", "sampler")) return;
@@ -92,8 +95,8 @@ void ConfigReader::read_sampler(const Node& node) {
     if (auto text = choice(*value, "sampler.remainder", {"pad", "drop"})) sampler.drop_remainder = *text == "drop";
   }
   if (const auto value = child(node, "shuffle_buffer")) {
-    if (auto size = integer(*value, "sampler.shuffle_buffer", 0, 1 << 30,
-                            "an integer in 0..1073741824 (0: a full shuffle)")) {
+    if (auto size =
+            integer(*value, "sampler.shuffle_buffer", 0, 1 << 30, "an integer in 0..1073741824 (0: a full shuffle)")) {
       sampler.shuffle_buffer = *size;
     }
   }
@@ -106,7 +109,8 @@ void ConfigReader::read_decode(const Node& node) {
     if (is_auto(*value)) {
       note("decode.threads", *value);
       options.decode_threads = 0;
-    } else if (auto threads = integer(*value, "decode.threads", 1, 1024, "auto or an integer in 1..1024")) {
+    } else if (auto threads = integer(*value, "decode.threads", 1, EngineOptions::kMaxDecodeThreads,
+                                      "auto or an integer in 1.." + std::to_string(EngineOptions::kMaxDecodeThreads))) {
       options.decode_threads = *threads;
     }
   }
@@ -185,7 +189,8 @@ void ConfigReader::read_pool(const Node& node) {
   if (const auto value = child(node, "slab_count")) {
     if (is_auto(*value)) {
       note("pool.slab_count", *value);
-    } else if (auto count = integer(*value, "pool.slab_count", 1, 65536, "auto or an integer in 1..65536")) {
+    } else if (auto count = integer(*value, "pool.slab_count", 1, PoolOptions::kMaxSlabCount,
+                                    "auto or an integer in 1.." + std::to_string(PoolOptions::kMaxSlabCount))) {
       pool.slab_count = *count;
     }
   }
@@ -217,7 +222,6 @@ void ConfigReader::read_cache(const Node& node) {
     }
   }
 }
-
 
 void ConfigReader::read_augment(const Node& node) {
   if (!mapping(node, "augment", "augment")) return;
@@ -294,7 +298,6 @@ void ConfigReader::read_augment(const Node& node) {
     }
   }
 }
-
 
 // transfer.devices: `all`, or a list of cpu and cuda:N (each GPU once; cpu may repeat: a host share).
 void ConfigReader::read_devices(const Node& transfer, const Node& value) {
@@ -373,13 +376,16 @@ void ConfigReader::read_transfer(const Node& node) {
       transfer.wait = *text == "spin" ? WaitMode::kSpin : WaitMode::kPoll;
   }
   if (const auto value = child(node, "max_chunk")) {
-    if (auto bytes = size(*value, "transfer.max_chunk", 4096, "a size of at least 4KiB, such as 32MiB"))
+    if (auto bytes =
+            size(*value, "transfer.max_chunk", TransferOptions::kMinChunkBytes,
+                 "a size of at least " + format_byte_size(TransferOptions::kMinChunkBytes) + ", such as 32MiB"))
       transfer.max_chunk_bytes = *bytes;
   }
   if (const auto value = child(node, "alignment")) {
-    auto bytes = size(*value, "transfer.alignment", 1, "a power of two up to 4096, such as 16");
-    if (bytes && (*bytes > 4096 || (*bytes & (*bytes - 1)) != 0)) {
-      expected("transfer.alignment", *value, "a power of two up to 4096, such as 16");
+    const std::string what = "a power of two up to " + std::to_string(TransferOptions::kMaxAlignment) + ", such as 16";
+    auto bytes = size(*value, "transfer.alignment", 1, what);
+    if (bytes && (*bytes > TransferOptions::kMaxAlignment || (*bytes & (*bytes - 1)) != 0)) {
+      expected("transfer.alignment", *value, what);
     } else if (bytes) {
       transfer.min_alignment = *bytes;
     }

@@ -40,8 +40,8 @@ bool ConfigReader::mapping(const Node& node, const std::string& key, std::string
     const std::string name = name_node.IsScalar() ? name_node.Scalar() : found_text(name_node);
     const std::string path = join_path(key, name);
     if (const auto [it, inserted] = seen.emplace(name, name_node.Mark()); !inserted) {
-      problems_.push_back({location(path, name_node), path,
-                           "given twice (first at line " + std::to_string(it->second.line + 1) + ")"});
+      problems_.push_back(
+          {location(path, name_node), path, "given twice (first at line " + std::to_string(it->second.line + 1) + ")"});
       continue;
     }
     if (std::find(known.begin(), known.end(), name) == known.end()) {
@@ -88,7 +88,7 @@ std::optional<std::string> ConfigReader::scalar(const Node& node, const std::str
 bool ConfigReader::is_auto(const Node& node) { return node.IsScalar() && node.Scalar() == "auto"; }
 
 std::optional<uint64_t> ConfigReader::integer(const Node& node, const std::string& key, uint64_t min, uint64_t max,
-                                const std::string& what) {
+                                              const std::string& what) {
   const auto text = scalar(node, key, what);
   if (!text) return std::nullopt;
   uint64_t value = 0;
@@ -99,7 +99,6 @@ std::optional<uint64_t> ConfigReader::integer(const Node& node, const std::strin
   }
   return value;
 }
-
 
 std::optional<double> ConfigReader::number(const Node& node, const std::string& key) {
   const auto text = scalar(node, key, "a number");
@@ -124,7 +123,8 @@ std::optional<bool> ConfigReader::boolean(const Node& node, const std::string& k
   return std::nullopt;
 }
 
-std::optional<std::string> ConfigReader::choice(const Node& node, const std::string& key, const std::vector<std::string>& choices) {
+std::optional<std::string> ConfigReader::choice(const Node& node, const std::string& key,
+                                                const std::vector<std::string>& choices) {
   const std::string what = "one of " + list_text(choices);
   const auto text = scalar(node, key, what);
   if (!text) return std::nullopt;
@@ -133,7 +133,8 @@ std::optional<std::string> ConfigReader::choice(const Node& node, const std::str
   return std::nullopt;
 }
 
-std::optional<uint64_t> ConfigReader::size(const Node& node, const std::string& key, uint64_t min, const std::string& what) {
+std::optional<uint64_t> ConfigReader::size(const Node& node, const std::string& key, uint64_t min,
+                                           const std::string& what) {
   const auto text = scalar(node, key, what);
   if (!text) return std::nullopt;
   const auto bytes = parse_byte_size(*text);
@@ -144,9 +145,9 @@ std::optional<uint64_t> ConfigReader::size(const Node& node, const std::string& 
   return bytes;
 }
 
-
 // A [first, second] pair of numbers.
-std::optional<std::pair<double, double>> ConfigReader::pair(const Node& node, const std::string& key, const std::string& what) {
+std::optional<std::pair<double, double>> ConfigReader::pair(const Node& node, const std::string& key,
+                                                            const std::string& what) {
   if (!node.IsSequence() || node.size() != 2) {
     expected(key, node, what);
     return std::nullopt;
@@ -158,27 +159,24 @@ std::optional<std::pair<double, double>> ConfigReader::pair(const Node& node, co
   return std::pair{*first, *second};
 }
 
-
 // A registered decoder's name, or nullopt after reporting a problem.
 std::optional<std::string> ConfigReader::decoder_name(const Node& node, const std::string& key) {
   const std::vector<std::string> registered = DecoderRegistry::global().names();
   auto text = scalar(node, key, "a decoder name (" + list_text(registered) + ")");
   if (!text) return std::nullopt;
   if (std::find(registered.begin(), registered.end(), *text) == registered.end()) {
-    problem(key, node,
-            "unknown decoder '" + *text + "'" + did_you_mean(*text, registered) +
-                "; registered: " + list_text(registered));
+    problem(
+        key, node,
+        "unknown decoder '" + *text + "'" + did_you_mean(*text, registered) + "; registered: " + list_text(registered));
     return std::nullopt;
   }
   return text;
 }
 
-
 // A [min, max] pair with 0 < min <= max (<= `most`, when given).
 std::optional<std::pair<double, double>> ConfigReader::positive_range(const Node& node, const std::string& key,
-                                                        std::optional<double> most) {
-  const std::string what =
-      "[min, max] with 0 < min <= max" + (most ? " <= " + number_text(*most) : std::string());
+                                                                      std::optional<double> most) {
+  const std::string what = "[min, max] with 0 < min <= max" + (most ? " <= " + number_text(*most) : std::string());
   auto range = pair(node, key, what);
   if (range && !(range->first > 0 && range->first <= range->second && (!most || range->second <= *most))) {
     expected(key, node, what);

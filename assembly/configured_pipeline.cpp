@@ -1,4 +1,5 @@
 #include "ferry/assembly/configured_pipeline.h"
+#include "ferry/assembly/configured_planner.h"
 
 #include <algorithm>
 #include <exception>
@@ -16,6 +17,7 @@
 #include "ferry/io/transforms/transform_registry.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/io/util/units.h"
+#include "ferry/pipeline/advanced.h"
 #include "ferry/pipeline/cuda_device.h"
 #include "ferry/pipeline/pinned_pool.h"
 #include "ferry/stages/batch_planner.h"
@@ -24,6 +26,7 @@
 #include "ferry/stages/decode_stage.h"
 #include "ferry/stages/image_augment.h"
 #include "ferry/stages/standard_pipeline.h"
+#include "ferry/stages/standard_stages.h"
 
 namespace ferry {
 namespace {
@@ -52,10 +55,13 @@ struct Problems {
   const Config& config;
   std::vector<ConfigProblem> list;
 
-  void add(const std::string& key, std::string message) { list.push_back({config.where(key), key, std::move(message)}); }
+  void add(const std::string& key, std::string message) {
+    list.push_back({config.where(key), key, std::move(message)});
+  }
   /// At a value's own place: a key inside the source's keys (a field's `device`).
   void add(const KeyValue& value, std::string message) {
-    list.push_back({value.where().empty() ? config.where(value.key()) : value.where(), value.key(), std::move(message)});
+    list.push_back(
+        {value.where().empty() ? config.where(value.key()) : value.where(), value.key(), std::move(message)});
   }
   bool empty() const noexcept { return list.empty(); }
 };
@@ -123,7 +129,8 @@ void check_gpu_decoding(const Config& config, const PipelineOptions& options, co
     }
     if (where != ImageDecodeOptions::Device::kGpu) continue;
     if (!decode.transforms().empty()) {
-      add("field '" + field + "' is to be decoded on the GPU (device: gpu), but sample transforms run on the CPU "
+      add("field '" + field +
+          "' is to be decoded on the GPU (device: gpu), but sample transforms run on the CPU "
           "after the decoders: use device: cpu or auto, or leave the transforms out");
     }
     for (const at::Device& target : targets) {
@@ -160,7 +167,8 @@ void check_batches(const Config& config, const PipelineOptions& options, const D
     std::string names;
     for (const FieldSpec& spec : fields) names += (names.empty() ? "" : ", ") + spec.name;
     for (const auto& [field, pad] : options.collate.pad_values) {
-      const auto found = std::find_if(fields.begin(), fields.end(), [&](const FieldSpec& f) { return f.name == field; });
+      const auto found =
+          std::find_if(fields.begin(), fields.end(), [&](const FieldSpec& f) { return f.name == field; });
       if (found == fields.end()) {
         problems.add("collate.pad_values." + field,
                      "the samples have no field '" + field + "' after the transforms; their fields: " + names);
@@ -264,7 +272,7 @@ std::shared_ptr<const Source> check_config(const Config& config) {
     const bool group = devices.size() > 1;
     const std::string share =
         placement->world_size == 1 ? "the source has"
-        : group ? "each of the " + std::to_string(devices.size()) + " devices" +
+        : group                    ? "each of the " + std::to_string(devices.size()) + " devices" +
                       (placement->world_size > devices.size() ? " of this rank" : "") + " gets"
                 : "rank " + std::to_string(placement->rank) + " of " + std::to_string(placement->world_size) + " gets";
     if (epoch == 0) {
@@ -304,12 +312,16 @@ Pipeline make_pipeline(const Config& config, const std::optional<PipelineState>&
   return make_pipeline(config, check_config(config), resume);
 }
 
+Pipeline load_pipeline(const std::string& path, const std::vector<std::string>& overrides) {
+  return make_pipeline(load_config(path, overrides));
+}
+
 namespace {
 
 // The stages and options of the pipeline `config` describes at `placement`, delivering to `device` ("" : the
 // config's transfer.device), resumed at `resume`: what make_pipeline() starts, or a group's part.
-PipelineGroup::Part configured_part(const Config& config, const Placement& placement, const std::string& device,
-                                    std::shared_ptr<const Source> source, const std::optional<PipelineState>& resume) {
+PipelinePart configured_part(const Config& config, const Placement& placement, const std::string& device,
+                             std::shared_ptr<const Source> source, const std::optional<PipelineState>& resume) {
   if (!source) throw Error("make_pipeline: no source (pass what check_config() returned)");
   Config placed = config;
   if (!device.empty()) placed.pipeline.device = device;
@@ -342,7 +354,7 @@ PipelineGroup::Part configured_part(const Config& config, const Placement& place
     options.start = resume->next;
   }
   const FieldDecoders field_decoders = make_field_decoders(placed, *source);
-  PipelineGroup::Part part;
+  PipelinePart part;
   part.stages =
       make_standard_stages(std::move(source), options, std::move(sampler), field_decoders, make_transforms(placed));
   part.options = std::move(options);
@@ -354,8 +366,8 @@ PipelineGroup::Part configured_part(const Config& config, const Placement& place
 Pipeline make_pipeline(const Config& config, std::shared_ptr<const Source> source,
                        const std::optional<PipelineState>& resume) {
   const Placement placement = resolve_placement(config.sampler, torchrun_env());
-  PipelineGroup::Part part = configured_part(config, placement, "", std::move(source), resume);
-  return Pipeline(std::move(part.stages), std::move(part.options));
+  PipelinePart part = configured_part(config, placement, "", std::move(source), resume);
+  return pipeline_from_stages(std::move(part.stages), std::move(part.options));
 }
 
 std::vector<std::string> group_devices(const Config& config) {
@@ -397,20 +409,22 @@ PipelineGroup make_pipeline_group(const Config& config, std::shared_ptr<const So
   const std::vector<std::string> devices = group_devices(config);
   if (!resume.empty() && resume.size() != devices.size()) {
     const std::string origin = resume.front().origin.empty() ? "the saved state" : resume.front().origin;
-    throw ConfigError({{origin, "devices",
-                        "the saved state holds " + std::to_string(resume.size()) + " device" +
-                            (resume.size() == 1 ? "'s" : "s'") + " states, and this config feeds " +
-                            std::to_string(devices.size()) + " (" + [&] {
-                              std::string list;
-                              for (const std::string& device : devices) list += (list.empty() ? "" : ", ") + device;
-                              return list;
-                            }() + "): resume with the same transfer.devices"}});
+    throw ConfigError(
+        {{origin, "devices",
+          "the saved state holds " + std::to_string(resume.size()) + " device" + (resume.size() == 1 ? "'s" : "s'") +
+              " states, and this config feeds " + std::to_string(devices.size()) + " (" +
+              [&] {
+                std::string list;
+                for (const std::string& device : devices) list += (list.empty() ? "" : ", ") + device;
+                return list;
+              }() +
+              "): resume with the same transfer.devices"}});
   }
   std::vector<Placement> placements;
   for (size_t d = 0; d < devices.size(); ++d) placements.push_back(group_placement(config, d));
   // Each device's part on a thread of its own: a GPU decoder takes about half a second to make on its
   // device (kNow), and four of them one after another held a 4-GPU group's first batch back by 2 s.
-  std::vector<std::optional<PipelineGroup::Part>> made(devices.size());
+  std::vector<std::optional<PipelinePart>> made(devices.size());
   std::vector<std::exception_ptr> failures(devices.size());
   auto make_part = [&](size_t d) {
     try {
@@ -435,15 +449,15 @@ PipelineGroup make_pipeline_group(const Config& config, std::shared_ptr<const So
   for (const std::exception_ptr& failure : failures) {
     if (failure) std::rethrow_exception(failure);  // the first device's problem; the parts made are freed
   }
-  std::vector<PipelineGroup::Part> parts;
+  std::vector<PipelinePart> parts;
   parts.reserve(devices.size());
-  for (std::optional<PipelineGroup::Part>& part : made) parts.push_back(std::move(*part));
+  for (std::optional<PipelinePart>& part : made) parts.push_back(std::move(*part));
   // One pool of decode threads for the whole group: decode.threads (auto: this process's share of the
   // cores), at most the samples the group's pipelines have in flight together.
-  PipelineOptions whole = parts.front().options;
+  EngineOptions whole = parts.front().options;
   whole.batch_size *= parts.size();
   const size_t threads = whole.resolved_decode_threads();
-  return PipelineGroup(std::move(parts), threads);
+  return pipeline_group_from_parts(std::move(parts), threads);
 }
 
 PipelineGroup make_pipeline_group(const Config& config, const std::vector<PipelineState>& resume) {
@@ -477,24 +491,18 @@ std::vector<PipelineState> starting_states(const Config& config, const Source& s
   return states;
 }
 
-uint64_t planned_batches(const Config& config, const PipelineOptions& options, const Source& source) {
+uint64_t planned_batches(const Config& config, const EngineOptions& options, const Source& source) {
   return planner_of(config, options, source).total_batches();
 }
 
-BatchPlanner planner_of(const Config& config, const PipelineOptions& options, const Source& source) {
+BatchPlanner planner_of(const Config& config, const EngineOptions& options, const Source& source) {
   const Placement placement = resolve_placement(config.sampler, torchrun_env());
   return BatchPlanner(make_sampler(config.sampler, placement, source), BatchPlanner::Options::of(options));
 }
 
-BatchPlanner planner_of(const Config& config, const PipelineOptions& options, const Source& source, size_t device) {
+BatchPlanner planner_of(const Config& config, const EngineOptions& options, const Source& source, size_t device) {
   return BatchPlanner(make_sampler(config.sampler, group_placement(config, device), source),
                       BatchPlanner::Options::of(options));
 }
 
 }  // namespace ferry
-
-// Declared with Pipeline (pipeline/pipeline.h), defined here: the engine knows no file format and
-// no concrete stage, and this is the layer that knows both.
-ferry::Pipeline ferry::Pipeline::from_yaml(const std::string& path, const std::vector<std::string>& overrides) {
-  return make_pipeline(load_config(path, overrides));
-}

@@ -10,9 +10,8 @@
 #include "ferry/io/formats/source.h"
 #include "ferry/pipeline/pipeline.h"
 #include "ferry/pipeline/pipeline_group.h"
-#include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/pipeline_state.h"
-#include "ferry/stages/batch_planner.h"
+#include "ferry/stages/pipeline_options.h"
 
 namespace ferry {
 
@@ -22,6 +21,11 @@ namespace ferry {
 /// ConfigError listing every problem, each located where its key was set. Starts no thread and allocates no pinned
 /// memory. Returns the source it made to look at the data, so that callers need not index the dataset again.
 std::shared_ptr<const Source> check_config(const Config& config);
+
+/// The standard pipeline a YAML config file describes (docs/config.md), with `overrides`
+/// ("key.path=value", as `ferry run --set` takes them) applied: load_config(), then make_pipeline(). Throws
+/// ConfigError listing every problem with its file:line:column before any thread starts, or ferry::Error.
+Pipeline load_pipeline(const std::string& path, const std::vector<std::string>& overrides = {});
 
 /// check_config(), then the standard pipeline over the config's source and sampler. With `resume`
 /// (a saved Pipeline::state()), it starts at the state's next batch: the batches delivered are
@@ -72,13 +76,6 @@ std::vector<PipelineState> starting_states(const Config& config, const Source& s
 /// (`options` is its Pipeline::options(), which carries a resume point): its planner's count, for
 /// progress totals and len(). Under `on_error: skip` at most this many (skipped samples can shorten
 /// epochs). Builds the sampler; starts no thread.
-uint64_t planned_batches(const Config& config, const PipelineOptions& options, const Source& source);
-
-/// The planner such a pipeline runs, to ask it what it plans (total_batches(), batches_in_epoch()):
-/// a twin, not the pipeline's own. Builds the sampler; starts no thread.
-BatchPlanner planner_of(const Config& config, const PipelineOptions& options, const Source& source);
-/// The same for the `device`-th pipeline of make_pipeline_group(config, ...) (each device's planner plans
-/// as many batches: a group's steps).
-BatchPlanner planner_of(const Config& config, const PipelineOptions& options, const Source& source, size_t device);
+uint64_t planned_batches(const Config& config, const EngineOptions& options, const Source& source);
 
 }  // namespace ferry

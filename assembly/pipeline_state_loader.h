@@ -6,8 +6,8 @@
 
 #include "ferry/assembly/config_error.h"
 #include "ferry/io/samplers/sampler.h"
-#include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/pipeline_state.h"
+#include "ferry/stages/pipeline_options.h"
 
 namespace ferry {
 

@@ -94,6 +94,6 @@ std::vector<std::string> loaded_plugins();
 
 /// Defines a plugin's entry point: the function body that follows registers the plugin's extensions
 /// with `registrar` (a ferry::PluginRegistrar&). Use it once per plugin.
-#define FERRY_PLUGIN(registrar)                                                                  \
+#define FERRY_PLUGIN(registrar)                                                                                 \
   FERRY_PLUGIN_EXPORT const ::ferry::PluginBuild* ferry_plugin_build() { return &::ferry::detail::kThisBuild; } \
   FERRY_PLUGIN_EXPORT void ferry_plugin_register(::ferry::PluginRegistrar& registrar)

@@ -117,8 +117,8 @@ void load_plugin(const std::string& path) {
   library.handle = ::dlopen(absolute.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library.handle == nullptr) {
     const char* why = ::dlerror();
-    throw PluginError("plugin " + shown + " cannot be loaded as a shared library: " +
-                      (why != nullptr ? why : "dlopen failed"));
+    throw PluginError("plugin " + shown +
+                      " cannot be loaded as a shared library: " + (why != nullptr ? why : "dlopen failed"));
   }
   using BuildEntry = const PluginBuild* (*)();
   using RegisterEntry = void (*)(PluginRegistrar&);
@@ -133,8 +133,8 @@ void load_plugin(const std::string& path) {
   const PluginBuild& here = detail::kThisBuild;
   if (built == nullptr || built->interface != here.interface) {
     throw PluginError("plugin " + shown + " uses plugin interface " +
-                      (built != nullptr ? std::to_string(built->interface) : std::string("(none)")) +
-                      ", this ferry " + std::to_string(here.interface) + ": rebuild it against this ferry");
+                      (built != nullptr ? std::to_string(built->interface) : std::string("(none)")) + ", this ferry " +
+                      std::to_string(here.interface) + ": rebuild it against this ferry");
   }
   const std::string theirs = build_text(built->ferry_version, built->torch_version, built->cxx11_abi);
   const std::string ours = build_text(here.ferry_version, here.torch_version, here.cxx11_abi);

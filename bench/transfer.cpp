@@ -37,6 +37,7 @@
 #include <ferry/pipeline/cuda_stream.h>
 #include <ferry/pipeline/device_guard.h>
 #include <ferry/pipeline/malloc_name.h>
+#include <ferry/pipeline/pinned_pool.h>
 #include <ferry/stages/parallel_copy.h>
 #include <ferry/stages/standard_pipeline.h>
 #include "bench_args.h"

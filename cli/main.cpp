@@ -31,8 +31,10 @@
 #include <ferry/assembly/config_loader.h>
 #include <ferry/assembly/config_schema.h>
 #include <ferry/assembly/configured_pipeline.h>
+#include <ferry/assembly/configured_planner.h>
 #include <ferry/assembly/pipeline_state_loader.h>
 #include <ferry/assembly/plugin.h>
+#include <ferry/assembly/run_report.h>
 #include <ferry/build_config.h>
 #include <ferry/io/util/units.h>
 #include <ferry/pipeline/cuda_device.h>
@@ -42,7 +44,6 @@
 #include "cli/builtin_demo.h"
 #include "cli/make_dataset.h"
 #include "cli/progress_line.h"
-#include "cli/run_report.h"
 
 namespace {
 
@@ -81,7 +82,8 @@ constexpr const char* kInfoUsage =
     "  --keys                print every source kind's, decoder's and transform's keys (Markdown)\n";
 constexpr const char* kMakeDatasetUsage =
     "usage: ferry make-dataset tokens OUT [--documents N] [--seed S] [--vocab V] [--dtype uint16|int32]\n"
-    "       ferry make-dataset tar OUT_DIR [--samples N] [--shards S] [--image-size N|HxW|imagenet] [--classes C] [--seed S] "
+    "       ferry make-dataset tar OUT_DIR [--samples N] [--shards S] [--image-size N|HxW|imagenet] [--classes C] "
+    "[--seed S] "
     "[--quality Q]\n"
     "       ferry make-dataset npy OUT_DIR [--samples N] [--shards S] [--classes C] [--seed S]\n"
     "       ferry make-dataset images OUT_DIR [--samples N] [--image-size N|HxW|imagenet] [--classes C] [--seed S] "
@@ -225,7 +227,7 @@ int finish_run(const ConfigArgs& parsed, const ferry::Config& config, const ferr
   }
   if (end.failure) std::fprintf(stderr, "%s\n", end.failure->c_str());
 
-  ferry::cli::RunInfo info;
+  ferry::RunInfo info;
   info.ferry_version = FERRY_VERSION;
   info.config = config.origin;
   info.source = source.describe();
@@ -233,11 +235,11 @@ int finish_run(const ConfigArgs& parsed, const ferry::Config& config, const ferr
   info.interrupted = interrupted;
   info.started = !end.device_stats.empty();
   info.exit_status = end.status;
-  info.host = ferry::cli::this_host();
+  info.host = ferry::this_host();
   info.config_keys = config.values;
   if (end.device_stats.size() > 1) info.devices = std::move(end.device_stats);
   if (end.failure) info.error = *end.failure;
-  ferry::cli::print_report(stdout, "ferry run: " + config.origin, info, stats);
+  ferry::print_report(stdout, "ferry run: " + config.origin, info, stats);
   std::fflush(stdout);
   int status = end.status;
   if (parsed.save_state) {
@@ -259,7 +261,7 @@ int finish_run(const ConfigArgs& parsed, const ferry::Config& config, const ferr
   }
   if (!config.stats.report_path.empty()) {
     std::ofstream out(config.stats.report_path);
-    if (out) ferry::cli::write_report_json(out, info, stats);
+    if (out) ferry::write_report_json(out, info, stats);
     if (!out || !out.flush()) {
       std::fprintf(stderr, "ferry: cannot write the report to '%s'\n", config.stats.report_path.c_str());
       return status == 0 ? kFailed : status;
@@ -337,14 +339,13 @@ int run(const std::vector<std::string_view>& args) {
     std::_Exit(status);
   }
   ferry::PipelineGroup& pipeline = *made;
-  const ferry::PipelineOptions& options = pipeline.pipeline(0).options();
+  const ferry::EngineOptions& options = pipeline.pipeline(0).options();
   const uint64_t total = ferry::planner_of(config, options, *source, 0).total_batches();
   std::string devices = options.device;
   for (size_t d = 1; d < pipeline.size(); ++d) devices += ", " + pipeline.pipeline(d).options().device;
-  std::fprintf(stderr, "ferry: %s: %s, %llu %s of %zu to %s (%s)\n", config.origin.c_str(),
-               source->describe().c_str(), static_cast<unsigned long long>(total),
-               pipeline.size() == 1 ? "batches" : "steps of a batch", options.batch_size, devices.c_str(),
-               ferry::build_description().c_str());
+  std::fprintf(stderr, "ferry: %s: %s, %llu %s of %zu to %s (%s)\n", config.origin.c_str(), source->describe().c_str(),
+               static_cast<unsigned long long>(total), pipeline.size() == 1 ? "batches" : "steps of a batch",
+               options.batch_size, devices.c_str(), ferry::build_description().c_str());
   if (!resume.empty()) {
     std::fprintf(stderr, "ferry: resuming %s at batch %llu of the run\n", parsed.resume->c_str(),
                  static_cast<unsigned long long>(resume.front().next_batch));

@@ -18,7 +18,7 @@ class CudaEvent;
 /// Which batch this is: where it sits in the run and which samples it holds.
 struct BatchInfo {
   uint64_t sequence = 0;  // position in this pipeline's run: 0, 1, 2, ... across epochs (a resumed
-                          // pipeline counts from 0 again: add PipelineOptions::first_batch)
+                          // pipeline counts from 0 again: add EngineOptions::first_batch)
   uint64_t epoch = 0;
   uint64_t index = 0;                    // position within its epoch
   std::vector<uint64_t> sample_indices;  // source indices, in batch order

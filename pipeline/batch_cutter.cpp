@@ -38,7 +38,7 @@ namespace ferry::detail {
 // share of a shuffle) may find enough in the next; a run's last epoch ends it anyway, its skips
 // counted.
 
-BatchCutter::Options BatchCutter::Options::of(const PipelineOptions& options) {
+BatchCutter::Options BatchCutter::Options::of(const EngineOptions& options) {
   return Options{options.batch_size, options.drop_last,   options.refills(),
                  options.on_error,   options.max_batches, options.first_batch};
 }

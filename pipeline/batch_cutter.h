@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "ferry/pipeline/pipeline_options.h"
+#include "ferry/pipeline/engine_options.h"
 #include "ferry/pipeline/pipeline_stats.h"
 #include "ferry/pipeline/work_items.h"
 
@@ -24,14 +24,14 @@ class BatchCutter {
   struct Options {
     size_t batch_size = 1;
     bool drop_last = false;
-    /// Batches are cut from the samples that decode (PipelineOptions::refills()): a batch that lost
+    /// Batches are cut from the samples that decode (EngineOptions::refills()): a batch that lost
     /// samples is filled from the next ones, and each epoch's end comes as a kEpochEnd plan.
     bool refill = false;
     OnError on_error = OnError::kFail;
     uint64_t max_batches = 0;  // in all, counted from the run's start; 0: no cap
     uint64_t first_batch = 0;  // batches a resumed run's earlier runs delivered
 
-    static Options of(const PipelineOptions& options);
+    static Options of(const EngineOptions& options);
   };
 
   /// What one completed plan gave.

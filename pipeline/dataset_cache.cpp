@@ -32,6 +32,16 @@ size_t field_bytes(const DatasetCache::Field& field, int64_t rows) {
 
 }  // namespace
 
+const char* cache_memory_name(CacheMemory memory) noexcept {
+  switch (memory) {
+    case CacheMemory::kOff: return "off";
+    case CacheMemory::kManaged: return "managed";
+    case CacheMemory::kDevice: return "device";
+    case CacheMemory::kHost: return "host";
+  }
+  return "unknown";
+}
+
 struct DatasetCache::Timing {
 #if FERRY_HAVE_CUDART
   cudaEvent_t start = nullptr;

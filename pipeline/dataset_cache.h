@@ -12,8 +12,9 @@
 
 #include <c10/core/ScalarType.h>
 
+#include "ferry/pipeline/cache_memory.h"
 #include "ferry/pipeline/cuda_types.h"
-#include "ferry/pipeline/pipeline_options.h"
+#include "ferry/pipeline/pipeline_stats.h"
 #include "ferry/pipeline/segment_copy.h"
 
 namespace ferry {
@@ -52,30 +53,6 @@ class CudaStream;
 // and the lengths live on the host. A managed arena can move to the host and back (move_to(), the
 // pipeline's cache_to()) with prefetches; its pointers never change, and a gather while it is on the
 // host reads it over the link.
-
-/// What a dataset cache holds and did, for the report and stats().
-struct DatasetCacheStats {
-  bool enabled = false;
-  std::string memory;    // "managed", "device" or "host"
-  std::string location;  // where its bytes are now: "cuda:0", or "host"
-  uint64_t capacity_bytes = 0;
-  uint64_t used_bytes = 0;
-  uint64_t samples = 0;     // samples kept
-  uint64_t hits = 0;        // samples delivered from the cache
-  uint64_t misses = 0;      // samples delivered from a read and decode
-  uint64_t not_kept = 0;    // deliveries of samples that did not fit in the arena (once per epoch each)
-  uint64_t hit_epochs = 0;  // epochs whose every delivered sample came from the cache
-  uint64_t gathers = 0;     // batches with a gather
-  uint64_t timed_gathers = 0;
-  double gather_seconds = 0.0;  // summed over timed_gathers (device time on a GPU)
-  double last_move_seconds = 0.0;
-  uint64_t moves = 0;
-
-  /// Gather time per timed batch (0 before the first). Pure.
-  double gather_seconds_per_batch() const noexcept {
-    return timed_gathers == 0 ? 0.0 : gather_seconds / static_cast<double>(timed_gathers);
-  }
-};
 
 /// The dataset cache of Note [dataset cache]. Thread-safety: contains() and rows() from any thread;
 /// serve() from one thread at a time (the serial h2d node); move_to() and stats() from any thread.

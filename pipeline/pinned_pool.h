@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ferry/pipeline/pinned_lease.h"
+#include "ferry/pipeline/pipeline_stats.h"
 
 namespace ferry {
 
@@ -27,22 +28,6 @@ struct PinnedPoolOptions {
   int device = 0;
   /// false: never pin (page-aligned pageable memory), e.g. for pipelines that deliver to the CPU.
   bool pinned = true;
-};
-
-struct PinnedPoolStats {
-  size_t slab_bytes = 0;
-  size_t slab_count = 0;
-  bool pinned = false;            // page-locked (cudaHostAlloc) or the pageable fallback
-  uint64_t leases = 0;            // successful acquisitions
-  uint64_t waits = 0;             // acquisitions that found no free slab and had to wait
-  double wait_seconds = 0.0;      // time acquire() spent waiting for a slab, summed over callers
-  uint64_t host_alloc_calls = 0;  // cudaHostAlloc calls: all of them at construction
-  /// Staging-memory allocations (pinned or pageable) after construction: by design 0. A number
-  /// above 0 means memory is pinned on the hot path, which costs far more than the copy itself.
-  uint64_t allocations_after_start = 0;
-  size_t leased_bytes = 0;  // bytes leased now
-  size_t peak_bytes = 0;    // most bytes leased at once
-  size_t pending = 0;       // slabs returned whose copy event has not been seen complete yet
 };
 
 /// A fixed set of equally sized host buffers ("slabs") for staging host-to-device copies.

@@ -1,12 +1,17 @@
 #include "ferry/pipeline/pipeline.h"
 
+#include "ferry/pipeline/advanced.h"
 #include "ferry/pipeline/pipeline_graph.h"
 
 namespace ferry {
 
-Pipeline::Pipeline(StageSet stages, PipelineOptions options) : Pipeline(std::move(stages), std::move(options), nullptr) {}
+Pipeline pipeline_from_stages(StageSet stages, EngineOptions options) {
+  return Pipeline(std::move(stages), std::move(options));
+}
 
-Pipeline::Pipeline(StageSet stages, PipelineOptions options, std::shared_ptr<detail::SharedArena> arena)
+Pipeline::Pipeline(StageSet stages, EngineOptions options) : Pipeline(std::move(stages), std::move(options), nullptr) {}
+
+Pipeline::Pipeline(StageSet stages, EngineOptions options, std::shared_ptr<detail::SharedArena> arena)
     : options_(std::move(options)) {
   options_.check();
   graph_ = std::make_unique<detail::PipelineGraph>(std::move(stages), options_, std::move(arena));

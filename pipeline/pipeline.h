@@ -7,11 +7,10 @@
 #include <vector>
 
 #include "ferry/pipeline/batch.h"
+#include "ferry/pipeline/engine_options.h"
 #include "ferry/pipeline/next_iterator.h"
-#include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/pipeline_state.h"
 #include "ferry/pipeline/pipeline_stats.h"
-#include "ferry/pipeline/stage.h"
 
 namespace ferry {
 
@@ -20,11 +19,13 @@ class PipelineGraph;
 class SharedArena;
 }  // namespace detail
 
+struct StageSet;  // the stages a Pipeline runs (pipeline/advanced.h)
+
 /// A running loader: plans batches, decodes samples on decode_threads threads, collates, packs
 /// into pinned slabs, copies to the device and hands out GPU-resident batches in the sampler's
 /// order, keeping `prefetch` batches in flight. It starts working as soon as it is constructed.
 ///
-///   ferry::Pipeline pipeline = ferry::make_pipeline(source, options);  // stages/standard_pipeline.h
+///   ferry::Pipeline pipeline = ferry::load_pipeline("train.yaml");  // or make_pipeline(source, options)
 ///   for (const ferry::Batch& batch : pipeline) { ... batch["image"] ... }
 ///
 /// Consumer side: next()/iteration from one thread at a time (any thread); close() and stats() from
@@ -36,14 +37,6 @@ class SharedArena;
 /// as soon as the samples being decoded at that moment are done.
 class Pipeline {
  public:
-  /// Builds and starts a pipeline from its stages (make_pipeline() assembles the standard ones).
-  /// Throws ferry::Error for invalid options or a missing stage; no thread is left behind.
-  Pipeline(StageSet stages, PipelineOptions options);
-  /// The standard pipeline a YAML config describes (docs/config.md), with `overrides`
-  /// ("key.path=value") applied. Throws ConfigError (assembly/config_error.h) listing every problem with
-  /// its file:line:column, before any thread starts. Defined in assembly/ (link ferry::ferry).
-  static Pipeline from_yaml(const std::string& path, const std::vector<std::string>& overrides = {});
-
   Pipeline(Pipeline&&) noexcept;
   Pipeline& operator=(Pipeline&&) noexcept;
   ~Pipeline();
@@ -77,7 +70,7 @@ class Pipeline {
   /// not delivered yet. Thread-safe; taken
   /// between two next() calls it describes exactly the batches received so far.
   PipelineState state() const;
-  const PipelineOptions& options() const noexcept { return options_; }
+  const EngineOptions& options() const noexcept { return options_; }
 
   /// Single-pass input iterator over the remaining batches; ++ calls next() (and may throw).
   using Iterator = NextIterator<Pipeline, Batch>;
@@ -85,11 +78,17 @@ class Pipeline {
   Iterator end() { return Iterator(); }
 
  private:
+  // Made by make_pipeline() (stages/standard_pipeline.h) or load_pipeline() (assembly/configured_pipeline.h),
+  // through pipeline_from_stages() (pipeline/advanced.h), or by a PipelineGroup.
+  friend Pipeline pipeline_from_stages(StageSet stages, EngineOptions options);
   friend class PipelineGroup;
+  /// Builds and starts a pipeline from its stages. Throws ferry::Error for invalid options or a missing
+  /// stage; no thread is left behind.
+  Pipeline(StageSet stages, EngineOptions options);
   /// A PipelineGroup's pipeline: its graph runs in the group's arena, beside the other devices'.
-  Pipeline(StageSet stages, PipelineOptions options, std::shared_ptr<detail::SharedArena> arena);
+  Pipeline(StageSet stages, EngineOptions options, std::shared_ptr<detail::SharedArena> arena);
 
-  PipelineOptions options_;
+  EngineOptions options_;
   std::unique_ptr<detail::PipelineGraph> graph_;
 };
 

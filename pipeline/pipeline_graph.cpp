@@ -118,7 +118,7 @@ size_t PipelineGraph::arena_slots(size_t decode_threads, size_t gpu_groups) noex
   return decode_threads + gpu_groups + kSerialNodes;
 }
 
-PipelineGraph::PipelineGraph(StageSet stages, const PipelineOptions& options, std::shared_ptr<SharedArena> arena)
+PipelineGraph::PipelineGraph(StageSet stages, const EngineOptions& options, std::shared_ptr<SharedArena> arena)
     : stages_(std::move(stages)),
       prefetch_(options.prefetch),
       decode_threads_(options.resolved_decode_threads()),

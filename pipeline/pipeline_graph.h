@@ -16,7 +16,7 @@
 #include "ferry/pipeline/batch.h"
 #include "ferry/pipeline/batch_cutter.h"
 #include "ferry/pipeline/bounded_queue.h"
-#include "ferry/pipeline/pipeline_options.h"
+#include "ferry/pipeline/engine_options.h"
 #include "ferry/pipeline/pipeline_stats.h"
 #include "ferry/pipeline/run_counters.h"
 #include "ferry/pipeline/shared_arena.h"
@@ -77,7 +77,7 @@ class PipelineGraph {
  public:
   /// Runs in `arena` when given (a PipelineGroup's, shared with the other devices' pipelines), else in
   /// an arena of its own of arena_slots() threads.
-  PipelineGraph(StageSet stages, const PipelineOptions& options, std::shared_ptr<SharedArena> arena = nullptr);
+  PipelineGraph(StageSet stages, const EngineOptions& options, std::shared_ptr<SharedArena> arena = nullptr);
   ~PipelineGraph();
   PipelineGraph(const PipelineGraph&) = delete;
   PipelineGraph& operator=(const PipelineGraph&) = delete;
@@ -205,14 +205,14 @@ class PipelineGraph {
   const std::chrono::steady_clock::time_point started_;
   BatchCutter cutter_;  // touched only by the serial collate node
 
-  std::atomic<bool> stop_{false};                // close() was called
-  std::atomic<bool> failed_{false};              // a stage failed: plan no more
-  std::atomic<bool> enough_{false};              // collate has emitted max_batches batches: plan no more
-  std::atomic<int64_t> ended_ns_{-1};            // mark_ended(): when the run ended; -1 while it runs
-  RunCounters run_;                              // what stats() reports: Note [stats] in run_counters.h
-  std::atomic<uint64_t> gpu_group_ns_{0};        // GPU groups' task time, summed (the report's)
-  AutoDecodeChoice auto_choice_;                 // GpuShare::kAuto: Note [auto: the faster decoder]
-  std::atomic<size_t> releasing_{0};             // release() tasks not yet done
+  std::atomic<bool> stop_{false};          // close() was called
+  std::atomic<bool> failed_{false};        // a stage failed: plan no more
+  std::atomic<bool> enough_{false};        // collate has emitted max_batches batches: plan no more
+  std::atomic<int64_t> ended_ns_{-1};      // mark_ended(): when the run ended; -1 while it runs
+  RunCounters run_;                        // what stats() reports: Note [stats] in run_counters.h
+  std::atomic<uint64_t> gpu_group_ns_{0};  // GPU groups' task time, summed (the report's)
+  AutoDecodeChoice auto_choice_;           // GpuShare::kAuto: Note [auto: the faster decoder]
+  std::atomic<size_t> releasing_{0};       // release() tasks not yet done
 
   BoundedQueue<WorkPtr> in_flight_;  // h2d -> completion thread
   // The serial h2d node runs on any worker thread: push through one lane to keep batch order.

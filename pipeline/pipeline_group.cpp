@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "ferry/pipeline/advanced.h"
+
 #include "ferry/pipeline/pipeline_graph.h"
 #include "ferry/pipeline/shared_arena.h"
 
@@ -16,23 +18,29 @@ std::string where(const Batch& batch) {
 
 }  // namespace
 
-PipelineGroup::PipelineGroup(std::vector<Part> parts, size_t decode_threads)
+PipelineGroup::PipelineGroup(std::vector<PipelinePart> parts, size_t decode_threads)
     : mutex_(std::make_unique<std::mutex>()), progress_(std::make_unique<Progress>()) {
   if (parts.empty()) throw Error("a pipeline group needs at least one device");
   // One pool of decode threads for every device: the arena one pipeline of decode_threads would have,
   // plus the threads each device's GPU decoder keeps waiting (SampleStage::gpu_groups()). Every device's
   // decode node may use the whole pool; the serial nodes, which never block, take turns in the rest.
   size_t gpu_groups = 0;
-  for (Part& part : parts) {
+  for (PipelinePart& part : parts) {
     part.options.check();
     if (part.stages.decode) gpu_groups += part.stages.decode->gpu_groups();
   }
-  const auto arena = std::make_shared<detail::SharedArena>(detail::PipelineGraph::arena_slots(decode_threads, gpu_groups));
+  const auto arena =
+      std::make_shared<detail::SharedArena>(detail::PipelineGraph::arena_slots(decode_threads, gpu_groups));
   decode_threads_ = decode_threads;
   pipelines_.reserve(parts.size());
-  for (Part& part : parts) pipelines_.push_back(Pipeline(std::move(part.stages), std::move(part.options), arena));
+  for (PipelinePart& part : parts)
+    pipelines_.push_back(Pipeline(std::move(part.stages), std::move(part.options), arena));
   progress_->taken.resize(pipelines_.size());
   progress_->delivered.resize(pipelines_.size());
+}
+
+PipelineGroup pipeline_group_from_parts(std::vector<PipelinePart> parts, size_t decode_threads) {
+  return PipelineGroup(std::move(parts), decode_threads);
 }
 
 PipelineGroup::PipelineGroup(PipelineGroup&&) noexcept = default;
@@ -169,7 +177,7 @@ std::vector<PipelineState> PipelineGroup::state() const {
   states.reserve(pipelines_.size());
   std::lock_guard lock(*mutex_);
   for (size_t d = 0; d < pipelines_.size(); ++d) {
-    const PipelineOptions& options = pipelines_[d].options();
+    const EngineOptions& options = pipelines_[d].options();
     PipelineState state;
     state.order = options.order;
     state.next_batch = options.first_batch;

@@ -34,18 +34,10 @@ namespace ferry {
 ///
 /// Consumer side as Pipeline: next()/iteration from one thread at a time; close(), stats() and state()
 /// from any thread.
+struct PipelinePart;  // one device's stages and options (pipeline/advanced.h)
+
 class PipelineGroup {
  public:
-  /// One device's pipeline: its stages (make_standard_stages()) and options (options.device its device).
-  struct Part {
-    StageSet stages;
-    PipelineOptions options;
-  };
-  /// Starts one pipeline per part, their graphs in one arena of `decode_threads` decode threads, as one
-  /// pipeline's (each device's decode may use all of them), plus the threads the GPU decoders keep
-  /// waiting. Throws ferry::Error for no part, or a part's invalid options; nothing is left running.
-  PipelineGroup(std::vector<Part> parts, size_t decode_threads);
-
   PipelineGroup(PipelineGroup&&) noexcept;
   PipelineGroup& operator=(PipelineGroup&&) noexcept;
   /// Closes every device's pipeline first, then joins them one after another.
@@ -85,6 +77,14 @@ class PipelineGroup {
   Iterator end() { return Iterator(); }
 
  private:
+  // Made by make_pipeline_group() (assembly/configured_pipeline.h) through pipeline_group_from_parts()
+  // (pipeline/advanced.h).
+  friend PipelineGroup pipeline_group_from_parts(std::vector<PipelinePart> parts, size_t decode_threads);
+  /// Starts one pipeline per part, their graphs in one arena of `decode_threads` decode threads, as one
+  /// pipeline's (each device's decode may use all of them), plus the threads the GPU decoders keep
+  /// waiting. Throws ferry::Error for no part, or a part's invalid options; nothing is left running.
+  PipelineGroup(std::vector<PipelinePart> parts, size_t decode_threads);
+
   // A device's last batch of a whole step: where its state stands once the step is delivered.
   struct Delivered {
     uint64_t sequence = 0;  // in its pipeline's run

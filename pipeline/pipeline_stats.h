@@ -5,10 +5,48 @@
 #include <string>
 #include <vector>
 
-#include "ferry/pipeline/dataset_cache.h"
-#include "ferry/pipeline/pinned_pool.h"
-
 namespace ferry {
+
+/// What a pipeline's pinned pool (PinnedPool) did, for the report and stats().
+struct PinnedPoolStats {
+  size_t slab_bytes = 0;
+  size_t slab_count = 0;
+  bool pinned = false;            // page-locked (cudaHostAlloc) or the pageable fallback
+  uint64_t leases = 0;            // successful acquisitions
+  uint64_t waits = 0;             // acquisitions that found no free slab and had to wait
+  double wait_seconds = 0.0;      // time acquire() spent waiting for a slab, summed over callers
+  uint64_t host_alloc_calls = 0;  // cudaHostAlloc calls: all of them at construction
+  /// Staging-memory allocations (pinned or pageable) after construction: by design 0. A number
+  /// above 0 means memory is pinned on the hot path, which costs far more than the copy itself.
+  uint64_t allocations_after_start = 0;
+  size_t leased_bytes = 0;  // bytes leased now
+  size_t peak_bytes = 0;    // most bytes leased at once
+  size_t pending = 0;       // slabs returned whose copy event has not been seen complete yet
+};
+
+/// What a dataset cache holds and did, for the report and stats().
+struct DatasetCacheStats {
+  bool enabled = false;
+  std::string memory;    // "managed", "device" or "host"
+  std::string location;  // where its bytes are now: "cuda:0", or "host"
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t samples = 0;     // samples kept
+  uint64_t hits = 0;        // samples delivered from the cache
+  uint64_t misses = 0;      // samples delivered from a read and decode
+  uint64_t not_kept = 0;    // deliveries of samples that did not fit in the arena (once per epoch each)
+  uint64_t hit_epochs = 0;  // epochs whose every delivered sample came from the cache
+  uint64_t gathers = 0;     // batches with a gather
+  uint64_t timed_gathers = 0;
+  double gather_seconds = 0.0;  // summed over timed_gathers (device time on a GPU)
+  double last_move_seconds = 0.0;
+  uint64_t moves = 0;
+
+  /// Gather time per timed batch (0 before the first). Pure.
+  double gather_seconds_per_batch() const noexcept {
+    return timed_gathers == 0 ? 0.0 : gather_seconds / static_cast<double>(timed_gathers);
+  }
+};
 
 /// Where one stage's time went. Each stage has `threads` threads for the whole run, so its
 /// capacity is wall time x threads, and every second of capacity is one of three kinds:

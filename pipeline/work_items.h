@@ -49,15 +49,11 @@ struct BatchPlan {
   ErrorContext where(std::string stage) const { return ErrorContext{std::move(stage), std::nullopt, epoch, index}; }
 };
 
-/// A field the decode stage left for the GPU's JPEG decoder (Note [GPU JPEG decode] in
-/// io/decoders/nvjpeg_decoder.h): the encoded bytes and, in plain numbers, where the field's image
-/// comes from (io's ImageWindow and the shrink before the resize).
-struct PendingImage {
-  size_t field = 0;
-  at::Tensor encoded;  // contiguous uint8 bytes of the file
-  int64_t width = 0, height = 0;
-  int64_t resized_h = 0, resized_w = 0, top = 0, left = 0, out_h = 0, out_w = 0;
-  int64_t shrink = 1;
+/// Work a sample stage left for its group's batched call (SampleStage::run_pending()): what it holds, the
+/// stage alone knows (the standard decode stage's: a JPEG for the GPU decoder, Note [GPU JPEG decode] in
+/// io/decoders/nvjpeg_decoder.h). The engine only carries it from run() to run_pending().
+struct PendingWork {
+  virtual ~PendingWork() = default;
 };
 
 /// A plan's staging slab, leased before its samples are decoded, and where each of the batch's leading
@@ -93,10 +89,10 @@ struct SampleWork {
   std::optional<uint64_t> replacement;
   std::vector<SkippedSample> skipped;
   bool unskippable = false;
-  /// Note [GPU JPEG decode]: the split node routed this sample's GPU-decodable fields to the GPU; the
-  /// decode stage leaves them in `pending` for its group's batched decode, which fills `fields`.
+  /// The split node routed this sample to the stage's batched GPU path (SampleStage::gpu_share()); the stage
+  /// leaves what it decodes there in `pending` for its group's batched call, which fills `fields`.
   bool on_gpu = false;
-  std::vector<PendingImage> pending;
+  std::vector<std::unique_ptr<PendingWork>> pending;
   /// Note [placing samples]: the plan's slab (null: pack copies every field), and the fields whose bytes
   /// the decode thread copied into it (bit f for field f), their tensors dropped from `fields`.
   PlacedSlab* slab = nullptr;

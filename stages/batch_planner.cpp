@@ -7,7 +7,7 @@
 
 namespace ferry {
 
-BatchPlanner::Options BatchPlanner::Options::of(const PipelineOptions& options) {
+BatchPlanner::Options BatchPlanner::Options::of(const EngineOptions& options) {
   return Options{options.batch_size,  options.drop_last, options.epochs,   options.max_batches,
                  options.first_batch, options.start,     options.refills()};
 }

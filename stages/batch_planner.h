@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "ferry/io/samplers/sampler.h"
-#include "ferry/pipeline/pipeline_options.h"
+#include "ferry/pipeline/engine_options.h"
 #include "ferry/pipeline/pipeline_state.h"
 #include "ferry/pipeline/stage.h"
 
@@ -34,7 +34,7 @@ class BatchPlanner : public BatchSource {
     bool refill = false;
 
     /// The planner a pipeline with these options runs (make_pipeline(), planned_batches()).
-    static Options of(const PipelineOptions& options);
+    static Options of(const EngineOptions& options);
   };
 
   /// Throws ferry::Error for a zero batch size.

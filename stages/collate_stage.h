@@ -9,8 +9,8 @@
 
 #include "ferry/io/formats/source.h"
 #include "ferry/pipeline/dataset_cache.h"
-#include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/stage.h"
+#include "ferry/stages/pipeline_options.h"
 
 namespace ferry {
 

@@ -60,6 +60,17 @@ void check_decoded(const at::Tensor& tensor, const FieldSpec& spec, const Maker&
   }
 }
 
+// A field left for the GPU's JPEG decoder (Note [GPU JPEG decode] in io/decoders/nvjpeg_decoder.h): the
+// encoded bytes and, in plain numbers, where the field's image comes from (ImageWindow and the shrink
+// before the resize).
+struct PendingImage : PendingWork {
+  size_t field = 0;
+  at::Tensor encoded;  // contiguous uint8 bytes of the file
+  int64_t width = 0, height = 0;
+  int64_t resized_h = 0, resized_w = 0, top = 0, left = 0, out_h = 0, out_w = 0;
+  int64_t shrink = 1;
+};
+
 }  // namespace
 
 DecodeStage::DecodeStage(std::shared_ptr<const Source> source, const DecoderRegistry& registry,
@@ -204,18 +215,18 @@ bool DecodeStage::defer(SampleWork& work, size_t i, const at::Tensor& encoded) {
   const DecodeContext context{work.plan->epoch, work.index()};
   const detail::ImageWindow window = detail::plan_image_window("JPEG", header.height, header.width, jpeg->options(),
                                                                detail::CropSource{&context, data, bytes.numel()}, spec);
-  PendingImage pending;
-  pending.field = i;
-  pending.encoded = bytes;
-  pending.width = header.width;
-  pending.height = header.height;
-  pending.resized_h = window.resized_h;
-  pending.resized_w = window.resized_w;
-  pending.top = window.top;
-  pending.left = window.left;
-  pending.out_h = window.out_h;
-  pending.out_w = window.out_w;
-  pending.shrink = detail::jpeg_shrink_factor(header.width, header.height, window, jpeg->options());
+  auto pending = std::make_unique<PendingImage>();
+  pending->field = i;
+  pending->encoded = bytes;
+  pending->width = header.width;
+  pending->height = header.height;
+  pending->resized_h = window.resized_h;
+  pending->resized_w = window.resized_w;
+  pending->top = window.top;
+  pending->left = window.left;
+  pending->out_h = window.out_h;
+  pending->out_w = window.out_w;
+  pending->shrink = detail::jpeg_shrink_factor(header.width, header.height, window, jpeg->options());
   work.pending.push_back(std::move(pending));
   return true;
 }
@@ -226,7 +237,8 @@ void DecodeStage::run_pending(const std::vector<SampleWork*>& samples,
   std::vector<std::pair<SampleWork*, PendingImage>> items;
   int64_t bytes = 0;
   for (SampleWork* sample : samples) {
-    for (PendingImage& pending : sample->pending) {
+    for (std::unique_ptr<PendingWork>& work : sample->pending) {
+      PendingImage& pending = static_cast<PendingImage&>(*work);  // all this stage's run() leaves
       bytes += pending.out_h * pending.out_w * 3;
       items.emplace_back(sample, std::move(pending));
     }

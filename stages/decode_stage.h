@@ -34,8 +34,8 @@ class DecodeStage : public SampleStage {
   /// decoder or field, or a transform whose input does not suit it, throws ferry::Error before any
   /// thread starts. Keeps the instances (shared), not the registry.
   DecodeStage(std::shared_ptr<const Source> source, const DecoderRegistry& registry,
-              const std::map<std::string, std::string, std::less<>>& decoders = {},
-              const FieldDecoders& instances = {}, SampleTransforms transforms = {});
+              const std::map<std::string, std::string, std::less<>>& decoders = {}, const FieldDecoders& instances = {},
+              SampleTransforms transforms = {});
   std::string_view name() const override { return "decode"; }
   void run(SampleWork& work) override;
   /// The fields of the samples it hands on: the source's, or what its transforms make of them.
@@ -78,8 +78,8 @@ class DecodeStage : public SampleStage {
   std::shared_ptr<const Source> source_;
   std::vector<std::shared_ptr<const Decoder>> decoders_;  // one per field
   SampleTransforms transforms_;
-  std::vector<FieldSpec> fields_;  // after the transforms
-  std::shared_ptr<const DatasetCache> cache_;             // samples it holds are not read (may be null)
+  std::vector<FieldSpec> fields_;              // after the transforms
+  std::shared_ptr<const DatasetCache> cache_;  // samples it holds are not read (may be null)
   // Note [GPU JPEG decode]: set by use_gpu() before the start, read-only after it.
   std::shared_ptr<detail::NvJpegDecoder> nvjpeg_;
   std::vector<bool> on_gpu_;  // per field

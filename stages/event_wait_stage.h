@@ -1,7 +1,7 @@
 #pragma once
 
-#include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/stage.h"
+#include "ferry/stages/pipeline_options.h"
 
 namespace ferry {
 

@@ -8,8 +8,8 @@
 #include "ferry/pipeline/cuda_event_pool.h"
 #include "ferry/pipeline/cuda_stream.h"
 #include "ferry/pipeline/dataset_cache.h"
-#include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/stage.h"
+#include "ferry/stages/pipeline_options.h"
 
 namespace ferry {
 
@@ -68,10 +68,10 @@ class H2DSubmitStage : public BatchStage {
   TransferOptions options_;
   std::unique_ptr<CudaStream> stream_;  // CUDA devices only
   std::shared_ptr<CudaEventPool> events_;
-  std::unique_ptr<BufferCarver> buffers_;  // CUDA devices only
+  std::unique_ptr<BufferCarver> buffers_;         // CUDA devices only
   std::unique_ptr<HostBufferRing> host_buffers_;  // the CPU only
-  std::shared_ptr<DatasetCache> cache_;    // may be null
-  std::shared_ptr<const ImageAugment> augment_;  // may be null
+  std::shared_ptr<DatasetCache> cache_;           // may be null
+  std::shared_ptr<const ImageAugment> augment_;   // may be null
 };
 
 }  // namespace ferry

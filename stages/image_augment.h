@@ -10,8 +10,8 @@
 
 #include "ferry/io/decoders/decoder.h"
 #include "ferry/pipeline/cuda_types.h"
-#include "ferry/pipeline/pipeline_options.h"
 #include "ferry/stages/image_augment_kernel.h"
+#include "ferry/stages/pipeline_options.h"
 
 namespace ferry {
 

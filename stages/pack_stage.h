@@ -3,8 +3,8 @@
 #include <memory>
 
 #include "ferry/pipeline/pinned_pool.h"
-#include "ferry/pipeline/pipeline_options.h"
 #include "ferry/pipeline/stage.h"
+#include "ferry/stages/pipeline_options.h"
 
 namespace ferry {
 

@@ -1,8 +1,10 @@
 #include "ferry/stages/standard_pipeline.h"
+#include "ferry/stages/standard_stages.h"
 
 #include "ferry/io/decoders/decoder_registry.h"
 #include "ferry/io/decoders/nvjpeg_decoder.h"
 #include "ferry/io/samplers/sequential_sampler.h"
+#include "ferry/pipeline/advanced.h"
 #include "ferry/pipeline/cuda_device.h"
 #include "ferry/stages/batch_planner.h"
 #include "ferry/stages/collate_stage.h"
@@ -150,7 +152,7 @@ Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions opt
                        SampleTransforms transforms) {
   StageSet stages =
       make_standard_stages(std::move(source), options, std::move(sampler), field_decoders, std::move(transforms));
-  return Pipeline(std::move(stages), std::move(options));
+  return pipeline_from_stages(std::move(stages), std::move(options));
 }
 
 }  // namespace ferry

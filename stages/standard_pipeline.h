@@ -11,6 +11,7 @@
 #include "ferry/io/samplers/sampler.h"
 #include "ferry/io/transforms/transform.h"
 #include "ferry/pipeline/pipeline.h"
+#include "ferry/stages/pipeline_options.h"
 
 namespace ferry {
 
@@ -28,12 +29,6 @@ namespace ferry {
 Pipeline make_pipeline(std::shared_ptr<const Source> source, PipelineOptions options,
                        std::shared_ptr<const Sampler> sampler = nullptr, const FieldDecoders& field_decoders = {},
                        SampleTransforms transforms = {});
-
-/// The stages make_pipeline() runs, for callers that keep a handle on a part (tests watch the pool).
-/// Resolves options.device in place ("auto" becomes "cpu" or "cuda:0"). Throws like make_pipeline().
-StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOptions& options,
-                              std::shared_ptr<const Sampler> sampler = nullptr,
-                              const FieldDecoders& field_decoders = {}, SampleTransforms transforms = {});
 
 /// "auto", "cpu", "cuda" or "cuda:N" as a device this build and machine can use. "auto" is cuda:0
 /// when there is one, else the CPU. Throws ferry::Error saying why a device cannot be used (a CPU

@@ -10,7 +10,7 @@
 #   copy/           start_copy: the engine and the stages' packing, never data formats or the config
 # Inside the libraries every project header is included as "ferry/<folder>/<file>", the path it has once
 # installed; elsewhere (cli/, python/, examples/, bench/, tests/) as <ferry/...>, never by its folder
-# alone ("io/...").
+# alone ("io/..."), and a program's own files as "<its folder>/..." (cli/ never includes python/'s).
 cmake_minimum_required(VERSION 3.22)
 set(rules
   "pipeline:pipeline/"
@@ -44,12 +44,22 @@ foreach(rule IN LISTS rules)
   endforeach()
 endforeach()
 file(GLOB_RECURSE programs "${ROOT}/cli/*.h" "${ROOT}/cli/*.cpp" "${ROOT}/python/src/*.h" "${ROOT}/python/src/*.cpp"
-     "${ROOT}/examples/*.cpp" "${ROOT}/bench/*.cpp" "${ROOT}/tests/*.h" "${ROOT}/tests/*.cpp")
+     "${ROOT}/examples/*.h" "${ROOT}/examples/*.cpp" "${ROOT}/bench/*.cpp" "${ROOT}/tests/*.h" "${ROOT}/tests/*.cpp")
 foreach(file IN LISTS programs)
   file(STRINGS "${file}" lines REGEX "^#include [\"<](pipeline|io|stages|assembly|copy|ferry)/")
   foreach(line IN LISTS lines)
     if(NOT line MATCHES "^#include <ferry/")
       list(APPEND violations "${file}: ${line} (include ferry's headers as <ferry/...>, as a program using ferry does)")
+    endif()
+  endforeach()
+  # A program includes ferry's libraries and its own files, never another program's: what two programs
+  # share (the report, say) belongs in a library.
+  file(RELATIVE_PATH relative "${ROOT}" "${file}")
+  string(REGEX REPLACE "/.*" "" own "${relative}")
+  file(STRINGS "${file}" lines REGEX "^#include \"[^\"]*/")
+  foreach(line IN LISTS lines)
+    if(NOT line MATCHES "^#include \"${own}/")
+      list(APPEND violations "${file}: ${line} (another program's file: move what programs share into a library)")
     endif()
   endforeach()
 endforeach()

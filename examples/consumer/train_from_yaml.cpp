@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   }
   const std::vector<std::string> overrides(argv + 2, argv + argc);
   try {
-    ferry::Pipeline pipeline = ferry::Pipeline::from_yaml(argv[1], overrides);
+    ferry::Pipeline pipeline = ferry::load_pipeline(argv[1], overrides);
     const torch::Device device(pipeline.options().device);  // "auto" resolved: cuda:0 or cpu
     std::printf("ferry %s (%s build), batches on %s\n", FERRY_VERSION, FERRY_BUILD_KIND, device.str().c_str());
 

@@ -43,7 +43,8 @@ class CsvSource : public ferry::Source {
   // Thread-safe: reads only what the constructor made. The key names the file and the line, so an error
   // in a record says where to look.
   ferry::EncodedSample read(uint64_t index) const override {
-    if (index >= lines_.size()) throw ferry::Error("csv source: record " + std::to_string(index) + " is beyond the end");
+    if (index >= lines_.size())
+      throw ferry::Error("csv source: record " + std::to_string(index) + " is beyond the end");
     const std::string& line = lines_[index];
     ferry::EncodedSample sample;
     sample.index = index;
@@ -109,7 +110,9 @@ ferry::SourceKind csv_source_kind() {
     const ferry::KeyValue& path = source.at("path");
     if (!std::ifstream(path.text())) problems.add(path, "cannot open '" + path.text() + "'");
   };
-  kind.fields = [](const ferry::KeyValue&) { return std::vector<ferry::FieldSpec>{ferry::FieldSpec{.name = "record"}}; };
+  kind.fields = [](const ferry::KeyValue&) {
+    return std::vector<ferry::FieldSpec>{ferry::FieldSpec{.name = "record"}};
+  };
   kind.decoded_fields = [](const ferry::KeyValue& source) {
     return std::vector<ferry::DecodedField>{{"record", &source, source.text_or("decoder", "text_numbers")}};
   };

@@ -16,7 +16,8 @@ namespace {
 
 class SplitLabel : public ferry::Transform {
  public:
-  SplitLabel(std::string field, int64_t label, double jitter) : field_(std::move(field)), label_(label), jitter_(jitter) {}
+  SplitLabel(std::string field, int64_t label, double jitter)
+      : field_(std::move(field)), label_(label), jitter_(jitter) {}
   std::string_view name() const override { return "split_label"; }
 
   std::vector<ferry::FieldSpec> output_fields(const std::vector<ferry::FieldSpec>& input) const override {

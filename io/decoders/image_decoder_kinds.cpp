@@ -49,10 +49,11 @@ std::vector<KeySpec> size_keys() {
 KeySpec device_key() {
   return {.name = "device",
           .type = Type::kChoice,
-          .description = "Where the JPEGs are decoded: cpu (libjpeg-turbo on the decode threads), gpu (nvJPEG's "
-                         "hardware decoder on the delivery GPU; the images it cannot decode on the CPU), auto (the CPU "
-                         "threads while the GPU decoder starts, then whichever of the two decoded faster, as measured; "
-                         "the CPU alone where the build has no nvJPEG).",
+          .description =
+              "Where the JPEGs are decoded: cpu (libjpeg-turbo on the decode threads), gpu (nvJPEG's "
+              "hardware decoder on the delivery GPU; the images it cannot decode on the CPU), auto (the CPU "
+              "threads while the GPU decoder starts, then whichever of the two decoded faster, as measured; "
+              "the CPU alone where the build has no nvJPEG).",
           .default_value = "cpu",
           .example = "auto",
           .choices = {"cpu", "gpu", "auto"}};
@@ -72,8 +73,9 @@ void check_image_field(const std::string& decoder, const KeyValue& field, KeyPro
   }
   const KeyValue* shape = field.find("shape");
   if (shape == nullptr) {
-    problems.add(field.key() + ".shape", field,
-                 "missing required key: the " + decoder + " decoder makes images of a fixed [H, W, 3], e.g. [224, 224, 3]");
+    problems.add(
+        field.key() + ".shape", field,
+        "missing required key: the " + decoder + " decoder makes images of a fixed [H, W, 3], e.g. [224, 224, 3]");
     return;
   }
   const std::vector<KeyValue>& sizes = shape->items();
@@ -111,7 +113,7 @@ ImageDecodeOptions image_options(const DecoderArgs& args) {
     options.crop_height = shape[0];
     options.crop_width = shape[1];
     options.crop = crop != nullptr && crop->text() == "random" ? ImageDecodeOptions::Crop::kRandom
-                                                                : ImageDecodeOptions::Crop::kCenter;
+                                                               : ImageDecodeOptions::Crop::kCenter;
   }
   if (const KeyValue* device = args.keys.find("device")) {
     options.device = device->text() == "gpu"    ? ImageDecodeOptions::Device::kGpu

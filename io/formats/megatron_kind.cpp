@@ -83,9 +83,8 @@ SourceKind megatron_source_kind() {
     std::map<std::string, std::string> order;
     // The file, not the text: a relative and an absolute path to one dataset are the same order.
     char resolved[PATH_MAX];
-    order["source.prefix"] = ::realpath((megatron.prefix + ".bin").c_str(), resolved) != nullptr
-                                 ? std::string(resolved)
-                                 : megatron.prefix;
+    order["source.prefix"] =
+        ::realpath((megatron.prefix + ".bin").c_str(), resolved) != nullptr ? std::string(resolved) : megatron.prefix;
     order["source.seq_len"] = std::to_string(megatron.seq_len);
     order["source.add_extra_token"] = megatron.add_extra_token ? "true" : "false";
     return order;

@@ -149,7 +149,8 @@ void check_synthetic(const KeyValue& source, KeyProblems& problems) {
           for (const KeyValue& size : shape->items()) row *= size.integer();
         }
         if (row == 0) {
-          problems.add(field.at("shape"), "a variable-length field needs rows of at least one element (no 0 in its shape)");
+          problems.add(field.at("shape"),
+                       "a variable-length field needs rows of at least one element (no 0 in its shape)");
           ok = false;
         }
       }

@@ -164,8 +164,8 @@ void check_image_extensions(const KeyValue& field, const std::string& decoder,
     if ((decoder == "jpeg" && png) || (decoder == "png" && jpeg)) {
       const KeyValue* named = field.find("decoder");
       problems.add(field.key() + ".decoder", named != nullptr ? *named : field,
-                   "the " + decoder + " decoder cannot read ." + shown + " files; use decoder: " + (png ? "png" : "jpeg") +
-                       ", or decoder: image, which reads JPEG and PNG files alike");
+                   "the " + decoder + " decoder cannot read ." + shown + " files; use decoder: " +
+                       (png ? "png" : "jpeg") + ", or decoder: image, which reads JPEG and PNG files alike");
       return;
     }
   }

@@ -77,8 +77,9 @@ namespace detail {
 TransformKind drop_transform_kind() {
   TransformKind kind;
   kind.name = "drop";
-  kind.description = "Removes fields from every sample: fields a training step does not use need not be collated "
-                     "or copied.";
+  kind.description =
+      "Removes fields from every sample: fields a training step does not use need not be collated "
+      "or copied.";
   kind.keys = {{.name = "fields",
                 .type = Type::kList,
                 .description = "The fields to remove.",

@@ -12,8 +12,8 @@ uint64_t SampleContext::random_seed() const noexcept {
 SampleFields::SampleFields(std::vector<std::string> names, std::vector<at::Tensor> tensors)
     : names_(std::move(names)), tensors_(std::move(tensors)) {
   if (names_.size() != tensors_.size()) {
-    throw Error("a sample of " + std::to_string(names_.size()) + " field names and " +
-                std::to_string(tensors_.size()) + " tensors");
+    throw Error("a sample of " + std::to_string(names_.size()) + " field names and " + std::to_string(tensors_.size()) +
+                " tensors");
   }
 }
 

@@ -16,9 +16,9 @@ namespace ferry {
 /// from all three numbers) and a sample gets the same draw on every run, with any number of threads and
 /// after a resume, and another draw every epoch.
 struct SampleContext {
-  uint64_t seed = 0;   // sampler.seed
+  uint64_t seed = 0;  // sampler.seed
   uint64_t epoch = 0;
-  uint64_t index = 0;  // the sample's index in its source
+  uint64_t index = 0;    // the sample's index in its source
   std::string_view key;  // the sample's name in messages ("shard-0003.tar:000123")
 
   /// 64 random bits from (seed, epoch, index): a seed for the transform's own generator.

@@ -118,8 +118,7 @@ KeyValue KeyValue::list(std::vector<KeyValue> items, std::string key, std::strin
   return value;
 }
 
-KeyValue KeyValue::mapping(std::vector<std::pair<std::string, KeyValue>> entries, std::string key,
-                           std::string where) {
+KeyValue KeyValue::mapping(std::vector<std::pair<std::string, KeyValue>> entries, std::string key, std::string where) {
   KeyValue value;
   value.kind_ = Kind::kMapping;
   value.entries_ = std::move(entries);
@@ -130,8 +129,8 @@ KeyValue KeyValue::mapping(std::vector<std::pair<std::string, KeyValue>> entries
 
 void KeyValue::wrong(std::string_view what) const {
   const std::string found = kind_ == Kind::kScalar ? "'" + text_ + "'" : kind_ == Kind::kList ? "a list" : "a mapping";
-  throw Error((key_.empty() ? std::string("a config value") : key_) + ": expected " + std::string(what) +
-              ", found " + found);
+  throw Error((key_.empty() ? std::string("a config value") : key_) + ": expected " + std::string(what) + ", found " +
+              found);
 }
 
 const std::string& KeyValue::text() const {

@@ -63,7 +63,7 @@ PythonCopy::PythonCopy(py::handle data, const std::string& device, const CopyOpt
 // 2.10 on, a tensor that has a Python object takes the GIL whenever its C++ count falls from 2 to 1
 // (the C++ side's strong reference to the Python object goes). Dropped without the GIL, each of
 // those references took the GIL for itself: 87 us of the 335 us a start_copy of 528 tensors took on
-// the H100 host, only to let the handle go. So a copy whose destruction cannot block (its results
+// an H100 host, only to let the handle go. So a copy whose destruction cannot block (its results
 // were handed out, or its copies seen to complete) is dropped with the GIL held; only one that must
 // still wait for its submission or its copies lets other Python threads run meanwhile.
 PythonCopy::~PythonCopy() {

@@ -9,6 +9,7 @@
 
 #include <ferry/assembly/config_loader.h>
 #include <ferry/assembly/configured_pipeline.h>
+#include <ferry/assembly/configured_planner.h>
 #include <ferry/assembly/pipeline_state_loader.h>
 #include <ferry/build_config.h>
 #if FERRY_WITH_GPU
@@ -16,7 +17,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
-#include "cli/run_report.h"
+#include <ferry/assembly/run_report.h>
 
 namespace py = pybind11;
 
@@ -215,7 +216,7 @@ py::dict PythonPipeline::train_in_cpp(uint64_t steps, double step_seconds, int64
   uint64_t done = 0;
   double waited = 0.0;
   double first_wait = 0.0;
-  double dropped = 0.0;  // releasing the last step's batch
+  double dropped = 0.0;       // releasing the last step's batch
   std::vector<double> waits;  // each step's after the first, for the benchmark's percentiles
   waits.reserve(static_cast<size_t>(std::min<uint64_t>(steps, 1'000'000)));
   Clock::time_point start = Clock::now();
@@ -316,16 +317,16 @@ std::string PythonPipeline::stats_json() const {
     if (final_stats_) devices = *final_stats_;
   }
   const PipelineStats stats = merged_stats(devices);
-  cli::RunInfo info;
+  RunInfo info;
   info.ferry_version = FERRY_VERSION;
   info.config = config_.origin;
   info.device = requested_devices(config_);  // as asked for; the report adds the resolved one
   info.source = source_ ? source_->describe() : "";
-  info.host = cli::this_host();
+  info.host = this_host();
   info.config_keys = config_.values;
   if (devices.size() > 1) info.devices = std::move(devices);
   std::ostringstream out;
-  cli::write_report_json(out, info, stats);
+  write_report_json(out, info, stats);
   return out.str();
 }
 
@@ -390,8 +391,8 @@ void bind_pipeline(py::module_& module) {
       .def("epoch_length", &PythonPipeline::epoch_length, py::arg("epoch"))
       .def("_drain_in_cpp", &PythonPipeline::drain,
            "Takes every remaining batch in C++; returns how many (a benchmark's baseline).")
-      .def("_train_in_cpp", &PythonPipeline::train_in_cpp, py::arg("steps"), py::arg("step_seconds"),
-           py::arg("cycles"), "A simulated training loop in C++ (bench/overlap.py).")
+      .def("_train_in_cpp", &PythonPipeline::train_in_cpp, py::arg("steps"), py::arg("step_seconds"), py::arg("cycles"),
+           "A simulated training loop in C++ (bench/overlap.py).")
       .def("state_json", &PythonPipeline::state_json)
       .def("load_state_json", &PythonPipeline::load_state_json, py::arg("state"))
       .def("stats_json", &PythonPipeline::stats_json)

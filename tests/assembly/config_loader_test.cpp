@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <regex>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -18,11 +18,11 @@
 #include <ferry/io/decoders/jpeg_decoder.h>
 #include <ferry/io/decoders/png_decoder.h>
 #include <ferry/io/formats/image_folder_source.h>
+#include <ferry/io/formats/indexed_dataset_writer.h>
 #include <ferry/io/formats/source_registry.h>
 #include <ferry/io/formats/synthetic_source.h>
-#include <ferry/io/transforms/transform_registry.h>
-#include <ferry/io/formats/indexed_dataset_writer.h>
 #include <ferry/io/formats/tar_writer.h>
+#include <ferry/io/transforms/transform_registry.h>
 #include <ferry/io/util/units.h>
 #include "tests/support/temp_dir.h"
 
@@ -293,10 +293,13 @@ augment:
 
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"augment.flip=1.5", "augment.flip: expected a probability in 0..1"},
-      {"augment.random_resized_crop.size=[0, 5]", "augment.random_resized_crop.size[0]: expected an integer in 1..65535"},
+      {"augment.random_resized_crop.size=[0, 5]",
+       "augment.random_resized_crop.size[0]: expected an integer in 1..65535"},
       {"augment.random_resized_crop.size=[5]", "augment.random_resized_crop.size: expected [height, width]"},
-      {"augment.random_resized_crop.scale=[0.5, 0.2]", "augment.random_resized_crop.scale: expected [min, max] with 0 < min <= max <= 1"},
-      {"augment.random_resized_crop.ratio=[0, 1]", "augment.random_resized_crop.ratio: expected [min, max] with 0 < min <= max"},
+      {"augment.random_resized_crop.scale=[0.5, 0.2]",
+       "augment.random_resized_crop.scale: expected [min, max] with 0 < min <= max <= 1"},
+      {"augment.random_resized_crop.ratio=[0, 1]",
+       "augment.random_resized_crop.ratio: expected [min, max] with 0 < min <= max"},
       {"augment.normalize.std=[0.2, 0, 0.2]", "augment.normalize.std[1]: expected a number > 0"},
       {"augment.normalize.mean=[1, 2]", "augment.normalize.mean: expected a list of 3 numbers"},
       {"augment.dtype=float64", "augment.dtype: expected one of float32, float16, bfloat16"},
@@ -304,7 +307,8 @@ augment:
       {"augment.crop=1", "augment.crop: unknown key"},
   };
   for (const auto& [set, message] : bad) {
-    EXPECT_NE(problems_of(kMinimal, {set}).find(message), std::string::npos) << set << ": " << problems_of(kMinimal, {set});
+    EXPECT_NE(problems_of(kMinimal, {set}).find(message), std::string::npos)
+        << set << ": " << problems_of(kMinimal, {set});
   }
 }
 
@@ -331,9 +335,11 @@ TEST(ConfigLoader, ReadsWhereAJpegFieldIsDecodedAndRefusesItElsewhere) {
     return jpeg != nullptr ? jpeg->options().device : ImageDecodeOptions::Device::kCpu;
   };
   EXPECT_EQ(device_of(parse_config(folder, "test.yaml")), ImageDecodeOptions::Device::kAuto);
-  EXPECT_EQ(device_of(parse_config(folder, "test.yaml", {"source.image.device=gpu"})), ImageDecodeOptions::Device::kGpu);
-  EXPECT_NE(problems_of(folder, {"source.image.device=tpu"}).find("source.image.device: expected one of cpu, gpu, auto"),
-            std::string::npos);
+  EXPECT_EQ(device_of(parse_config(folder, "test.yaml", {"source.image.device=gpu"})),
+            ImageDecodeOptions::Device::kGpu);
+  EXPECT_NE(
+      problems_of(folder, {"source.image.device=tpu"}).find("source.image.device: expected one of cpu, gpu, auto"),
+      std::string::npos);
   EXPECT_NE(problems_of(folder, {"source.image.decoder=png"})
                 .find("device is a key of the decoder jpeg; this field's decoder is 'png' (set decoder: jpeg, or "
                       "remove device)"),
@@ -465,7 +471,8 @@ source:
   ASSERT_EQ(fields.size(), 3u);
   const auto decoder_of = [&](size_t i, std::vector<int64_t> shape) {
     const FieldSpec spec{fields[i].name, at::kByte, std::move(shape)};
-    return DecoderRegistry::global().make(fields[i].keys->text_or("decoder", "raw"), DecoderArgs{spec, *fields[i].keys, 0});
+    return DecoderRegistry::global().make(fields[i].keys->text_or("decoder", "raw"),
+                                          DecoderArgs{spec, *fields[i].keys, 0});
   };
   const auto image = decoder_of(0, {32, 48, 3});
   const auto* jpeg = dynamic_cast<const JpegDecoder*>(image.get());
@@ -596,7 +603,8 @@ TEST(ConfigLoader, ImageFolderKeysBelongToImageFolderAndItsRootMustExist) {
        "test.yaml:5:15: source.extensions: expected a non-empty list of file extensions, e.g. [jpg, jpeg], found a "
        "list"},
       {folder + "  image: {shape: [8, 8, 3], size: 3}\n",
-       "test.yaml:4:29: source.image.size: unknown key; known in source.image: shape, decoder, resize_shorter, crop, device"},
+       "test.yaml:4:29: source.image.size: unknown key; known in source.image: shape, decoder, resize_shorter, crop, "
+       "device"},
       {folder + "  image: {shape: [8, 8, 3]}\n  members: [{name: x, extension: jpg}]\n",
        "test.yaml:5:3: source.members: not a key of source kind 'image_folder' (its keys: kind, root, extensions, "
        "image)"},
@@ -793,8 +801,9 @@ TEST(ConfigDocs, EveryKeyOfTheBuiltInExtensionsIsAcceptedWithItsExample) {
   const std::map<std::string, std::string> bases{
       {"synthetic", kMinimal},
       {"megatron", "source: {kind: megatron, prefix: data/tokens}\n"},
-      {"tar", "source: {kind: tar, shards: [data/shard-000.tar], members: [{name: image, extension: jpg, shape: [8, 8, "
-              "3]}]}\n"},
+      {"tar",
+       "source: {kind: tar, shards: [data/shard-000.tar], members: [{name: image, extension: jpg, shape: [8, 8, "
+       "3]}]}\n"},
       {"image_folder", "source: {kind: image_folder, root: data/images, image: {shape: [8, 8, 3]}}\n"},
   };
   for (const auto& kind : SourceRegistry::global().kinds()) {

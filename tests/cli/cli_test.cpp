@@ -19,9 +19,9 @@
 #include <functional>
 #include <iostream>
 #include <optional>
-#include <sstream>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -276,8 +276,8 @@ std::vector<std::string> report_values(const std::string& path) {
 }
 
 void expect_matches_schema(const std::string& path) {
-  const Result check = run_program(
-      {kPython, FERRY_SOURCE_DIR "/tests/cli/check_json_schema.py", FERRY_SOURCE_DIR "/docs/report.schema.json", path});
+  const Result check = run_program({kPython, FERRY_SOURCE_DIR "/tests/assembly/check_json_schema.py",
+                                    FERRY_SOURCE_DIR "/docs/report.schema.json", path});
   EXPECT_TRUE(check.status.is(0)) << "check_json_schema.py: " << check.status << both(check);
 }
 
@@ -626,7 +626,8 @@ TEST(FerryResume, AGroupOfDevicesResumesBitForBitAndReportsEachDevice) {
     EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), expected);
   }
   // Another number of devices is refused, naming why.
-  const Result other = ferry(resume::shuffled_run({"--set", "transfer.devices=[cpu, cpu]", "--resume", dir / "state.json"}));
+  const Result other =
+      ferry(resume::shuffled_run({"--set", "transfer.devices=[cpu, cpu]", "--resume", dir / "state.json"}));
   EXPECT_FALSE(other.status.is(0)) << both(other);
   EXPECT_TRUE(contains(other.err, "holds 3 devices' states, and this config feeds 2")) << both(other);
 }
@@ -722,30 +723,32 @@ TEST(FerryResume, EveryDatasetKindResumesBitForBitInANewProcess) {
 // Ctrl-C, and SIGTERM (what a job scheduler sends before it kills), exit 128 + the signal.
 TEST(FerryResume, CtrlCAndSigtermSaveTheStateAndTheResumeDeliversTheRest) {
   for (const int signal : {SIGINT, SIGTERM}) {
-  SCOPED_TRACE(signal == SIGINT ? "SIGINT" : "SIGTERM");
-  const TempDir dir;
-  // Slow enough (bigger images) that Ctrl-C lands mid-run, yet the rest finishes quickly.
-  const std::vector<std::string> base = {"--set", "source.fields.0.shape=[3,128,128]", "--set", "stats.interval=100ms"};
-  auto with = [&](std::vector<std::string> more) {
-    more.insert(more.end(), base.begin(), base.end());
-    return resume::shuffled_run(more);
-  };
-  const Result full = ferry(with({"--digest", dir / "full.txt"}));
-  ASSERT_TRUE(full.status.is(0)) << full.status << both(full);
-  std::vector<std::string> first_args = with({"--digest", dir / "a.txt", "--save-state", dir / "state.json"});
-  first_args.erase(std::find(first_args.begin(), first_args.end(), "stats.progress=off") - 1,
-                   std::find(first_args.begin(), first_args.end(), "stats.progress=off") + 1);  // progress on
-  const Interrupted first = interrupt_run(first_args, milliseconds(0), signal);
-  ASSERT_TRUE(first.progressed);
-  // 0: it finished first
-  ASSERT_TRUE(first.status.is(128 + signal) || first.status.is(0)) << first.status << first.err;
-  if (first.status.is(128 + signal)) {
-    EXPECT_TRUE(contains(first.err, signal == SIGINT ? "interrupted (SIGINT)" : "interrupted (SIGTERM)")) << first.err;
-  }
-  EXPECT_TRUE(contains(first.err, "state saved to")) << first.err;
-  const Result second = ferry(with({"--resume", dir / "state.json", "--digest", dir / "b.txt"}));
-  ASSERT_TRUE(second.status.is(0)) << second.status << both(second);
-  EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), resume::read_file(dir / "full.txt"));
+    SCOPED_TRACE(signal == SIGINT ? "SIGINT" : "SIGTERM");
+    const TempDir dir;
+    // Slow enough (bigger images) that Ctrl-C lands mid-run, yet the rest finishes quickly.
+    const std::vector<std::string> base = {"--set", "source.fields.0.shape=[3,128,128]", "--set",
+                                           "stats.interval=100ms"};
+    auto with = [&](std::vector<std::string> more) {
+      more.insert(more.end(), base.begin(), base.end());
+      return resume::shuffled_run(more);
+    };
+    const Result full = ferry(with({"--digest", dir / "full.txt"}));
+    ASSERT_TRUE(full.status.is(0)) << full.status << both(full);
+    std::vector<std::string> first_args = with({"--digest", dir / "a.txt", "--save-state", dir / "state.json"});
+    first_args.erase(std::find(first_args.begin(), first_args.end(), "stats.progress=off") - 1,
+                     std::find(first_args.begin(), first_args.end(), "stats.progress=off") + 1);  // progress on
+    const Interrupted first = interrupt_run(first_args, milliseconds(0), signal);
+    ASSERT_TRUE(first.progressed);
+    // 0: it finished first
+    ASSERT_TRUE(first.status.is(128 + signal) || first.status.is(0)) << first.status << first.err;
+    if (first.status.is(128 + signal)) {
+      EXPECT_TRUE(contains(first.err, signal == SIGINT ? "interrupted (SIGINT)" : "interrupted (SIGTERM)"))
+          << first.err;
+    }
+    EXPECT_TRUE(contains(first.err, "state saved to")) << first.err;
+    const Result second = ferry(with({"--resume", dir / "state.json", "--digest", dir / "b.txt"}));
+    ASSERT_TRUE(second.status.is(0)) << second.status << both(second);
+    EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), resume::read_file(dir / "full.txt"));
   }
 }
 
@@ -827,8 +830,8 @@ TEST(FerryResume, SignalsAtRandomMomentsStopWithinASecondAndTheResumeDeliversExa
     }
   }
   std::cout << "[ measured ] 16 signals (start-up " << in_ms(startup) << ", batches " << in_ms(running)
-            << "): " << before_handler << " before the handler was set, " << stopped << " stopped the run, "
-            << finished << " came after it finished\n";
+            << "): " << before_handler << " before the handler was set, " << stopped << " stopped the run, " << finished
+            << " came after it finished\n";
 }
 
 // Whether this process has caught `signal` (a handler set): /proc/PID/status lists caught signals
@@ -956,8 +959,8 @@ TEST(FerryResume, RefusesAnEditedStateNamingTheFileAndTheKey) {
       {"\"epoch\": 0, ", "", "edited.json:", "next.epoch: missing"},
       {"\"epoch\": 0, ", "\"epoch\": 99, ", "edited.json: ", "next.epoch: 99 is beyond"},
       {"\"position\": [0-9]+", "\"position\": 1", "edited.json: ", "next.position: 1 does not fit next.batch 5"},
-      {"\"position\": [0-9]+", "\"position\": 9223372036854775808", "edited.json: ",
-       "next.position: 9223372036854775808 is past"},
+      {"\"position\": [0-9]+", "\"position\": 9223372036854775808",
+       "edited.json: ", "next.position: 9223372036854775808 is past"},
       {"\"next_batch\": [0-9]+", "\"next_batch\": 6", "edited.json: ", "next_batch: 6 does not fit next"},
   };
   for (const Case& c : cases) {

@@ -31,8 +31,8 @@ TEST(CopyOptions, InvalidValuesAreNamedWithTheirValue) {
   options.max_packed_chunk_bytes = 0;
   EXPECT_TRUE(contains(error_of([&] { validate(options); }), "max_packed_chunk_bytes must be at least 1, got 0"));
   // ACCV-Lab's multi_tensor_copier takes any alignment of at least 1, powers of two or not.
-  for (size_t alignment : {size_t{1}, size_t{2}, size_t{3}, size_t{6}, size_t{12}, size_t{16}, size_t{48}, size_t{4096},
-                           SIZE_MAX}) {
+  for (size_t alignment :
+       {size_t{1}, size_t{2}, size_t{3}, size_t{6}, size_t{12}, size_t{16}, size_t{48}, size_t{4096}, SIZE_MAX}) {
     CopyOptions valid;
     valid.min_packed_alignment_bytes = alignment;
     valid.max_packed_chunk_bytes = 1;

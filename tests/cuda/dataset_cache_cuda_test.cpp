@@ -13,6 +13,7 @@
 #include <ferry/pipeline/segment_copy.h>
 #include <ferry/pipeline/unified_memory.h>
 #include <ferry/stages/standard_pipeline.h>
+#include <ferry/stages/standard_stages.h>
 #include "tests/support/error_text.h"
 #include "tests/support/reference_batch.h"
 
@@ -51,7 +52,7 @@ TEST_F(DatasetCacheCuda, CacheToTheHostAndBackKeepsValuesAndPointers) {
   const std::shared_ptr<DatasetCache> cache = stages.cache;
   ASSERT_TRUE(cache);
   const std::byte* arena = cache->data();
-  Pipeline pipeline(std::move(stages), options);
+  Pipeline pipeline = pipeline_from_stages(std::move(stages), options);
 
   auto take_epoch = [&](uint64_t epoch) {
     for (int b = 0; b < 15; ++b) {

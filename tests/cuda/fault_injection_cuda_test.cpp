@@ -19,6 +19,7 @@
 #include <ferry/pipeline/fault_injection.h>
 #include <ferry/pipeline/pinned_pool.h>
 #include <ferry/stages/standard_pipeline.h>
+#include <ferry/stages/standard_stages.h>
 #include "tests/support/random_options.h"
 #include "tests/support/reference_batch.h"
 
@@ -65,7 +66,7 @@ TEST_F(FaultInjectionCuda, CopyAndEventFaultsInThePipelineSurfaceAndEverySlabRet
                      std::to_string(threads) + " threads, batch_size " + std::to_string(options.batch_size));
         StageSet stages = make_standard_stages(truth, options);
         std::shared_ptr<PinnedPool> pool = stages.pool;
-        auto pipeline = std::make_unique<Pipeline>(std::move(stages), options);
+        auto pipeline = std::make_unique<Pipeline>(pipeline_from_stages(std::move(stages), options));
         FaultInjector::arm(fault, at);
         uint64_t taken = 0;
         std::optional<Error> error;
@@ -123,7 +124,8 @@ TEST_F(FaultInjectionCuda, ACopyFaultInStartCopyNamesItsTensorAndLeavesTheNextCo
     }
     FaultInjector::reset();
     const Nested copied = start_copy(data, at::Device(at::kCUDA, 0), options).get();
-    for (int i = 0; i < count; ++i) EXPECT_TRUE(at::equal(copied[static_cast<size_t>(i)].tensor().cpu(), tensors[i].tensor()));
+    for (int i = 0; i < count; ++i)
+      EXPECT_TRUE(at::equal(copied[static_cast<size_t>(i)].tensor().cpu(), tensors[i].tensor()));
   }
 }
 

@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include <ferry/assembly/config_error.h>
+#include <ferry/assembly/configured_pipeline.h>
 #include <ferry/io/decoders/image_window.h>
 #include <ferry/io/decoders/jpeg_decoder.h>
 #include <ferry/io/decoders/jpeg_encoder.h>
@@ -188,7 +189,7 @@ std::string folder_yaml(const std::string& root, const std::string& device, int 
 std::map<std::pair<uint64_t, uint64_t>, at::Tensor> run_all(const std::string& yaml_path,
                                                             PipelineStats* stats = nullptr, bool wait_for_gpu = false) {
   std::map<std::pair<uint64_t, uint64_t>, at::Tensor> images;
-  Pipeline pipeline = Pipeline::from_yaml(yaml_path);
+  Pipeline pipeline = load_pipeline(yaml_path);
   bool first = true;
   while (auto batch = pipeline.next()) {
     if (std::exchange(first, false) && wait_for_gpu) {

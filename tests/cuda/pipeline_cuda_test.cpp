@@ -6,6 +6,7 @@
 #include <ferry/build_config.h>
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/stages/standard_pipeline.h>
+#include <ferry/stages/standard_stages.h>
 #include "tests/support/reference_batch.h"
 
 #if FERRY_WITH_GPU
@@ -45,7 +46,7 @@ TEST_F(PipelineCuda, DeliversGpuResidentBatchesFromPinnedSlabs) {
   options.batch_size = 32;
   StageSet stages = make_standard_stages(truth, options);
   std::shared_ptr<PinnedPool> pool = stages.pool;
-  Pipeline pipeline(std::move(stages), options);
+  Pipeline pipeline = pipeline_from_stages(std::move(stages), options);
   uint64_t batches = 0;
   for (const Batch& batch : pipeline) {
     EXPECT_TRUE(batch.device().is_cuda());

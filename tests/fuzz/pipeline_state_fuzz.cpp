@@ -13,6 +13,7 @@
 
 #include <ferry/assembly/config_loader.h>
 #include <ferry/assembly/configured_pipeline.h>
+#include <ferry/assembly/configured_planner.h>
 #include <ferry/assembly/pipeline_state_loader.h>
 #include "tests/fuzz/fuzz_support.h"
 

@@ -1,4 +1,4 @@
-// Pipelines built from YAML configs (Pipeline::from_yaml, make_pipeline(const Config&)): every byte
+// Pipelines built from YAML configs (load_pipeline, make_pipeline(const Config&)): every byte
 // they deliver is the source's, in the order the config's sampler section asks for: sequential,
 // shuffled per (seed, epoch), or one data-parallel rank's share, whether the rank comes from the
 // config or from torchrun's environment. A config that cannot work fails before any thread starts.
@@ -22,8 +22,8 @@
 #include <random>
 #include <sstream>
 #include <string>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -275,19 +275,19 @@ TEST(ConfigPipeline, ConfigErrorsStartNoThread) {
   EXPECT_EQ(testing::thread_count(), threads_before) << "make_pipeline(Config) started a thread before failing";
 
   try {
-    (void)Pipeline::from_yaml(file.path());
+    (void)load_pipeline(file.path());
     ADD_FAILURE() << "from_yaml accepted a 1 KiB slab for 32 KiB batches";
   } catch (const ConfigError& e) {
     expect_slab_problem(e);
   }
-  EXPECT_EQ(testing::thread_count(), threads_before) << "Pipeline::from_yaml started a thread before failing";
+  EXPECT_EQ(testing::thread_count(), threads_before) << "load_pipeline started a thread before failing";
 
   // A torchrun launch that makes no sense (RANK not below WORLD_SIZE) fails the same way.
   {
     const ScopedTorchrunEnv bad_launch("4", "4", "0");
     const TempYaml fine(source_yaml(data) + "transfer: {device: cpu}\n");
     try {
-      (void)Pipeline::from_yaml(fine.path());
+      (void)load_pipeline(fine.path());
       ADD_FAILURE() << "RANK=4 WORLD_SIZE=4 was accepted";
     } catch (const ConfigError& e) {
       ASSERT_EQ(e.problems().size(), 1u) << e.what();
@@ -321,7 +321,8 @@ TEST(ConfigPipeline, AnAugmentFieldThatIsNotAnImageIsReportedAtItsKey) {
   const auto missing = problem("augment: {field: photo}\n");
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->key, "augment.field");
-  EXPECT_NE(missing->message.find("no field 'photo' (its fields: image, depth)"), std::string::npos) << missing->message;
+  EXPECT_NE(missing->message.find("no field 'photo' (its fields: image, depth)"), std::string::npos)
+      << missing->message;
   const auto floats = problem("augment: {field: depth}\n");
   ASSERT_TRUE(floats);
   EXPECT_EQ(floats->key, "augment.field");
@@ -329,7 +330,7 @@ TEST(ConfigPipeline, AnAugmentFieldThatIsNotAnImageIsReportedAtItsKey) {
 }
 
 // Random datasets (all dtypes, ranks 0-3, empty dims, variable lengths, value ranges) written as YAML,
-// loaded by Pipeline::from_yaml with decode.threads 1, 2 and 4: the batches come in sequential order,
+// loaded by load_pipeline with decode.threads 1, 2 and 4: the batches come in sequential order,
 // cut as batch_size/drop_last say, padded with the config's pad values, every byte the source's.
 // A pad value the field's dtype cannot hold is reported at the key that sets it (it was reported at
 // source.fields), and a fixed-length field, never padded, does not care.
@@ -399,7 +400,7 @@ TEST(ConfigPipeline, FromYamlDeliversEveryByteOfTheSource) {
 
     for (const size_t threads : {1, 2, 4}) {
       SCOPED_TRACE("decode.threads=" + std::to_string(threads));
-      Pipeline pipeline = Pipeline::from_yaml(file.path(), {"decode.threads=" + std::to_string(threads)});
+      Pipeline pipeline = load_pipeline(file.path(), {"decode.threads=" + std::to_string(threads)});
       EXPECT_EQ(pipeline.options().decode_threads, threads);
       const Delivery run = drain(std::move(pipeline), truth, epochs, collate);
       BatchPlanner expected(std::make_shared<SequentialSampler>(samples), {batch_size, drop_last, epochs, 0});
@@ -433,7 +434,7 @@ TEST(ConfigPipeline, ShuffleVisitsEverySampleOncePerEpochInAnOrderFixedBySeedAnd
                       "  device: cpu\n");
   auto run = [&](std::vector<std::string> overrides) {
     SCOPED_TRACE(::testing::PrintToString(overrides));
-    Delivery got = drain(Pipeline::from_yaml(file.path(), overrides), truth, kEpochs);
+    Delivery got = drain(load_pipeline(file.path(), overrides), truth, kEpochs);
     expect_batching(got, kSamples, kBatch, false);
     return got;
   };
@@ -455,7 +456,7 @@ TEST(ConfigPipeline, ShuffleVisitsEverySampleOncePerEpochInAnOrderFixedBySeedAnd
   EXPECT_EQ(run({"decode.threads=4", "prefetch=6"}).all_samples(), first.all_samples()) << "4 threads, prefetch 6";
   EXPECT_EQ(run({"decode.threads=4", "prefetch=1"}).all_samples(), first.all_samples()) << "4 threads, prefetch 1";
   {
-    const Delivery one_epoch = drain(Pipeline::from_yaml(file.path(), {"sampler.epochs=1"}), truth, 1);
+    const Delivery one_epoch = drain(load_pipeline(file.path(), {"sampler.epochs=1"}), truth, 1);
     EXPECT_EQ(one_epoch.per_epoch()[0], epochs[0]) << "epoch 0 depends on how many epochs follow";
   }
 
@@ -486,7 +487,7 @@ TEST(ConfigPipeline, RanksTogetherCoverEachSampleExactlyOncePerEpoch) {
     for (const bool shuffle : {false, true}) {
       const std::string shuffle_set = std::string("sampler.shuffle=") + (shuffle ? "true" : "false");
       // The order every rank shares: one rank's run of the whole epoch.
-      const auto global = drain(Pipeline::from_yaml(file.path(), {shuffle_set}), truth, kEpochs).per_epoch();
+      const auto global = drain(load_pipeline(file.path(), {shuffle_set}), truth, kEpochs).per_epoch();
       ASSERT_EQ(global.size(), kEpochs);
       for (const std::string remainder : {"pad", "drop"}) {
         for (uint64_t world = 1; world <= 8; ++world) {
@@ -497,8 +498,8 @@ TEST(ConfigPipeline, RanksTogetherCoverEachSampleExactlyOncePerEpoch) {
           if (per_rank == 0) {
             // Ranks that would get no sample at all: refused before anything starts.
             try {
-              (void)Pipeline::from_yaml(file.path(), {shuffle_set, "sampler.remainder=" + remainder, "sampler.rank=0",
-                                                      "sampler.world_size=" + std::to_string(world)});
+              (void)load_pipeline(file.path(), {shuffle_set, "sampler.remainder=" + remainder, "sampler.rank=0",
+                                                "sampler.world_size=" + std::to_string(world)});
               ADD_FAILURE() << "an empty shard was accepted";
             } catch (const ConfigError& e) {
               ASSERT_EQ(e.problems().size(), 1u);
@@ -508,9 +509,9 @@ TEST(ConfigPipeline, RanksTogetherCoverEachSampleExactlyOncePerEpoch) {
           }
           std::vector<Delivery> ranks;
           for (uint64_t rank = 0; rank < world; ++rank) {
-            ranks.push_back(drain(Pipeline::from_yaml(file.path(), {shuffle_set, "sampler.remainder=" + remainder,
-                                                                    "sampler.rank=" + std::to_string(rank),
-                                                                    "sampler.world_size=" + std::to_string(world)}),
+            ranks.push_back(drain(load_pipeline(file.path(), {shuffle_set, "sampler.remainder=" + remainder,
+                                                              "sampler.rank=" + std::to_string(rank),
+                                                              "sampler.world_size=" + std::to_string(world)}),
                                   truth, kEpochs));
             SCOPED_TRACE("rank " + std::to_string(rank));
             expect_batching(ranks.back(), per_rank, batch_size, false);
@@ -565,19 +566,19 @@ TEST(ConfigPipeline, TorchrunDecodeThreadsAutoShareTheMachinesCores) {
   const size_t spare = hardware > 2 ? hardware - 2 : 1;
   {
     const ScopedTorchrunEnv torchrun(TorchrunEnv{0, 2, 0, 2});
-    Pipeline pipeline = Pipeline::from_yaml(file.path());
+    Pipeline pipeline = load_pipeline(file.path());
     const PipelineStats stats = pipeline.stats();
     EXPECT_EQ(stats.decode_threads_shared_by, 2u);
     EXPECT_EQ(stats.decode_threads, std::max<size_t>(1, spare / 2));
   }
   {
     const ScopedTorchrunEnv torchrun(TorchrunEnv{0, 2, 0, 2});
-    Pipeline pipeline = Pipeline::from_yaml(file.path(), {"decode.threads=3"});
+    Pipeline pipeline = load_pipeline(file.path(), {"decode.threads=3"});
     EXPECT_EQ(pipeline.stats().decode_threads_shared_by, 1u);
     EXPECT_EQ(pipeline.stats().decode_threads, 3u);
   }
   const ScopedTorchrunEnv no_torchrun(std::nullopt);
-  Pipeline alone = Pipeline::from_yaml(file.path());
+  Pipeline alone = load_pipeline(file.path());
   EXPECT_EQ(alone.stats().decode_threads_shared_by, 1u);
   EXPECT_EQ(alone.stats().decode_threads, spare);
 }
@@ -597,8 +598,8 @@ TEST(ConfigPipeline, TorchrunEnvironmentPicksRankAndWorldSize) {
                       "transfer: {device: cpu}\n");
   auto explicit_run = [&](uint64_t rank, uint64_t world) {
     const ScopedTorchrunEnv no_torchrun(std::nullopt);
-    return drain(Pipeline::from_yaml(file.path(), {"sampler.rank=" + std::to_string(rank),
-                                                   "sampler.world_size=" + std::to_string(world)}),
+    return drain(load_pipeline(file.path(),
+                               {"sampler.rank=" + std::to_string(rank), "sampler.world_size=" + std::to_string(world)}),
                  truth, 2)
         .all_samples();
   };
@@ -631,9 +632,8 @@ TEST(ConfigPipeline, TorchrunEnvironmentPicksRankAndWorldSize) {
   {
     const std::vector<uint64_t> expected = explicit_run(1, 2);
     const ScopedTorchrunEnv torchrun(TorchrunEnv{3, 4, 3});
-    EXPECT_EQ(
-        drain(Pipeline::from_yaml(file.path(), {"sampler.rank=1", "sampler.world_size=2"}), truth, 2).all_samples(),
-        expected);
+    EXPECT_EQ(drain(load_pipeline(file.path(), {"sampler.rank=1", "sampler.world_size=2"}), truth, 2).all_samples(),
+              expected);
   }
 
   // "cuda" means this rank's GPU under torchrun; anything else stays (a pure function: no GPU needed).
@@ -685,7 +685,7 @@ TEST(ConfigPipeline, TarShardsFromYamlDeliverTheirMembers) {
                       "]\n  members:\n    - {name: label, extension: cls, dtype: int64, shape: [], decoder: label}\n"
                       "    - {name: payload, extension: bin, max_length: 40}\nbatch_size: 5\ncollate: {pad_value: 0}\n"
                       "transfer: {device: cpu}\ndecode: {threads: 3}\n");
-  Pipeline pipeline = Pipeline::from_yaml(file.path());
+  Pipeline pipeline = load_pipeline(file.path());
   size_t next = 0;
   while (auto batch = pipeline.next()) {
     const at::Tensor labels = (*batch)["label"];

@@ -70,8 +70,13 @@ void register_counting() {
   kind.name = "counting";
   kind.description = "Sample i holds i.";
   kind.keys = {
-      {.name = "samples", .type = Type::kInteger, .default_value = "required", .required = true, .example = "10",
-       .min = 1, .max = 1000000},
+      {.name = "samples",
+       .type = Type::kInteger,
+       .default_value = "required",
+       .required = true,
+       .example = "10",
+       .min = 1,
+       .max = 1000000},
       {.name = "copies", .type = Type::kInteger, .default_value = "1", .example = "2", .min = 1, .max = 64},
       {.name = "decoder", .type = Type::kDecoder, .default_value = "digits", .example = "digits"},
   };
@@ -210,7 +215,8 @@ TEST(Extensions, TheirKeysAreCheckedLikeBuiltInOnes) {
       {"source: {kind: counting, samples: 5, copeis: 2}\n",
        "test.yaml:1:38: source.copeis: unknown key (did you mean 'copies'?); known in source: kind, samples, copies, "
        "decoder, scale, fail_at"},
-      {"source: {kind: counting, samples: 0}\n", "test.yaml:1:35: source.samples: expected an integer in 1..1000000, found '0'"},
+      {"source: {kind: counting, samples: 0}\n",
+       "test.yaml:1:35: source.samples: expected an integer in 1..1000000, found '0'"},
       {"source: {kind: counting, copies: 2}\n", "test.yaml:1:9: source.samples: missing required key"},
       {"source: {kind: counting, samples: 2, copies: 3}\n", "test.yaml:1:46: source.copies: more copies than samples"},
       {"source: {kind: counting, samples: 2, scale: 0}\n",
@@ -329,7 +335,8 @@ TEST(Extensions, ATransformWhoseInputOrOutputIsWrongIsNamed) {
   register_mix();
   // Input it cannot take: refused before anything starts, at `transforms`.
   const std::string synthetic =
-      "source: {kind: synthetic, samples: 8, fields: [{name: x, dtype: float32, shape: [2]}]}\ntransfer: {device: cpu}\n";
+      "source: {kind: synthetic, samples: 8, fields: [{name: x, dtype: float32, shape: [2]}]}\ntransfer: {device: "
+      "cpu}\n";
   EXPECT_NE(problems_of(synthetic + "transforms: [{kind: mix}]\n")
                 .find("transforms: transform 0 ('mix'): needs an int64 field 'count'"),
             std::string::npos)

@@ -23,6 +23,7 @@
 #include <ferry/assembly/config.h>
 #include <ferry/assembly/config_error.h>
 #include <ferry/assembly/config_loader.h>
+#include <ferry/assembly/configured_pipeline.h>
 #include <ferry/io/decoders/image_decoder.h>
 #include <ferry/io/decoders/jpeg_decoder.h>
 #include <ferry/io/decoders/jpeg_encoder.h>
@@ -150,10 +151,10 @@ TEST(ImageConfigPipeline, AnImageFolderDeliversEachImageAsTheJpegDecoderMakesIt)
   std::mt19937_64 rng(21);
   const std::vector<Written> written = write_image_folder(dir / "images", rng, 4);
   write_file(dir / "center.yaml", image_folder_yaml(dir / "images", "center", 3));
-  const Delivered delivered = run(Pipeline::from_yaml(dir / "center.yaml"));
+  const Delivered delivered = run(load_pipeline(dir / "center.yaml"));
   expect_as_written(delivered, written, JpegDecodeOptions{.resize_shorter = 40, .crop_height = 32, .crop_width = 32});
   // A center crop draws nothing: another seed (another order) delivers the same pixels.
-  const Delivered again = run(Pipeline::from_yaml(dir / "center.yaml", {"sampler.seed=4"}));
+  const Delivered again = run(load_pipeline(dir / "center.yaml", {"sampler.seed=4"}));
   for (const auto& [index, image] : delivered.images) EXPECT_TRUE(at::equal(image, again.images.at(index))) << index;
 }
 
@@ -164,12 +165,12 @@ TEST(ImageConfigPipeline, DeviceAutoFallsBackToTheCpuAndDeviceGpuNeedsAGpuDelive
   std::mt19937_64 rng(23);
   const std::vector<Written> written = write_image_folder(dir / "images", rng, 3);
   write_file(dir / "auto.yaml", image_folder_yaml(dir / "images", "random", 5));
-  const Delivered delivered = run(Pipeline::from_yaml(dir / "auto.yaml", {"source.image.device=auto"}));
-  expect_as_written(delivered, written,
-                    JpegDecodeOptions{.resize_shorter = 40, .crop_height = 32, .crop_width = 32, .crop = Crop::kRandom,
-                                      .seed = 5});
+  const Delivered delivered = run(load_pipeline(dir / "auto.yaml", {"source.image.device=auto"}));
+  expect_as_written(
+      delivered, written,
+      JpegDecodeOptions{.resize_shorter = 40, .crop_height = 32, .crop_width = 32, .crop = Crop::kRandom, .seed = 5});
   try {
-    (void)Pipeline::from_yaml(dir / "auto.yaml", {"source.image.device=gpu"});
+    (void)load_pipeline(dir / "auto.yaml", {"source.image.device=gpu"});
     FAIL() << "device: gpu started with batches going to the CPU";
   } catch (const ConfigError& e) {
     ASSERT_EQ(e.problems().size(), 1u) << e.what();
@@ -197,17 +198,17 @@ TEST(ImageConfigPipeline, AFolderMixingJpegsAndPngsDecodesEachByItsFormat) {
                                      "\n  extensions: [jpg, png]\n  image: {decoder: image, shape: [32, 32, 3], "
                                      "resize_shorter: 40, crop: random}\nbatch_size: 4\nsampler: {seed: 5}\n"
                                      "transfer: {device: cpu}\ndecode: {threads: 3}\n");
-  const Delivered delivered = run(Pipeline::from_yaml(dir / "mixed.yaml"));
+  const Delivered delivered = run(load_pipeline(dir / "mixed.yaml"));
   const JpegDecodeOptions options{
       .resize_shorter = 40, .crop_height = 32, .crop_width = 32, .crop = Crop::kRandom, .seed = 5};
   const ImageDecoder decoder(options);
   expect_as_written(delivered, written, options, &decoder);
   // Through decoder jpeg the same folder is refused before anything runs.
-  EXPECT_THROW(Pipeline::from_yaml(dir / "mixed.yaml", {"source.image.decoder=jpeg"}), ConfigError);
+  EXPECT_THROW(load_pipeline(dir / "mixed.yaml", {"source.image.decoder=jpeg"}), ConfigError);
   // decode.decoders overrides the source's decoder, keeping the field's resize and crop: png fails on
   // the folder's JPEGs (decode.on_error is fail), naming the file.
   try {
-    (void)run(Pipeline::from_yaml(dir / "mixed.yaml", {"decode.decoders.image=png"}));
+    (void)run(load_pipeline(dir / "mixed.yaml", {"decode.decoders.image=png"}));
     ADD_FAILURE() << "decode.decoders.image=png was ignored";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not a PNG"), std::string::npos) << e.what();
@@ -222,14 +223,14 @@ TEST(ImageConfigPipeline, RandomCropsRepeatForASeedAndChangeWithIt) {
   write_file(dir / "random.yaml", image_folder_yaml(dir / "images", "random", 7));
   const JpegDecodeOptions seven{
       .resize_shorter = 40, .crop_height = 32, .crop_width = 32, .crop = Crop::kRandom, .seed = 7};
-  const Delivered first = run(Pipeline::from_yaml(dir / "random.yaml"));
+  const Delivered first = run(load_pipeline(dir / "random.yaml"));
   expect_as_written(first, written, seven);
-  const Delivered second = run(Pipeline::from_yaml(dir / "random.yaml"));
+  const Delivered second = run(load_pipeline(dir / "random.yaml"));
   for (const auto& [index, image] : first.images) EXPECT_TRUE(at::equal(image, second.images.at(index))) << index;
 
   JpegDecodeOptions eight = seven;
   eight.seed = 8;
-  const Delivered other = run(Pipeline::from_yaml(dir / "random.yaml", {"sampler.seed=8"}));
+  const Delivered other = run(load_pipeline(dir / "random.yaml", {"sampler.seed=8"}));
   expect_as_written(other, written, eight);
   size_t differing = 0;
   for (const auto& [index, image] : first.images) differing += at::equal(image, other.images.at(index)) ? 0 : 1;
@@ -244,7 +245,7 @@ TEST(ImageConfigPipeline, RandomCropsChangeEveryEpoch) {
   std::mt19937_64 rng(23);
   const std::vector<Written> written = write_image_folder(dir / "images", rng, 5);
   write_file(dir / "random.yaml", image_folder_yaml(dir / "images", "random", 7));
-  const Delivered run_out = run(Pipeline::from_yaml(dir / "random.yaml", {"sampler.epochs=2"}));
+  const Delivered run_out = run(load_pipeline(dir / "random.yaml", {"sampler.epochs=2"}));
   const JpegDecoder decoder(
       {.resize_shorter = 40, .crop_height = 32, .crop_width = 32, .crop = Crop::kRandom, .seed = 7});
   const FieldSpec spec{"image", at::kByte, {32, 32, 3}, std::nullopt, "jpeg"};
@@ -269,9 +270,8 @@ TEST(ImageConfigPipeline, TwoPipelinesWithDifferentOptionsDoNotClash) {
   const std::vector<Written> written = write_image_folder(dir / "images", rng, 3);
   write_file(dir / "a.yaml", image_folder_yaml(dir / "images", "random", 1));
   write_file(dir / "b.yaml", image_folder_yaml(dir / "images", "center", 1));
-  Pipeline a = Pipeline::from_yaml(dir / "a.yaml");
-  Pipeline b =
-      Pipeline::from_yaml(dir / "b.yaml", {"source.image.shape=[24, 28, 3]", "source.image.resize_shorter=30"});
+  Pipeline a = load_pipeline(dir / "a.yaml");
+  Pipeline b = load_pipeline(dir / "b.yaml", {"source.image.shape=[24, 28, 3]", "source.image.resize_shorter=30"});
   Delivered from_a, from_b;
   for (bool more_a = true, more_b = true; more_a || more_b;) {
     for (auto [pipeline, out, more] : {std::tuple{&a, &from_a, &more_a}, std::tuple{&b, &from_b, &more_b}}) {
@@ -322,7 +322,7 @@ TEST(ImageConfigPipeline, TarShardsOfJpegsDeliverEachImageAsTheJpegDecoderMakesI
           "    - {name: image, extension: jpg, decoder: jpeg, shape: [30, 34, 3], resize_shorter: 36, crop: random}\n"
           "    - {name: label, extension: cls, decoder: label, dtype: int64, shape: []}\n"
           "batch_size: 4\nsampler: {seed: 11}\ntransfer: {device: cpu}\ndecode: {threads: 2}\n");
-  const Delivered delivered = run(Pipeline::from_yaml(dir / "tar.yaml"));
+  const Delivered delivered = run(load_pipeline(dir / "tar.yaml"));
   expect_as_written(delivered, written,
                     {.resize_shorter = 36, .crop_height = 30, .crop_width = 34, .crop = Crop::kRandom, .seed = 11});
 }

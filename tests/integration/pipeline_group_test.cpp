@@ -29,6 +29,7 @@
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/pipeline/pipeline_group.h>
 #include <ferry/stages/standard_pipeline.h>
+#include <ferry/stages/standard_stages.h>
 #include "tests/support/instrumented_source.h"
 #include "tests/support/random_options.h"
 #include "tests/support/reference_batch.h"
@@ -76,13 +77,13 @@ SyntheticOptions dataset(uint64_t samples, uint64_t seed) {
 
 // Device `device` of `devices`' part of a group over `source`: options as given (on the CPU), the samples
 // of rank `device` of `devices`, as the config layer shards them.
-PipelineGroup::Part sharded_part(std::shared_ptr<const Source> source, PipelineOptions options, size_t device,
-                                 size_t devices) {
+PipelinePart sharded_part(std::shared_ptr<const Source> source, PipelineOptions options, size_t device,
+                          size_t devices) {
   options.device = "cpu";
   options.skip_replaces = true;
   auto sampler = std::make_shared<ShardedSampler>(std::make_shared<SequentialSampler>(source->size()), device, devices,
                                                   ShardedSampler::Remainder::kPad);
-  PipelineGroup::Part part;
+  PipelinePart part;
   part.stages = make_standard_stages(std::move(source), options, sampler);
   part.options = options;
   return part;
@@ -141,10 +142,10 @@ TEST(PipelineGroup, EachStepGivesEveryDeviceItsShareOfTheNextSamplesEveryByteThe
       const bool shuffle = uniform(0, 1) == 1;
       const SyntheticOptions data = dataset(samples, uniform(1, 1000));
       const SyntheticSource truth(data);
-      const std::string yaml = source_yaml(data) + "batch_size: " + std::to_string(batch) +
-                               "\nprefetch: " + std::to_string(uniform(1, 4)) + "\nsampler:\n  seed: 5\n  epochs: " +
-                               std::to_string(kEpochs) + "\n  shuffle: " + (shuffle ? "true" : "false") +
-                               "\ndecode:\n  threads: " + std::to_string(threads) + "\n";
+      const std::string yaml =
+          source_yaml(data) + "batch_size: " + std::to_string(batch) + "\nprefetch: " + std::to_string(uniform(1, 4)) +
+          "\nsampler:\n  seed: 5\n  epochs: " + std::to_string(kEpochs) +
+          "\n  shuffle: " + (shuffle ? "true" : "false") + "\ndecode:\n  threads: " + std::to_string(threads) + "\n";
       SCOPED_TRACE(std::to_string(devices) + " devices, " + std::to_string(threads) + " threads, config:\n" + yaml);
       const Config config = parse_config(yaml, "<test>", {"transfer.devices=" + devices_yaml(devices)});
       PipelineGroup group = make_pipeline_group(config, check_config(config));
@@ -251,8 +252,8 @@ TEST(PipelineGroup, StartingStatesAreWhatTheGroupGivesBeforeItsFirstStep) {
   forget_torchrun();
   const SyntheticOptions data = dataset(57, 5);
   const SyntheticSource truth(data);
-  const std::string yaml = source_yaml(data) +
-                           "batch_size: 4\nsampler:\n  seed: 3\n  epochs: 2\n  shuffle: true\ndecode:\n  threads: 2\n";
+  const std::string yaml =
+      source_yaml(data) + "batch_size: 4\nsampler:\n  seed: 3\n  epochs: 2\n  shuffle: true\ndecode:\n  threads: 2\n";
   for (const size_t devices : {0, 1, 3}) {  // 0: no transfer.devices, one pipeline
     SCOPED_TRACE(std::to_string(devices) + " devices");
     std::vector<std::string> overrides;
@@ -285,16 +286,16 @@ TEST(PipelineGroup, AStepTakenPartWayCountsAsNotDelivered) {
   const SyntheticOptions data = dataset(64, 3);
   const SyntheticSource truth(data);
   // Device 1's reads are slow: a short timeout finds device 0's batch ready and device 1's not.
-  const auto slow = std::make_shared<testing::InstrumentedSource>(std::make_shared<SyntheticSource>(data),
-                                                                  std::nullopt, std::chrono::milliseconds(40));
+  const auto slow = std::make_shared<testing::InstrumentedSource>(std::make_shared<SyntheticSource>(data), std::nullopt,
+                                                                  std::chrono::milliseconds(40));
   PipelineOptions options;
   options.batch_size = 4;
   options.decode_threads = 2;
   options.prefetch = 2;
-  std::vector<PipelineGroup::Part> parts;
+  std::vector<PipelinePart> parts;
   parts.push_back(sharded_part(std::make_shared<SyntheticSource>(data), options, 0, 2));
   parts.push_back(sharded_part(slow, options, 1, 2));
-  PipelineGroup group(std::move(parts), 4);
+  PipelineGroup group = pipeline_group_from_parts(std::move(parts), 4);
   ASSERT_TRUE(group.next());  // both started
   bool part_way = false;
   for (int attempt = 0; attempt < 50 && !part_way; ++attempt) {
@@ -326,11 +327,11 @@ TEST(PipelineGroup, AFailingSampleStopsEveryDeviceAtTheSameStep) {
   PipelineOptions options;
   options.batch_size = 4;
   options.decode_threads = 2;
-  std::vector<PipelineGroup::Part> parts;
+  std::vector<PipelinePart> parts;
   for (size_t d = 0; d < 2; ++d) {
     parts.push_back(sharded_part(std::make_shared<testing::InstrumentedSource>(truth, kFailing), options, d, 2));
   }
-  PipelineGroup group(std::move(parts), 2);
+  PipelineGroup group = pipeline_group_from_parts(std::move(parts), 2);
   uint64_t steps = 0;
   try {
     while (group.next()) ++steps;
@@ -352,17 +353,17 @@ TEST(PipelineGroup, DevicesOutOfStepAreReported) {
   forget_torchrun();
   for (const bool first_ends : {false, true}) {
     SCOPED_TRACE(first_ends ? "device 0 ends first" : "device 1 ends first");
-    std::vector<PipelineGroup::Part> parts;
+    std::vector<PipelinePart> parts;
     for (const uint64_t samples : {uint64_t{first_ends ? 8u : 12u}, uint64_t{first_ends ? 12u : 8u}}) {
       PipelineOptions options;
       options.batch_size = 4;
       options.device = "cpu";
-      PipelineGroup::Part part;
+      PipelinePart part;
       part.stages = make_standard_stages(std::make_shared<SyntheticSource>(dataset(samples, 1)), options);
       part.options = options;
       parts.push_back(std::move(part));
     }
-    PipelineGroup group(std::move(parts), 2);
+    PipelineGroup group = pipeline_group_from_parts(std::move(parts), 2);
     EXPECT_TRUE(group.next());
     EXPECT_TRUE(group.next());
     try {
@@ -383,8 +384,9 @@ TEST(PipelineGroup, StateTakenDuringIterationIsAlwaysAWholeStep) {
   forget_torchrun();
   const SyntheticOptions data = dataset(3000, 8);
   for (const size_t threads : {1, 3}) {
-    const Config config = parse_config(source_yaml(data) + "batch_size: 2\nprefetch: 2\n", "<test>",
-                                       {"transfer.devices=[cpu, cpu, cpu]", "decode.threads=" + std::to_string(threads)});
+    const Config config =
+        parse_config(source_yaml(data) + "batch_size: 2\nprefetch: 2\n", "<test>",
+                     {"transfer.devices=[cpu, cpu, cpu]", "decode.threads=" + std::to_string(threads)});
     PipelineGroup group = make_pipeline_group(config, check_config(config));
     std::atomic<uint64_t> handed{0};
     std::atomic<bool> done{false};

@@ -304,7 +304,7 @@ TEST(Pipeline, RejectsBadOptionsBeforeStarting) {
     make_pipeline(truth, options);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("pool.slab_count: expected 0 (auto) or at least prefetch (4)"),
+    EXPECT_NE(std::string(e.what()).find("invalid option pool.slab_count: expected at least prefetch (4) slabs"),
               std::string::npos)
         << e.what();
   }

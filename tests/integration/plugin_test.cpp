@@ -86,7 +86,8 @@ TEST(Plugins, AFoundPluginAddsItsSourceDecoderAndTransformAndTheirValuesArrive) 
   const Records records = write_records(dir.path(), 53, 1);
   for (const size_t threads : {1, 2, 4, 8}) {
     SCOPED_TRACE(threads);
-    const Config config = parse_config(config_text(records), "records.yaml", {"decode.threads=" + std::to_string(threads)});
+    const Config config =
+        parse_config(config_text(records), "records.yaml", {"decode.threads=" + std::to_string(threads)});
     EXPECT_EQ(config.plugins, std::vector<std::string>{kPlugin});
     Pipeline pipeline = make_pipeline(config);
     expect_records(pipeline, records, 2 * 53);
@@ -107,7 +108,8 @@ TEST(Plugins, APluginsKeysAreCheckedLikeBuiltInOnes) {
       {"transforms.0.label=-1", "transforms[0].label: expected an integer in 0..4095, found '-1'"},
       {"transforms.0.lable=1", "transforms[0].lable: unknown key (did you mean 'label'?)"},
       {"source.path=" + dir.path() + "/none.csv", "source.path: cannot open"},
-      {"transforms.0.label=7", "transforms: transform 0 ('split_label'): label column 7 is past the record's 5 columns"},
+      {"transforms.0.label=7",
+       "transforms: transform 0 ('split_label'): label column 7 is past the record's 5 columns"},
   };
   for (const auto& [set, expected] : cases) {
     SCOPED_TRACE(set);
@@ -146,7 +148,7 @@ TEST(Plugins, ABadRecordFailsNamingItsLineOrIsSkipped) {
     EXPECT_EQ(e.sample_index(), 5u);
     // The header is line 1, the records from line 2, a blank and a comment line after record 0.
     EXPECT_NE(std::string(e.what()).find(records.path + ":9: field 'record' (decoder 'text_numbers'): column 3: 'x' "
-                                                         "is not a number"),
+                                                        "is not a number"),
               std::string::npos)
         << e.what();
   }
@@ -157,7 +159,8 @@ TEST(Plugins, ABadRecordFailsNamingItsLineOrIsSkipped) {
     for (size_t row = 0; row < batch.batch_size(); ++row) {
       const uint64_t index = batch.sample_indices()[row];
       ASSERT_NE(index, 5u);
-      EXPECT_EQ(batch["label"][static_cast<int64_t>(row)].item<int64_t>(), static_cast<int64_t>(records.rows[index][4]));
+      EXPECT_EQ(batch["label"][static_cast<int64_t>(row)].item<int64_t>(),
+                static_cast<int64_t>(records.rows[index][4]));
       ++samples;
     }
   }
@@ -183,8 +186,8 @@ TEST(Plugins, BadPluginsAreRefusedWithTheirReasonAndRegisterNothing) {
       {dir.path(), "is not a file (a shared library, .so)"},
       {text, "cannot be loaded as a shared library: "},
       {bad_plugin("not_a_plugin"), "is not a ferry plugin: it has no ferry_plugin_build and ferry_plugin_register"},
-      {bad_plugin("other_version"), std::string("was built against ferry 0.0.9 (libtorch 2.1.0), but this is ferry ") +
-                                        FERRY_VERSION},
+      {bad_plugin("other_version"),
+       std::string("was built against ferry 0.0.9 (libtorch 2.1.0), but this is ferry ") + FERRY_VERSION},
       {bad_plugin("throws_on_register"), "failed while registering its extensions: cannot find its model file"},
       {bad_plugin("takes_a_taken_name"), "a decoder named 'raw' is already registered (built in)"},
   };

@@ -22,6 +22,7 @@
 #include <ferry/pipeline/pipeline.h>
 #include <ferry/pipeline/stage.h>
 #include <ferry/stages/standard_pipeline.h>
+#include <ferry/stages/standard_stages.h>
 #include "tests/support/reference_batch.h"
 
 namespace ferry {
@@ -61,7 +62,7 @@ class StandInGpuDecode : public SampleStage {
       return;
     }
     EXPECT_TRUE(ready.load()) << "a sample went to the GPU before it was ready";
-    work.pending.push_back(PendingImage{});
+    work.pending.push_back(std::make_unique<PendingWork>());
   }
 
   void run_pending(const std::vector<SampleWork*>& samples,
@@ -117,7 +118,7 @@ Delivered run_routed(const Run& settings) {
   stand_in.warm = settings.warm;
   stand_in.cpu_pause = settings.cpu_pause;
   stages.decode = std::move(owned);
-  Pipeline pipeline(std::move(stages), options);
+  Pipeline pipeline = pipeline_from_stages(std::move(stages), options);
   Delivered run;
   while (auto batch = pipeline.next()) {
     EXPECT_EQ(testing::compare_with_reference(*batch, *source), "") << "batch " << run.batches;
@@ -196,7 +197,7 @@ class FailingGpuDecode : public SampleStage {
     inner_->run(work);
     if (!work.on_gpu) return;  // a replacement
     work.fields[0] = at::Tensor();
-    work.pending.push_back(PendingImage{});
+    work.pending.push_back(std::make_unique<PendingWork>());
   }
 
   void run_pending(const std::vector<SampleWork*>& samples,
@@ -239,7 +240,7 @@ TEST(GpuDecodeFailures, AReplacementTakesTheSlotsItsFailedSampleWasPlacedIn) {
     StageSet stages = make_standard_stages(source, options);
     ASSERT_NE(stages.placer, nullptr);
     stages.decode = std::make_unique<FailingGpuDecode>(std::move(stages.decode), fails);
-    Pipeline pipeline(std::move(stages), options);
+    Pipeline pipeline = pipeline_from_stages(std::move(stages), options);
     uint64_t samples = 0, replaced = 0;
     while (auto batch = pipeline.next()) {
       EXPECT_EQ(testing::compare_with_reference(*batch, *source), "") << "batch " << batch->index();

@@ -11,7 +11,7 @@
 
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/pipeline/error.h>
-#include <ferry/pipeline/pipeline_options.h>
+#include <ferry/stages/pipeline_options.h>
 
 namespace ferry {
 namespace {

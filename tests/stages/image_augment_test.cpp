@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <ferry/io/formats/synthetic_source.h>
+#include <ferry/pipeline/error.h>
 #include <ferry/stages/image_augment.h>
 #include <ferry/stages/standard_pipeline.h>
 #include "tests/support/image_checks.h"
@@ -279,7 +280,8 @@ TEST(ImageAugmentPipeline, DeliversEachSampleAugmentedFromItsOwnImageAndTheSameA
         const float* w = want.data_ptr<float>();
         const float* h = have.data_ptr<float>();
         for (int64_t i = 0; i < want.numel(); ++i) {
-          ASSERT_LE(std::fabs(h[i] - w[i]), testing::augment_tolerance(at::kBFloat16, w[i])) << "batch " << b << " sample " << s;
+          ASSERT_LE(std::fabs(h[i] - w[i]), testing::augment_tolerance(at::kBFloat16, w[i]))
+              << "batch " << b << " sample " << s;
         }
       }
       if (first.size() < batches.size()) {

@@ -19,6 +19,7 @@
 #include <ferry/io/decoders/raw_decoder.h>
 #include <ferry/pipeline/fault_injection.h>
 #include <ferry/stages/standard_pipeline.h>
+#include <ferry/stages/standard_stages.h>
 #include "tests/support/instrumented_source.h"
 #include "tests/support/random_options.h"
 #include "tests/support/reference_batch.h"
@@ -69,11 +70,17 @@ void register_decoders() {
   (void)registered;
 }
 
-enum class Kind { kReadFails, kDecoderThrows, kWrongShape, kTransferCopy, kStagingAllocation, kConsumerStops,
-                  kConsumerThrows };
-constexpr Kind kKinds[] = {Kind::kReadFails,         Kind::kDecoderThrows, Kind::kWrongShape,
-                           Kind::kTransferCopy,      Kind::kStagingAllocation, Kind::kConsumerStops,
-                           Kind::kConsumerThrows};
+enum class Kind {
+  kReadFails,
+  kDecoderThrows,
+  kWrongShape,
+  kTransferCopy,
+  kStagingAllocation,
+  kConsumerStops,
+  kConsumerThrows
+};
+constexpr Kind kKinds[] = {Kind::kReadFails,         Kind::kDecoderThrows, Kind::kWrongShape,    Kind::kTransferCopy,
+                           Kind::kStagingAllocation, Kind::kConsumerStops, Kind::kConsumerThrows};
 
 const char* kind_name(Kind kind) {
   switch (kind) {
@@ -152,7 +159,7 @@ void run_round(std::mt19937_64& rng, size_t threads, Kind kind, Tally& tally) {
 
   StageSet stages = make_standard_stages(source, options);
   std::shared_ptr<PinnedPool> pool = stages.pool;
-  auto pipeline = std::make_unique<Pipeline>(std::move(stages), options);
+  auto pipeline = std::make_unique<Pipeline>(pipeline_from_stages(std::move(stages), options));
   const uint64_t consumer_stops_after = rng() % (batches + 1);
   std::vector<uint64_t> delivered;
   uint64_t taken = 0;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <ferry/stages/standard_pipeline.h>
+#include <ferry/stages/standard_stages.h>
 #include "tests/support/instrumented_source.h"
 #include "tests/support/random_options.h"
 #include "tests/support/reference_batch.h"
@@ -34,7 +35,7 @@ TEST(Shutdown, AtRandomMomentsReturnsWithinASecondAndReturnsEverySlab) {
     options.epochs = 3;
     StageSet stages = make_standard_stages(source, options);
     std::shared_ptr<PinnedPool> pool = stages.pool;
-    auto pipeline = std::make_unique<Pipeline>(std::move(stages), options);
+    auto pipeline = std::make_unique<Pipeline>(pipeline_from_stages(std::move(stages), options));
 
     // Half the time a consumer thread is inside next() when this one closes (the way a training
     // loop's thread meets a shutdown from another); otherwise this thread takes a few batches first.

@@ -8,7 +8,7 @@
 #include <ferry/io/formats/synthetic_source.h>
 #include <ferry/pipeline/error.h>
 #include <ferry/pipeline/pipeline.h>
-#include <ferry/pipeline/pipeline_options.h>
+#include <ferry/stages/pipeline_options.h>
 
 namespace ferry::testing {
 

@@ -9,7 +9,7 @@
 
 #include <ferry/io/formats/synthetic_source.h>
 #include <ferry/pipeline/batch.h>
-#include <ferry/pipeline/pipeline_options.h>
+#include <ferry/stages/pipeline_options.h>
 
 namespace ferry::testing {
 

@@ -48,14 +48,15 @@
 #include <ferry/assembly/configured_pipeline.h>
 #include <ferry/assembly/pipeline_state_loader.h>
 #include <ferry/io/samplers/sequential_sampler.h>
-#include <ferry/io/util/units.h>
 #include <ferry/io/samplers/shard_shuffle_sampler.h>
 #include <ferry/io/samplers/sharded_sampler.h>
 #include <ferry/io/samplers/shuffled_sampler.h>
+#include <ferry/io/util/units.h>
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/pipeline/error.h>
 #include <ferry/pipeline/pipeline.h>
 #include <ferry/stages/standard_pipeline.h>
+#include <ferry/stages/standard_stages.h>
 #include "tests/stress/soak/soak_model.h"
 #include "tests/stress/soak/soak_source.h"
 #include "tests/stress/soak/watchdog.h"
@@ -770,7 +771,7 @@ RoundRunner::Built RoundRunner::build(size_t index, const std::optional<Pipeline
   }
   StageSet stages = make_standard_stages(source, options, make_sampler_for_options());
   std::shared_ptr<PinnedPool> pool = stages.pool;
-  return {std::make_unique<Pipeline>(std::move(stages), options), pool};
+  return {std::make_unique<Pipeline>(pipeline_from_stages(std::move(stages), options)), pool};
 }
 
 void RoundRunner::check_batch(const Batch& batch, uint64_t sequence, uint64_t global) {

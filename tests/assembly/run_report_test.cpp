@@ -11,15 +11,15 @@
 
 #include <gtest/gtest.h>
 
+#include <ferry/assembly/run_report.h>
 #include <ferry/build_config.h>
 #include <ferry/io/formats/synthetic_source.h>
 #include <ferry/io/util/units.h>
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/pipeline/malloc_name.h>
 #include <ferry/stages/standard_pipeline.h>
-#include "cli/run_report.h"
 
-namespace ferry::cli {
+namespace ferry {
 namespace {
 
 constexpr const char* kPython = "/usr/bin/python3";
@@ -246,7 +246,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
 // The schema validator's exit status for `document`, or -1 when it could not be run.
 int check_schema(const std::string& document, const std::string& name) {
   const std::string path = write_temp(name, document);
-  const std::string command = std::string(kPython) + " " + FERRY_SOURCE_DIR "/tests/cli/check_json_schema.py " +
+  const std::string command = std::string(kPython) + " " + FERRY_SOURCE_DIR "/tests/assembly/check_json_schema.py " +
                               FERRY_SOURCE_DIR "/docs/report.schema.json " + path;
   const int status = std::system(command.c_str());
   if (status == -1 || !WIFEXITED(status)) return -1;
@@ -704,4 +704,4 @@ TEST(RunReport, TheSchemaCheckRejectsBrokenReports) {
 }
 
 }  // namespace
-}  // namespace ferry::cli
+}  // namespace ferry

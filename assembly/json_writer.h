@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-namespace ferry::cli {
+namespace ferry {
 
 /// Writes one JSON document to a stream, indented, in the order the calls come (so a report's key
 /// order is its code's order). No JSON library is available to ferry's command; this is the least
@@ -75,4 +75,4 @@ class JsonWriter {
   bool done_ = false;
 };
 
-}  // namespace ferry::cli
+}  // namespace ferry

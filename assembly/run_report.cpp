@@ -1,4 +1,4 @@
-#include "cli/run_report.h"
+#include "ferry/assembly/run_report.h"
 
 #include <unistd.h>
 
@@ -8,14 +8,14 @@
 #include <cstdlib>
 #include <thread>
 
-#include <ferry/build_config.h>
-#include <ferry/io/util/units.h>
-#include <ferry/pipeline/cuda_device.h>
-#include <ferry/pipeline/malloc_name.h>
+#include "ferry/build_config.h"
+#include "ferry/io/util/units.h"
+#include "ferry/pipeline/cuda_device.h"
+#include "ferry/pipeline/malloc_name.h"
 
-#include "cli/json_writer.h"
+#include "ferry/assembly/json_writer.h"
 
-namespace ferry::cli {
+namespace ferry {
 
 HostInfo this_host() {
   // Once per process: Python may ask for a report after every epoch. Only properties are read, so no
@@ -599,4 +599,4 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
   out << '\n';
 }
 
-}  // namespace ferry::cli
+}  // namespace ferry

@@ -1,10 +1,10 @@
-#include "cli/json_writer.h"
+#include "ferry/assembly/json_writer.h"
 
 #include <charconv>
 #include <cmath>
 #include <stdexcept>
 
-namespace ferry::cli {
+namespace ferry {
 namespace {
 
 constexpr std::string_view kReplacement = "\\ufffd";
@@ -181,4 +181,4 @@ JsonWriter& JsonWriter::null() {
   return *this;
 }
 
-}  // namespace ferry::cli
+}  // namespace ferry

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include <ferry/pipeline/pipeline_stats.h>
+#include "ferry/pipeline/pipeline_stats.h"
 
-namespace ferry::cli {
+namespace ferry {
 
 /// The machine a run ran on (this_host()).
 struct HostInfo {
@@ -68,4 +68,4 @@ void print_report(std::FILE* out, const std::string& title, const RunInfo& info,
 inline constexpr int kReportFormatVersion = 11;
 void write_report_json(std::ostream& out, const RunInfo& info, const PipelineStats& stats);
 
-}  // namespace ferry::cli
+}  // namespace ferry

@@ -5,9 +5,9 @@
 
 #include <gtest/gtest.h>
 
-#include "cli/json_writer.h"
+#include <ferry/assembly/json_writer.h>
 
-namespace ferry::cli {
+namespace ferry {
 namespace {
 
 TEST(JsonWriter, EscapesQuotesBackslashesAndEveryControlCharacter) {
@@ -126,4 +126,4 @@ TEST(JsonWriter, RejectsMisuseInsteadOfWritingInvalidJson) {
 }
 
 }  // namespace
-}  // namespace ferry::cli
+}  // namespace ferry
