@@ -177,11 +177,7 @@ std::optional<KeyValue> ConfigReader::read_keyed_mapping(
     const Node& name_node = entry.first;
     const std::string name = name_node.IsScalar() ? name_node.Scalar() : found_text(name_node);
     const std::string path = join_path(key, name);
-    if (const auto [it, inserted] = seen.emplace(name, name_node.Mark()); !inserted) {
-      problems_.push_back(
-          {location(path, name_node), path, "given twice (first at line " + std::to_string(it->second.line + 1) + ")"});
-      continue;
-    }
+    if (given_twice(seen, name, name_node, path)) continue;
     if (std::find(extra.begin(), extra.end(), name) != extra.end()) continue;
     const auto spec = std::find_if(all.begin(), all.end(), [&](const KeySpec& s) { return s.name == name; });
     if (spec != all.end()) {

@@ -66,6 +66,10 @@ class ConfigReader {
   bool mapping(const Node& node, const std::string& key, std::string_view section);
   /// Reports keys given twice in a mapping whose keys are not the schema's (field names).
   void check_unique_keys(const Node& map, const std::string& key);
+  /// Whether `name` (at `name_node`, the key path `path`) was given before in the mapping whose names
+  /// `seen` records; reports it if so.
+  bool given_twice(std::map<std::string, YAML::Mark>& seen, const std::string& name, const Node& name_node,
+                   const std::string& path);
   static std::optional<Node> child(const Node& map, std::string_view name);
   static bool is_auto(const Node& node);
   std::optional<std::string> scalar(const Node& node, const std::string& key, const std::string& what);

@@ -39,11 +39,7 @@ bool ConfigReader::mapping(const Node& node, const std::string& key, std::string
     const Node& name_node = entry.first;
     const std::string name = name_node.IsScalar() ? name_node.Scalar() : found_text(name_node);
     const std::string path = join_path(key, name);
-    if (const auto [it, inserted] = seen.emplace(name, name_node.Mark()); !inserted) {
-      problems_.push_back(
-          {location(path, name_node), path, "given twice (first at line " + std::to_string(it->second.line + 1) + ")"});
-      continue;
-    }
+    if (given_twice(seen, name, name_node, path)) continue;
     if (std::find(known.begin(), known.end(), name) == known.end()) {
       const std::string where_known = section.empty() ? "at the top level" : "in " + key;
       problems_.push_back(
@@ -55,16 +51,21 @@ bool ConfigReader::mapping(const Node& node, const std::string& key, std::string
   return true;
 }
 
+bool ConfigReader::given_twice(std::map<std::string, YAML::Mark>& seen, const std::string& name, const Node& name_node,
+                               const std::string& path) {
+  const auto [it, inserted] = seen.emplace(name, name_node.Mark());
+  if (inserted) return false;
+  problems_.push_back(
+      {location(path, name_node), path, "given twice (first at line " + std::to_string(it->second.line + 1) + ")"});
+  return true;
+}
+
 // Reports keys given twice in a mapping whose keys are not the schema's (field names).
 void ConfigReader::check_unique_keys(const Node& map, const std::string& key) {
   std::map<std::string, YAML::Mark> seen;
   for (const auto& entry : map) {
     const std::string name = entry.first.IsScalar() ? entry.first.Scalar() : found_text(entry.first);
-    if (const auto [it, inserted] = seen.emplace(name, entry.first.Mark()); !inserted) {
-      const std::string path = join_path(key, name);
-      problems_.push_back({location(path, entry.first), path,
-                           "given twice (first at line " + std::to_string(it->second.line + 1) + ")"});
-    }
+    (void)given_twice(seen, name, entry.first, join_path(key, name));
   }
 }
 

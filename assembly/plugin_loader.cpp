@@ -1,6 +1,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include <dlfcn.h>
@@ -29,17 +30,13 @@ std::mutex g_mutex;
 std::vector<std::string> g_loaded;  // guarded by g_mutex
 
 // The additions a plugin's entry point makes, held until it has returned.
-class StagedRegistrar : public PluginRegistrar {
+class StagedRegistrar final : public PluginRegistrar {
  public:
   explicit StagedRegistrar(std::string path) : path_(std::move(path)) {}
   void add_source_kind(SourceKind kind) override { sources.push_back(std::move(kind)); }
   void add_decoder(DecoderKind kind) override { decoders.push_back(std::move(kind)); }
   void add_decoder(std::shared_ptr<const Decoder> decoder) override {
-    if (!decoder) throw Error("add_decoder: a null decoder");
-    DecoderKind kind;
-    kind.name = std::string(decoder->name());
-    kind.make = [decoder](const DecoderArgs&) { return decoder; };
-    decoders.push_back(std::move(kind));
+    decoders.push_back(DecoderRegistry::kind_of(std::move(decoder)));
   }
   void add_transform(TransformKind kind) override { transforms.push_back(std::move(kind)); }
   const std::string& path() const override { return path_; }
@@ -52,32 +49,17 @@ class StagedRegistrar : public PluginRegistrar {
   std::string path_;
 };
 
-// Throws PluginError for a name registered already, in the program or earlier in this plugin, or for
-// an extension that its registry would refuse; before anything is added.
+// Throws PluginError for an extension its registry would refuse (a name registered already, a key it
+// cannot declare) or that the plugin registers twice; before anything is added.
 template <typename Kind, typename Registry>
 void check_names(const std::vector<Kind>& kinds, const Registry& registry, const std::string& what,
                  const std::string& plugin) {
   std::set<std::string> seen;
   for (const Kind& kind : kinds) {
-    if (kind.name.empty()) throw PluginError("plugin " + plugin + " registers a " + what + " without a name");
-    if (!kind.make) throw PluginError("plugin " + plugin + ": " + what + " '" + kind.name + "' has no make function");
+    if (const std::optional<std::string> why = registry.refusal(kind))
+      throw PluginError("plugin " + plugin + ": " + *why);
     if (!seen.insert(kind.name).second) {
       throw PluginError("plugin " + plugin + " registers the " + what + " '" + kind.name + "' twice");
-    }
-    std::string origin;
-    if constexpr (std::is_same_v<Kind, SourceKind>) {
-      if (const auto known = registry.find(kind.name)) origin = known->origin.empty() ? "built in" : known->origin;
-    } else {
-      if (const auto known = registry.kind(kind.name)) origin = known->origin.empty() ? "built in" : known->origin;
-    }
-    if (!origin.empty()) {
-      throw PluginError("plugin " + plugin + ": a " + what + " named '" + kind.name + "' is already registered (" +
-                        (origin == "built in" ? origin : "by " + origin) + ")");
-    }
-    try {
-      detail::check_key_specs(kind.keys, what + " '" + kind.name + "'");
-    } catch (const Error& e) {
-      throw PluginError("plugin " + plugin + ": " + e.cause());
     }
   }
 }

@@ -1,7 +1,5 @@
 #include "ferry/io/decoders/decoder_registry.h"
 
-#include <mutex>
-
 #include "ferry/io/decoders/builtin_decoder_kinds.h"
 #include "ferry/io/decoders/json_decoder.h"
 #include "ferry/io/decoders/label_decoder.h"
@@ -26,36 +24,17 @@ DecoderRegistry& DecoderRegistry::global() {
   return registry;
 }
 
-void DecoderRegistry::add(DecoderKind kind) {
-  if (kind.name.empty()) throw Error("cannot register a decoder without a name");
-  const std::string owner = "decoder '" + kind.name + "'";
-  if (!kind.make) throw Error(owner + " has no make function");
-  detail::check_key_specs(kind.keys, owner);
-  std::unique_lock lock(mutex_);
-  for (const auto& known : kinds_) {
-    if (known->name == kind.name) {
-      throw Error("a decoder named '" + kind.name + "' is already registered" +
-                  (known->origin.empty() ? " (built in)" : " (by " + known->origin + ")"));
-    }
-  }
-  kinds_.push_back(std::make_shared<const DecoderKind>(std::move(kind)));
-}
-
-void DecoderRegistry::add(std::shared_ptr<const Decoder> decoder, std::string origin) {
+DecoderKind DecoderRegistry::kind_of(std::shared_ptr<const Decoder> decoder, std::string origin) {
   if (!decoder) throw Error("cannot register a null decoder");
   DecoderKind kind;
   kind.name = std::string(decoder->name());
   kind.make = [decoder](const DecoderArgs&) { return decoder; };
   kind.origin = std::move(origin);
-  add(std::move(kind));
+  return kind;
 }
 
-std::shared_ptr<const DecoderKind> DecoderRegistry::kind(std::string_view name) const {
-  std::shared_lock lock(mutex_);
-  for (const auto& kind : kinds_) {
-    if (kind->name == name) return kind;
-  }
-  return nullptr;
+void DecoderRegistry::add(std::shared_ptr<const Decoder> decoder, std::string origin) {
+  add(kind_of(std::move(decoder), std::move(origin)));
 }
 
 std::shared_ptr<const DecoderKind> DecoderRegistry::require(std::string_view name) const {
@@ -76,18 +55,6 @@ std::shared_ptr<const Decoder> DecoderRegistry::make(std::string_view name, cons
   std::shared_ptr<const Decoder> decoder = found->make(args);
   if (!decoder) throw Error("decoder '" + std::string(name) + "' made no decoder (null)");
   return decoder;
-}
-
-std::vector<std::string> DecoderRegistry::names() const {
-  std::shared_lock lock(mutex_);
-  std::vector<std::string> names;
-  for (const auto& kind : kinds_) names.push_back(kind->name);
-  return names;
-}
-
-std::vector<std::shared_ptr<const DecoderKind>> DecoderRegistry::kinds() const {
-  std::shared_lock lock(mutex_);
-  return kinds_;
 }
 
 }  // namespace ferry

@@ -3,13 +3,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "ferry/io/decoders/decoder.h"
 #include "ferry/io/util/key_schema.h"
+#include "ferry/io/util/kind_registry.h"
 
 namespace ferry {
 
@@ -56,25 +56,29 @@ class DecoderRegistry {
 
   /// Registers a kind. Throws ferry::Error for an empty name, no make, keys it cannot register, or a
   /// name already registered (saying by whom).
-  void add(DecoderKind kind);
+  void add(DecoderKind kind) { kinds_.add(std::move(kind)); }
   /// Registers one instance under its name(), with no keys: every field that names it shares it.
   void add(std::shared_ptr<const Decoder> decoder, std::string origin = "");
+  /// Why add() would refuse `kind`, or nullopt.
+  std::optional<std::string> refusal(const DecoderKind& kind) const { return kinds_.refusal(kind); }
   /// The kind, or nullptr.
-  std::shared_ptr<const DecoderKind> kind(std::string_view name) const;
+  std::shared_ptr<const DecoderKind> kind(std::string_view name) const { return kinds_.find(name); }
   /// The decoder `name` makes for a field of no particular spec and no keys (the built-in "jpeg":
   /// no resize, no crop). Throws ferry::Error naming the unknown decoder and the registered ones.
   std::shared_ptr<const Decoder> find(std::string_view name) const;
   /// The decoder `name` makes for `args`. Throws like find(), or what the kind's make() throws.
   std::shared_ptr<const Decoder> make(std::string_view name, const DecoderArgs& args) const;
   /// Names in registration order (the built-in ones first).
-  std::vector<std::string> names() const;
-  std::vector<std::shared_ptr<const DecoderKind>> kinds() const;
+  std::vector<std::string> names() const { return kinds_.names(); }
+  std::vector<std::shared_ptr<const DecoderKind>> kinds() const { return kinds_.kinds(); }
+
+  /// A kind of one shared instance (add(std::shared_ptr<const Decoder>)), for a plugin's registrar.
+  static DecoderKind kind_of(std::shared_ptr<const Decoder> decoder, std::string origin = "");
 
  private:
   std::shared_ptr<const DecoderKind> require(std::string_view name) const;
 
-  mutable std::shared_mutex mutex_;
-  std::vector<std::shared_ptr<const DecoderKind>> kinds_;
+  detail::KindRegistry<DecoderKind> kinds_{"decoder", ""};
 };
 
 }  // namespace ferry

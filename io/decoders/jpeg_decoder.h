@@ -30,8 +30,9 @@ using JpegDecodeOptions = ImageDecodeOptions;
 ///
 /// The built-in "jpeg" in DecoderRegistry has default options (no resize, no crop), so it only
 /// suits datasets whose images already have the field's size. For the usual case a YAML config sets
-/// the field's `resize_shorter` and `crop` (make_field_decoders() in assembly/config.h makes the decoder);
-/// in code, hand make_pipeline() a configured instance for the field, which no other pipeline sees:
+/// the field's `resize_shorter` and `crop` (the "jpeg" decoder kind makes an instance of the field's own,
+/// image_decoder_kinds.cpp); in code, hand make_pipeline() a configured instance for the field, which no
+/// other pipeline sees:
 ///
 ///   make_pipeline(source, options, sampler, FieldDecoders{{"image", std::make_shared<JpegDecoder>(
 ///       JpegDecodeOptions{.resize_shorter = 256, .crop_height = 224, .crop_width = 224,

@@ -4,7 +4,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -12,6 +11,7 @@
 
 #include "ferry/io/formats/source.h"
 #include "ferry/io/util/key_schema.h"
+#include "ferry/io/util/kind_registry.h"
 
 namespace ferry {
 
@@ -75,16 +75,17 @@ class SourceRegistry {
 
   /// Throws ferry::Error for an empty name, a name already registered (saying by whom), no `make`, or a
   /// key named twice or named `kind`.
-  void add(SourceKind kind);
+  void add(SourceKind kind) { kinds_.add(std::move(kind)); }
+  /// Why add() would refuse `kind`, or nullopt.
+  std::optional<std::string> refusal(const SourceKind& kind) const { return kinds_.refusal(kind); }
   /// The kind, or nullptr.
-  std::shared_ptr<const SourceKind> find(std::string_view name) const;
+  std::shared_ptr<const SourceKind> find(std::string_view name) const { return kinds_.find(name); }
   /// Names in registration order (the built-in ones first).
-  std::vector<std::string> names() const;
-  std::vector<std::shared_ptr<const SourceKind>> kinds() const;
+  std::vector<std::string> names() const { return kinds_.names(); }
+  std::vector<std::shared_ptr<const SourceKind>> kinds() const { return kinds_.kinds(); }
 
  private:
-  mutable std::shared_mutex mutex_;
-  std::vector<std::shared_ptr<const SourceKind>> kinds_;
+  detail::KindRegistry<SourceKind> kinds_{"source kind", "kind"};
 };
 
 }  // namespace ferry

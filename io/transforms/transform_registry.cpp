@@ -1,7 +1,6 @@
 #include "ferry/io/transforms/transform_registry.h"
 
 #include <algorithm>
-#include <mutex>
 
 #include "ferry/io/transforms/builtin_transforms.h"
 #include "ferry/pipeline/error.h"
@@ -18,32 +17,6 @@ TransformRegistry& TransformRegistry::global() {
   return registry;
 }
 
-void TransformRegistry::add(TransformKind kind) {
-  if (kind.name.empty()) throw Error("cannot register a transform without a name");
-  const std::string owner = "transform '" + kind.name + "'";
-  if (!kind.make) throw Error(owner + " has no make function");
-  for (const KeySpec& key : kind.keys) {
-    if (key.name == "kind") throw Error(owner + ": 'kind' is every transform's key; name the key otherwise");
-  }
-  detail::check_key_specs(kind.keys, owner);
-  std::unique_lock lock(mutex_);
-  for (const auto& known : kinds_) {
-    if (known->name == kind.name) {
-      throw Error("a transform named '" + kind.name + "' is already registered" +
-                  (known->origin.empty() ? " (built in)" : " (by " + known->origin + ")"));
-    }
-  }
-  kinds_.push_back(std::make_shared<const TransformKind>(std::move(kind)));
-}
-
-std::shared_ptr<const TransformKind> TransformRegistry::kind(std::string_view name) const {
-  std::shared_lock lock(mutex_);
-  for (const auto& kind : kinds_) {
-    if (kind->name == name) return kind;
-  }
-  return nullptr;
-}
-
 std::shared_ptr<const Transform> TransformRegistry::make(std::string_view name, const KeyValue& keys) const {
   const std::shared_ptr<const TransformKind> found = kind(name);
   if (!found) {
@@ -54,18 +27,6 @@ std::shared_ptr<const Transform> TransformRegistry::make(std::string_view name, 
   std::shared_ptr<const Transform> transform = found->make(keys);
   if (!transform) throw Error("transform '" + std::string(name) + "' made no transform (null)");
   return transform;
-}
-
-std::vector<std::string> TransformRegistry::names() const {
-  std::shared_lock lock(mutex_);
-  std::vector<std::string> names;
-  for (const auto& kind : kinds_) names.push_back(kind->name);
-  return names;
-}
-
-std::vector<std::shared_ptr<const TransformKind>> TransformRegistry::kinds() const {
-  std::shared_lock lock(mutex_);
-  return kinds_;
 }
 
 std::vector<FieldSpec> transformed_fields(std::vector<FieldSpec> fields,

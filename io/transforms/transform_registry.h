@@ -2,13 +2,13 @@
 
 #include <functional>
 #include <memory>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "ferry/io/transforms/transform.h"
 #include "ferry/io/util/key_schema.h"
+#include "ferry/io/util/kind_registry.h"
 
 namespace ferry {
 
@@ -41,19 +41,20 @@ class TransformRegistry {
 
   /// Throws ferry::Error for an empty name, no make, keys it cannot register (or one named `kind`),
   /// or a name already registered (saying by whom).
-  void add(TransformKind kind);
+  void add(TransformKind kind) { kinds_.add(std::move(kind)); }
+  /// Why add() would refuse `kind`, or nullopt.
+  std::optional<std::string> refusal(const TransformKind& kind) const { return kinds_.refusal(kind); }
   /// The kind, or nullptr.
-  std::shared_ptr<const TransformKind> kind(std::string_view name) const;
+  std::shared_ptr<const TransformKind> kind(std::string_view name) const { return kinds_.find(name); }
   /// The transform `name` makes from `keys`. Throws ferry::Error naming an unknown transform and the
   /// registered ones, or what the kind's make() throws.
   std::shared_ptr<const Transform> make(std::string_view name, const KeyValue& keys) const;
   /// Names in registration order (the built-in ones first).
-  std::vector<std::string> names() const;
-  std::vector<std::shared_ptr<const TransformKind>> kinds() const;
+  std::vector<std::string> names() const { return kinds_.names(); }
+  std::vector<std::shared_ptr<const TransformKind>> kinds() const { return kinds_.kinds(); }
 
  private:
-  mutable std::shared_mutex mutex_;
-  std::vector<std::shared_ptr<const TransformKind>> kinds_;
+  detail::KindRegistry<TransformKind> kinds_{"transform", "kind"};
 };
 
 /// The fields a sample has after `transforms`, one after the other, given the decoded `fields`: what

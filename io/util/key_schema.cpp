@@ -198,24 +198,19 @@ std::string KeyValue::text_or(std::string_view name, std::string fallback) const
   return value != nullptr ? value->text() : std::move(fallback);
 }
 bool KeyValue::boolean_or(std::string_view name, bool fallback) const {
-  const KeyValue* value = find(name);
-  return value != nullptr ? value->boolean() : fallback;
+  return or_else(name, fallback, &KeyValue::boolean);
 }
 int64_t KeyValue::integer_or(std::string_view name, int64_t fallback) const {
-  const KeyValue* value = find(name);
-  return value != nullptr ? value->integer() : fallback;
+  return or_else(name, fallback, &KeyValue::integer);
 }
 uint64_t KeyValue::unsigned_or(std::string_view name, uint64_t fallback) const {
-  const KeyValue* value = find(name);
-  return value != nullptr ? value->unsigned_integer() : fallback;
+  return or_else(name, fallback, &KeyValue::unsigned_integer);
 }
 double KeyValue::number_or(std::string_view name, double fallback) const {
-  const KeyValue* value = find(name);
-  return value != nullptr ? value->number() : fallback;
+  return or_else(name, fallback, &KeyValue::number);
 }
 uint64_t KeyValue::bytes_or(std::string_view name, uint64_t fallback) const {
-  const KeyValue* value = find(name);
-  return value != nullptr ? value->bytes() : fallback;
+  return or_else(name, fallback, &KeyValue::bytes);
 }
 
 std::string KeyValue::yaml() const {

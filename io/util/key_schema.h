@@ -115,6 +115,12 @@ class KeyValue {
 
  private:
   [[noreturn]] void wrong(std::string_view what) const;
+  /// The value under `name` read by `read`, or `fallback` when the key is absent.
+  template <typename T>
+  T or_else(std::string_view name, T fallback, T (KeyValue::*read)() const) const {
+    const KeyValue* value = find(name);
+    return value != nullptr ? (value->*read)() : fallback;
+  }
 
   Kind kind_ = Kind::kMapping;
   std::string text_;

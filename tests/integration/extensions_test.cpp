@@ -275,7 +275,9 @@ TEST(Extensions, ATransformsDrawsComeFromTheSampleAndEpochAndSurviveAResume) {
       const SampleContext context{11, batch.epoch, batch.samples[row], ""};
       EXPECT_TRUE(at::equal(noise, MixTransform::noise_of(context)));
       if (batch.epoch == 0) first[batch.samples[row]] = noise;
-      if (batch.epoch == 1) EXPECT_FALSE(at::equal(noise, first.at(batch.samples[row])));
+      if (batch.epoch == 1) {
+        EXPECT_FALSE(at::equal(noise, first.at(batch.samples[row])));
+      }
     }
   }
   // Another thread count, and a run stopped after 7 batches and resumed in a new pipeline: the same bytes.
