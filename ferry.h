@@ -22,12 +22,13 @@
 #include "ferry/stages/pipeline_options.h"
 #include "ferry/stages/standard_pipeline.h"
 
-// A YAML config: loading and checking it, the pipeline it describes, a saved state.
+// A YAML config: loading and checking it, the pipeline it describes, a saved state, the run's report.
 #include "ferry/assembly/config.h"
 #include "ferry/assembly/config_error.h"
 #include "ferry/assembly/config_loader.h"
 #include "ferry/assembly/configured_pipeline.h"
 #include "ferry/assembly/pipeline_state_loader.h"
+#include "ferry/assembly/run_report.h"
 
 // Extending ferry: sources, decoders and sample transforms by name, their keys, plugins
 // (docs/extending.md).
