@@ -7,6 +7,7 @@
 // Every command also takes --plugin PATH (repeatable, before or after the command): a plugin to load first.
 // Exit status: 0 done, 1 the run failed, 2 bad usage or an invalid config, 130 interrupted (Ctrl-C),
 // 143 terminated (SIGTERM).
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -15,7 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <sstream>
 #include <future>
 #include <memory>
 #include <optional>
@@ -43,6 +44,7 @@
 #include "cli/batch_digest.h"
 #include "cli/builtin_demo.h"
 #include "cli/make_dataset.h"
+#include "cli/output_files.h"
 #include "cli/progress_line.h"
 
 namespace {
@@ -147,19 +149,38 @@ std::string yaml_quoted(const std::string& text) {
 
 ConfigArgs parse_config_args(const std::vector<std::string_view>& args, bool run_flags) {
   ConfigArgs parsed;
+  std::vector<std::string_view> given;  // the options that take one value: twice is a mistake, not "the last wins"
+  bool options_ended = false;           // after "--", every argument is a config's path
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string_view flag = args[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= args.size()) throw UsageError(std::string(flag) + " needs a value");
       return std::string(args[++i]);
     };
-    if (flag == "--set") {
+    const bool once = flag == "--batches" || flag == "--epochs" || flag == "--report" || flag == "--save-state" ||
+                      flag == "--resume" || flag == "--digest";
+    if (!options_ended && run_flags && once) {
+      if (std::find(given.begin(), given.end(), flag) != given.end()) {
+        throw UsageError(std::string(flag) + " is given twice: give it once");
+      }
+      given.push_back(flag);
+    }
+    if (options_ended || flag.rfind("-", 0) != 0) {
+      if (parsed.path) {
+        throw UsageError("one config at a time; found '" + *parsed.path + "' and '" + std::string(flag) + "'");
+      }
+      parsed.path = std::string(flag);
+    } else if (flag == "--") {
+      options_ended = true;
+    } else if (flag == "--set") {
       parsed.overrides.push_back(value());
     } else if (flag.rfind("--set=", 0) == 0) {
       parsed.overrides.emplace_back(flag.substr(6));
     } else if (run_flags && flag == "--batches") {
       // Shorthands for overrides, so that they are checked (and located) like any other.
-      parsed.overrides.push_back("max_batches=" + std::to_string(parse_count(flag, value())));
+      const uint64_t batches = parse_count(flag, value());
+      if (batches == 0) throw UsageError("--batches: 0 batches would be no run; leave --batches out to run them all");
+      parsed.overrides.push_back("max_batches=" + std::to_string(batches));
     } else if (run_flags && flag == "--epochs") {
       parsed.overrides.push_back("sampler.epochs=" + std::to_string(parse_count(flag, value())));
     } else if (run_flags && flag == "--report") {
@@ -174,12 +195,8 @@ ConfigArgs parse_config_args(const std::vector<std::string_view>& args, bool run
       ferry::load_plugin(value());
     } else if (flag.rfind("--plugin=", 0) == 0) {
       ferry::load_plugin(std::string(flag.substr(9)));
-    } else if (flag.rfind("-", 0) == 0) {
-      throw UsageError("unknown option '" + std::string(flag) + "'");
-    } else if (!parsed.path) {
-      parsed.path = std::string(flag);
     } else {
-      throw UsageError("one config at a time; found '" + *parsed.path + "' and '" + std::string(flag) + "'");
+      throw UsageError("unknown option '" + std::string(flag) + "'");
     }
   }
   return parsed;
@@ -190,12 +207,37 @@ ferry::Config load(const ConfigArgs& args) {
   return ferry::parse_config(ferry::cli::builtin_demo_yaml(), ferry::cli::kBuiltinDemoName, args.overrides);
 }
 
-// Fails before a run, not after it: `what` (an option) must name a file this process can create.
-void check_writable(const char* what, const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  if (::access(folder.c_str(), W_OK) != 0) {
-    throw UsageError(std::string(what) + ": cannot write into the folder '" + folder + "': " + std::strerror(errno));
+// Fails before a run, not after it: what the run writes at its end (the state, the report) and as it
+// goes (the digest) must be files it can write, and none may be what it reads or another of them.
+void check_run_outputs(const ConfigArgs& parsed, const ferry::Config& config) {
+  std::vector<ferry::cli::NamedFile> outputs;
+  if (parsed.save_state) outputs.push_back({"--save-state", *parsed.save_state});
+  if (!config.stats.report_path.empty()) {
+    const bool from_option = std::find(parsed.overrides.begin(), parsed.overrides.end(),
+                                       "stats.report=" + yaml_quoted(config.stats.report_path)) != parsed.overrides.end();
+    outputs.push_back({from_option ? "--report" : "stats.report", config.stats.report_path});
+  }
+  if (parsed.digest) outputs.push_back({"--digest", *parsed.digest});
+  std::vector<ferry::cli::NamedFile> inputs;
+  if (parsed.path) inputs.push_back({"the config", *parsed.path});
+  for (const std::string& plugin : ferry::loaded_plugins()) inputs.push_back({"the plugin", plugin});
+  // The source's paths (shards, a prefix, a root) as the config gave them.
+  for (const auto& [key, value] : config.values) {
+    if (key.rfind("source.", 0) == 0 && !value.empty()) inputs.push_back({key, value});
+  }
+  try {
+    ferry::cli::check_outputs(outputs, inputs);
+    // The state a run resumed from may be replaced by the one it saves (a preempted job going on, saving
+    // where it stopped into the same file), by nothing else.
+    if (parsed.resume) {
+      std::vector<ferry::cli::NamedFile> others;
+      for (const ferry::cli::NamedFile& output : outputs) {
+        if (output.what != "--save-state") others.push_back(output);
+      }
+      ferry::cli::check_outputs(others, {{"--resume", *parsed.resume}});
+    }
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
   }
 }
 
@@ -240,30 +282,29 @@ int finish_run(const ConfigArgs& parsed, const ferry::Config& config, const ferr
   if (end.device_stats.size() > 1) info.devices = std::move(end.device_stats);
   if (end.failure) info.error = *end.failure;
   ferry::print_report(stdout, "ferry run: " + config.origin, info, stats);
-  std::fflush(stdout);
+  // A report that did not reach standard output (a full disk, /dev/full) fails the run; the state and
+  // the JSON report are still written.
   int status = end.status;
+  if (!ferry::cli::stdout_written("the report") && status == 0) status = kFailed;
   if (parsed.save_state) {
     // Whatever ended the run, the state names the first batch this run did not hand out.
     // Written beside and renamed over: a crash mid-write never loses the state a --resume came from.
-    const std::string partial = *parsed.save_state + ".partial";
-    std::ofstream out(partial);
-    out << ferry::states_json(end.states);
-    const bool written = static_cast<bool>(out.flush());
-    out.close();
-    if (!written || std::rename(partial.c_str(), parsed.save_state->c_str()) != 0) {
-      std::remove(partial.c_str());
-      std::fprintf(stderr, "ferry: cannot write the state to '%s'\n", parsed.save_state->c_str());
-      if (status == 0) status = kFailed;
-    } else {
+    try {
+      ferry::cli::write_file(*parsed.save_state, ferry::states_json(end.states));
       std::fprintf(stderr, "ferry: state saved to %s (next batch %llu)\n", parsed.save_state->c_str(),
                    static_cast<unsigned long long>(end.states.front().next_batch));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ferry: cannot save the state (--save-state): %s\n", e.what());
+      if (status == 0) status = kFailed;
     }
   }
   if (!config.stats.report_path.empty()) {
-    std::ofstream out(config.stats.report_path);
-    if (out) ferry::write_report_json(out, info, stats);
-    if (!out || !out.flush()) {
-      std::fprintf(stderr, "ferry: cannot write the report to '%s'\n", config.stats.report_path.c_str());
+    std::ostringstream json;
+    ferry::write_report_json(json, info, stats);
+    try {
+      ferry::cli::write_file(config.stats.report_path, json.str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ferry: cannot write the report: %s\n", e.what());
       return status == 0 ? kFailed : status;
     }
     std::fprintf(stderr, "ferry: report written to %s\n", config.stats.report_path.c_str());
@@ -313,7 +354,7 @@ int run(const std::vector<std::string_view>& args) {
   const ferry::Config config = load(parsed);
   std::vector<ferry::PipelineState> resume;  // one state per device (a group's), or none
   if (parsed.resume) resume = ferry::load_pipeline_states(*parsed.resume);
-  if (parsed.save_state) check_writable("--save-state", *parsed.save_state);
+  check_run_outputs(parsed, config);
 
   const std::shared_ptr<const ferry::Source> source = ferry::check_config(config);  // indexed once
   // Before the pipeline: a digest that cannot be written fails the run before CUDA starts, and a run
@@ -483,8 +524,9 @@ int info(const std::vector<std::string_view>& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  std::vector<std::string_view> args(argv + 1, argv + argc);
+namespace {
+
+int dispatch(std::vector<std::string_view> args) {
   const Command* command = nullptr;
   try {
     // --plugin PATH before the command: loaded before anything else.
@@ -507,6 +549,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (args[0] == "--version" || args[0] == "version") {
+      if (args.size() > 1) throw UsageError("version takes no arguments; found '" + std::string(args[1]) + "'");
       std::printf("ferry %s (%s build; libtorch %s; nvjpeg: %s)\n", FERRY_VERSION, FERRY_BUILD_KIND,
                   FERRY_TORCH_VERSION, FERRY_NVJPEG ? "yes" : "no");
       return 0;
@@ -548,4 +591,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", e.what());
     return kFailed;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int status = dispatch(std::vector<std::string_view>(argv + 1, argv + argc));
+  // What a command printed and could not write (a full disk, /dev/full, a closed pipe) is an error.
+  if (!ferry::cli::stdout_written("its output") && status == 0) return kFailed;
+  return status;
 }

@@ -14,6 +14,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/scalar_tensor.h>
 
+#include "ferry/io/util/regular_file.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
@@ -38,12 +39,15 @@ std::string errno_text() { return std::strerror(errno); }
 // back to a folder above it (a loop) is skipped instead of recursing forever; two links to one folder
 // elsewhere give its files twice, as torchvision does.
 struct DirEntry {
+  enum class Kind { kFile, kDirectory, kNotAFile };
   std::string name;
-  bool directory = false;
+  Kind kind = Kind::kFile;
+  bool directory() const noexcept { return kind == Kind::kDirectory; }
 };
 
-// The entries of `path` that are not hidden ('.' first) and are folders or regular files (after
-// following links), sorted by name (byte order). Throws ferry::Error naming the path.
+// The entries of `path` that are not hidden ('.' first), sorted by name (byte order): folders and
+// regular files (after following links), and what is neither (a dangling link, a FIFO, a device, an
+// entry removed meanwhile), which can be no sample. Throws ferry::Error naming the path.
 std::vector<DirEntry> list_folder(const std::string& path) {
   const std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(path.c_str()), &::closedir);  // closed on every path
   if (!dir) throw Error("image folder: cannot open the folder '" + path + "': " + errno_text());
@@ -53,9 +57,10 @@ std::vector<DirEntry> list_folder(const std::string& path) {
     const std::string name = entry->d_name;
     if (name.empty() || name[0] == '.') continue;  // ".", "..", and hidden entries
     struct stat info {};
-    // A dangling link or an entry removed meanwhile is simply not a sample.
-    if (::stat((path + "/" + name).c_str(), &info) == 0 && (S_ISDIR(info.st_mode) || S_ISREG(info.st_mode))) {
-      entries.push_back({name, S_ISDIR(info.st_mode)});
+    if (::stat((path + "/" + name).c_str(), &info) != 0 || !(S_ISDIR(info.st_mode) || S_ISREG(info.st_mode))) {
+      entries.push_back({name, DirEntry::Kind::kNotAFile});
+    } else {
+      entries.push_back({name, S_ISDIR(info.st_mode) ? DirEntry::Kind::kDirectory : DirEntry::Kind::kFile});
     }
     errno = 0;
   }
@@ -80,10 +85,11 @@ bool has_extension(std::string_view name, const std::vector<std::string>& extens
 }
 
 // Appends to `out` the files below `folder` (given as `relative` to the class folder, "" at its top)
-// whose extension counts, as paths relative to the class folder. Order does not matter here: the
-// caller sorts.
+// whose extension counts, as paths relative to the class folder, and counts in `not_files` the entries
+// with such an extension that are not files (said in the report: a sample the user meant and lost).
+// Order does not matter here: the caller sorts.
 void collect_files(const std::string& folder, const std::string& relative, const std::vector<std::string>& extensions,
-                   std::vector<std::pair<dev_t, ino_t>>& above, std::vector<std::string>& out) {
+                   std::vector<std::pair<dev_t, ino_t>>& above, std::vector<std::string>& out, uint64_t& not_files) {
   struct stat info {};
   if (::stat(folder.c_str(), &info) != 0)
     throw Error("image folder: cannot open the folder '" + folder + "': " + errno_text());
@@ -92,10 +98,14 @@ void collect_files(const std::string& folder, const std::string& relative, const
   above.push_back(id);
   for (const DirEntry& entry : list_folder(folder)) {
     const std::string path = relative.empty() ? entry.name : relative + "/" + entry.name;
-    if (entry.directory) {
-      collect_files(folder + "/" + entry.name, path, extensions, above, out);
+    if (entry.directory()) {
+      collect_files(folder + "/" + entry.name, path, extensions, above, out, not_files);
     } else if (has_extension(entry.name, extensions)) {
-      out.push_back(path);
+      if (entry.kind == DirEntry::Kind::kFile) {
+        out.push_back(path);
+      } else {
+        ++not_files;
+      }
     }
   }
   above.pop_back();
@@ -150,9 +160,9 @@ ImageFolderSource::ImageFolderSource(ImageFolderOptions options) : options_(std:
 
   std::vector<std::pair<dev_t, ino_t>> above{{info.st_dev, info.st_ino}};
   for (const DirEntry& entry : list_folder(root)) {
-    if (!entry.directory) continue;  // files at the top belong to no class (torchvision ignores them too)
+    if (!entry.directory()) continue;  // files at the top belong to no class (torchvision ignores them too)
     std::vector<std::string> files;
-    collect_files(root + "/" + entry.name, "", options_.extensions, above, files);
+    collect_files(root + "/" + entry.name, "", options_.extensions, above, files, not_files_);
     if (files.empty()) {
       std::string extensions;
       for (const std::string& extension : options_.extensions)
@@ -185,11 +195,11 @@ EncodedSample ImageFolderSource::read(uint64_t index) const {
   const int64_t class_index = label(index);  // checks the range
   const std::string& relative = paths_[index];
   const std::string path = options_.root + "/" + relative;
-  const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) throw Error("image folder: cannot open '" + path + "': " + errno_text());
+  std::string why;  // a file replaced by a FIFO since the listing must not block a decode thread
+  const FileDescriptor fd(detail::open_regular_file(path, why));
+  if (fd.get() < 0) throw Error("image folder: cannot open '" + path + "': " + why);
   struct stat info {};
   if (::fstat(fd.get(), &info) != 0) throw Error("image folder: cannot stat '" + path + "': " + errno_text());
-  if (!S_ISREG(info.st_mode)) throw Error("image folder: '" + path + "' is no longer a regular file");
   const auto bytes_total = static_cast<int64_t>(info.st_size);
   at::Tensor bytes = at::empty({bytes_total}, at::kByte);
   auto* data = static_cast<char*>(bytes.data_ptr());
@@ -213,8 +223,13 @@ EncodedSample ImageFolderSource::read(uint64_t index) const {
 }
 
 std::string ImageFolderSource::describe() const {
-  return "image_folder(" + options_.root + ", " + std::to_string(class_names_.size()) +
-         (class_names_.size() == 1 ? " class, " : " classes, ") + std::to_string(size()) + " samples)";
+  std::string text = "image_folder(" + options_.root + ", " + std::to_string(class_names_.size()) +
+                     (class_names_.size() == 1 ? " class, " : " classes, ") + std::to_string(size()) + " samples";
+  if (not_files_ != 0) {
+    text += "; " + std::to_string(not_files_) + (not_files_ == 1 ? " entry" : " entries") +
+            " with an image's name left out: not files (dangling links, FIFOs, devices)";
+  }
+  return text + ")";
 }
 
 }  // namespace ferry

@@ -53,9 +53,12 @@ class ImageFolderSource : public Source {
   /// index out of range, or a file that cannot be opened or read (naming it: a per-sample problem, so
   /// `on_error: skip` skips it).
   EncodedSample read(uint64_t index) const override;
-  /// "image_folder(data/images, 10 classes, 1000 samples)".
+  /// "image_folder(data/images, 10 classes, 1000 samples)", and how many entries named as images were
+  /// left out for not being files (dangling links, FIFOs, devices).
   std::string describe() const override;
 
+  /// Entries with an image's extension that are not files (dangling links, FIFOs, devices): no samples.
+  uint64_t entries_not_files() const noexcept { return not_files_; }
   /// The class folders' names, in class-index order.
   const std::vector<std::string>& class_names() const noexcept { return class_names_; }
   /// The class index of sample `index`. Throws ferry::Error for an index out of range. O(log C).
@@ -68,6 +71,7 @@ class ImageFolderSource : public Source {
   std::vector<std::string> class_names_;
   std::vector<std::string> paths_;        // relative to root, in sample order
   std::vector<uint64_t> class_begin_{0};  // class c holds samples [class_begin_[c], class_begin_[c + 1])
+  uint64_t not_files_ = 0;
 };
 
 }  // namespace ferry

@@ -14,6 +14,7 @@
 
 #include "ferry/io/formats/indexed_dataset_format.h"
 #include "ferry/io/util/printable.h"
+#include "ferry/io/util/regular_file.h"
 
 namespace ferry {
 
@@ -28,9 +29,9 @@ std::string errno_text(int error) { return std::strerror(error); }
 
 // Maps `path` read-only, whole; a 0-byte file gives no mapping. The descriptor is closed on return.
 detail::MappedBytes map_file(const std::string& path, const std::string& prefix, size_t& bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  std::string why;  // a FIFO is refused, not waited on
+  const int fd = detail::open_regular_file(path, why);
   if (fd < 0) {
-    const int error = errno;
     std::string hint;
     for (const char* suffix : {".idx", ".bin"}) {
       if (prefix.size() > 4 && prefix.compare(prefix.size() - 4, 4, suffix) == 0) {
@@ -38,7 +39,7 @@ detail::MappedBytes map_file(const std::string& path, const std::string& prefix,
             " (the prefix '" + prefix + "' ends with " + suffix + "; give it without: <prefix>.idx and .bin are added)";
       }
     }
-    throw Error("megatron dataset: cannot open " + path + ": " + errno_text(error) + hint);
+    throw Error("megatron dataset: cannot open " + path + ": " + why + hint);
   }
   struct Closer {
     int fd;

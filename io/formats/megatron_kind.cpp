@@ -7,6 +7,7 @@
 #include "ferry/io/formats/builtin_source_kinds.h"
 #include "ferry/io/formats/token_window_source.h"
 #include "ferry/io/util/dataset_paths.h"
+#include "ferry/io/util/regular_file.h"
 
 namespace ferry {
 namespace {
@@ -23,7 +24,12 @@ void check_megatron(const KeyValue& source, KeyProblems& problems) {
   std::vector<std::string> missing;
   for (const char* suffix : {".idx", ".bin"}) {
     struct stat info {};
-    if (::stat((prefix.text() + suffix).c_str(), &info) != 0) missing.push_back(prefix.text() + suffix);
+    const std::string path = prefix.text() + suffix;
+    if (::stat(path.c_str(), &info) != 0) {
+      missing.push_back(path);
+    } else if (const auto kind = detail::special_file_kind(path)) {  // a FIFO would block the open
+      problems.add(prefix, "'" + path + "' is " + *kind + ", not a regular file: a Megatron dataset is mapped whole");
+    }
   }
   if (missing.size() == 2) {
     problems.add(prefix, detail::missing_text(prefix.text(), "dataset") + " (neither its .idx nor its .bin exists)" +

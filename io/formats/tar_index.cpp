@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "ferry/io/util/printable.h"
+#include "ferry/io/util/regular_file.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
@@ -227,10 +228,11 @@ class PaxState {
 }  // namespace
 
 TarIndex::TarIndex(std::string path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  std::string why;  // a FIFO is refused, not waited on
+  fd_ = detail::open_regular_file(path_, why);
   if (fd_ < 0) {
     const int error = errno;
-    throw Error("tar shard '" + path_ + "': cannot open: " + errno_text(error) +
+    throw Error("tar shard '" + path_ + "': cannot open: " + why +
                 (error == EMFILE ? " (one file stays open per shard: raise `ulimit -n`)" : ""));
   }
   try {

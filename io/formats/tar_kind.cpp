@@ -7,6 +7,7 @@
 #include "ferry/io/formats/tar_shard_source.h"
 #include "ferry/io/util/dataset_paths.h"
 #include "ferry/io/util/dtype_names.h"
+#include "ferry/io/util/regular_file.h"
 #include "ferry/io/util/units.h"
 #include "ferry/pipeline/error.h"
 
@@ -91,7 +92,11 @@ void check_shards(const KeyValue& shards, KeyProblems& problems) {
       const std::vector<std::string> expanded = TarShardSource::expand_braces(pattern);
       for (const std::string& shard : expanded) {
         struct stat info {};
-        if (::stat(shard.c_str(), &info) != 0) missing.push_back(shard);
+        if (::stat(shard.c_str(), &info) != 0) {
+          missing.push_back(shard);
+        } else if (const auto kind = detail::special_file_kind(shard)) {  // a FIFO would block the open
+          problems.add(item, "'" + shard + "' is " + *kind + ", not a regular file: a tar shard is read at any offset");
+        }
       }
       const std::string hint = missing.size() == expanded.size() ? detail::tar_dataset_hint(expanded) : "";
       if (expanded.size() > 1 && missing.size() == expanded.size()) {  // one problem, not thousands

@@ -7,11 +7,15 @@
 #include <cstring>
 #include <utility>
 
+#include "ferry/io/util/regular_file.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), partial_(path_ + ".partial") {
+// A link is written through (its target replaced, the link kept), and what a rename would replace but is
+// not a file (a FIFO, /dev/null) is refused.
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), partial_(detail::link_target(path_) + ".partial") {
+  if (const auto why = detail::not_replaceable(path_)) throw Error("cannot write " + path_ + ": it " + *why);
   fd_ = ::open(partial_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw Error("cannot create " + partial_ + ": " + std::strerror(errno));
 }
@@ -52,7 +56,8 @@ void AtomicFile::commit() {
   const int closed = ::close(fd_);
   fd_ = -1;
   if (closed != 0) throw Error("cannot write " + partial_ + " (close failed): " + std::strerror(errno));
-  if (::rename(partial_.c_str(), path_.c_str()) != 0) {
+  const std::string target = partial_.substr(0, partial_.size() - std::string_view(".partial").size());
+  if (::rename(partial_.c_str(), target.c_str()) != 0) {
     throw Error("cannot rename " + partial_ + " to " + path_ + ": " + std::strerror(errno));
   }
   committed_ = true;

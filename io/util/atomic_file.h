@@ -9,7 +9,8 @@ namespace ferry {
 /// A file that appears whole or not at all: the bytes go to `<path>.partial`, and commit() renames
 /// that into place. Until then a reader sees the previous file at `path` (or none), never half of
 /// the new one; a writer that fails or is abandoned leaves no `.partial` behind (the destructor
-/// removes it). For dataset writers: a tar shard streamed member by member, a generated image.
+/// removes it). A symbolic link at `path` is written through: its target is replaced and the link
+/// kept. What is not a regular file (a FIFO, a device) is refused rather than replaced. For dataset writers: a tar shard streamed member by member, a generated image.
 ///
 /// No fsync: the rename makes the file visible atomically to other processes, which is what a
 /// dataset reader needs; surviving a power cut is not worth a disk flush per file for data that a
@@ -21,7 +22,8 @@ namespace ferry {
 /// the path, what failed and errno's message.
 class AtomicFile {
  public:
-  /// Creates (or truncates) `<path>.partial` with mode 0644. Throws ferry::Error if it cannot.
+  /// Creates (or truncates) `<path>.partial` (beside a link's target) with mode 0644. Throws
+  /// ferry::Error if it cannot, or when `path` is there but not a regular file.
   explicit AtomicFile(std::string path);
   /// Without a successful commit(): closes and removes `<path>.partial`. Never throws.
   ~AtomicFile();

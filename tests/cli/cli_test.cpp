@@ -1,11 +1,9 @@
-// The `ferry` command as a user meets it: the real binary (FERRY_CLI) run as a child process, its
-// stdout and stderr captured on separate pipes, its exit status checked. Every wait has a deadline
-// and a child still running at the deadline is killed, so a hang fails the test instead of stalling it.
+// The `ferry` command as a user meets it: the real binary (FERRY_CLI) run as a child process
+// (tests/support/child_process.h), its stdout and stderr captured on separate pipes, its exit status
+// checked.
 #include <dirent.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,17 +29,18 @@
 #include <ferry/build_config.h>
 #include <ferry/pipeline/cuda_device.h>
 
+#include "tests/support/child_process.h"
 #include "tests/support/error_text.h"
 #include "tests/support/temp_dir.h"
-
-extern char** environ;
 
 namespace ferry {
 namespace {
 
+using testing::Child;
+using testing::Clock;
 using testing::contains;
-
-using Clock = std::chrono::steady_clock;
+using testing::ExitStatus;
+using testing::Result;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
@@ -54,179 +53,8 @@ constexpr Clock::duration kProgressDeadline = seconds(60);
 // After SIGINT: far beyond the one second ferry promises, so a slow stop is measured, not cut off.
 constexpr Clock::duration kStopDeadline = seconds(10);
 
-// How a child ended.
-struct ExitStatus {
-  bool exited = false;  // by exit(): `code` holds the status
-  int code = -1;
-  int signal = 0;  // killed by this signal (0: not)
-  bool timed_out = false;
-
-  bool is(int expected) const { return exited && code == expected; }
-  std::string describe() const {
-    if (timed_out) return "still running at the deadline (killed)";
-    if (exited) return "exit " + std::to_string(code);
-    if (signal != 0) return std::string("killed by signal ") + strsignal(signal);
-    return "unknown";
-  }
-};
-
-std::ostream& operator<<(std::ostream& out, const ExitStatus& status) { return out << status.describe(); }
-
-// One child process with its stdout and stderr on pipes (stdin is /dev/null). Owns the child: the
-// destructor kills one still running and reaps it. Used by one thread.
-class Child {
- public:
-  explicit Child(const std::vector<std::string>& argv) {
-    int out[2] = {-1, -1};
-    int err[2] = {-1, -1};
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
-      throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
-    }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-    posix_spawn_file_actions_adddup2(&actions, err[1], 2);
-    // The child starts with default signal handling and nothing blocked, whatever this process has.
-    posix_spawnattr_t attributes;
-    posix_spawnattr_init(&attributes);
-    sigset_t defaults;
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGINT);
-    sigaddset(&defaults, SIGPIPE);
-    sigaddset(&defaults, SIGTERM);
-    sigset_t none;
-    sigemptyset(&none);
-    posix_spawnattr_setsigdefault(&attributes, &defaults);
-    posix_spawnattr_setsigmask(&attributes, &none);
-    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-
-    std::vector<char*> args;
-    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-    args.push_back(nullptr);
-    const int error = ::posix_spawn(&pid_, argv.at(0).c_str(), &actions, &attributes, args.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attributes);
-    ::close(out[1]);
-    ::close(err[1]);
-    out_fd_ = out[0];
-    err_fd_ = err[0];
-    if (error != 0) {
-      pid_ = -1;
-      throw std::runtime_error("posix_spawn " + argv.at(0) + ": " + std::strerror(error));
-    }
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() {
-    if (pid_ > 0 && !status_) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-      }
-    }
-    close_fd(out_fd_);
-    close_fd(err_fd_);
-  }
-
-  pid_t pid() const { return pid_; }
-  const std::string& out() const { return out_; }
-  const std::string& err() const { return err_; }
-
-  /// Reads the pipes until `done(stderr so far)` holds (true), or both pipes end or the deadline
-  /// passes (false). Blocks.
-  bool read_until(const std::function<bool(const std::string&)>& done, Clock::time_point deadline) {
-    while (!done(err_)) {
-      if (out_fd_ < 0 && err_fd_ < 0) return false;
-      const auto left = deadline - Clock::now();
-      if (left <= Clock::duration::zero()) return false;
-      pump(static_cast<int>(std::min<int64_t>(std::chrono::duration_cast<milliseconds>(left).count() + 1, 100)));
-    }
-    return true;
-  }
-
-  /// Waits for the child to end, reading its pipes meanwhile; kills it at the deadline. Returns how it
-  /// ended and when (steady clock, within a few milliseconds). Blocks.
-  std::pair<ExitStatus, Clock::time_point> wait(Clock::time_point deadline) {
-    for (;;) {
-      int status = 0;
-      const pid_t reaped = ::waitpid(pid_, &status, WNOHANG);
-      if (reaped == pid_) {
-        const Clock::time_point ended = Clock::now();
-        // What it wrote before it ended is in the pipes still. A process it left behind could hold
-        // their write ends open, so this read has a deadline too.
-        while ((out_fd_ >= 0 || err_fd_ >= 0) && Clock::now() < ended + seconds(10)) pump(100);
-        ExitStatus result;
-        result.exited = WIFEXITED(status);
-        result.code = result.exited ? WEXITSTATUS(status) : -1;
-        result.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-        status_ = result;
-        return {result, ended};
-      }
-      if (Clock::now() >= deadline) {
-        ::kill(pid_, SIGKILL);
-        while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-        }
-        ExitStatus result;
-        result.timed_out = true;
-        status_ = result;
-        return {result, Clock::now()};
-      }
-      if (out_fd_ >= 0 || err_fd_ >= 0) {
-        pump(2);
-      } else {
-        std::this_thread::sleep_for(milliseconds(2));
-      }
-    }
-  }
-
- private:
-  static void close_fd(int& fd) {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
-
-  // One poll of the open pipes, up to `timeout_ms`; appends what arrived, closes a pipe at its end.
-  void pump(int timeout_ms) {
-    std::array<pollfd, 2> fds{};
-    nfds_t count = 0;
-    if (out_fd_ >= 0) fds[count++] = {out_fd_, POLLIN, 0};
-    if (err_fd_ >= 0) fds[count++] = {err_fd_, POLLIN, 0};
-    if (count == 0) return;
-    if (::poll(fds.data(), count, timeout_ms) <= 0) return;
-    for (nfds_t i = 0; i < count; ++i) {
-      if (fds[i].revents == 0) continue;
-      int& fd = fds[i].fd == out_fd_ ? out_fd_ : err_fd_;
-      std::string& text = fds[i].fd == out_fd_ ? out_ : err_;
-      char buffer[4096];
-      const ssize_t n = ::read(fd, buffer, sizeof buffer);
-      if (n > 0) {
-        text.append(buffer, static_cast<size_t>(n));
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        close_fd(fd);
-      }
-    }
-  }
-
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  int err_fd_ = -1;
-  std::string out_;
-  std::string err_;
-  std::optional<ExitStatus> status_;
-};
-
-struct Result {
-  ExitStatus status;
-  std::string out;
-  std::string err;
-};
-
-// Runs a program to its end (or the deadline).
 Result run_program(const std::vector<std::string>& argv, Clock::duration deadline = kRunDeadline) {
-  Child child(argv);
-  const ExitStatus status = child.wait(Clock::now() + deadline).first;
-  return {status, child.out(), child.err()};
+  return testing::run_program(argv, deadline);
 }
 
 std::vector<std::string> ferry_args(std::vector<std::string> args) {
@@ -463,7 +291,7 @@ TEST(FerryUsage, UsageErrorsExitTwo) {
       {{"frobnicate"}, {"unknown command 'frobnicate'"}},
       {{"validate"}, {"validate needs a CONFIG"}},
       {{"run", "/nonexistent.yaml"}, {"/nonexistent.yaml", "cannot open"}, /*usage=*/false},
-      {{"validate", "/dev/zero"}, {"/dev/zero: more than 16 MiB"}, /*usage=*/false},
+      {{"validate", "/dev/zero"}, {"/dev/zero: is a character device, not a config file"}, /*usage=*/false},
       {{"validate", "/tmp"}, {"/tmp: is a directory"}, /*usage=*/false},
       {{"run", FERRY_SOURCE_DIR "/configs/demo.yaml", "--resume", "/tmp"},
        {"/tmp: is a directory, not a saved pipeline state"},

@@ -130,19 +130,27 @@ TEST(AtomicFile, ErrorsNameThePath) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(path + ".partial"), std::string::npos) << e.what();
   }
-  // A rename onto a folder fails at commit, naming both paths, and leaves no partial file.
+  // What is there and not a file (a folder, a FIFO) is refused before anything is written: a rename
+  // would replace it. The message names the path and what it is.
   ASSERT_EQ(::mkdir((dir / "folder").c_str(), 0755), 0);
   ASSERT_EQ(::mkdir((dir / "folder/inside").c_str(), 0755), 0);
-  {
-    AtomicFile file(dir / "folder");
-    file.write("x");
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0644), 0);
+  for (const std::string name : {"folder", "fifo"}) {
     try {
-      file.commit();
-      ADD_FAILURE() << "renamed a file over a non-empty folder";
+      AtomicFile file(dir / name);
+      ADD_FAILURE() << "opened " << name << " to replace it";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(dir / "folder"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(dir / name + ": it is a"), std::string::npos) << e.what();
     }
   }
+  // A link is written through: its target replaced, the link kept.
+  ASSERT_EQ(::symlink("target.bin", (dir / "link.bin").c_str()), 0);
+  AtomicFile::write_whole(dir / "link.bin", "through the link");
+  struct stat info {};
+  ASSERT_EQ(::lstat((dir / "link.bin").c_str(), &info), 0);
+  EXPECT_TRUE(S_ISLNK(info.st_mode));
+  std::ifstream target(dir / "target.bin");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(target), {}), "through the link");
   EXPECT_FALSE(exists(dir / "folder.partial"));
 }
 
