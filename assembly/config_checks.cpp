@@ -29,6 +29,7 @@ std::string yaml_key(const std::string& option) {
       {"augment.scale_min", "augment.random_resized_crop.scale"},
       {"augment.ratio_min", "augment.random_resized_crop.ratio"},
       {"augment.std", "augment.normalize.std"},
+      {"augment.mean", "augment.normalize.mean"},
   };
   const auto found = kKeys.find(option);
   return found != kKeys.end() ? found->second : option;

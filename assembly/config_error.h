@@ -1,6 +1,8 @@
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ferry/pipeline/error.h"
@@ -22,11 +24,20 @@ struct ConfigProblem {
 /// of fixes is enough; what() is one problem per line. The `ferry` command exits with status 2.
 class ConfigError : public Error {
  public:
-  explicit ConfigError(std::vector<ConfigProblem> problems);
+  /// `more`: problems found beyond these and not kept (a file of a million unknown keys), said as a
+  /// count at the end of what().
+  explicit ConfigError(std::vector<ConfigProblem> problems, size_t more = 0);
   const std::vector<ConfigProblem>& problems() const noexcept { return problems_; }
+  /// Problems found but not listed.
+  size_t more() const noexcept { return more_; }
+
+  /// The most problems a config's checks list; the rest are counted.
+  static constexpr size_t kMaxListed = 100;
 
  private:
+  explicit ConfigError(std::pair<std::vector<ConfigProblem>, size_t> listed);
   std::vector<ConfigProblem> problems_;
+  size_t more_ = 0;
 };
 
 }  // namespace ferry

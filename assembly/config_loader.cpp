@@ -103,11 +103,52 @@ std::string did_you_mean(std::string_view name, const std::vector<std::string>& 
   return best.empty() ? std::string() : " (did you mean '" + best + "'?)";
 }
 
+namespace {
+
+// `node` in YAML's flow style, shortened: at most a few items of each list or mapping, a few levels
+// deep, each scalar cut short, so that a 15 MB list costs no more to show than a short one.
+void append_short(const YAML::Node& node, int depth, std::string& out) {
+  constexpr size_t kItems = 6;
+  constexpr int kDepth = 3;
+  if (!node.IsDefined() || node.IsNull()) {
+    out += "null";
+  } else if (node.IsScalar()) {
+    out += printable(node.Scalar(), 40);
+  } else if (depth >= kDepth) {
+    out += node.IsSequence() ? "[...]" : "{...}";
+  } else if (node.IsSequence()) {
+    out += "[";
+    for (size_t i = 0; i < node.size() && i < kItems; ++i) {
+      if (i > 0) out += ", ";
+      append_short(node[i], depth + 1, out);
+    }
+    if (node.size() > kItems) out += ", ... (" + std::to_string(node.size()) + " items)";
+    out += "]";
+  } else {
+    out += "{";
+    size_t i = 0;
+    for (const auto& entry : node) {
+      if (i == kItems) {
+        out += ", ... (" + std::to_string(node.size()) + " keys)";
+        break;
+      }
+      if (i++ > 0) out += ", ";
+      append_short(entry.first, kDepth, out);
+      out += ": ";
+      append_short(entry.second, depth + 1, out);
+    }
+    out += "}";
+  }
+}
+
+}  // namespace
+
 std::string found_text(const YAML::Node& node) {
   if (!node.IsDefined() || node.IsNull()) return "nothing";
-  if (node.IsSequence()) return "a list";
-  if (node.IsMap()) return "a mapping";
-  return "'" + node.Scalar() + "'";
+  if (node.IsScalar()) return "'" + printable(node.Scalar(), 200) + "'";
+  std::string text = node.IsSequence() ? "a list " : "a mapping ";
+  append_short(node, 0, text);
+  return text;
 }
 
 ConfigReader::ConfigReader(std::string origin, const std::vector<std::string>& overrides)
@@ -137,7 +178,7 @@ Config ConfigReader::load(std::string_view text) {
   apply_overrides(root);
   read_root(root);
   check_combinations();
-  if (!problems_.empty()) throw ConfigError(std::move(problems_));
+  if (!problems_.empty()) throw ConfigError(std::move(problems_.listed), problems_.more);
   return std::move(config_);
 }
 

@@ -28,7 +28,8 @@ namespace ferry::detail {
 std::string list_text(const std::vector<std::string>& names);
 /// " (did you mean 'x'?)" for the nearest candidate within a few edits, else "".
 std::string did_you_mean(std::string_view name, const std::vector<std::string>& candidates);
-/// What a node holds, for "expected X, found Y": "'text'", "a list", "a mapping", "nothing".
+/// What a node holds, for "expected X, found Y": "'text'", "a list [0.5, 0.1]", "a mapping {a: 1}",
+/// "nothing"; long lists, mappings and scalars shortened.
 std::string found_text(const YAML::Node& node);
 
 /// Reads YAML text into a Config, collecting problems instead of stopping at the first. One per load;
@@ -124,7 +125,21 @@ class ConfigReader {
   const std::vector<std::string>& overrides_;
   std::map<std::string, std::string> overridden_;         // key path -> "--set ..."
   std::vector<std::pair<std::string, Node>> field_keys_;  // keys named after a field, to check later
-  std::vector<ConfigProblem> problems_;
+  // The first ConfigError::kMaxListed problems, and how many more: a file of a million unknown keys
+  // costs a count, not a million messages.
+  struct Problems {
+    std::vector<ConfigProblem> listed;
+    size_t more = 0;
+    void push_back(ConfigProblem problem) {
+      if (listed.size() < ConfigError::kMaxListed) {
+        listed.push_back(std::move(problem));
+      } else {
+        ++more;
+      }
+    }
+    bool empty() const noexcept { return listed.empty(); }
+  };
+  Problems problems_;
   Config config_;
   bool source_read_ = false;  // the source's keys were all read (its kind's checks ran)
 };

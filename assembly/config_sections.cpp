@@ -8,6 +8,7 @@
 
 #include "ferry/assembly/config_reader.h"
 #include "ferry/io/decoders/decoder_registry.h"
+#include "ferry/io/util/printable.h"
 #include "ferry/io/util/units.h"
 
 namespace ferry::detail {
@@ -300,6 +301,8 @@ void ConfigReader::read_augment(const Node& node) {
 }
 
 // transfer.devices: `all`, or a list of cpu and cuda:N (each GPU once; cpu may repeat: a host share).
+constexpr size_t kMaxDevices = 256;
+
 void ConfigReader::read_devices(const Node& transfer, const Node& value) {
   const std::string what = "all, or a list of devices such as [cuda:0, cuda:1]";
   if (const auto device = child(transfer, "device")) {
@@ -325,6 +328,12 @@ void ConfigReader::read_devices(const Node& transfer, const Node& value) {
   }
   if (!value.IsSequence() || value.size() == 0) {
     expected("transfer.devices", value, what);
+    return;
+  }
+  // A pipeline per entry, each with its threads and slabs: a bound keeps a typo from exhausting memory.
+  if (value.size() > kMaxDevices) {
+    problem("transfer.devices", value,
+            "at most " + std::to_string(kMaxDevices) + " devices, found a list of " + std::to_string(value.size()));
     return;
   }
   note("transfer.devices", value);
@@ -416,7 +425,9 @@ void ConfigReader::read_stats(const Node& node) {
     if (auto text = scalar(*value, "stats.interval", "a duration such as 5s or 500ms")) {
       const auto duration = parse_duration(*text);
       if (!duration || duration->count() < 100) {
-        expected("stats.interval", *value, "a duration of at least 100ms, such as 5s or 500ms");
+        problem("stats.interval", *value,
+                "expected a duration of at least 100ms, such as 5s or 500ms, found '" + printable(*text, 80) +
+                    "': " + (duration ? std::string("shorter than 100ms") : duration_problem(*text)));
       } else {
         stats.interval = *duration;
       }

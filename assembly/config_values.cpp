@@ -9,6 +9,7 @@
 #include "ferry/assembly/config_reader.h"
 #include "ferry/assembly/config_schema.h"
 #include "ferry/io/decoders/decoder_registry.h"
+#include "ferry/io/util/printable.h"
 #include "ferry/io/util/units.h"
 
 namespace ferry::detail {
@@ -139,8 +140,13 @@ std::optional<uint64_t> ConfigReader::size(const Node& node, const std::string& 
   const auto text = scalar(node, key, what);
   if (!text) return std::nullopt;
   const auto bytes = parse_byte_size(*text);
-  if (!bytes || *bytes < min) {
-    expected(key, node, what);
+  if (!bytes) {
+    problem(key, node, "expected " + what + ", found '" + printable(*text, 80) + "': " + byte_size_problem(*text));
+    return std::nullopt;
+  }
+  if (*bytes < min) {
+    problem(key, node, "expected " + what + ", found '" + printable(*text, 80) + "': less than the smallest, " +
+                           format_byte_size(min));
     return std::nullopt;
   }
   return bytes;

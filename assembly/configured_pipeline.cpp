@@ -20,6 +20,7 @@
 #include "ferry/pipeline/advanced.h"
 #include "ferry/pipeline/cuda_device.h"
 #include "ferry/pipeline/pinned_pool.h"
+#include "ferry/pipeline/thread_start.h"
 #include "ferry/stages/batch_planner.h"
 #include "ferry/stages/collate_stage.h"
 #include "ferry/stages/dataset_cache_plan.h"
@@ -108,8 +109,9 @@ const KeyValue* device_key(const Config& config, const std::string& field) {
 }
 
 // Note [GPU JPEG decode]: device: gpu needs the decoder in this build and batches on a GPU (every device of
-// a group on its own); auto uses it where it can and the CPU otherwise. Neither goes with a dataset cache,
-// nor gpu with sample transforms (they run on the CPU after every field is decoded).
+// a group on its own); auto uses it where it can and the CPU otherwise. gpu goes neither with a dataset
+// cache nor with sample transforms (they run on the CPU after every field is decoded); with either, auto
+// decodes on the CPU.
 void check_gpu_decoding(const Config& config, const PipelineOptions& options, const DecodeStage& decode,
                         const std::vector<at::Device>& targets, Problems& problems) {
   for (const auto& [field, where] : decode.gpu_fields()) {
@@ -122,7 +124,7 @@ void check_gpu_decoding(const Config& config, const PipelineOptions& options, co
       }
     };
     const std::string device = decode_device_name(where);
-    if (options.cache.enabled()) {
+    if (options.cache.enabled() && where == ImageDecodeOptions::Device::kGpu) {
       problems.add("cache.memory", "field '" + field + "' is decoded on the GPU (device: " + device +
                                        "), which the dataset cache does not support yet: use device: cpu with a "
                                        "cache, or cache.memory: off");
@@ -439,7 +441,10 @@ PipelineGroup make_pipeline_group(const Config& config, std::shared_ptr<const So
   } else {
     std::vector<std::thread> threads;
     try {
-      for (size_t d = 0; d < devices.size(); ++d) threads.emplace_back(make_part, d);
+      for (size_t d = 0; d < devices.size(); ++d) {
+        threads.push_back(detail::start_thread("a thread to make the pipeline of " + devices[d] + " (transfer.devices)",
+                                               [&make_part, d] { make_part(d); }));
+      }
     } catch (...) {  // no thread to start one on: the ones started are joined before the locals they use go
       for (std::thread& thread : threads) thread.join();
       throw;

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <sstream>
 #include <future>
 #include <memory>
@@ -41,6 +42,7 @@
 #include <ferry/pipeline/cuda_device.h>
 #include <ferry/pipeline/error.h>
 #include <ferry/pipeline/malloc_name.h>
+#include <ferry/pipeline/thread_start.h>
 #include "cli/batch_digest.h"
 #include "cli/builtin_demo.h"
 #include "cli/make_dataset.h"
@@ -334,7 +336,7 @@ std::optional<ferry::PipelineGroup> make_unless_signalled(const ferry::Config& c
   auto make = std::make_shared<std::packaged_task<ferry::PipelineGroup()>>(
       [config, source, resume] { return ferry::make_pipeline_group(config, source, resume); });
   std::future<ferry::PipelineGroup> made = make->get_future();
-  std::thread maker([make] { (*make)(); });
+  std::thread maker = ferry::detail::start_thread("a thread to make the pipeline", [make] { (*make)(); });
   while (made.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
     if (g_signal.load() != 0) {
       maker.detach();
@@ -393,7 +395,7 @@ int run(const std::vector<std::string_view>& args) {
   }
 
   std::atomic<bool> done{false};
-  std::thread watcher([&] {
+  std::thread watcher = ferry::detail::start_thread("the thread that watches for Ctrl-C", [&] {
     while (!done.load()) {
       if (g_signal.load() != 0) {
         pipeline.close();
@@ -441,9 +443,10 @@ int validate(const std::vector<std::string_view>& args) {
   const ferry::Config config = load(parsed);
   const std::shared_ptr<const ferry::Source> source = ferry::check_config(config);
   const ferry::PipelineOptions& options = config.pipeline;
-  std::printf("%s: valid (%s, batches of %zu, %llu epoch%s, device %s)\n", config.origin.c_str(),
+  const std::string devices = ferry::requested_devices(config);  // a list of several, or the one
+  std::printf("%s: valid (%s, batches of %zu, %llu epoch%s, %s %s)\n", config.origin.c_str(),
               source->describe().c_str(), options.batch_size, static_cast<unsigned long long>(options.epochs),
-              options.epochs == 1 ? "" : "s", options.device.c_str());
+              options.epochs == 1 ? "" : "s", config.devices.empty() ? "device" : "devices", devices.c_str());
   return 0;
 }
 
@@ -593,9 +596,31 @@ int dispatch(std::vector<std::string_view> args) {
   }
 }
 
+// Note [a thread that cannot be made]: the pipeline makes sure its worker threads can exist before it
+// starts (detail::check_threads_can_start), but oneTBB makes them later, one from another, and where
+// memory has run short by then a worker's pthread_create fails inside oneTBB, which can only end the
+// process. Rather than "terminate called ..." and SIGABRT, say what happened and what to change, and
+// exit 1 as any failed run does.
+[[noreturn]] void on_terminate() {
+  std::string what = "an error no code could catch";
+  if (const std::exception_ptr failure = std::current_exception()) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+  }
+  const bool thread = what.find("pthread_create") != std::string::npos;
+  std::fprintf(stderr, "ferry: %s%s\n", what.c_str(), thread ? ferry::detail::thread_limit_advice().c_str() : "");
+  std::fflush(stderr);
+  std::_Exit(kFailed);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::set_terminate(on_terminate);
   const int status = dispatch(std::vector<std::string_view>(argv + 1, argv + argc));
   // What a command printed and could not write (a full disk, /dev/full, a closed pipe) is an error.
   if (!ferry::cli::stdout_written("its output") && status == 0) return kFailed;

@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "ferry/pipeline/error.h"
+#include "ferry/pipeline/thread_start.h"
 
 namespace ferry::detail {
 namespace {
@@ -33,7 +34,7 @@ std::atomic<bool> g_worker_gone{false};
 
 class Worker {
  public:
-  Worker() : thread_([this] { loop(); }) {}
+  Worker() : thread_(detail::start_thread("start_copy's worker thread", [this] { loop(); })) {}
 
   ~Worker() {
     std::deque<Entry> abandoned;

@@ -8,6 +8,8 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include "ferry/pipeline/thread_start.h"
+
 namespace ferry::detail {
 namespace {
 
@@ -147,7 +149,8 @@ PipelineGraph::PipelineGraph(StageSet stages, const EngineOptions& options, std:
     graph_ = std::make_unique<tbb::flow::graph>();
     nodes_ = std::make_unique<Nodes>(*graph_, *this);
   });
-  completion_ = std::thread([this] { shielded("event-wait", [this] { completion_loop(); }); });
+  completion_ = start_thread("the event-wait thread of the pipeline on " + device_,
+                             [this] { shielded("event-wait", [this] { completion_loop(); }); });
   arena_->arena().execute([this] { nodes_->source.activate(); });
 }
 

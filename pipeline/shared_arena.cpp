@@ -3,6 +3,7 @@
 #include <oneapi/tbb/info.h>
 
 #include "ferry/pipeline/error.h"
+#include "ferry/pipeline/thread_start.h"
 
 namespace ferry::detail {
 namespace {
@@ -14,6 +15,10 @@ std::unique_ptr<tbb::global_control> raise_parallelism(size_t slots) {
 }
 
 size_t checked(size_t slots) {
+  // Made now, on this thread, where a failure is an error: oneTBB makes its workers later, one from
+  // another, and ends the process when one cannot be made (thread_start.h).
+  check_threads_can_start(slots, "the pipeline's " + std::to_string(slots) +
+                                     " worker threads (its decode threads, decode.threads, and one per stage)");
   // Another tbb::global_control in the process can hold the limit lower (the smallest one wins); at 1
   // there is no worker at all and nothing would ever run.
   if (tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism) < 2) {

@@ -1,5 +1,9 @@
 #include "ferry/stages/pipeline_options.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
 #include <string>
 
 namespace ferry {
@@ -44,6 +48,29 @@ std::vector<OptionProblem> PipelineOptions::problems() const {
             std::to_string(augment.flip));
     for (double deviation : augment.std) {
       require(deviation > 0, "augment.std", "three values > 0", std::to_string(deviation));
+    }
+    if (augment.normalize) {
+      // (x - mean) / std for x in [0, 1] must fit the output dtype: past its largest value every output
+      // is +-inf, below its smallest normal one every output is 0 (or lost precision).
+      const bool half = augment.dtype == AugmentOptions::DType::kFloat16;
+      const double largest = half ? 65504.0 : 3.4e38;
+      const double smallest = half ? 6.1e-5 : 1.18e-38;
+      for (size_t c = 0; c < 3; ++c) {
+        const double mean = augment.mean[c];
+        const double deviation = augment.std[c];
+        if (!(deviation > 0)) continue;  // said above
+        const double span = std::max(std::abs(mean), std::abs(1 - mean));
+        const double reach = span / deviation;
+        if (std::isfinite(reach) && reach <= largest && reach >= smallest && deviation <= 3.4e38) continue;
+        char values[160];
+        std::snprintf(values, sizeof values, "mean %g, std %g: outputs up to %g in magnitude", mean, deviation, reach);
+        char range[96];
+        std::snprintf(range, sizeof range, " (magnitudes %g..%g, for x in 0..1)", smallest, largest);
+        require(false, std::isfinite(span) && span <= largest ? "augment.std" : "augment.mean",
+                std::string("a mean and std whose (x - mean) / std fits ") + augment_dtype_name(augment.dtype) + range,
+                values);
+        break;  // one problem for the three channels
+      }
     }
   }
   return found;

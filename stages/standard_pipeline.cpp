@@ -62,8 +62,9 @@ void use_gpu_decoder(DecodeStage& decode, const PipelineOptions& options, const 
     all = all && gpu;
   }
   if (fields.empty()) return;
-  // Sample transforms run on the CPU after every field is decoded: under auto the CPU decodes too.
-  if (!all && !decode.transforms().empty()) return;
+  // Sample transforms run on the CPU after every field is decoded, and the dataset cache keeps samples
+  // decoded on the CPU: with either, auto decodes on the CPU.
+  if (!all && (!decode.transforms().empty() || options.cache.enabled())) return;
   if (options.cache.enabled()) {
     throw Error("field '" + fields.front() +
                 "' is to be decoded on the GPU, which the dataset cache does not support yet: decode it on the CPU, "

@@ -7,6 +7,7 @@
 
 #include "ferry/build_config.h"
 #include "ferry/pipeline/error.h"
+#include "ferry/pipeline/thread_start.h"
 
 #if FERRY_NVJPEG
 #include <cuda_runtime_api.h>
@@ -167,7 +168,7 @@ NvJpegDecoder::NvJpegDecoder(int device, Start start)
     warm_workers_.store(kMaxWorkers, std::memory_order_release);  // each made, cold, by its first call
     return;
   }
-  starter_ = std::thread([this] {
+  starter_ = detail::start_thread("the GPU JPEG decoder's start-up thread", [this] {
     try {
       create();
       warm();  // ready with its first warm state

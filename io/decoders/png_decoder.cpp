@@ -4,7 +4,9 @@
 #include <png.h>
 
 #include <algorithm>
+#include <array>
 #include <csetjmp>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -41,8 +43,16 @@ void on_error(png_structp png, png_const_charp message) {
   png_longjmp(png, 1);
 }
 
-// Warnings (an odd ICC profile, an unknown chunk) leave the pixels as they are: PIL reads such files.
-void on_warning(png_structp, png_const_charp) {}
+// Most warnings (an odd ICC profile, an unknown chunk) leave the pixels as they are: PIL reads such
+// files, and so does ferry. Those that say the image data is damaged fail the file, as the JPEG decoder
+// fails a damaged JPEG, so that `on_error: skip` can skip it.
+void on_warning(png_structp png, png_const_charp message) {
+  static constexpr std::array<const char*, 3> kDamage{"Extra compressed data", "Too many IDATs",
+                                                      "Too much image data"};
+  for (const char* damage : kDamage) {
+    if (std::strstr(message, damage) != nullptr) png_error(png, message);
+  }
+}
 
 void on_read(png_structp png, png_bytep out, png_size_t count) {
   auto* reader = static_cast<Reader*>(png_get_io_ptr(png));
@@ -53,6 +63,7 @@ void on_read(png_structp png, png_bytep out, png_size_t count) {
 
 struct Header {
   png_uint_32 width = 0, height = 0;
+  std::vector<png_color> palette;  // a palette image's: its rows are read as indices, one byte each
 };
 
 // Reads the header and sets the transforms to 8-bit RGB. false: libpng failed (reader.message says why).
@@ -64,14 +75,25 @@ bool read_header(Reader& reader, Header& header) {
   int bit_depth = 0, color_type = 0;
   png_get_IHDR(reader.png, reader.info, &header.width, &header.height, &bit_depth, &color_type, nullptr, nullptr,
                nullptr);
-  png_set_expand(reader.png);  // palette to RGB, gray below 8 bits to 8, tRNS to an alpha channel
-  if (bit_depth == 16) png_set_strip_16(reader.png);
-  if ((color_type & PNG_COLOR_MASK_COLOR) == 0) png_set_gray_to_rgb(reader.png);
-  png_set_strip_alpha(reader.png);
+  if (color_type == PNG_COLOR_TYPE_PALETTE) {
+    // Indices, expanded by expand_palette(), which checks them: libpng's expansion turns an index past
+    // the palette into black without a word (and PIL into other values).
+    png_colorp palette = nullptr;
+    int entries = 0;
+    png_get_PLTE(reader.png, reader.info, &palette, &entries);
+    header.palette.assign(palette, palette + entries);
+    png_set_packing(reader.png);  // 1, 2 and 4-bit indices to a byte each
+  } else {
+    png_set_expand(reader.png);  // gray below 8 bits to 8, tRNS to an alpha channel
+    if (bit_depth == 16) png_set_strip_16(reader.png);
+    if ((color_type & PNG_COLOR_MASK_COLOR) == 0) png_set_gray_to_rgb(reader.png);
+    png_set_strip_alpha(reader.png);
+  }
   (void)png_set_interlace_handling(reader.png);
   png_read_update_info(reader.png, reader.info);
-  if (png_get_rowbytes(reader.png, reader.info) != static_cast<size_t>(header.width) * 3) {
-    png_error(reader.png, "unexpected row layout after conversion to 8-bit RGB");
+  const size_t channels = header.palette.empty() ? 3 : 1;
+  if (png_get_rowbytes(reader.png, reader.info) != static_cast<size_t>(header.width) * channels) {
+    png_error(reader.png, "unexpected row layout after conversion to 8-bit RGB or indices");
   }
   return true;
 }
@@ -80,8 +102,33 @@ bool read_header(Reader& reader, Header& header) {
 bool read_rows(Reader& reader, png_bytep* rows) {
   if (setjmp(png_jmpbuf(reader.png))) return false;
   png_read_image(reader.png, rows);
+  // libpng has read the chunk in which the compressed image ends, and skips further IDAT chunks that
+  // follow it without a word: image data beyond the image (a file written twice over) is damage.
+  if (reader.size - reader.offset >= 8 && std::memcmp(reader.data + reader.offset + 4, "IDAT", 4) == 0 &&
+      std::memcmp(reader.data + reader.offset, "\0\0\0\0", 4) != 0) {
+    png_error(reader.png, "image data beyond the image (an IDAT chunk after the compressed image ended)");
+  }
   png_read_end(reader.png, nullptr);
   return true;
+}
+
+// `indices` [H, W] through `palette` into `image` [H, W, 3]. An index past the palette is damage: its
+// color is not in the file. Returns the first such index, or -1.
+int expand_palette(const at::Tensor& indices, const std::vector<png_color>& palette, at::Tensor& image) {
+  std::array<png_color, 256> colors{};
+  std::copy(palette.begin(), palette.end(), colors.begin());
+  const uint8_t* in = indices.data_ptr<uint8_t>();
+  uint8_t* out = image.data_ptr<uint8_t>();
+  const int64_t pixels = indices.numel();
+  int past = -1;
+  for (int64_t i = 0; i < pixels; ++i) {
+    const uint8_t index = in[i];
+    if (index >= palette.size() && past < 0) past = index;
+    out[3 * i] = colors[index].red;
+    out[3 * i + 1] = colors[index].green;
+    out[3 * i + 2] = colors[index].blue;
+  }
+  return past;
 }
 
 }  // namespace
@@ -121,6 +168,9 @@ at::Tensor PngDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& s
   if (reader.png == nullptr) throw Error("png: cannot create libpng's reader (out of memory)");
   reader.info = png_create_info_struct(reader.png);
   if (reader.info == nullptr) throw Error("png: cannot create libpng's info (out of memory)");
+  // A bad checksum fails the file on any chunk, not only on those that hold pixels (libpng's default
+  // drops an ancillary chunk with a warning): the file is damaged either way.
+  png_set_crc_action(reader.png, PNG_CRC_DEFAULT, PNG_CRC_ERROR_QUIT);
   const auto failed = [&](const char* doing) {
     return Error("corrupt PNG (" + std::to_string(size) + " bytes) while " + doing + ": " + reader.message);
   };
@@ -137,9 +187,20 @@ at::Tensor PngDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& s
       detail::plan_image_window("PNG", height, width, options_, detail::CropSource{context, data, size}, spec);
 
   at::Tensor image = at::empty({height, width, 3}, at::kByte);
+  const bool indexed = !header.palette.empty();
+  const at::Tensor indices = indexed ? at::empty({height, width}, at::kByte) : at::Tensor();
+  uint8_t* const first = indexed ? indices.data_ptr<uint8_t>() : image.data_ptr<uint8_t>();
+  const int64_t row_bytes = indexed ? width : width * 3;
   std::vector<png_bytep> rows(static_cast<size_t>(height));
-  for (int64_t y = 0; y < height; ++y) rows[static_cast<size_t>(y)] = image.data_ptr<uint8_t>() + y * width * 3;
+  for (int64_t y = 0; y < height; ++y) rows[static_cast<size_t>(y)] = first + y * row_bytes;
   if (!read_rows(reader, rows.data())) throw failed("decoding");
+  if (indexed) {
+    if (const int past = expand_palette(indices, header.palette, image); past >= 0) {
+      std::snprintf(reader.message, sizeof reader.message, "a palette index (%d) past the palette's %zu entries",
+                    past, header.palette.size());
+      throw failed("decoding");
+    }
+  }
 
   // Shrinking by 2x or more: average blocks of the largest whole factor first (as the JPEG decoder's
   // DCT scaling does, by up to 8x there), so that the bilinear step shrinks by less than 2x and does

@@ -14,8 +14,17 @@ namespace ferry {
 /// values past 2^63. Thread-safe, allocates nothing.
 std::optional<uint64_t> parse_byte_size(std::string_view text);
 
-/// Reads a duration: "5s", "500ms", "2m", "0.5s", or a plain number of seconds. nullopt otherwise.
+/// Why parse_byte_size() refuses `text`, for messages: "a fraction of a byte", "unknown unit 'x' (...)",
+/// "8 EiB or more, past the largest size (2^63 - 1 bytes)"; "" when it reads it.
+std::string byte_size_problem(std::string_view text);
+
+/// Reads a duration: "5s", "500ms", "2m", "0.5s", "1e3ms", or a plain number of seconds; at most 1e12 ms.
+/// nullopt otherwise.
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
+
+/// Why parse_duration() refuses `text`, for messages: "unknown unit 'h' (ms, s, m or min)", "longer than
+/// the longest duration, ..."; "" when it reads it.
+std::string duration_problem(std::string_view text);
 
 /// Whether `a` and `b` are the same ASCII text but for letter case ("PNG" and "png").
 bool equal_ignoring_case(std::string_view a, std::string_view b);

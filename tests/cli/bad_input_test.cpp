@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ferry/build_config.h>
+
 #include "tests/support/child_process.h"
 #include "tests/support/error_text.h"
 #include "tests/support/temp_dir.h"
@@ -219,6 +221,37 @@ TEST(BadInput, ImageFolderEntriesThatAreNotFilesAreCountedInTheReport) {
   EXPECT_TRUE(contains(run.out, "6 samples; 2 entries with an image's name left out")) << both(run);
   EXPECT_TRUE(contains(read_file(report), "2 entries with an image's name left out")) << read_file(report);
   EXPECT_TRUE(is_fifo(root + "/class-001/fifo.jpg"));
+}
+
+// Under a limit on memory (ulimit -v, as containers set), 1024 decode threads cannot all be made: an
+// error naming decode.threads and exit 1, not SIGABRT from inside oneTBB.
+TEST(BadInput, ThreadsThatCannotBeMadeAreAnErrorNamingDecodeThreads) {
+  if (FERRY_WITH_GPU) GTEST_SKIP() << "a GPU build maps the CUDA libraries' address space: a limit on it stops CUDA";
+  for (const char* threads : {"1024", "200"}) {
+    SCOPED_TRACE(threads);
+    const std::string command = "ulimit -v 900000 && exec " + std::string(FERRY_CLI) +
+                                " run --batches 3 --set transfer.device=cpu --set decode.threads=" + threads;
+    const Result run = testing::run_program({"/bin/sh", "-c", command}, kDeadline);
+    EXPECT_TRUE(run.status.is(1)) << both(run);
+    EXPECT_TRUE(contains(run.err, "decode.threads")) << both(run);
+    EXPECT_FALSE(contains(run.err, "terminate called")) << both(run);
+  }
+}
+
+// A dataset cache keeps samples decoded on the CPU: a jpeg field with device: auto decodes there, on
+// every build; device: gpu is refused when the config is checked.
+TEST(BadInput, AutoDecodingWithTheCacheRunsOnTheCpu) {
+  const TempDir dir("ferry_bad_input");
+  const std::string root = dir / "images";
+  ASSERT_TRUE(ferry({"make-dataset", "images", root, "--samples", "6", "--classes", "2", "--image-size", "32"})
+                  .status.is(0));
+  const std::string config = dir / "cached.yaml";
+  write_file(config, "source: {kind: image_folder, root: " + root +
+                         ", image: {shape: [32, 32, 3], device: auto}}\nbatch_size: 2\ncache: {memory: host}\n"
+                         "transfer: {device: cpu}\nsampler: {epochs: 2}\n");
+  const Result run = ferry({"run", config});
+  EXPECT_TRUE(run.status.is(0)) << both(run);
+  expect_refused(ferry({"validate", config, "--set", "source.image.device=gpu"}), "(device: gpu)");
 }
 
 }  // namespace

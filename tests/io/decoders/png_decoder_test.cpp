@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <ferry/io/decoders/decoder_registry.h>
@@ -262,6 +263,73 @@ TEST(PngDecoder, RefusesDamagedFilesNamingWhat) {
                        "corrupt PNG"));  // a size it decodes, but no image data
   // A good file decodes after the bad ones, on the same thread.
   EXPECT_TRUE(decoder.decode(tensor_of(bytes), spec).equal(shape.expected));
+}
+
+// PNG's CRC-32 of `bytes` (the chunk's type and data).
+uint32_t png_crc(std::string_view bytes) {
+  uint32_t crc = 0xffffffffu;
+  for (const char c : bytes) {
+    crc ^= static_cast<uint8_t>(c);
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+std::string big_endian(uint32_t value) {
+  return {static_cast<char>(value >> 24), static_cast<char>(value >> 16), static_cast<char>(value >> 8),
+          static_cast<char>(value)};
+}
+
+// A chunk of `type` holding `data`, its CRC right unless `bad_crc`.
+std::string png_chunk(const std::string& type, const std::string& data, bool bad_crc = false) {
+  return big_endian(static_cast<uint32_t>(data.size())) + type + data +
+         big_endian(png_crc(type + data) ^ (bad_crc ? 1u : 0u));
+}
+
+// Where the chunk of `type` starts in `png` (its length field).
+size_t chunk_at(const std::string& png, const std::string& type) { return png.find(type) - 4; }
+
+TEST(PngDecoder, RefusesDamageThatLibpngOnlyWarnsAboutSoThatSkipCanSkipIt) {
+  std::mt19937_64 rng(21);
+  const PngDecoder decoder;
+
+  // Palette indices past the palette: written with 256 entries, then given a palette of 4 (libpng
+  // refuses to write such a file).
+  TestPng indexed = random_png(rng, PNG_COLOR_TYPE_PALETTE, 8, false);
+  for (uint16_t& sample : indexed.samples) sample = 200;
+  std::string past_palette = write_png(indexed);
+  const size_t trns = chunk_at(past_palette, "tRNS");
+  past_palette.erase(trns, 12 + indexed.transparency.size());
+  const size_t plte = chunk_at(past_palette, "PLTE");
+  past_palette.replace(plte, 12 + 3 * indexed.palette.size(), png_chunk("PLTE", std::string(12, '\x40')));
+  const std::string past = error_of([&] {
+    decoder.decode(tensor_of(past_palette), image_spec(indexed.height, indexed.width));
+  });
+  EXPECT_TRUE(contains(past, "corrupt PNG") && contains(past, "palette index")) << past;
+
+  const TestPng shape = random_png(rng, PNG_COLOR_TYPE_RGB, 8, false);
+  const std::string good = write_png(shape);
+  const FieldSpec spec = image_spec(shape.height, shape.width);
+  const size_t idat = chunk_at(good, "IDAT");
+  const size_t iend = chunk_at(good, "IEND");
+
+  // The image data twice: a file written over itself, or two files run together.
+  const std::string twice = good.substr(0, iend) + good.substr(idat, iend - idat) + good.substr(iend);
+  const std::string doubled = error_of([&] { decoder.decode(tensor_of(twice), spec); });
+  EXPECT_TRUE(contains(doubled, "corrupt PNG")) << doubled;
+
+  // A bad checksum on an ancillary chunk (a text chunk before the image data and after it).
+  for (const size_t at : {idat, iend}) {
+    const std::string bad = good.substr(0, at) + png_chunk("tEXt", std::string("Comment\0damaged", 15), true) +
+                            good.substr(at);
+    const std::string crc = error_of([&] { decoder.decode(tensor_of(bad), spec); });
+    EXPECT_TRUE(contains(crc, "corrupt PNG") && contains(crc, "CRC")) << crc;
+    // With a right checksum the same chunk is fine.
+    const std::string fine = good.substr(0, at) + png_chunk("tEXt", std::string("Comment\0damaged", 15)) +
+                             good.substr(at);
+    EXPECT_TRUE(decoder.decode(tensor_of(fine), spec).equal(shape.expected));
+  }
+  EXPECT_TRUE(decoder.decode(tensor_of(good), spec).equal(shape.expected));
 }
 
 TEST(ImageDecoder, DecodesEachFileWithItsFormatsDecoder) {
