@@ -72,37 +72,22 @@ std::unique_ptr<TensorCopy> TensorCopy::start(std::vector<at::Tensor> tensors, a
   if (!device.is_cpu() && !device.is_cuda()) {
     throw Error(ErrorContext{"copy"}, "cannot copy to " + device.str() + ": only cpu and cuda targets are supported");
   }
-  // Why a CUDA target cannot work here; stored, so that wait() reports it like any copy failure.
-  std::string unavailable;
+  // A CUDA target that cannot work fails here, where the caller asked for it, not later in wait().
   at::Device target(at::kCPU);
   if (device.is_cuda()) {
-    target = device;
-    if (!gpu_build()) {
-      unavailable = "this ferry build has no GPU support (" FERRY_BUILD_KIND " build: " FERRY_BUILD_REASON ")";
-    } else if (cuda_device_count() == 0) {
-      unavailable = cuda_unavailable_reason();
-    } else if (device.has_index() && device.index() >= cuda_device_count()) {
-      throw Error(ErrorContext{"copy"}, "cannot copy to " + device.str() + ": this process sees " +
-                                            std::to_string(cuda_device_count()) + " CUDA device(s)");
+    const auto refuse = [&](const std::string& why) {
+      throw Error(ErrorContext{"copy"}, "cannot copy to " + device.str() + ": " + why);
+    };
+    if (!gpu_build()) refuse("this ferry build has no GPU support (" FERRY_BUILD_KIND " build: " FERRY_BUILD_REASON ")");
+    if (cuda_device_count() == 0) refuse(cuda_unavailable_reason());
+    if (device.has_index() && device.index() >= cuda_device_count()) {
+      refuse("this process sees " + std::to_string(cuda_device_count()) + " CUDA device(s)");
     }
+    target = device.has_index() ? device : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(current_cuda_device()));
   }
-
   std::optional<size_t> failing;
-  if (unavailable.empty() && device.is_cuda() && !device.has_index()) {
-    try {
-      target = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(current_cuda_device()));
-    } catch (...) {
-      unavailable = cause_of(std::current_exception());
-    }
-  }
   auto state = std::make_shared<TensorCopyState>(std::move(tensors), target, options);
   std::unique_ptr<TensorCopy> copy(new TensorCopy(state));
-  if (!unavailable.empty()) {
-    state->finish(
-        std::make_exception_ptr(Error(ErrorContext{"copy"}, "cannot copy to " + device.str() + ": " + unavailable)),
-        std::nullopt);
-    return copy;
-  }
   try {
     record_inputs_ready(*state, failing);
   } catch (...) {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Union
 
 import torch
@@ -80,8 +81,24 @@ def start_copy(
             str(torch.device(device)),
             bool(use_pinned_staging),
             bool(pack_cpu_tensors),
-            int(min_packed_alignment_bytes),
-            int(max_packed_chunk_bytes),
+            _byte_count("min_packed_alignment_bytes", min_packed_alignment_bytes),
+            _byte_count("max_packed_chunk_bytes", max_packed_chunk_bytes),
             bool(use_background_thread),
         )
     )
+
+
+def _byte_count(name: str, value: Any) -> int:
+    """``value`` as a count of bytes of at least 1: TypeError for what is not an integer (numpy ones
+    are), ferry.Error for one out of range."""
+    if isinstance(value, bool):
+        raise TypeError(f"ferry.start_copy: {name} must be an integer, not bool")
+    try:
+        count = operator.index(value)
+    except TypeError:
+        raise TypeError(f"ferry.start_copy: {name} must be an integer, not {type(value).__name__}") from None
+    if not 1 <= count < 2**63:
+        error = _C.Error(f"ferry.start_copy: {name} must be in 1..2^63-1, got {count}")
+        error.stage, error.sample, error.epoch, error.batch, error.cause, error.problems = "copy", None, None, None, str(error), []
+        raise error
+    return count

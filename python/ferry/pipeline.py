@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Union
 
@@ -67,12 +68,13 @@ class Pipeline:
         saved = _state_text(state)
         if isinstance(config, Mapping):
             # JSON is YAML: the dict goes through the same loader and checks as a file.
-            text = json.dumps(config, indent=2, default=str)
+            text = json.dumps(_config_value(config, "config"), indent=2)
             self._impl = _C.Pipeline.from_text(text, "<dict>", settings, saved)
         elif isinstance(config, (str, os.PathLike)):
             self._impl = _C.Pipeline.from_path(os.fspath(config), settings, saved)
         else:
             raise TypeError(f"ferry.Pipeline: config must be a path or a dict, not {type(config).__name__}")
+        self._generation = 0  # bumped by each new loop and each load_state_dict(): older loops are over
         self._restart_epochs()
 
     def _restart_epochs(self) -> None:
@@ -97,27 +99,44 @@ class Pipeline:
                          "max_batches were delivered")
         self._next_epoch = epoch + 1
         self._current = epoch
-        return self._epoch(epoch)
+        self._generation += 1
+        return self._epoch(epoch, self._generation)
 
-    def _epoch(self, epoch: int) -> Iterator[Union[Batch, list[Batch]]]:
+    def _superseded(self, generation: int) -> None:
+        """Raises when a loop goes on after a newer one started or the pipeline was restarted: one
+        loop at a time delivers, so no batch goes to a loop the program has moved on from."""
+        if generation != self._generation:
+            raise _error("ferry.Pipeline: this loop is over: another loop over the pipeline started, or "
+                         "load_state_dict() restarted it, while it was open; finish or break a loop before the "
+                         "next, and start a new loop after load_state_dict()")
+
+    def _epoch(self, epoch: int, generation: int) -> Iterator[Union[Batch, list[Batch]]]:
         next_of = self._impl.next
         try:
+            self._superseded(generation)
             batch = next_of(epoch)
             while batch is not None:
                 yield batch
+                self._superseded(generation)
                 batch = next_of(epoch)
         finally:  # also when the loop stops early (the generator is closed): no loop is delivering
-            if self._current == epoch:
+            if self._current == epoch and generation == self._generation:
                 self._current = None
 
     def batches(self) -> Iterator[Union[Batch, list[Batch]]]:
         """Every batch left in the run, across epochs (for a loop that counts steps, not epochs)."""
         self._current = None
         self._next_epoch = self._impl.epochs  # the epochs are spoken for
+        self._generation += 1
+        return self._all_batches(self._generation)
+
+    def _all_batches(self, generation: int) -> Iterator[Union[Batch, list[Batch]]]:
         next_of = self._impl.next
+        self._superseded(generation)
         batch = next_of()
         while batch is not None:
             yield batch
+            self._superseded(generation)
             batch = next_of()
 
     def __len__(self) -> int:
@@ -126,7 +145,11 @@ class Pipeline:
         ``decode.on_error: skip``, at most this many. 0 after ``close()``: it delivers nothing more."""
         if self.closed:
             return 0
-        return self._impl.epoch_length(self._current if self._current is not None else self._next_epoch)
+        length = self._impl.epoch_length(self._current if self._current is not None else self._next_epoch)
+        if length > sys.maxsize:  # len() cannot say it
+            raise _error(f"ferry.Pipeline: an epoch of {length} batches is more than len() can return; see "
+                         "total_batches, or lower sampler.epochs or the dataset's size")
+        return length
 
     @property
     def epoch(self) -> int:
@@ -141,7 +164,7 @@ class Pipeline:
     @property
     def total_batches(self) -> int:
         """Batches this pipeline delivers in all epochs (a resumed one: those left)."""
-        return len(self._impl)
+        return self._impl.total_batches
 
     @property
     def device(self) -> torch.device:
@@ -175,8 +198,12 @@ class Pipeline:
     def load_state_dict(self, state: Mapping[str, Any] | str) -> None:
         """Restarts this pipeline at ``state`` (a ``state_dict()``): the next loop delivers the rest
         of the state's epoch. Raises ferry.ConfigError when the state comes from a run with another
-        sample order, naming each setting that differs."""
+        sample order, naming each setting that differs. A loop open over this pipeline is over: going
+        on with it raises ferry.Error; start a new loop."""
+        if state is None:
+            raise TypeError("ferry.Pipeline.load_state_dict: state must be a state_dict() or its JSON text, not None")
         self._impl.load_state_json(_state_text(state))
+        self._generation += 1
         self._restart_epochs()
 
     def stats(self) -> dict[str, Any]:
@@ -222,18 +249,59 @@ def _overrides(overrides: Overrides) -> list[str]:
     if overrides is None:
         return []
     if isinstance(overrides, Mapping):
-        return [f"{key}={_yaml_scalar(value)}" for key, value in overrides.items()]
+        settings = []
+        for key, value in overrides.items():
+            if not isinstance(key, str):
+                raise TypeError(f"ferry.Pipeline: overrides: a key must be a str such as 'decode.threads', not "
+                                f"{type(key).__name__} ({key!r})")
+            if "=" in key or not key.strip():
+                raise _error(f"ferry.Pipeline: overrides: {key!r} is not a key such as 'decode.threads' (a key holds "
+                             "no '='; give the value as the dict's value)")
+            settings.append(f"{key}={_yaml_scalar(value, key)}")
+        return settings
     if isinstance(overrides, str):
         raise TypeError("ferry.Pipeline: overrides must be a dict or a list of 'key=value' strings, not a str")
     return [str(item) for item in overrides]
 
 
-def _yaml_scalar(value: Any) -> str:
+def _yaml_scalar(value: Any, key: str) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, os.PathLike):
         return os.fspath(value)
-    return json.dumps(value)  # true/false, numbers, lists and null read back as YAML
+    # true/false, numbers, lists and null read back as YAML
+    return json.dumps(_config_value(value, f"overrides[{key!r}]"))
+
+
+_MAX_DEPTH = 100  # a config is a few levels deep; far more is a mistake (or a structure holding itself)
+
+
+def _config_value(value: Any, where: str, depth: int = 0, holding: tuple[int, ...] = ()) -> Any:
+    """``value`` as plain JSON data (dicts, lists, str, int, float, bool, None; numpy scalars as
+    their values), or TypeError naming where an object that is none of these sits, and ferry.Error
+    for a structure that holds itself or is nested past ``_MAX_DEPTH`` levels."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return value.item()  # a numpy scalar: np.uint16(3) is 3
+    if isinstance(value, (Mapping, list, tuple)):
+        if id(value) in holding:
+            raise _error(f"ferry.Pipeline: {where} holds itself: a config is a tree of values")
+        if depth >= _MAX_DEPTH:
+            raise _error(f"ferry.Pipeline: {where} is nested more than {_MAX_DEPTH} levels deep")
+        inside = holding + (id(value),)
+        if isinstance(value, Mapping):
+            plain = {}
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise TypeError(f"ferry.Pipeline: {where}: a key must be a str, not {type(key).__name__} ({key!r})")
+                plain[key] = _config_value(item, f"{where}[{key!r}]", depth + 1, inside)
+            return plain
+        return [_config_value(item, f"{where}[{i}]", depth + 1, inside) for i, item in enumerate(value)]
+    raise TypeError(f"ferry.Pipeline: {where} is a {type(value).__name__}, which a config cannot hold (str, "
+                    "int, float, bool, None, list, dict)")
 
 
 def _state_text(state: State) -> str | None:

@@ -386,6 +386,7 @@ void bind_pipeline(py::module_& module) {
       .def("next", &PythonPipeline::next, py::arg("epoch") = py::none(),
            "The next batch (of `epoch` only, when given) as a ferry.Batch; None at the end.")
       .def("__len__", &PythonPipeline::length)
+      .def_property_readonly("total_batches", &PythonPipeline::length)  // an int past len()'s 2^63 - 1
       .def_property_readonly("first_epoch", &PythonPipeline::first_epoch)
       .def_property_readonly("epochs", &PythonPipeline::epochs)
       .def("epoch_length", &PythonPipeline::epoch_length, py::arg("epoch"))
