@@ -196,6 +196,28 @@ std::vector<PipelineState> parse_pipeline_states(std::string_view text, const st
       }
     }
   }
+  // A group's devices take every step together: their states name one step. Found here, naming the
+  // device, rather than when the resumed run's devices deliver different batches.
+  if (problems.empty()) {
+    const auto step = [](const PipelineState& state) {
+      return state.next ? "batch " + std::to_string(state.next->index) + " of epoch " + std::to_string(state.next->epoch)
+                        : "batch " + std::to_string(state.next_batch) + " of the run";
+    };
+    for (size_t d = 1; d < states.size(); ++d) {
+      const bool same_cursor = !states[d].next == !states.front().next &&
+                               (!states[d].next || (states[d].next->epoch == states.front().next->epoch &&
+                                                    states[d].next->index == states.front().next->index));
+      if (states[d].next_batch != states.front().next_batch || !same_cursor) {
+        const YAML::Node node = (*devices)[d];
+        problems.push_back({at(origin, child(node, "next_batch").value_or(node)),
+                            "devices[" + std::to_string(d) + "].next_batch",
+                            "device " + std::to_string(d) + " is at " + step(states[d]) + " but device 0 at " +
+                                step(states.front()) +
+                                ": the devices of a group take every step together, so a state ferry saved has "
+                                "them all at one (was the file edited, or pieced together from two runs?)"});
+      }
+    }
+  }
   if (!problems.empty()) throw ConfigError(std::move(problems));
   return states;
 }

@@ -67,6 +67,7 @@ constexpr size_t kNameOffset = 0, kNameSize = 100;
 constexpr size_t kSizeOffset = 124, kSizeSize = 12;
 constexpr size_t kChecksumOffset = 148, kChecksumSize = 8;
 constexpr size_t kTypeOffset = 156;
+constexpr size_t kLinkOffset = 157, kLinkSize = 100;
 constexpr size_t kMagicOffset = 257;
 constexpr size_t kPrefixOffset = 345, kPrefixSize = 155;
 
@@ -262,7 +263,8 @@ TarIndex::TarIndex(TarIndex&& other) noexcept
       members_(std::move(other.members_)),
       member_begin_(std::exchange(other.member_begin_, {0})),
       keys_(std::move(other.keys_)),
-      key_begin_(std::exchange(other.key_begin_, {0})) {}
+      key_begin_(std::exchange(other.key_begin_, {0})),
+      links_(std::move(other.links_)) {}
 
 TarIndex& TarIndex::operator=(TarIndex&& other) noexcept {
   if (this != &other) {
@@ -275,6 +277,7 @@ TarIndex& TarIndex::operator=(TarIndex&& other) noexcept {
     member_begin_ = std::exchange(other.member_begin_, {0});
     keys_ = std::move(other.keys_);
     key_begin_ = std::exchange(other.key_begin_, {0});
+    links_ = std::move(other.links_);
   }
   return *this;
 }
@@ -309,6 +312,12 @@ const TarMember* TarIndex::find(size_t sample, uint32_t extension) const {
     if (member.extension == extension) return &member;
   }
   return nullptr;
+}
+
+std::optional<std::string> TarIndex::link_named(std::string_view name) const {
+  const auto found = links_.find(name);
+  if (found == links_.end()) return std::nullopt;
+  return found->second;
 }
 
 void TarIndex::read(const TarMember& member, void* out) const {
@@ -464,6 +473,10 @@ void TarIndex::scan() {
     }
     if (type == 'S' || type == 'M' || (regular && pax.any_prefixed("GNU.sparse."))) {
       throw Error(member + ": sparse and multi-volume members are not supported");
+    }
+    if (type == '1' || type == '2') {  // a link: no data, but a message about a missing member names it
+      const std::string target = pax.get("linkpath").value_or(std::string(field_text(block, kLinkOffset, kLinkSize)));
+      links_[name] = std::string(type == '1' ? "a hard link" : "a symbolic link") + " to '" + printable(target) + "'";
     }
     const uint64_t header_offset = extended_header != kNone ? extended_header : offset;
     long_name.reset();

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -58,6 +59,10 @@ class TarIndex {
   std::optional<uint32_t> extension_id(std::string_view extension) const;
   /// The sample's member with that extension id, or nullptr. Linear in the sample's members.
   const TarMember* find(size_t sample, uint32_t extension) const;
+  /// What stands where a member named `name` (key "." extension) would be when the shard has a link of
+  /// that name instead of a file ("a hard link to 'a/x.jpg'"): links carry no data and are skipped, as
+  /// WebDataset skips them, and a message about the missing member says so. nullopt when there is none.
+  std::optional<std::string> link_named(std::string_view name) const;
 
   /// Copies the member's `size` bytes to `out`. Thread-safe, lock-free (pread); blocks on I/O;
   /// allocates nothing. Throws ferry::Error (file, member offset, errno text) if the read fails or
@@ -76,6 +81,7 @@ class TarIndex {
   std::vector<size_t> member_begin_{0};  // sample s has members_[member_begin_[s], member_begin_[s + 1])
   std::string keys_;                     // every key, back to back
   std::vector<size_t> key_begin_{0};     // sample s's key is keys_[key_begin_[s], key_begin_[s + 1])
+  std::map<std::string, std::string, std::less<>> links_;  // link member's name -> "a hard link to '...'"
 };
 
 }  // namespace ferry

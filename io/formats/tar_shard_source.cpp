@@ -257,11 +257,17 @@ EncodedSample TarShardSource::read(uint64_t index) const {
       }
       std::string present;
       for (const TarMember& m : tar.members(local)) present += (present.empty() ? "" : ", ") + tar.extension(m);
+      const std::string name = std::string(tar.key(local)) + "." + options_.fields[f].extension;
+      const std::optional<std::string> link = tar.link_named(name);
       throw Error("tar shard '" + tar.path() + "': sample '" + std::string(tar.key(local)) + "' (index " +
                   std::to_string(index) + ", header at byte " +
                   std::to_string(tar.members(local).front().header_offset) + ") has no '." +
                   options_.fields[f].extension + "' member for field '" + options_.fields[f].name +
-                  "'; it has: " + present);
+                  "'; it has: " + present +
+                  (link ? "; its '" + name + "' is " + *link +
+                              ", which holds no data (ferry reads files only, as WebDataset does: write the shard "
+                              "with the data, e.g. tar --hard-dereference)"
+                        : std::string()));
     }
     // Two fields reading the same member share its bytes (decoders do not modify their input).
     const auto earlier =

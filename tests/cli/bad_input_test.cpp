@@ -223,6 +223,27 @@ TEST(BadInput, ImageFolderEntriesThatAreNotFilesAreCountedInTheReport) {
   EXPECT_TRUE(is_fifo(root + "/class-001/fifo.jpg"));
 }
 
+// A tar member that is a hard link has no data of its own: the missing member's message says so.
+TEST(BadInput, AHardLinkWhereATarMemberShouldBeIsNamedAsOne) {
+  const TempDir dir("ferry_bad_input");
+  ASSERT_EQ(::mkdir((dir / "files").c_str(), 0755), 0);
+  write_file(dir / "files/a.bin", "abcd");
+  write_file(dir / "files/a.cls", "1");
+  ASSERT_EQ(::link((dir / "files/a.bin").c_str(), (dir / "files/b.bin").c_str()), 0);
+  write_file(dir / "files/b.cls", "2");
+  const std::string shard = dir / "links.tar";
+  const Result tar = testing::run_program(
+      {"/bin/sh", "-c", "cd " + (dir / "files") + " && exec tar cf " + shard + " a.bin a.cls b.bin b.cls"}, kDeadline);
+  ASSERT_TRUE(tar.status.is(0)) << both(tar);
+  const std::string config = dir / "links.yaml";
+  write_file(config, "source: {kind: tar, shards: " + shard +
+                         ", members: [{name: x, extension: bin, decoder: raw, dtype: uint8, shape: [4]}]}\n"
+                         "batch_size: 1\n");
+  const Result run = ferry({"run", config});
+  EXPECT_TRUE(run.status.is(1)) << both(run);
+  EXPECT_TRUE(contains(run.err, "its 'b.bin' is a hard link to 'a.bin', which holds no data")) << both(run);
+}
+
 // Under a limit on memory (ulimit -v, as containers set), 1024 decode threads cannot all be made: an
 // error naming decode.threads and exit 1, not SIGABRT from inside oneTBB.
 TEST(BadInput, ThreadsThatCannotBeMadeAreAnErrorNamingDecodeThreads) {

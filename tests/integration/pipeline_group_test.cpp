@@ -378,6 +378,41 @@ TEST(PipelineGroup, DevicesOutOfStepAreReported) {
   }
 }
 
+// A saved group state whose devices are at different steps (edited, or pieced together from two runs)
+// is refused when it is read, naming the device, not when the resumed group's devices disagree.
+TEST(PipelineGroup, AStateWithDevicesOutOfStepIsRefusedAtLoadNamingTheDevice) {
+  forget_torchrun();
+  const SyntheticOptions data = dataset(64, 3);
+  const Config config =
+      parse_config(source_yaml(data) + "batch_size: 4\n", "<test>", {"transfer.devices=" + devices_yaml(3)});
+  std::vector<PipelineState> states;
+  {
+    PipelineGroup group = make_pipeline_group(config, check_config(config));
+    for (int step = 0; step < 2; ++step) ASSERT_TRUE(group.next());
+    states = group.state();
+  }
+  ASSERT_NO_THROW(parse_pipeline_states(states_json(states), "<saved>"));
+  for (const size_t device : {size_t{1}, size_t{2}}) {
+    std::vector<PipelineState> edited = states;
+    edited[device].next_batch += 1;
+    if (edited[device].next) {
+      edited[device].next->index += 1;
+      edited[device].next->position += 4;
+    }
+    edited[device].last_index = edited[device].last_index.value_or(0) + 1;
+    try {
+      (void)parse_pipeline_states(states_json(edited), "edited.json");
+      ADD_FAILURE() << "a group state out of step was accepted";
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("devices[" + std::to_string(device) + "].next_batch: device " + std::to_string(device) +
+                          " is at batch 3"),
+                std::string::npos)
+          << what;
+    }
+  }
+}
+
 // state() from another thread while steps are being taken: every device's state is at the same step, and
 // never behind the steps handed out before it was asked nor ahead of those handed out after.
 TEST(PipelineGroup, StateTakenDuringIterationIsAlwaysAWholeStep) {
