@@ -13,6 +13,58 @@ namespace ferry {
 namespace detail {
 namespace {
 
+// The most values (scalars, lists, mappings) a config may hold: far beyond any config (a list of 100 000
+// shards is one), and few enough that building them stays well under a gigabyte.
+constexpr size_t kMaxConfigValues = 200000;
+// The deepest nesting of lists and mappings: a config is a few levels deep.
+constexpr size_t kMaxConfigDepth = 100;
+
+struct TooManyValues {
+  YAML::Mark mark;
+};
+
+// Where the flow lists and mappings of `text` ([...], {...}) nest deeper than kMaxConfigDepth, found
+// without parsing (yaml-cpp's parser holds gigabytes for 16 MB of '['); nullopt otherwise. Quoted
+// scalars and comments are skipped; block nesting needs indentation, which a file's size bounds.
+std::optional<YAML::Mark> too_deep(std::string_view text) {
+  size_t depth = 0;
+  YAML::Mark mark;
+  mark.line = 0;
+  mark.column = 0;
+  char quote = 0;
+  bool comment = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++mark.line;
+      mark.column = 0;
+      comment = false;
+      continue;
+    }
+    ++mark.column;
+    if (comment) continue;
+    if (quote != 0) {
+      if (c == quote) quote = 0;  // '' in a single-quoted scalar closes and reopens it: same depth
+      else if (c == '\\' && quote == '"') ++i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t')) {
+      comment = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxConfigDepth) {
+        mark.pos = static_cast<int>(i);
+        mark.column -= 1;
+        return mark;
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
 // Where each document of a YAML text starts and where its root node is, read without building the
 // documents. Instead of YAML::LoadAll, which never returns on some malformed text: a ',' where a
 // document starts is never consumed, and yaml-cpp 0.7 reads an empty document there again and again,
@@ -42,8 +94,12 @@ class DocumentMarks : public YAML::EventHandler {
  private:
   void node(const YAML::Mark& mark) {
     if (!documents_.empty() && !documents_.back().root) documents_.back().root = mark;
+    // Counted while the text streams by, before any node is built: yaml-cpp's nodes take a few KiB
+    // each, and a 15 MB list would otherwise take gigabytes before anything could be said about it.
+    if (++values_ > kMaxConfigValues) throw TooManyValues{mark};
   }
   std::vector<Document> documents_;
+  size_t values_ = 0;
 };
 
 // The documents of `text`. Throws YAML::ParserException for malformed YAML, including a document
@@ -158,6 +214,11 @@ ConfigReader::ConfigReader(std::string origin, const std::vector<std::string>& o
 
 Config ConfigReader::load(std::string_view text) {
   Node root;
+  if (const auto deep = too_deep(text)) {
+    throw ConfigError({{position(*deep), "",
+                        "lists and mappings nested more than " + std::to_string(kMaxConfigDepth) +
+                            " levels deep: a config is a few levels deep (is it the right file?)"}});
+  }
   try {
     const std::vector<DocumentMarks::Document> documents = document_marks(text);
     if (documents.size() > 1) {
@@ -166,6 +227,11 @@ Config ConfigReader::load(std::string_view text) {
                               " (separated by ---)"}});
     }
     if (!documents.empty()) root = YAML::Load(std::string(text));
+  } catch (const TooManyValues& many) {
+    throw ConfigError({{position(many.mark), "",
+                        "more than " + std::to_string(kMaxConfigValues) +
+                            " values: too many for a config (is it the right file? a long list of shards can be "
+                            "a brace range, shard-{000000..099999}.tar)"}});
   } catch (const YAML::Exception& e) {
     // The parser's own position is the best there is for malformed YAML.
     throw ConfigError({{position(e.mark), "", "invalid YAML: " + e.msg}});

@@ -371,6 +371,36 @@ TEST(ConfigLoader, ReadsWhereAJpegFieldIsDecodedAndRefusesItElsewhere) {
   EXPECT_EQ(checked({"cache.memory=host"}), "");
 }
 
+// What a file under the 16 MiB cap can hold is bounded before any node is built: nesting past 100
+// levels, more than 200 000 values, and a list of problems past 100 (the rest counted).
+TEST(ConfigLoader, DeepOrHugeConfigsAreRefusedNamingWhyAndProblemsAreCapped) {
+  const std::string valid = "source: {kind: synthetic, samples: 8, fields: [{name: x, dtype: uint8, shape: [4]}]}\n";
+  for (const char* open : {"[", "{a: ", "[{b: "}) {
+    std::string deep = valid + "plugins: ";
+    for (int i = 0; i < 120; ++i) deep += open;
+    EXPECT_NE(problems_of(deep).find("nested more than 100 levels deep"), std::string::npos) << problems_of(deep);
+  }
+  // Brackets inside quotes and comments are not nesting.
+  EXPECT_EQ(problems_of(valid + "batch_size: 4 # " + std::string(300, '[') + "\nplugins: ['" + std::string(300, '[') +
+                        "']\n")
+                .find("nested"),
+            std::string::npos);
+  std::string many = valid + "plugins: [";
+  for (int i = 0; i < 250000; ++i) many += "a, ";
+  many += "a]\n";
+  EXPECT_NE(problems_of(many).find("more than 200000 values: too many for a config"), std::string::npos);
+  std::string unknown = valid + "batch_size: 4\n";
+  for (int i = 0; i < 5000; ++i) unknown += "key" + std::to_string(i) + ": 1\n";
+  try {
+    (void)parse_config(unknown, "test.yaml");
+    ADD_FAILURE() << "unknown keys were accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.problems().size(), ConfigError::kMaxListed);
+    EXPECT_EQ(e.more(), 5000 - ConfigError::kMaxListed);
+    EXPECT_NE(std::string(e.what()).find("... and 4900 more (fix these first)"), std::string::npos);
+  }
+}
+
 TEST(ConfigLoader, AnEmptyFileNamesTheMissingSource) {
   EXPECT_NE(problems_of("").find("source: missing required key"), std::string::npos);
   EXPECT_NE(problems_of("# just a comment\n").find("source: missing required key"), std::string::npos);
