@@ -596,11 +596,13 @@ int dispatch(std::vector<std::string_view> args) {
   }
 }
 
-// Note [a thread that cannot be made]: the pipeline makes sure its worker threads can exist before it
-// starts (detail::check_threads_can_start), but oneTBB makes them later, one from another, and where
-// memory has run short by then a worker's pthread_create fails inside oneTBB, which can only end the
-// process. Rather than "terminate called ..." and SIGABRT, say what happened and what to change, and
-// exit 1 as any failed run does.
+// Note [a thread that cannot be made]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The pipeline makes sure its worker threads can exist before it starts
+// (detail::check_threads_can_start), but oneTBB makes them later, one from another, and where memory
+// has run short by then a worker's pthread_create fails inside oneTBB, which can only end the process.
+// Rather than "terminate called ..." and SIGABRT, say what happened and what to change, and exit 1 as
+// any failed run does.
 [[noreturn]] void on_terminate() {
   std::string what = "an error no code could catch";
   if (const std::exception_ptr failure = std::current_exception()) {

@@ -429,10 +429,17 @@ int make_dataset(const std::vector<std::string_view>& args) {
 
   Options options;
   bool shards_given = false;
+  std::vector<std::string_view> given;  // twice is a mistake, not "the last wins"
   for (size_t i = 2; i < args.size(); ++i) {
     const std::string_view arg = args[i];
     const size_t equals = arg.find('=');
     const std::string_view flag = arg.substr(0, equals);
+    if (takes(*kind, flag)) {
+      if (std::find(given.begin(), given.end(), flag) != given.end()) {
+        throw std::invalid_argument(std::string(flag) + " is given twice: give it once");
+      }
+      given.push_back(flag);
+    }
     if (!takes(*kind, flag)) {
       if (arg.rfind("--", 0) != 0) {
         throw std::invalid_argument("unexpected argument '" + std::string(arg) + "' after OUT ('" + out +

@@ -37,7 +37,9 @@ void check_outputs(const std::vector<NamedFile>& outputs, const std::vector<Name
                                   "': " + std::strerror(errno));
     }
     for (const NamedFile& input : inputs) {
-      if (!input.path.empty() && detail::same_file(output.path, input.path)) {
+      // Only a file that is there can be overwritten (a value such as source.kind names none).
+      if (input.path.empty() || ::access(input.path.c_str(), F_OK) != 0) continue;
+      if (detail::same_file(output.path, input.path)) {
         throw std::invalid_argument(named(output) + " is " + named(input) + ": writing it would overwrite what the run reads");
       }
     }

@@ -368,7 +368,7 @@ TEST(ConfigLoader, ReadsWhereAJpegFieldIsDecodedAndRefusesItElsewhere) {
   EXPECT_NE(checked({"cache.memory=host", "source.image.device=gpu"}).find("is decoded on the GPU (device: gpu)"),
             std::string::npos)
       << checked({"cache.memory=host", "source.image.device=gpu"});
-  EXPECT_EQ(checked({"cache.memory=host"}), "");
+  EXPECT_EQ(checked({"cache.memory=host", "transfer.device=cpu"}), "");
 }
 
 // What a file under the 16 MiB cap can hold is bounded before any node is built: nesting past 100

@@ -404,6 +404,8 @@ TEST(MakeDataset, BadUsageExitsTwoNamingTheProblemAndWritesNothing) {
       {{"tar", fresh, "--samples", "5", "--shards", "6"}, {"--shards", "1..5", "found 6"}},
       {{"npy", fresh, "--shards", "0"}, {"--shards"}},
       {{"tar", fresh, "--samples", "0"}, {"--samples"}},
+      {{"tar", fresh, "--samples", "5", "--samples", "6"}, {"--samples is given twice"}},
+      {{"images", fresh, "--seed=1", "--seed", "2"}, {"--seed is given twice"}},
       {{"tar", fresh, "--samples", "ten"}, {"--samples", "'ten'"}},
       {{"tar", fresh, "--samples"}, {"--samples needs a value"}},
       {{"tar", fresh, "--image-size", "4"}, {"--image-size", "8..8192", "'4'"}},
