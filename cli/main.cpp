@@ -140,6 +140,7 @@ struct ConfigArgs {
   std::optional<std::string> save_state;
   std::optional<std::string> resume;
   std::optional<std::string> digest;
+  bool report = false;  // --report given (it sets stats.report)
 };
 
 // `text` as a YAML single-quoted scalar, read back exactly (a path may look like YAML: "null", "a: b").
@@ -187,6 +188,7 @@ ConfigArgs parse_config_args(const std::vector<std::string_view>& args, bool run
       parsed.overrides.push_back("sampler.epochs=" + std::to_string(parse_count(flag, value())));
     } else if (run_flags && flag == "--report") {
       parsed.overrides.push_back("stats.report=" + yaml_quoted(value()));
+      parsed.report = true;
     } else if (run_flags && flag == "--save-state") {
       parsed.save_state = value();
     } else if (run_flags && flag == "--resume") {
@@ -215,9 +217,7 @@ void check_run_outputs(const ConfigArgs& parsed, const ferry::Config& config) {
   std::vector<ferry::cli::NamedFile> outputs;
   if (parsed.save_state) outputs.push_back({"--save-state", *parsed.save_state});
   if (!config.stats.report_path.empty()) {
-    const bool from_option = std::find(parsed.overrides.begin(), parsed.overrides.end(),
-                                       "stats.report=" + yaml_quoted(config.stats.report_path)) != parsed.overrides.end();
-    outputs.push_back({from_option ? "--report" : "stats.report", config.stats.report_path});
+    outputs.push_back({parsed.report ? "--report" : "stats.report", config.stats.report_path});
   }
   if (parsed.digest) outputs.push_back({"--digest", *parsed.digest});
   std::vector<ferry::cli::NamedFile> inputs;

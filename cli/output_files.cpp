@@ -13,12 +13,6 @@
 namespace ferry::cli {
 namespace {
 
-std::string folder_of(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 std::string named(const NamedFile& file) { return file.what + " '" + file.path + "'"; }
 
 }  // namespace
@@ -31,7 +25,7 @@ void check_outputs(const std::vector<NamedFile>& outputs, const std::vector<Name
       throw std::invalid_argument(output.what + ": '" + output.path + "' " + *why);
     }
     // A link is written through: the new file goes beside its target.
-    const std::string folder = folder_of(detail::link_target(output.path));
+    const std::string folder = detail::folder_of(detail::link_target(output.path));
     if (::access(folder.c_str(), W_OK) != 0) {
       throw std::invalid_argument(output.what + ": cannot write into the folder '" + folder +
                                   "': " + std::strerror(errno));

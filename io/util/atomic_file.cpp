@@ -14,7 +14,8 @@ namespace ferry {
 
 // A link is written through (its target replaced, the link kept), and what a rename would replace but is
 // not a file (a FIFO, /dev/null) is refused.
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), partial_(detail::link_target(path_) + ".partial") {
+AtomicFile::AtomicFile(std::string path)
+    : path_(std::move(path)), target_(detail::link_target(path_)), partial_(target_ + ".partial") {
   if (const auto why = detail::not_replaceable(path_)) throw Error("cannot write " + path_ + ": it " + *why);
   fd_ = ::open(partial_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw Error("cannot create " + partial_ + ": " + std::strerror(errno));
@@ -22,6 +23,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), partial_(deta
 
 AtomicFile::AtomicFile(AtomicFile&& other) noexcept
     : path_(std::move(other.path_)),
+      target_(std::move(other.target_)),
       partial_(std::move(other.partial_)),
       fd_(std::exchange(other.fd_, -1)),
       size_(other.size_),
@@ -56,8 +58,7 @@ void AtomicFile::commit() {
   const int closed = ::close(fd_);
   fd_ = -1;
   if (closed != 0) throw Error("cannot write " + partial_ + " (close failed): " + std::strerror(errno));
-  const std::string target = partial_.substr(0, partial_.size() - std::string_view(".partial").size());
-  if (::rename(partial_.c_str(), target.c_str()) != 0) {
+  if (::rename(partial_.c_str(), target_.c_str()) != 0) {
     throw Error("cannot rename " + partial_ + " to " + path_ + ": " + std::strerror(errno));
   }
   committed_ = true;

@@ -48,6 +48,7 @@ class AtomicFile {
 
  private:
   std::string path_;
+  std::string target_;  // path_, or the file its link names: what the rename replaces
   std::string partial_;
   int fd_ = -1;
   uint64_t size_ = 0;

@@ -24,12 +24,6 @@ std::optional<std::string> kind_of(mode_t mode) {
 
 std::string not_regular_text(const std::string& kind) { return "is " + kind + ", not a regular file"; }
 
-std::string folder_of(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 // `path` absolute, with the links in its folder resolved (the file itself may not exist yet).
 std::string canonical_spelling(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -41,6 +35,12 @@ std::string canonical_spelling(const std::string& path) {
 }
 
 }  // namespace
+
+std::string folder_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
 
 std::optional<std::string> special_file_kind(const std::string& path) {
   struct stat info {};

@@ -27,6 +27,9 @@ int open_regular_file(const std::string& path, std::string& why);
 /// pointing at what was written.
 std::string link_target(const std::string& path);
 
+/// The folder of `path`: "." for a bare name, "/" for a file at the root.
+std::string folder_of(const std::string& path);
+
 /// Why a new file cannot be renamed into place at `path`, or nullopt: `path` (its link target) exists
 /// and is not a regular file, say a FIFO or /dev/null, which the rename would replace.
 std::optional<std::string> not_replaceable(const std::string& path);

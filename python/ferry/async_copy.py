@@ -8,6 +8,7 @@ from typing import Any, Union
 import torch
 
 from ferry import _C
+from ferry.pipeline import _error
 
 Device = Union[str, torch.device, int]
 
@@ -98,7 +99,5 @@ def _byte_count(name: str, value: Any) -> int:
     except TypeError:
         raise TypeError(f"ferry.start_copy: {name} must be an integer, not {type(value).__name__}") from None
     if not 1 <= count < 2**63:
-        error = _C.Error(f"ferry.start_copy: {name} must be in 1..2^63-1, got {count}")
-        error.stage, error.sample, error.epoch, error.batch, error.cause, error.problems = "copy", None, None, None, str(error), []
-        raise error
+        raise _error(f"ferry.start_copy: {name} must be in 1..2^63-1, got {count}")
     return count
