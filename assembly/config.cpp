@@ -81,6 +81,10 @@ PipelineOptions resolve_pipeline_options(const Config& config, const Placement& 
   // Ranks must deliver the same number of batches per epoch, skips or not (Note [replacing skipped
   // samples] in pipeline/pipeline_graph.cpp).
   options.skip_replaces = placement.world_size > 1;
+  // A decode thread waits for one worker at a time: more workers than threads would sit idle.
+  if (options.decode_threads == 0 && config.workers.count > options.resolved_decode_threads()) {
+    options.decode_threads = config.workers.count;
+  }
   if (!placement.torchrun) return options;
   // decode.threads: auto takes this process's share of the host's cores, not all of them each.
   options.local_processes = static_cast<size_t>(placement.local_world_size);
@@ -146,8 +150,18 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
   return order;
 }
 
-std::shared_ptr<const Source> make_source(const SourceConfig& source) {
-  std::shared_ptr<const Source> made = kind_of(source)->make(source.keys);
+MakeContext make_context(const Config& config) {
+  MakeContext context;
+  context.seed = config.sampler.seed;
+  context.workers = config.workers.count != 0 ? config.workers.count : config.pipeline.resolved_decode_threads();
+  context.timeout = config.workers.timeout;
+  context.python = config.workers.python;
+  return context;
+}
+
+std::shared_ptr<const Source> make_source(const SourceConfig& source, const MakeContext& context) {
+  const std::shared_ptr<const SourceKind> kind = kind_of(source);
+  std::shared_ptr<const Source> made = kind->make ? kind->make(source.keys) : kind->make_in(source.keys, context);
   if (!made) throw Error("source kind '" + source.kind + "' made no source (null)");
   return made;
 }
@@ -183,10 +197,11 @@ FieldDecoders make_field_decoders(const Config& config, const Source& source) {
 SampleTransforms make_transforms(const Config& config) {
   SampleTransforms transforms;
   transforms.seed = config.sampler.seed;
+  const MakeContext context = make_context(config);
   for (size_t t = 0; t < config.transforms.size(); ++t) {
     const TransformConfig& transform = config.transforms[t];
     try {
-      transforms.list.push_back(TransformRegistry::global().make(transform.kind, transform.keys));
+      transforms.list.push_back(TransformRegistry::global().make(transform.kind, transform.keys, context));
     } catch (const std::exception& e) {
       throw Error("transform " + std::to_string(t) + " ('" + transform.kind + "'): " + cause_of(e));
     }

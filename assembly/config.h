@@ -14,6 +14,7 @@
 #include "ferry/io/samplers/sampler.h"
 #include "ferry/io/transforms/transform.h"
 #include "ferry/io/util/key_schema.h"
+#include "ferry/io/util/kind_registry.h"
 #include "ferry/stages/pipeline_options.h"
 
 namespace ferry {
@@ -49,6 +50,14 @@ struct SamplerConfig {
   uint64_t shuffle_buffer = 0;
 };
 
+/// How user Python code runs (the python source kind, python transforms): in worker processes.
+struct WorkersConfig {
+  size_t count = 0;  // decode.workers: processes per pipeline; 0: as many as decode threads
+  /// decode.timeout: how long one sample (or a worker's start) may take before its worker is stopped.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  std::string python;  // decode.python: the workers' interpreter; "": the default (python3, or ferry's own)
+};
+
 /// How `ferry run` reports on a run.
 struct StatsConfig {
   enum class Progress {
@@ -79,6 +88,7 @@ struct Config {
   /// every visible GPU), a pipeline each (Note [one process, several devices] in
   /// pipeline/pipeline_group.h; make_pipeline_group()). Empty: one device, pipeline.device.
   std::vector<std::string> devices;
+  WorkersConfig workers;
   StatsConfig stats;
 
   /// Where the config came from ("configs/demo.yaml", "<built-in demo>").
@@ -119,8 +129,12 @@ PipelineOptions resolve_pipeline_options(const Config& config, const Placement& 
 /// another size is caught; one regenerated with the same size but other contents is not).
 std::map<std::string, std::string> batch_order(const Config& config, const Placement& placement, const Source& source);
 
-/// The source config.source describes, made by its kind. Throws ferry::Error when it cannot be made.
-std::shared_ptr<const Source> make_source(const SourceConfig& source);
+/// What kinds that run user code need from the config (decode.workers and its neighbours, sampler.seed).
+MakeContext make_context(const Config& config);
+
+/// The source config.source describes, made by its kind (in `context`, for a kind that needs it). Throws
+/// ferry::Error when it cannot be made.
+std::shared_ptr<const Source> make_source(const SourceConfig& source, const MakeContext& context = {});
 
 /// The decoders of the fields whose decoder the config names with its keys (a tar member's resize and
 /// crop, say), made by their kinds in DecoderRegistry::global() for `source`'s fields (the source the

@@ -62,6 +62,24 @@ std::optional<KeyValue> ConfigReader::read_integer(const Node& node, const std::
   return KeyValue::scalar(*text, key, location(key, node));
 }
 
+KeyValue ConfigReader::read_any(const Node& node, const std::string& key) {
+  note(key, node);
+  if (node.IsSequence()) {
+    std::vector<KeyValue> items;
+    for (size_t i = 0; i < node.size(); ++i) items.push_back(read_any(node[i], key + "[" + std::to_string(i) + "]"));
+    return KeyValue::list(std::move(items), key, location(key, node));
+  }
+  if (node.IsMap()) {
+    std::vector<std::pair<std::string, KeyValue>> entries;
+    for (const auto& entry : node) {
+      const std::string name = entry.first.Scalar();
+      entries.emplace_back(name, read_any(entry.second, key + "." + name));
+    }
+    return KeyValue::mapping(std::move(entries), key, location(key, node));
+  }
+  return KeyValue::scalar(node.IsNull() ? "null" : node.Scalar(), key, location(key, node));
+}
+
 std::optional<KeyValue> ConfigReader::read_keyed(const Node& node, const std::string& key, const KeySpec& spec) {
   using Type = KeySpec::Type;
   const std::string what = spec.expected_text();
@@ -139,6 +157,7 @@ std::optional<KeyValue> ConfigReader::read_keyed(const Node& node, const std::st
       return KeyValue::list(std::move(items), key, location(key, node));
     }
     case Type::kMapping: return read_keyed_mapping(node, key, spec.keys);
+    case Type::kAny: return read_any(node, key);
   }
   return std::nullopt;
 }

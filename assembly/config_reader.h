@@ -93,6 +93,8 @@ class ConfigReader {
   // ---- the keys of extensions (config_extension_keys.cpp) ----
   /// `node` read as `spec` says, as a KeyValue; nullopt after reporting why it cannot be.
   std::optional<KeyValue> read_keyed(const Node& node, const std::string& key, const KeySpec& spec);
+  /// `node` as it is written (KeySpec::Type::kAny): scalars as their text, null as "null".
+  KeyValue read_any(const Node& node, const std::string& key);
   /// A mapping of `keys` (and, where one of them names a decoder, that decoder's keys too). `extra`
   /// names keys read elsewhere (a source's `kind`); `foreign(name)` may say why a key that is not one of
   /// them is out of place ("not a key of source kind 'tar' ..."). Runs the decoder's check. nullopt when

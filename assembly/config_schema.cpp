@@ -75,6 +75,18 @@ const std::vector<ConfigKey>& config_keys() {
        "A sample that cannot be read or decoded: fail the run (naming the sample), or skip it: fill its batch from the "
        "next samples, log it on stderr, count it and list it in the report.",
        "skip"},
+      {"decode.workers", "auto or integer 1..256", "auto (decode.threads)",
+       "Worker processes that run Python code (source kind python, python transforms), each a new interpreter "
+       "writing samples into shared memory. decode.threads is raised to match when it is auto.",
+       "8"},
+      {"decode.timeout", "duration or none", "5min",
+       "How long a worker may take for one sample, or to start: past it the worker is stopped and the sample fails "
+       "(naming it), or is skipped under on_error: skip.",
+       "60s"},
+      {"decode.python", "path", "python3 (from Python: its own interpreter)",
+       "The interpreter worker processes run; it needs numpy and ferry's package (the FERRY_PYTHON environment "
+       "variable sets the default).",
+       "/usr/bin/python3"},
       {"decode.decoders", "mapping of field to decoder", "the source's",
        "Decoder per field, replacing the source's choice (built in: raw, jpeg, png, image, npy, label, json; and any "
        "your program or a plugin registers). It decodes with the keys the source gives the field.",

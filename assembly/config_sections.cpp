@@ -15,6 +15,7 @@ namespace ferry::detail {
 namespace {
 
 constexpr uint64_t kMaxInteger = uint64_t{1} << 62;
+constexpr uint64_t kMaxWorkers = 256;  // decode.workers: processes per pipeline
 
 // cuda:007 as cuda:7, so that a GPU is not listed twice under two names.
 std::string canonical(const std::string& device) {
@@ -113,6 +114,38 @@ void ConfigReader::read_decode(const Node& node) {
     } else if (auto threads = integer(*value, "decode.threads", 1, EngineOptions::kMaxDecodeThreads,
                                       "auto or an integer in 1.." + std::to_string(EngineOptions::kMaxDecodeThreads))) {
       options.decode_threads = *threads;
+    }
+  }
+  if (const auto value = child(node, "workers")) {
+    if (is_auto(*value)) {
+      note("decode.workers", *value);
+      config_.workers.count = 0;
+    } else if (auto workers = integer(*value, "decode.workers", 1, kMaxWorkers,
+                                      "auto or an integer in 1.." + std::to_string(kMaxWorkers))) {
+      config_.workers.count = *workers;
+    }
+  }
+  if (const auto value = child(node, "timeout")) {
+    if (auto text = scalar(*value, "decode.timeout", "a duration such as 60s or 10min, or none")) {
+      const auto duration = parse_duration(*text);
+      if (*text == "none") {
+        config_.workers.timeout = std::chrono::milliseconds(0);
+      } else if (!duration || duration->count() < 100) {
+        problem("decode.timeout", *value,
+                "expected a duration of at least 100ms, such as 60s or 10min, or none, found '" +
+                    printable(*text, 80) + "': " + (duration ? std::string("shorter than 100ms") : duration_problem(*text)));
+      } else {
+        config_.workers.timeout = *duration;
+      }
+    }
+  }
+  if (const auto value = child(node, "python")) {
+    if (auto text = scalar(*value, "decode.python", "the interpreter of worker processes, e.g. /usr/bin/python3")) {
+      if (text->empty()) {
+        expected("decode.python", *value, "the interpreter of worker processes, e.g. /usr/bin/python3");
+      } else {
+        config_.workers.python = *text;
+      }
     }
   }
   if (const auto value = child(node, "on_error")) {

@@ -262,7 +262,7 @@ std::shared_ptr<const Source> check_config(const Config& config) {
   std::shared_ptr<const Source> source;
   const std::shared_ptr<const SourceKind> kind = SourceRegistry::global().find(config.source.kind);
   try {
-    source = make_source(config.source);
+    source = make_source(config.source, make_context(config));
   } catch (const Error& e) {
     // An image folder's problems (no classes, an empty class) are the root's: where the kind says.
     add(kind ? kind->error_key : "source", e.cause());

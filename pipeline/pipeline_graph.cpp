@@ -336,6 +336,7 @@ void PipelineGraph::split(const PlanPtr& plan, Put&& put) {
       sample.plan = plan;
       sample.position = static_cast<uint32_t>(position++);
       sample.slab = slab.get();
+      sample.stop = &stop_;
     }
     put(std::move(group));
   };

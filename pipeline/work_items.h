@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -97,6 +98,9 @@ struct SampleWork {
   /// the decode thread copied into it (bit f for field f), their tensors dropped from `fields`.
   PlacedSlab* slab = nullptr;
   uint64_t placed = 0;
+  /// The pipeline's stop flag: a stage that waits on something outside the pipeline (a worker process)
+  /// watches it, so that closing never waits for that. Null in stages run on their own (tests).
+  const std::atomic<bool>* stop = nullptr;
 
   bool is_placed(size_t field) const noexcept {
     return field < PlacedSlab::kMaxFields && ((placed >> field) & 1U) != 0;

@@ -313,7 +313,8 @@ void DecodeStage::run(SampleWork& work) {
     return;
   }
   const std::vector<FieldSpec>& specs = source_->fields();
-  EncodedSample encoded = source_->read(work.index());
+  EncodedSample encoded =
+      source_->read_sample(work.index(), SampleContext{transforms_.seed, work.plan->epoch, work.index(), {}, work.stop});
   work.key = encoded.key;
   if (encoded.fields.size() != specs.size()) {
     throw Error(encoded.key + ": the source gave " + std::to_string(encoded.fields.size()) +
@@ -351,7 +352,7 @@ void DecodeStage::transform(SampleWork& work, const std::string& key) const {
   names.reserve(specs.size());
   for (const FieldSpec& spec : specs) names.push_back(spec.name);
   SampleFields sample(std::move(names), std::move(work.fields));
-  const SampleContext context{transforms_.seed, work.plan->epoch, work.index(), key};
+  const SampleContext context{transforms_.seed, work.plan->epoch, work.index(), key, work.stop};
   for (const auto& transform : transforms_.list) {
     try {
       transform->apply(sample, context);

@@ -5,6 +5,7 @@
 #   io/samplers/    orders; io/formats/: dataset readers and writers: the engine and io/util
 #   io/decoders/    decoders and their encoders: also io/formats (a decoder reads a Source's FieldSpec)
 #   io/transforms/  sample transforms: the engine, io/util and io/formats (a transform declares FieldSpecs)
+#   io/workers/     user Python code in worker processes: io/formats and io/transforms (its kinds)
 #   stages/         all of io/
 #   assembly/       YAML -> Config -> pipeline: everything below it
 #   copy/           start_copy: the engine and the stages' packing, never data formats or the config
@@ -19,6 +20,7 @@ set(rules
   "io/formats:pipeline/|io/util/|io/formats/"
   "io/decoders:pipeline/|io/util/|io/formats/|io/decoders/"
   "io/transforms:pipeline/|io/util/|io/formats/|io/transforms/"
+  "io/workers:pipeline/|io/util/|io/formats/|io/transforms/|io/workers/"
   "stages:pipeline/|io/|stages/"
   "assembly:pipeline/|io/|stages/|assembly/"
   "copy:pipeline/|stages/|copy/")

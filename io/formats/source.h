@@ -1,8 +1,10 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -27,6 +29,23 @@ struct FieldSpec {
   bool variable() const noexcept { return !shape.empty() && shape[0] == kVariableLength; }
 };
 
+/// Which sample is being made (read, transformed), and the seed of its random numbers. Draw from
+/// random_seed() (or from all three numbers) and a sample gets the same draw on every run, with any
+/// number of threads and after a resume, and another draw every epoch.
+struct SampleContext {
+  uint64_t seed = 0;  // sampler.seed
+  uint64_t epoch = 0;
+  uint64_t index = 0;    // the sample's index in its source
+  std::string_view key;  // the sample's name in messages ("shard-0003.tar:000123")
+  /// Turns true when the pipeline stops (null: never): code that waits on something outside the
+  /// pipeline (a worker process, the network) watches it and gives up (throws), so closing never waits.
+  const std::atomic<bool>* stop = nullptr;
+
+  bool stopping() const noexcept { return stop != nullptr && stop->load(std::memory_order_acquire); }
+  /// 64 random bits from (seed, epoch, index): a seed for the sample's own generator.
+  uint64_t random_seed() const noexcept;
+};
+
 /// A sample as stored: one encoded tensor per field (usually uint8 bytes), in the source's field
 /// order, and a key that identifies the sample in messages ("shard-0003.tar:000123", a file path).
 struct EncodedSample {
@@ -46,6 +65,13 @@ class Source {
   virtual const std::vector<FieldSpec>& fields() const = 0;
   virtual uint64_t size() const = 0;
   virtual EncodedSample read(uint64_t index) const = 0;
+  /// What the decode stage calls: read() for the sample `context` names (its key is not known yet).
+  /// A source whose samples are made per epoch (user code drawing random numbers) overrides it;
+  /// the others need not.
+  virtual EncodedSample read_sample(uint64_t index, const SampleContext& context) const {
+    (void)context;
+    return read(index);
+  }
   /// One line for reports and errors, e.g. "synthetic(seed=7, samples=10000, fields=3)".
   virtual std::string describe() const = 0;
   /// Where the samples lie in shards that are best read in order (tar files): each shard's number of

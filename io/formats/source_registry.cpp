@@ -9,6 +9,7 @@ SourceRegistry::SourceRegistry() {
   add(detail::megatron_source_kind());
   add(detail::tar_source_kind());
   add(detail::image_folder_source_kind());
+  add(detail::python_source_kind());
 }
 
 SourceRegistry& SourceRegistry::global() {

@@ -27,7 +27,7 @@ struct DecodedField {
 /// make it. Every built-in kind (synthetic, megatron, tar, image_folder) is one, registered in
 /// SourceRegistry like a program's or a plugin's own: the config loader knows none of them by name.
 ///
-/// Only `name`, `keys` and `make` are required; each hook is optional and says what it defaults to.
+/// Only `name`, `keys` and `make` (or `make_in`) are required; each hook is optional and says what it defaults to.
 /// The hooks are called from the thread that loads or checks a config, never from a pipeline's threads.
 struct SourceKind {
   std::string name;
@@ -38,6 +38,9 @@ struct SourceKind {
   /// Makes the source from its checked keys (the `source` mapping). May read the data (index a
   /// dataset); throws ferry::Error for what only the data shows, reported at `error_key`.
   std::function<std::shared_ptr<const Source>(const KeyValue& source)> make;
+  /// Instead of make, for a kind that needs the run's settings beside its keys (MakeContext: the seed,
+  /// worker processes). A kind has one of the two.
+  std::function<std::shared_ptr<const Source>(const KeyValue& source, const MakeContext& context)> make_in;
 
   /// Checks across keys that the schema cannot state (a file that must exist, min <= max), adding each
   /// problem found; called by the config loader after the schema's checks passed, before anything is
@@ -69,7 +72,7 @@ struct SourceKind {
 /// never removed, so a looked-up kind stays valid.
 class SourceRegistry {
  public:
-  /// A registry with the built-in kinds: synthetic, megatron, tar, image_folder.
+  /// A registry with the built-in kinds: synthetic, megatron, tar, image_folder, python.
   SourceRegistry();
   static SourceRegistry& global();
 

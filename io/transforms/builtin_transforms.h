@@ -9,5 +9,7 @@ namespace ferry::detail {
 
 TransformKind drop_transform_kind();
 TransformKind rename_transform_kind();
+/// Defined in io/workers/, which runs user Python code in worker processes.
+TransformKind python_transform_kind();
 
 }  // namespace ferry::detail

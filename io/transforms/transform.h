@@ -12,18 +12,6 @@
 
 namespace ferry {
 
-/// Which sample a transform works on, and the seed of its random numbers. Draw from random_seed() (or
-/// from all three numbers) and a sample gets the same draw on every run, with any number of threads and
-/// after a resume, and another draw every epoch.
-struct SampleContext {
-  uint64_t seed = 0;  // sampler.seed
-  uint64_t epoch = 0;
-  uint64_t index = 0;    // the sample's index in its source
-  std::string_view key;  // the sample's name in messages ("shard-0003.tar:000123")
-
-  /// 64 random bits from (seed, epoch, index): a seed for the transform's own generator.
-  uint64_t random_seed() const noexcept;
-};
 
 /// A decoded sample as a transform sees it: tensors by field name, in order. A transform reads the
 /// fields it needs, replaces them, adds new ones and erases others.

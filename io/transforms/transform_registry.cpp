@@ -10,6 +10,7 @@ namespace ferry {
 TransformRegistry::TransformRegistry() {
   add(detail::drop_transform_kind());
   add(detail::rename_transform_kind());
+  add(detail::python_transform_kind());
 }
 
 TransformRegistry& TransformRegistry::global() {
@@ -17,14 +18,15 @@ TransformRegistry& TransformRegistry::global() {
   return registry;
 }
 
-std::shared_ptr<const Transform> TransformRegistry::make(std::string_view name, const KeyValue& keys) const {
+std::shared_ptr<const Transform> TransformRegistry::make(std::string_view name, const KeyValue& keys,
+                                                        const MakeContext& context) const {
   const std::shared_ptr<const TransformKind> found = kind(name);
   if (!found) {
     std::string known;
     for (const std::string& registered : names()) known += (known.empty() ? "" : ", ") + registered;
     throw Error("unknown transform '" + std::string(name) + "'; registered transforms: " + known);
   }
-  std::shared_ptr<const Transform> transform = found->make(keys);
+  std::shared_ptr<const Transform> transform = found->make ? found->make(keys) : found->make_in(keys, context);
   if (!transform) throw Error("transform '" + std::string(name) + "' made no transform (null)");
   return transform;
 }

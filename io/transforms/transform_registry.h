@@ -23,6 +23,9 @@ struct TransformKind {
   /// Makes the transform from its checked keys (once per pipeline). Throws ferry::Error for keys it
   /// cannot work with.
   std::function<std::shared_ptr<const Transform>(const KeyValue& keys)> make;
+  /// Instead of make, for a transform that needs the run's settings beside its keys (MakeContext). A
+  /// kind has one of the two.
+  std::function<std::shared_ptr<const Transform>(const KeyValue& keys, const MakeContext& context)> make_in;
   /// Checks across its keys that the schema cannot state, adding each problem; called by the config
   /// loader. Default: none.
   std::function<void(const KeyValue& keys, KeyProblems& problems)> check;
@@ -34,7 +37,7 @@ struct TransformKind {
 /// nothing is ever removed.
 class TransformRegistry {
  public:
-  /// A registry with the built-in transforms: drop, rename.
+  /// A registry with the built-in transforms: drop, rename, python.
   TransformRegistry();
   /// The process-wide registry that configs use; add your own transforms to it.
   static TransformRegistry& global();
@@ -48,7 +51,8 @@ class TransformRegistry {
   std::shared_ptr<const TransformKind> kind(std::string_view name) const { return kinds_.find(name); }
   /// The transform `name` makes from `keys`. Throws ferry::Error naming an unknown transform and the
   /// registered ones, or what the kind's make() throws.
-  std::shared_ptr<const Transform> make(std::string_view name, const KeyValue& keys) const;
+  std::shared_ptr<const Transform> make(std::string_view name, const KeyValue& keys,
+                                        const MakeContext& context = {}) const;
   /// Names in registration order (the built-in ones first).
   std::vector<std::string> names() const { return kinds_.names(); }
   std::vector<std::shared_ptr<const TransformKind>> kinds() const { return kinds_.kinds(); }

@@ -69,6 +69,7 @@ std::string KeySpec::expected_text() const {
       for (const KeySpec& key : keys) names += (names.empty() ? "" : ", ") + key.name;
       return "a mapping of keys (" + names + ")";
     }
+    case Type::kAny: return "a value";
   }
   return "a value";
 }
@@ -89,6 +90,7 @@ std::string KeySpec::type_description() const {
       return (one_or_list ? element + " or list of " : "list of ") + element;
     }
     case Type::kMapping: return "mapping";
+    case Type::kAny: return "any value";
   }
   return "value";
 }

@@ -28,6 +28,7 @@ struct KeySpec {
     kDecoder,  // a registered decoder's name; the mapping holding it also takes that decoder's keys
     kList,     // a list of `item`s; min/max bound its length
     kMapping,  // a mapping of `keys`
+    kAny,      // any YAML value (scalar, list, mapping), passed on as written: the extension reads it
   };
 
   std::string name;

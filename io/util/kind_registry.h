@@ -1,5 +1,7 @@
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -10,6 +12,22 @@
 
 #include "ferry/io/util/key_schema.h"
 #include "ferry/pipeline/error.h"
+
+namespace ferry {
+
+/// What a source or transform kind may need beside its own keys to make its extension (SourceKind::make_in,
+/// TransformKind::make_in): the run's seed and how user code runs (decode.workers, decode.timeout,
+/// decode.python).
+struct MakeContext {
+  uint64_t seed = 0;   // sampler.seed
+  size_t workers = 1;  // worker processes for user code
+  /// How long user code may take for one sample, or a worker to start; 0: no limit.
+  std::chrono::milliseconds timeout{0};
+  std::string python = "python3";  // the interpreter that worker processes run
+  std::string python_path;         // put first on the workers' PYTHONPATH ("" : theirs as inherited)
+};
+
+}  // namespace ferry
 
 namespace ferry::detail {
 
@@ -69,7 +87,9 @@ class KindRegistry {
   std::optional<std::string> refusal_locked(const Kind& kind) const {
     if (kind.name.empty()) return "a " + what_ + " without a name";
     const std::string owner = what_ + " '" + kind.name + "'";
-    if (!kind.make) return owner + " has no make function";
+    bool makes = static_cast<bool>(kind.make);
+    if constexpr (requires { kind.make_in; }) makes = makes || static_cast<bool>(kind.make_in);
+    if (!makes) return owner + " has no make function";
     for (const KeySpec& key : kind.keys) {
       if (!reserved_.empty() && key.name == reserved_) {
         return owner + ": '" + reserved_ + "' is every " + what_ + "'s key; name the key otherwise";

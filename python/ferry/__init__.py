@@ -18,22 +18,46 @@
 All run on ferry's C++ core (ferry._C): the pipeline's threads and copies never hold the GIL.
 """
 
-from ferry import uvm
-from ferry._C import (
-    ConfigError,
-    Error,
-    PluginError,
-    UnifiedMemoryUnsupportedError,
-    __version__,
-    build_kind,
-    build_reason,
-    load_plugin,
-    loaded_plugins,
-    malloc_name,
-)
-from ferry.async_copy import AsyncCopyHandle, start_copy
-from ferry.batch import Batch
-from ferry.pipeline import Pipeline
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ferry._sample import SampleInfo, sample_info, sample_rng
+
+# Imported on first use: a worker process (ferry._worker) imports this package for sample_rng() and
+# sample_info(), and needs neither torch nor the compiled core for that.
+_LAZY = {
+    "AsyncCopyHandle": "ferry.async_copy",
+    "Batch": "ferry.batch",
+    "ConfigError": "ferry._C",
+    "Error": "ferry._C",
+    "Pipeline": "ferry.pipeline",
+    "PluginError": "ferry._C",
+    "UnifiedMemoryUnsupportedError": "ferry._C",
+    "__version__": "ferry._C",
+    "build_kind": "ferry._C",
+    "build_reason": "ferry._C",
+    "load_plugin": "ferry._C",
+    "loaded_plugins": "ferry._C",
+    "malloc_name": "ferry._C",
+    "start_copy": "ferry.async_copy",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "uvm":
+        return importlib.import_module("ferry.uvm")
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ferry' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "AsyncCopyHandle",
@@ -42,6 +66,7 @@ __all__ = [
     "Error",
     "Pipeline",
     "PluginError",
+    "SampleInfo",
     "UnifiedMemoryUnsupportedError",
     "__version__",
     "build_kind",
@@ -49,6 +74,8 @@ __all__ = [
     "load_plugin",
     "loaded_plugins",
     "malloc_name",
+    "sample_info",
+    "sample_rng",
     "start_copy",
     "uvm",
 ]

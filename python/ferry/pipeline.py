@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Union
@@ -14,8 +15,11 @@ from ferry import _C
 from ferry.batch import Batch
 
 _C._set_batch_type(Batch)
+# Worker processes (source kind python, python transforms) run this interpreter, with this package.
+_C._set_worker_python(sys.executable, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 Config = Union[str, "os.PathLike[str]", Mapping[str, Any]]
+FieldsSpec = Union[Mapping[str, Mapping[str, Any]], None]
 Overrides = Union[Mapping[str, Any], Sequence[str], None]
 State = Union[Mapping[str, Any], str, None]
 
@@ -76,6 +80,66 @@ class Pipeline:
             raise TypeError(f"ferry.Pipeline: config must be a path or a dict, not {type(config).__name__}")
         self._generation = 0  # bumped by each new loop and each load_state_dict(): older loops are over
         self._restart_epochs()
+
+    @classmethod
+    def from_dataset(cls, dataset: Any, config: Config | None = None, *, fields: FieldsSpec = None,
+                     overrides: Overrides = None, state: State = None) -> Pipeline:
+        """A pipeline over a map-style dataset of your own: ``len(dataset)`` samples, each
+        ``dataset[index]`` a dict of numpy arrays, CPU torch tensors, numbers or bytes. Worker
+        processes (``decode.workers``, spawned, never forked) each get a pickled copy of the dataset and
+        write its samples straight into memory the pipeline packs from; inside ``__getitem__``,
+        :func:`ferry.sample_rng` gives random numbers that repeat on every run and after a resume.
+
+            pipeline = ferry.Pipeline.from_dataset(TeamDataset(root), {"batch_size": 64,
+                                                    "decode": {"workers": 8}})
+
+        Args:
+            dataset: the dataset; it (and what it holds) must pickle: its class at module level.
+            config: every key but ``source``, as a dict or a YAML file's path (docs/config.md).
+            fields: the fields, as ``{"image": {"dtype": "uint8", "shape": [3, 224, 224]},
+                "tokens": {"dtype": "int32", "max_length": 512}}``; left out, they are inferred from
+                the first samples (ints as int64, floats as float32), then checked on every sample.
+            overrides, state: as for :class:`Pipeline`.
+
+        Raises:
+            TypeError: the dataset has no ``__len__`` or ``__getitem__``.
+            ferry.Error: it cannot be sent to a worker process (it does not pickle), or its workers
+                cannot load it (their traceback is in the message).
+        """
+        for needed in ("__len__", "__getitem__"):
+            if not hasattr(dataset, needed):
+                raise TypeError(f"ferry.Pipeline.from_dataset: the dataset ({type(dataset).__name__}) has no "
+                                f"{needed}: ferry needs a map-style dataset (__len__, and __getitem__(index) returning a "
+                                "dict of arrays)")
+        handle = _C._hold_object(_pickled_dataset(dataset), _describe(dataset))
+        source: dict[str, Any] = {"kind": "python", "dataset": handle}
+        if fields is not None:
+            source["fields"] = _field_list(fields)
+        settings = _overrides(overrides)
+        try:
+            if isinstance(config, (str, os.PathLike)):
+                source_settings = [f"source.{key}={json.dumps(value)}" for key, value in source.items()]
+                pipeline = cls(config, overrides=source_settings + settings, state=state)
+            else:
+                if config is not None and not isinstance(config, Mapping):
+                    raise TypeError("ferry.Pipeline.from_dataset: config must be a dict or a YAML file's path, not "
+                                    f"{type(config).__name__}")
+                plain = dict(config or {})
+                if "source" in plain:
+                    raise _error("ferry.Pipeline.from_dataset: the config has a source; the dataset is the source "
+                                 "(leave `source` out, or use ferry.Pipeline(config))")
+                plain["source"] = source
+                pipeline = cls(plain, overrides=settings, state=state)
+        except BaseException:
+            _C._release_object(handle)
+            raise
+        pipeline._held = handle
+        return pipeline
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_held", None)
+        if handle is not None and _C is not None:  # (None while the interpreter exits)
+            _C._release_object(handle)
 
     def _restart_epochs(self) -> None:
         first = self._impl.first_epoch
@@ -302,6 +366,44 @@ def _config_value(value: Any, where: str, depth: int = 0, holding: tuple[int, ..
         return [_config_value(item, f"{where}[{i}]", depth + 1, inside) for i, item in enumerate(value)]
     raise TypeError(f"ferry.Pipeline: {where} is a {type(value).__name__}, which a config cannot hold (str, "
                     "int, float, bool, None, list, dict)")
+
+
+def _pickled_dataset(dataset: Any) -> bytes:
+    """The dataset as its workers unpickle it: with what a spawned interpreter needs first (the user's
+    script, as multiprocessing's spawn runs it) when its class lives there."""
+    try:
+        pickled = pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:
+        raise _error(f"ferry.Pipeline.from_dataset: the dataset ({_describe(dataset)}) cannot be sent to worker "
+                     f"processes: pickling it failed: {type(e).__name__}: {e}. Define its class, and what it holds, "
+                     "at a module's top level (not in a function, not a lambda), or make what cannot pickle (an open "
+                     "file, a connection) when __getitem__ first needs it") from None
+    main = None
+    if b"__main__" in pickled:
+        import multiprocessing.spawn
+
+        main = multiprocessing.spawn.get_preparation_data("ferry-worker")
+    held = {"main": main, "sys_path": list(sys.path), "object": pickled}
+    return pickle.dumps(held, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _describe(dataset: Any) -> str:
+    kind = type(dataset)
+    module = kind.__module__
+    return kind.__qualname__ if module in ("builtins", "__main__", "__mp_main__") else f"{module}.{kind.__qualname__}"
+
+
+def _field_list(fields: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    if not isinstance(fields, Mapping):
+        raise TypeError("ferry.Pipeline.from_dataset: fields must be a dict of field name to "
+                        "{'dtype': ..., 'shape': [...], 'max_length': ...}")
+    listed = []
+    for name, spec in fields.items():
+        if not isinstance(spec, Mapping):
+            raise TypeError(f"ferry.Pipeline.from_dataset: fields[{name!r}] must be a dict such as "
+                            "{'dtype': 'uint8', 'shape': [3, 224, 224]}")
+        listed.append({"name": name, **_config_value(spec, f"fields[{name!r}]")})
+    return listed
 
 
 def _state_text(state: State) -> str | None:

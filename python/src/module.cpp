@@ -4,6 +4,7 @@
 
 #include <ferry/assembly/plugin.h>
 #include <ferry/build_config.h>
+#include <ferry/io/workers/python_code.h>
 #include <ferry/pipeline/malloc_name.h>
 #include <ferry/pipeline/pinned_pool.h>
 #include "python_copy.h"
@@ -40,6 +41,17 @@ PYBIND11_MODULE(_C, m) {
   m.def("loaded_plugins", &ferry::loaded_plugins, "The plugins loaded so far, as absolute paths.");
   m.def("live_staging_bytes", &ferry::PinnedPool::live_bytes,
         "Staging bytes (pinned, or the pageable fallback) held by every pipeline of this process now.");
+
+  // ferry.Pipeline.from_dataset(): the pickled dataset, held for configs that name its handle.
+  m.def(
+      "_hold_object",
+      [](const py::bytes& payload, const std::string& description) {
+        return ferry::detail::hold_object({std::string(payload), description});
+      },
+      py::arg("payload"), py::arg("description"));
+  m.def("_release_object", &ferry::detail::release_object, py::arg("handle"));
+  m.def("_set_worker_python", &ferry::detail::set_default_worker_python, py::arg("python"), py::arg("python_path"),
+        "The interpreter (and the folder holding the ferry package) that worker processes run by default.");
 
   ferry::python::bind_pipeline(m);
   ferry::python::bind_copy(m);

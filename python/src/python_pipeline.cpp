@@ -64,6 +64,7 @@ PythonPipeline::PythonPipeline(Config config, const std::optional<std::string>& 
   if (state_json) resume = parse_pipeline_states(*state_json, "<state_dict>");
   py::gil_scoped_release unlocked;  // indexing a dataset and starting threads take a while
   source_ = check_config(config_);
+  source_description_ = source_->describe();
   install(build(resume));
 }
 
@@ -76,9 +77,10 @@ PythonPipeline::~PythonPipeline() {
     std::lock_guard lock(handle_);
     pipeline = std::move(pipeline_);
   }
-  if (pipeline && Py_IsInitialized() && PyGILState_Check()) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
     py::gil_scoped_release unlocked;
     pipeline.reset();
+    source_.reset();  // a python source's workers are stopped and reaped
   }
 }
 
@@ -296,6 +298,7 @@ std::string PythonPipeline::state_json() const {
 void PythonPipeline::load_state_json(const std::string& json) {
   const std::vector<PipelineState> states = parse_pipeline_states(json, "<state_dict>");
   py::gil_scoped_release unlocked;
+  if (!source_) source_ = check_config(config_);  // closed: made again (a python source's workers)
   // Built first: a state of another order throws here, with the running pipeline untouched.
   std::shared_ptr<PipelineGroup> fresh = build(states);
   retire(install(std::move(fresh)));
@@ -321,7 +324,7 @@ std::string PythonPipeline::stats_json() const {
   info.ferry_version = FERRY_VERSION;
   info.config = config_.origin;
   info.device = requested_devices(config_);  // as asked for; the report adds the resolved one
-  info.source = source_ ? source_->describe() : "";
+  info.source = source_description_;
   info.host = this_host();
   info.config_keys = config_.values;
   if (devices.size() > 1) info.devices = std::move(devices);
@@ -331,8 +334,14 @@ std::string PythonPipeline::stats_json() const {
 }
 
 void PythonPipeline::close() {
-  if (!running()) return;
   py::gil_scoped_release unlocked;  // joining the threads takes a moment; Python may run meanwhile
+  // The source goes too, also after a failure ended the run: a python source's worker processes end now,
+  // not when Python collects this.
+  struct DropSource {
+    std::shared_ptr<const Source>& source;
+    ~DropSource() { source.reset(); }
+  } drop_source{source_};
+  if (!running()) return;
   std::shared_ptr<PipelineGroup> last;
   {
     std::lock_guard lock(handle_);

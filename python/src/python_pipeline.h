@@ -101,7 +101,10 @@ class PythonPipeline {
   void retire(std::shared_ptr<PipelineGroup> pipeline);
 
   Config config_;
+  /// Made with the pipeline and dropped by close() (a load_state_json() after it makes it again). Used by
+  /// the consumer's calls only (close(), load_state_json()), which Python makes one at a time.
   std::shared_ptr<const Source> source_;
+  std::string source_description_;  // for the report
   /// The running pipeline (null once closed), read under `handle_`.
   std::shared_ptr<PipelineGroup> running() const;
 

@@ -850,6 +850,8 @@ TEST(ConfigDocs, EveryKeyOfTheBuiltInExtensionsIsAcceptedWithItsExample) {
        "source: {kind: tar, shards: [data/shard-000.tar], members: [{name: image, extension: jpg, shape: [8, 8, "
        "3]}]}\n"},
       {"image_folder", "source: {kind: image_folder, root: data/images, image: {shape: [8, 8, 3]}}\n"},
+      {"python",
+       "source: {kind: python, dataset: my_data.datasets:make_train, fields: [{name: image, dtype: uint8}]}\n"},
   };
   for (const auto& kind : SourceRegistry::global().kinds()) {
     ASSERT_EQ(bases.count(kind->name), 1u) << "no config to try source kind " << kind->name << " on";
@@ -868,8 +870,9 @@ TEST(ConfigDocs, EveryKeyOfTheBuiltInExtensionsIsAcceptedWithItsExample) {
     }
   }
   for (const auto& transform : TransformRegistry::global().kinds()) {
+    // Each key as its example, a list of fields (the python transform's) as the list's own example.
     std::string entry = "{kind: " + transform->name;
-    for (const auto& [path, example] : key_examples(transform->keys, "")) entry += ", " + path + ": " + example;
+    for (const KeySpec& key : transform->keys) entry += ", " + key.name + ": " + key.example;
     const std::string yaml = std::string(kMinimal) + "transforms: [" + entry + "}]\n";
     EXPECT_EQ(problems_of(yaml), "") << yaml;
   }

@@ -1,0 +1,530 @@
+#include "ferry/io/workers/worker_pool.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "ferry/pipeline/error.h"
+
+extern char** environ;
+
+namespace ferry::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Note [Python workers]
+// ~~~~~~~~~~~~~~~~~~~~~
+// User Python code (a map-style dataset's __getitem__, a python transform) runs in worker processes so
+// that the GIL of one interpreter does not bound the pipeline. Each worker is a new interpreter, started
+// with posix_spawn (`python -m ferry._worker`), never a fork: this process may hold a CUDA context and
+// locks that a fork would copy in an undefined state.
+//
+// A worker talks over one SOCK_SEQPACKET socket (its descriptor 3): messages keep their bounds, the
+// kernel passes descriptors with them, and the worker's end closing says at once that it died. Only
+// small messages cross it: the sample's index and epoch and a slot (SharedSlots) to write into. The
+// worker writes the sample's arrays straight into that shared memory, the decode thread views them as
+// tensors without a copy, and they are packed into the pinned slab from there: array payloads are never
+// pickled. A segment's descriptor travels once per worker, before the first call that uses it.
+//
+// The messages (little-endian), from this process:
+//   setup      JSON text (ferry/_worker.py), and the pickled payload's memory file when there is one
+//   map        op 4, segment u32, bytes u64 — with the segment's descriptor
+//   call       op 1 (make) or 3 (transform) u8, 3 pad, segment u32, offset u64, capacity u64, index u64,
+//              epoch u64; a transform's input after it: input segment u32, 4 pad, input offset u64,
+//              fields (the WorkerCall's encoding)
+//   slot       op 2, segment u32, offset u64, capacity u64: a larger slot, after "need"
+// and from the worker:
+//   greeting   "ok\n" and lines of its own, or "error\n" and the traceback
+//   written    status 0 u8, 3 pad, count u32, then per field: dtype u8, ndim u8, name length u16,
+//              4 pad, offset u64, shape i64 x ndim, name
+//   need       status 1, 7 pad, bytes u64: the sample is larger than its slot
+//   error      status 2, then the user code's traceback as text
+//
+// A worker ends when its socket closes (this process closed it or died), and is killed with this
+// process however it dies: it sets PR_SET_PDEATHSIG, which fires when the thread that spawned it ends,
+// hence the pool's spawner thread. Samples live in memory files without names, which cannot leak.
+
+constexpr int kWorkerFd = 3;
+constexpr size_t kMaxMessage = size_t{1} << 20;
+constexpr auto kPollSlice = std::chrono::milliseconds(50);
+// How long a closed worker has to exit before it is killed.
+constexpr auto kExitGrace = std::chrono::milliseconds(500);
+
+enum class Received { kMessage, kClosed, kTimeout, kStopped };
+
+template <typename T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
+}
+
+template <typename T>
+T get(const std::string& in, size_t& at) {
+  if (at + sizeof(T) > in.size()) throw Error("a worker's reply is cut short (" + std::to_string(in.size()) + " bytes)");
+  T value;
+  std::memcpy(&value, in.data() + at, sizeof(T));
+  at += sizeof(T);
+  return value;
+}
+
+std::string exit_text(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int signal = WTERMSIG(status);
+    const char* name = sigabbrev_np(signal);
+    return "killed by signal " + std::to_string(signal) + (name != nullptr ? " (SIG" + std::string(name) + ")" : "");
+  }
+  return "ended (status " + std::to_string(status) + ")";
+}
+
+at::ScalarType dtype_of_code(uint8_t code) {
+  // ferry/_worker.py's _DTYPES, in order.
+  static constexpr at::ScalarType kCodes[] = {at::kByte, at::kInt, at::kLong, at::kHalf, at::kBFloat16, at::kFloat};
+  if (code >= std::size(kCodes)) throw Error("a worker's reply names dtype code " + std::to_string(code));
+  return kCodes[code];
+}
+
+bool send_message(int socket, const std::string& bytes, int fd = -1) {
+  iovec data{const_cast<char*>(bytes.data()), bytes.size()};
+  msghdr message{};
+  message.msg_iov = &data;
+  message.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (fd >= 0) {
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+  }
+  ssize_t sent = 0;
+  do {
+    sent = sendmsg(socket, &message, MSG_NOSIGNAL);
+  } while (sent < 0 && errno == EINTR);
+  return sent == static_cast<ssize_t>(bytes.size());
+}
+
+}  // namespace
+
+struct WorkerPool::Worker {
+  uint64_t number = 0;
+  pid_t pid = -1;
+  bool reaped = false;
+  int socket = -1;
+  std::set<uint32_t> mapped;  // segments whose descriptor it has
+  std::string buffer;
+
+  std::string name() const { return "worker " + std::to_string(number) + " (pid " + std::to_string(pid) + ")"; }
+
+  /// The next message, waiting until `deadline` (none: time_point::max()), or until `stop` turns true.
+  Received receive(std::string& out, Clock::time_point deadline, const std::atomic<bool>* stop = nullptr) {
+    for (;;) {
+      if (stop != nullptr && stop->load(std::memory_order_acquire)) return Received::kStopped;
+      const auto now = Clock::now();
+      if (now >= deadline) return Received::kTimeout;
+      const auto wait = std::min<Clock::duration>(deadline - now, kPollSlice);
+      pollfd ready{socket, POLLIN, 0};
+      const int polled = poll(&ready, 1, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(wait).count()));
+      if (polled < 0 && errno != EINTR) return Received::kClosed;
+      if (polled <= 0) continue;
+      buffer.resize(kMaxMessage);
+      const ssize_t got = recv(socket, buffer.data(), buffer.size(), 0);
+      if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (got <= 0) return Received::kClosed;
+      out.assign(buffer.data(), static_cast<size_t>(got));
+      return Received::kMessage;
+    }
+  }
+
+  /// Waits for the process to end (killing it first, or after kExitGrace) and says how it ended.
+  std::string reap(bool kill_first) {
+    if (socket >= 0) close(socket);
+    socket = -1;
+    if (pid <= 0 || reaped) return "not started";
+    if (kill_first) kill(pid, SIGKILL);
+    int status = 0;
+    const auto deadline = Clock::now() + kExitGrace;
+    for (;;) {
+      const pid_t done = waitpid(pid, &status, WNOHANG);
+      if (done == pid) break;
+      if (done < 0 && errno != EINTR) return "gone";
+      if (Clock::now() >= deadline) {
+        kill(pid, SIGKILL);
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    reaped = true;  // the pid stays, for messages
+    return exit_text(status);
+  }
+};
+
+WorkerPool::WorkerPool(WorkerSetup setup, size_t workers)
+    : setup_(std::move(setup)), size_(std::max<size_t>(1, workers)), slots_(SharedSlots::make()) {
+  if (!setup_.payload.empty()) {
+    payload_fd_ = memfd_create("ferry-payload", MFD_CLOEXEC);
+    if (payload_fd_ < 0 || write(payload_fd_, setup_.payload.data(), setup_.payload.size()) !=
+                               static_cast<ssize_t>(setup_.payload.size())) {
+      const int error = errno;
+      if (payload_fd_ >= 0) close(payload_fd_);
+      throw Error("cannot hand " + setup_.what + " to worker processes: " + std::strerror(error));
+    }
+    setup_.payload.clear();
+    setup_.payload.shrink_to_fit();
+  }
+  const size_t first = setup_.after_first ? 1 : size_;
+  {
+    std::lock_guard lock(mutex_);
+    to_start_ = first;
+  }
+  spawner_ = std::thread([this] { spawner_loop(); });
+  std::unique_lock lock(mutex_);
+  const auto started = [&](size_t count) {
+    changed_.wait(lock, [&] { return running_ == count || (!start_error_.empty() && to_start_ == 0 && starting_ == 0); });
+    return running_ == count;
+  };
+  if (started(first) && first < size_) {
+    try {
+      setup_.setup = setup_.after_first(greeting_);
+    } catch (const std::exception& e) {
+      start_error_ = setup_.what + ": " + cause_of(e);
+    }
+    if (start_error_.empty()) {
+      to_start_ = size_ - first;
+      changed_.notify_all();
+      started(size_);
+    }
+  }
+  if (running_ < size_) {
+    const std::string error = start_error_;
+    lock.unlock();
+    shutdown();
+    throw Error(error);
+  }
+}
+
+WorkerPool::~WorkerPool() { shutdown(); }
+
+void WorkerPool::shutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (spawner_.joinable()) spawner_.join();
+  std::deque<std::unique_ptr<Worker>> idle;
+  {
+    std::lock_guard lock(mutex_);
+    idle.swap(idle_);
+  }
+  // Closing its socket tells each worker to exit; all of them are told before any is waited for.
+  for (auto& worker : idle) {
+    close(worker->socket);
+    worker->socket = -1;
+  }
+  for (auto& worker : idle) worker->reap(false);
+  if (payload_fd_ >= 0) close(payload_fd_);
+  payload_fd_ = -1;
+}
+
+uint64_t WorkerPool::started() const {
+  std::lock_guard lock(mutex_);
+  return started_;
+}
+
+void WorkerPool::spawner_loop() {
+  for (;;) {
+    size_t count = 0;
+    {
+      std::unique_lock lock(mutex_);
+      changed_.wait(lock, [&] { return stopping_ || to_start_ > 0; });
+      if (stopping_) return;
+      count = to_start_;
+      to_start_ = 0;
+      starting_ += count;
+    }
+    start_workers(count);
+  }
+}
+
+void WorkerPool::start_workers(size_t count) {
+  std::vector<std::unique_ptr<Worker>> fresh;
+  std::string error;
+  uint64_t first_number = 0;
+  {
+    std::lock_guard lock(mutex_);
+    first_number = started_;
+    started_ += count;
+  }
+  const std::string parent = std::to_string(getpid());
+  // The environment: this process's, with PYTHONPATH led by the package's folder and the parent's pid.
+  std::vector<std::string> environment;
+  std::string python_path = setup_.python_path;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    if (text.starts_with("PYTHONPATH=")) {
+      const std::string_view inherited = text.substr(11);
+      if (python_path.empty()) {
+        python_path = inherited;
+      } else if (!inherited.empty()) {
+        python_path += ":" + std::string(inherited);
+      }
+      continue;
+    }
+    if (text.starts_with("FERRY_WORKER_PARENT=")) continue;
+    environment.emplace_back(text);
+  }
+  if (!python_path.empty()) environment.push_back("PYTHONPATH=" + python_path);
+  environment.push_back("FERRY_WORKER_PARENT=" + parent);
+  std::vector<char*> envp;
+  for (std::string& entry : environment) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  std::string python = setup_.python;
+  std::string dash_m = "-m";
+  std::string module = "ferry._worker";
+  char* argv[] = {python.data(), dash_m.data(), module.data(), nullptr};
+
+  for (size_t i = 0; i < count; ++i) {
+    auto worker = std::make_unique<Worker>();
+    worker->number = first_number + i;
+    int ends[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0) {
+      error = std::string("cannot make a socket for a worker process: ") + std::strerror(errno);
+      break;
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, ends[1], kWorkerFd);  // dup2 clears close-on-exec
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    // Ctrl-C goes to the terminal's whole process group: the workers ignore it (ferry/_worker.py) and
+    // this process decides; default signal dispositions otherwise.
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGPIPE);
+    sigaddset(&defaults, SIGTERM);
+    posix_spawnattr_setsigdefault(&attributes, &defaults);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&attributes, &none);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    pid_t pid = -1;
+    const int spawned = posix_spawnp(&pid, python.c_str(), &actions, &attributes, argv, envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    close(ends[1]);
+    if (spawned != 0) {
+      close(ends[0]);
+      error = "cannot start a Python worker with '" + setup_.python + "': " + std::strerror(spawned) +
+              " (set decode.python to the interpreter that has ferry and your code)";
+      break;
+    }
+    worker->pid = pid;
+    worker->socket = ends[0];
+    // The worker's number joins the setup: the first one also infers the fields from the first samples.
+    const std::string setup = "{\"worker\": " + std::to_string(worker->number) + ", " + setup_.setup.substr(1);
+    if (!send_message(worker->socket, setup, payload_fd_)) {
+      const std::string name = worker->name();
+      error = name + " " + worker->reap(true) + " before it could be told what to run";
+      continue;
+    }
+    fresh.push_back(std::move(worker));
+  }
+
+  // Their greetings, from all at once: each loads what it runs (imports, the dataset) meanwhile.
+  const auto deadline =
+      setup_.timeout.count() > 0 ? Clock::now() + setup_.timeout : Clock::time_point::max();
+  std::vector<std::unique_ptr<Worker>> ready;
+  for (auto& worker : fresh) {
+    std::string reply;
+    const Received got = worker->receive(reply, deadline);
+    if (got == Received::kMessage && reply.starts_with("ok\n")) {
+      if (worker->number == 0) greeting_ = reply.substr(3);
+      ready.push_back(std::move(worker));
+      continue;
+    }
+    if (got == Received::kMessage && reply.starts_with("error\n")) {
+      error = worker->name() + " could not load " + setup_.what + ":\n" + reply.substr(6);
+      worker->reap(false);
+    } else if (got == Received::kTimeout) {
+      error = worker->name() + " did not load " + setup_.what + " within decode.timeout (" +
+              std::to_string(setup_.timeout.count() / 1000.0) + " s); it was stopped";
+      worker->reap(true);
+    } else {
+      const std::string name = worker->name();
+      const std::string ended = worker->reap(false);
+      error = name + " " + ended + " while loading " + setup_.what +
+              (ended.find("status 1") != std::string::npos
+                   ? " (see its message above: is '" + setup_.python + "' an interpreter that has ferry's package and numpy?)"
+                   : "");
+    }
+  }
+  {
+    std::lock_guard lock(mutex_);
+    starting_ -= count;
+    for (auto& worker : ready) idle_.push_back(std::move(worker));
+    running_ += ready.size();
+    if (!error.empty()) start_error_ = error;
+  }
+  changed_.notify_all();
+}
+
+std::unique_ptr<WorkerPool::Worker> WorkerPool::take() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return !idle_.empty() || (running_ == 0 && to_start_ == 0 && starting_ == 0); });
+  if (idle_.empty()) {
+    throw Error("no worker process is left to run " + setup_.what +
+                (start_error_.empty() ? std::string() : ": the last one to start failed: " + start_error_));
+  }
+  std::unique_ptr<Worker> worker = std::move(idle_.front());
+  idle_.pop_front();
+  return worker;
+}
+
+void WorkerPool::give_back(std::unique_ptr<Worker> worker) {
+  {
+    std::lock_guard lock(mutex_);
+    idle_.push_back(std::move(worker));
+  }
+  changed_.notify_all();  // one condition for callers and the spawner thread: notify_one could wake the wrong one
+}
+
+std::string WorkerPool::retire(std::unique_ptr<Worker> worker, bool kill_first) {
+  const std::string ended = worker->reap(kill_first);
+  {
+    std::lock_guard lock(mutex_);
+    --running_;
+    if (!stopping_) ++to_start_;
+  }
+  changed_.notify_all();
+  return ended;
+}
+
+NamedTensors WorkerPool::call(const WorkerCall& call, const std::string& sample) {
+  std::unique_ptr<Worker> worker = take();
+  // A failure of this process's own (no memory for a slot, a reply it cannot read) leaves the worker in
+  // an unknown state: it is replaced, never lost to the pool.
+  struct Held {
+    WorkerPool& pool;
+    std::unique_ptr<Worker>& worker;
+    ~Held() {
+      if (worker) pool.retire(std::move(worker), true);
+    }
+  } held{*this, worker};
+  std::shared_ptr<const Slot> slot = slots_->lease(std::max<uint64_t>(call.capacity, 1));
+  // Sends a segment's descriptor to the worker before the first message that names it.
+  auto map = [&](uint32_t segment) {
+    if (worker->mapped.contains(segment)) return true;
+    std::string message;
+    put<uint8_t>(message, 4);
+    message.append(3, '\0');
+    put<uint32_t>(message, segment);
+    put<uint64_t>(message, slots_->segment_bytes(segment));
+    if (!send_message(worker->socket, message, slots_->fd(segment))) return false;
+    worker->mapped.insert(segment);
+    return true;
+  };
+  auto lost = [&](const std::string& what) -> Error {
+    const std::string name = worker->name();
+    const std::string ended = retire(std::move(worker), false);
+    return Error(name + " " + ended + " " + what + " " + sample + " of " + setup_.what +
+                 "; another worker was started in its place");
+  };
+
+  std::string request;
+  put<uint8_t>(request, static_cast<uint8_t>(call.op));
+  request.append(3, '\0');
+  put<uint32_t>(request, slot->segment);
+  put<uint64_t>(request, slot->offset);
+  put<uint64_t>(request, slot->capacity);
+  put<uint64_t>(request, call.index);
+  put<uint64_t>(request, call.epoch);
+  if (call.op == WorkerCall::Op::kTransform) {
+    put<uint32_t>(request, call.input->segment);
+    request.append(4, '\0');
+    put<uint64_t>(request, call.input->offset);
+    request += call.fields;
+    if (!map(call.input->segment)) throw lost("before it could be sent");
+  }
+  if (!map(slot->segment) || !send_message(worker->socket, request)) throw lost("before it could be sent");
+
+  const auto deadline = setup_.timeout.count() > 0 ? Clock::now() + setup_.timeout : Clock::time_point::max();
+  std::string reply;
+  for (;;) {
+    const Received got = worker->receive(reply, deadline, call.stop);
+    if (got == Received::kClosed) throw lost("while making");
+    if (got == Received::kStopped) {
+      const std::string name = worker->name();
+      retire(std::move(worker), true);
+      throw Error("the pipeline stopped while " + name + " was making " + sample);
+    }
+    if (got == Received::kTimeout) {
+      const std::string name = worker->name();
+      retire(std::move(worker), true);
+      throw Error(name + " was still making " + sample + " of " + setup_.what + " after decode.timeout (" +
+                  std::to_string(setup_.timeout.count() / 1000.0) +
+                  " s): it was stopped and another started; raise decode.timeout if a sample may take that long");
+    }
+    size_t at = 0;
+    const auto status = get<uint8_t>(reply, at);
+    at += 3;
+    if (status == 1) {  // need: a larger slot
+      at += 4;
+      const auto bytes = get<uint64_t>(reply, at);
+      slot = slots_->lease(bytes);
+      std::string message;
+      put<uint8_t>(message, 2);
+      message.append(3, '\0');
+      put<uint32_t>(message, slot->segment);
+      put<uint64_t>(message, slot->offset);
+      put<uint64_t>(message, slot->capacity);
+      if (!map(slot->segment) || !send_message(worker->socket, message)) throw lost("while making");
+      continue;
+    }
+    if (status == 2) {
+      const std::string name = worker->name();
+      give_back(std::move(worker));
+      throw Error(name + ": " + reply.substr(4));
+    }
+    const auto count = get<uint32_t>(reply, at);
+    NamedTensors out;
+    out.reserve(count);
+    for (uint32_t i = 0; i < count; ++i) {
+      const at::ScalarType dtype = dtype_of_code(get<uint8_t>(reply, at));
+      const auto ndim = get<uint8_t>(reply, at);
+      const auto name_length = get<uint16_t>(reply, at);
+      at += 4;
+      const auto offset = get<uint64_t>(reply, at);
+      std::vector<int64_t> shape(ndim);
+      for (int64_t& size : shape) size = get<int64_t>(reply, at);
+      if (at + name_length > reply.size()) throw Error("a worker's reply is cut short");
+      std::string name = reply.substr(at, name_length);
+      at += name_length;
+      int64_t elements = 1;
+      for (const int64_t size : shape) elements *= size;
+      if (offset + static_cast<uint64_t>(elements) * at::elementSize(dtype) > slot->capacity) {
+        throw Error(worker->name() + " wrote field '" + name + "' past its slot");
+      }
+      out.emplace_back(std::move(name), SharedSlots::view(slot, offset, dtype, shape));
+    }
+    give_back(std::move(worker));
+    return out;
+  }
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,114 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "ferry/io/workers/shared_slots.h"
+
+namespace ferry::detail {
+
+/// What a pool's worker processes run (ferry/_worker.py reads `setup`) and how they are started.
+struct WorkerSetup {
+  std::string python = "python3";  // the interpreter, run as `<python> -m ferry._worker`
+  std::string python_path;         // put first on the workers' PYTHONPATH ("" : theirs as inherited)
+  std::string setup;               // JSON: the role, what to load, the fields
+  std::string payload;             // pickled objects sent beside it ("" : none)
+  std::string what;                // what the workers run, for messages: "dataset 'pkg.mod:make'"
+  /// How long one call (or a worker's start) may take before the worker is stopped; 0: no limit.
+  std::chrono::milliseconds timeout{0};
+  /// When set, the first worker starts alone and the others get the setup this makes of its greeting
+  /// (the fields it inferred from the first samples).
+  std::function<std::string(const std::string& greeting)> after_first;
+};
+
+/// The fields a call made: names and tensors viewing the shared memory the worker wrote them to.
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+/// One call into a worker: make sample `index` of `epoch` (kMake), or transform the fields in `input`
+/// (kTransform, `fields` describing them in the request's encoding).
+struct WorkerCall {
+  enum class Op : uint8_t { kMake = 1, kTransform = 3 };
+  Op op = Op::kMake;
+  uint64_t index = 0;
+  uint64_t epoch = 0;
+  uint64_t capacity = 0;  // the output's expected bytes: its slot's size
+  std::shared_ptr<const Slot> input;
+  std::string fields;
+  /// The pipeline's stop flag (SampleContext::stop): the call gives up when it turns true.
+  const std::atomic<bool>* stop = nullptr;
+};
+
+/// Worker processes that run Python code for a pipeline (Note [Python workers]). Started with spawn
+/// (a new interpreter, never a fork of this process, which may hold a CUDA context), each takes one
+/// call at a time; call() uses whichever is idle. A worker that dies or overruns the timeout fails its
+/// call with an error naming it and the sample, and is replaced. Thread-safe.
+class WorkerPool {
+ public:
+  /// Starts `workers` processes and waits until each has loaded what `setup` names. Throws ferry::Error
+  /// with the first worker's error (its Python traceback) when they cannot start.
+  WorkerPool(WorkerSetup setup, size_t workers);
+  /// Stops every worker: each is gone (and reaped) when this returns, within about a second.
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  /// What the first worker said when it started (lines after "ok"): the dataset's length and fields.
+  const std::string& greeting() const noexcept { return greeting_; }
+  /// Runs `call` on an idle worker (waiting for one) and returns the fields it wrote. Throws ferry::Error
+  /// for the user code's exception (with its traceback), a worker that died or timed out, or a pool that
+  /// has no worker left. `sample` names the sample in messages ("sample 17").
+  NamedTensors call(const WorkerCall& call, const std::string& sample);
+  const std::shared_ptr<SharedSlots>& slots() const noexcept { return slots_; }
+  size_t size() const noexcept { return size_; }
+  /// Workers started in all, the first ones included (more than size(): some were replaced).
+  uint64_t started() const;
+
+ private:
+  struct Worker;
+  /// An idle worker; waits for one. Throws when none is running or starting.
+  std::unique_ptr<Worker> take();
+  void give_back(std::unique_ptr<Worker> worker);
+  /// Stops `worker` (killing it if it still runs) and has another started in its place. Returns how it
+  /// ended ("killed by signal 9 (SIGKILL)").
+  std::string retire(std::unique_ptr<Worker> worker, bool kill_first);
+  /// Starts `count` workers and waits for their greetings (on the spawner thread).
+  void start_workers(size_t count);
+  void spawner_loop();
+  /// Stops the spawner thread and every idle worker (none is busy once the pipeline is gone).
+  void shutdown();
+
+  WorkerSetup setup_;
+  size_t size_;
+  std::shared_ptr<SharedSlots> slots_;
+  int payload_fd_ = -1;  // the pickled payload, as a memory file each worker reads
+  std::string greeting_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::unique_ptr<Worker>> idle_;
+  size_t running_ = 0;    // idle or busy
+  size_t to_start_ = 0;   // replacements asked of the spawner thread
+  size_t starting_ = 0;   // being started by it
+  uint64_t started_ = 0;
+  std::string start_error_;  // why the last replacement could not start
+  bool stopping_ = false;
+  // Every worker is spawned from this thread, which lives as long as the pool: a worker asks the kernel
+  // to kill it when the thread that started it ends (PR_SET_PDEATHSIG), and so with this process.
+  std::thread spawner_;
+};
+
+}  // namespace ferry::detail
