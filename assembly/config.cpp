@@ -153,7 +153,9 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
 MakeContext make_context(const Config& config) {
   MakeContext context;
   context.seed = config.sampler.seed;
-  context.workers = config.workers.count != 0 ? config.workers.count : config.pipeline.resolved_decode_threads();
+  context.workers = config.workers.threads      ? 0
+                    : config.workers.count != 0 ? config.workers.count
+                                                : config.pipeline.resolved_decode_threads();
   context.timeout = config.workers.timeout;
   context.python = config.workers.python;
   return context;

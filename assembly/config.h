@@ -53,6 +53,7 @@ struct SamplerConfig {
 /// How user Python code runs (the python source kind, python transforms): in worker processes.
 struct WorkersConfig {
   size_t count = 0;  // decode.workers: processes per pipeline; 0: as many as decode threads
+  bool threads = false;  // decode.workers: threads: on the decode threads of this process instead
   /// decode.timeout: how long one sample (or a worker's start) may take before its worker is stopped.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   std::string python;  // decode.python: the workers' interpreter; "": the default (python3, or ferry's own)

@@ -75,9 +75,11 @@ const std::vector<ConfigKey>& config_keys() {
        "A sample that cannot be read or decoded: fail the run (naming the sample), or skip it: fill its batch from the "
        "next samples, log it on stderr, count it and list it in the report.",
        "skip"},
-      {"decode.workers", "auto or integer 1..256", "auto (decode.threads)",
+      {"decode.workers", "auto, threads or integer 1..256", "auto (decode.threads)",
        "Worker processes that run Python code (source kind python, python transforms), each a new interpreter "
-       "writing samples into shared memory. decode.threads is raised to match when it is auto.",
+       "writing samples into shared memory. decode.threads is raised to match when it is auto. threads: on the "
+       "decode threads of this process instead, each call holding the GIL (for code that releases it: PIL, numpy, "
+       "OpenCV); from ferry's Python package only.",
        "8"},
       {"decode.timeout", "duration or none", "5min",
        "How long a worker may take for one sample, or to start: past it the worker is stopped and the sample fails "

@@ -120,8 +120,11 @@ void ConfigReader::read_decode(const Node& node) {
     if (is_auto(*value)) {
       note("decode.workers", *value);
       config_.workers.count = 0;
+    } else if (value->IsScalar() && value->Scalar() == "threads") {
+      note("decode.workers", *value);
+      config_.workers.threads = true;
     } else if (auto workers = integer(*value, "decode.workers", 1, kMaxWorkers,
-                                      "auto or an integer in 1.." + std::to_string(kMaxWorkers))) {
+                                      "auto, threads or an integer in 1.." + std::to_string(kMaxWorkers))) {
       config_.workers.count = *workers;
     }
   }

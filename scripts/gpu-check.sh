@@ -26,7 +26,7 @@
 # .deps/debs holds Debian's libjemalloc2 and libjemalloc-dev; configure's "programs' malloc" line says
 # which malloc the build got.
 # --only=NAME,... runs only those of the runs (info, demo, configs, examples: "runs") and benchmarks
-# (transfer, loaders, python_iteration, start_copy, jpeg_decode, latency, overlap, augment, ddp_scaling;
+# (transfer, loaders, python_iteration, python_dataset, start_copy, jpeg_decode, latency, overlap, augment, ddp_scaling;
 # the last only where there are 2 or more GPUs). All the benchmarks together take longer than 10
 # minutes too, hence the two groups above.
 set -uo pipefail
@@ -48,7 +48,7 @@ for arg in "$@"; do
 done
 for name in ${only//,/ }; do
   case "$name" in
-    runs|transfer|loaders|python_iteration|start_copy|jpeg_decode|latency|overlap|augment|ddp_scaling) ;;
+    runs|transfer|loaders|python_iteration|python_dataset|start_copy|jpeg_decode|latency|overlap|augment|ddp_scaling) ;;
     *) echo "gpu-check: --only: no step named $name" >&2; exit 2 ;;
   esac
 done
@@ -143,6 +143,10 @@ if [ "$bench" = 1 ]; then
     step "bench/loaders.py (ferry vs torch DataLoader; makes build/gpu/bench-data first)"
     python3 bench/loaders.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data --device cuda --out "$out/loaders" \
       2> "$out/loaders.log" | tee "$out/loaders.txt" || { status=1; tail -20 "$out/loaders.log"; }
+  fi
+  if want python_dataset; then
+    step "bench/python_dataset.py (a Python Dataset through ferry's workers vs torch DataLoader)"
+    PYTHONPATH=build/gpu/python python3 bench/python_dataset.py --out "$out/python-dataset" 2>&1 | tee "$out/python-dataset.txt" || status=1
   fi
   if want python_iteration; then
     step "bench/python_iteration.py (Python iteration vs the C++ iterator)"

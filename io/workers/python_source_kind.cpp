@@ -13,7 +13,7 @@ namespace {
 
 using Type = KeySpec::Type;
 using detail::WorkerCall;
-using detail::WorkerPool;
+using detail::PythonRunner;
 
 // A slot's size when the fields do not bound it (a variable-length field without max_length): the
 // worker asks for more when a sample needs it, and later samples start from the largest seen.
@@ -21,8 +21,8 @@ constexpr uint64_t kFirstSlotBytes = uint64_t{64} << 10;
 
 class PythonSource : public Source {
  public:
-  PythonSource(std::unique_ptr<WorkerPool> pool, uint64_t length, std::vector<FieldSpec> fields, std::string what)
-      : pool_(std::move(pool)), length_(length), fields_(std::move(fields)), what_(std::move(what)) {
+  PythonSource(std::unique_ptr<PythonRunner> runner, uint64_t length, std::vector<FieldSpec> fields, std::string what)
+      : runner_(std::move(runner)), length_(length), fields_(std::move(fields)), what_(std::move(what)) {
     capacity_ = detail::slot_bytes(fields_).value_or(kFirstSlotBytes);
   }
 
@@ -38,7 +38,7 @@ class PythonSource : public Source {
     call.epoch = context.epoch;
     call.capacity = capacity_.load(std::memory_order_relaxed);
     call.stop = context.stop;
-    detail::NamedTensors made = pool_->call(call, key);
+    detail::NamedTensors made = runner_->call(call, key);
     EncodedSample sample;
     sample.index = index;
     sample.key = key;
@@ -56,12 +56,11 @@ class PythonSource : public Source {
   }
 
   std::string describe() const override {
-    return "python(" + what_ + ", " + std::to_string(length_) + " samples, " + std::to_string(pool_->size()) +
-           " worker" + (pool_->size() == 1 ? "" : "s") + ")";
+    return "python(" + what_ + ", " + std::to_string(length_) + " samples, " + runner_->where() + ")";
   }
 
  private:
-  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<PythonRunner> runner_;
   uint64_t length_;
   std::vector<FieldSpec> fields_;
   std::string what_;
@@ -128,11 +127,11 @@ std::shared_ptr<const Source> make_python_source(const KeyValue& source, const M
       return "{\"seed\": " + std::to_string(seed) + ", " + json + ", \"fields\": " + detail::json_fields(fields) + "}";
     };
   }
-  auto pool = std::make_unique<WorkerPool>(std::move(setup), context.workers);
+  std::unique_ptr<PythonRunner> runner = detail::make_python_runner(std::move(setup), context.workers);
   fields.clear();
-  read_greeting(pool->greeting(), length, fields);
+  read_greeting(runner->greeting(), length, fields);
   if (length == 0) throw Error(what + " is empty (its len() is 0)");
-  return std::make_shared<PythonSource>(std::move(pool), length, declared.empty() ? fields : declared, what);
+  return std::make_shared<PythonSource>(std::move(runner), length, declared.empty() ? fields : declared, what);
 }
 
 void check_python_source(const KeyValue& source, KeyProblems& problems) {

@@ -1,7 +1,6 @@
 // The `python` sample transform: a function of the user's that takes a sample's fields as a dict of numpy
 // arrays and returns the fields it makes or changes, run by worker processes (Note [Python workers]).
 #include <atomic>
-#include <cstring>
 #include <mutex>
 
 #include "ferry/io/transforms/builtin_transforms.h"
@@ -14,24 +13,9 @@ namespace {
 
 using Type = KeySpec::Type;
 using detail::WorkerCall;
-using detail::WorkerPool;
+using detail::PythonRunner;
 
 constexpr uint64_t kAlignment = 64;
-
-uint8_t dtype_code(at::ScalarType dtype, const std::string& field) {
-  // ferry/_worker.py's _DTYPES, in order.
-  static constexpr at::ScalarType kCodes[] = {at::kByte, at::kInt, at::kLong, at::kHalf, at::kBFloat16, at::kFloat};
-  for (uint8_t i = 0; i < std::size(kCodes); ++i) {
-    if (kCodes[i] == dtype) return i;
-  }
-  throw Error("field '" + field + "' is " + std::string(c10::toString(dtype)) +
-              ", which a python transform cannot take (" + dtype_names_text() + ")");
-}
-
-template <typename T>
-void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
-}
 
 class PythonTransform : public Transform {
  public:
@@ -69,34 +53,19 @@ class PythonTransform : public Transform {
   }
 
   void apply(SampleFields& sample, const SampleContext& context) const override {
-    WorkerPool& workers = pool();
-    uint64_t bytes = 0;
-    for (const at::Tensor& tensor : sample.tensors()) bytes = aligned(bytes) + tensor.nbytes();
+    PythonRunner& runner = this->runner();
     WorkerCall call;
     call.op = WorkerCall::Op::kTransform;
     call.index = context.index;
     call.epoch = context.epoch;
     call.stop = context.stop;
-    call.input = workers.slots()->lease(std::max<uint64_t>(bytes, 1));
-    put<uint32_t>(call.fields, static_cast<uint32_t>(sample.names().size()));
-    uint64_t offset = 0;
+    uint64_t bytes = 0;
     for (size_t i = 0; i < sample.names().size(); ++i) {
-      const std::string& field = sample.names()[i];
-      const at::Tensor tensor = sample.tensors()[i].contiguous();
-      offset = aligned(offset);
-      put<uint8_t>(call.fields, dtype_code(tensor.scalar_type(), field));
-      put<uint8_t>(call.fields, static_cast<uint8_t>(tensor.dim()));
-      put<uint16_t>(call.fields, static_cast<uint16_t>(field.size()));
-      call.fields.append(4, '\0');
-      put<uint64_t>(call.fields, offset);
-      for (const int64_t size : tensor.sizes()) put<int64_t>(call.fields, size);
-      call.fields += field;
-      if (tensor.nbytes() > 0) std::memcpy(call.input->data + offset, tensor.data_ptr(), tensor.nbytes());
-      offset += tensor.nbytes();
+      call.inputs.emplace_back(sample.names()[i], sample.tensors()[i]);
+      bytes = aligned(bytes) + sample.tensors()[i].nbytes();
     }
     call.capacity = std::max(capacity_.load(std::memory_order_relaxed), bytes + kAlignment);
-    detail::NamedTensors made = workers.call(call, std::string(context.key));
-    call.input.reset();
+    detail::NamedTensors made = runner.call(call, std::string(context.key));
     uint64_t used = 0;
     for (auto& [field, tensor] : made) {
       used = aligned(used) + tensor.nbytes();
@@ -113,7 +82,7 @@ class PythonTransform : public Transform {
 
   /// The workers, started by the first sample: a transform is made more than once while a config is
   /// checked, and only the running pipeline's needs processes.
-  WorkerPool& pool() const {
+  PythonRunner& runner() const {
     std::call_once(started_, [&] {
       try {
         std::string json = "\"role\": \"transform\", \"target\": " + detail::json_string(target_) +
@@ -121,14 +90,14 @@ class PythonTransform : public Transform {
                            ", \"fields\": " + detail::json_fields(declared_) + ", \"drop\": [";
         for (size_t i = 0; i < drop_.size(); ++i) json += (i > 0 ? ", " : "") + detail::json_string(drop_[i]);
         json += "]";
-        pool_ = std::make_unique<WorkerPool>(
+        runner_ = detail::make_python_runner(
             detail::worker_setup(context_, "transform '" + target_ + "'", json, ""), context_.workers);
       } catch (...) {
         start_error_ = std::current_exception();
       }
     });
     if (start_error_) std::rethrow_exception(start_error_);
-    return *pool_;
+    return *runner_;
   }
 
   MakeContext context_;
@@ -140,7 +109,7 @@ class PythonTransform : public Transform {
   mutable std::vector<FieldSpec> inputs_;  // set by output_fields(), before any sample
   mutable std::atomic<uint64_t> capacity_{0};
   mutable std::once_flag started_;
-  mutable std::unique_ptr<WorkerPool> pool_;
+  mutable std::unique_ptr<PythonRunner> runner_;
   mutable std::exception_ptr start_error_;
 };
 

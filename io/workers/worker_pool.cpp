@@ -12,7 +12,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <set>
+
+#include <c10/util/Exception.h>
 
 #include "ferry/pipeline/error.h"
 
@@ -87,11 +90,19 @@ std::string exit_text(int status) {
   return "ended (status " + std::to_string(status) + ")";
 }
 
-at::ScalarType dtype_of_code(uint8_t code) {
-  // ferry/_worker.py's _DTYPES, in order.
-  static constexpr at::ScalarType kCodes[] = {at::kByte, at::kInt, at::kLong, at::kHalf, at::kBFloat16, at::kFloat};
-  if (code >= std::size(kCodes)) throw Error("a worker's reply names dtype code " + std::to_string(code));
-  return kCodes[code];
+// ferry/_worker.py's _DTYPES, in order.
+constexpr at::ScalarType kDtypeCodes[] = {at::kByte, at::kInt, at::kLong, at::kHalf, at::kBFloat16, at::kFloat};
+constexpr uint64_t kAlignment = 64;  // each field of a slot starts on a cache line (ferry/_worker.py too)
+
+uint64_t aligned(uint64_t offset) { return (offset + kAlignment - 1) / kAlignment * kAlignment; }
+
+std::mutex& in_process_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::function<std::unique_ptr<PythonRunner>(const WorkerSetup&)>& in_process() {
+  static std::function<std::unique_ptr<PythonRunner>(const WorkerSetup&)> factory;
+  return factory;
 }
 
 bool send_message(int socket, const std::string& bytes, int fd = -1) {
@@ -117,6 +128,39 @@ bool send_message(int socket, const std::string& bytes, int fd = -1) {
 }
 
 }  // namespace
+
+at::ScalarType dtype_of_code(uint8_t code) {
+  if (code >= std::size(kDtypeCodes)) throw Error("a reply names dtype code " + std::to_string(code));
+  return kDtypeCodes[code];
+}
+
+uint8_t code_of_dtype(at::ScalarType dtype, const std::string& field) {
+  for (uint8_t i = 0; i < std::size(kDtypeCodes); ++i) {
+    if (kDtypeCodes[i] == dtype) return i;
+  }
+  throw Error("field '" + field + "' is " + std::string(c10::toString(dtype)) +
+              ", which Python code cannot be given (uint8, int32, int64, float16, bfloat16, float32)");
+}
+
+std::unique_ptr<PythonRunner> make_python_runner(WorkerSetup setup, size_t workers) {
+  if (workers > 0) return std::make_unique<WorkerPool>(std::move(setup), workers);
+  std::function<std::unique_ptr<PythonRunner>(const WorkerSetup&)> factory;
+  {
+    std::lock_guard lock(in_process_mutex());
+    factory = in_process();
+  }
+  if (!factory) {
+    throw Error("decode.workers: threads runs " + setup.what +
+                " in this process, which only ferry's Python package can (ferry.Pipeline); here, give a number of "
+                "worker processes");
+  }
+  return factory(setup);
+}
+
+void set_in_process_python(std::function<std::unique_ptr<PythonRunner>(const WorkerSetup& setup)> factory) {
+  std::lock_guard lock(in_process_mutex());
+  in_process() = std::move(factory);
+}
 
 struct WorkerPool::Worker {
   uint64_t number = 0;
@@ -415,6 +459,31 @@ std::string WorkerPool::retire(std::unique_ptr<Worker> worker, bool kill_first) 
   return ended;
 }
 
+std::shared_ptr<const Slot> WorkerPool::write_inputs(const NamedTensors& inputs, std::string& request) const {
+  uint64_t bytes = 0;
+  for (const auto& [name, tensor] : inputs) bytes = aligned(bytes) + tensor.nbytes();
+  std::shared_ptr<const Slot> input = slots_->lease(std::max<uint64_t>(bytes, 1));
+  put<uint32_t>(request, input->segment);
+  request.append(4, '\0');
+  put<uint64_t>(request, input->offset);
+  put<uint32_t>(request, static_cast<uint32_t>(inputs.size()));
+  uint64_t offset = 0;
+  for (const auto& [name, original] : inputs) {
+    const at::Tensor tensor = original.contiguous();
+    offset = aligned(offset);
+    put<uint8_t>(request, code_of_dtype(tensor.scalar_type(), name));
+    put<uint8_t>(request, static_cast<uint8_t>(tensor.dim()));
+    put<uint16_t>(request, static_cast<uint16_t>(name.size()));
+    request.append(4, '\0');
+    put<uint64_t>(request, offset);
+    for (const int64_t size : tensor.sizes()) put<int64_t>(request, size);
+    request += name;
+    if (tensor.nbytes() > 0) std::memcpy(input->data + offset, tensor.data_ptr(), tensor.nbytes());
+    offset += tensor.nbytes();
+  }
+  return input;
+}
+
 NamedTensors WorkerPool::call(const WorkerCall& call, const std::string& sample) {
   std::unique_ptr<Worker> worker = take();
   // A failure of this process's own (no memory for a slot, a reply it cannot read) leaves the worker in
@@ -454,12 +523,10 @@ NamedTensors WorkerPool::call(const WorkerCall& call, const std::string& sample)
   put<uint64_t>(request, slot->capacity);
   put<uint64_t>(request, call.index);
   put<uint64_t>(request, call.epoch);
+  std::shared_ptr<const Slot> input;  // a transform's input, until the worker replies
   if (call.op == WorkerCall::Op::kTransform) {
-    put<uint32_t>(request, call.input->segment);
-    request.append(4, '\0');
-    put<uint64_t>(request, call.input->offset);
-    request += call.fields;
-    if (!map(call.input->segment)) throw lost("before it could be sent");
+    input = write_inputs(call.inputs, request);
+    if (!map(input->segment)) throw lost("before it could be sent");
   }
   if (!map(slot->segment) || !send_message(worker->socket, request)) throw lost("before it could be sent");
 

@@ -38,40 +38,68 @@ struct WorkerSetup {
 /// The fields a call made: names and tensors viewing the shared memory the worker wrote them to.
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
-/// One call into a worker: make sample `index` of `epoch` (kMake), or transform the fields in `input`
-/// (kTransform, `fields` describing them in the request's encoding).
+/// One call of user code: make sample `index` of `epoch` (kMake), or transform the sample's `inputs`
+/// (kTransform).
 struct WorkerCall {
   enum class Op : uint8_t { kMake = 1, kTransform = 3 };
   Op op = Op::kMake;
   uint64_t index = 0;
   uint64_t epoch = 0;
   uint64_t capacity = 0;  // the output's expected bytes: its slot's size
-  std::shared_ptr<const Slot> input;
-  std::string fields;
+  NamedTensors inputs;    // kTransform: the sample's fields
   /// The pipeline's stop flag (SampleContext::stop): the call gives up when it turns true.
   const std::atomic<bool>* stop = nullptr;
 };
+
+/// What runs user Python code for the python source kind and transform: worker processes (WorkerPool),
+/// or, with decode.workers: threads, this process's decode threads, which the Python package provides
+/// (set_in_process_python()). Thread-safe.
+class PythonRunner {
+ public:
+  virtual ~PythonRunner() = default;
+  /// What the code said when loaded (lines after "ok"): a dataset's length and fields.
+  virtual const std::string& greeting() const = 0;
+  /// Runs `call` and returns the fields it made. Throws ferry::Error naming `sample` ("dataset[17]")
+  /// for the user code's exception (with its traceback) or a worker that failed.
+  virtual NamedTensors call(const WorkerCall& call, const std::string& sample) = 0;
+  /// "4 workers", "the decode threads": for describe().
+  virtual std::string where() const = 0;
+};
+
+/// The dtype a field's code names (ferry/_worker.py's _DTYPES), and the code of a dtype (throws
+/// ferry::Error naming `field` for one Python code cannot be given).
+at::ScalarType dtype_of_code(uint8_t code);
+uint8_t code_of_dtype(at::ScalarType dtype, const std::string& field);
+
+/// Makes the runner `setup` asks for: `workers` processes, or with 0 the decode threads of this process
+/// (throws ferry::Error when the Python package has not provided them: `ferry run` runs processes).
+std::unique_ptr<PythonRunner> make_python_runner(WorkerSetup setup, size_t workers);
+/// How the Python package runs code in this process (decode.workers: threads): a factory of runners.
+void set_in_process_python(std::function<std::unique_ptr<PythonRunner>(const WorkerSetup& setup)> factory);
 
 /// Worker processes that run Python code for a pipeline (Note [Python workers]). Started with spawn
 /// (a new interpreter, never a fork of this process, which may hold a CUDA context), each takes one
 /// call at a time; call() uses whichever is idle. A worker that dies or overruns the timeout fails its
 /// call with an error naming it and the sample, and is replaced. Thread-safe.
-class WorkerPool {
+class WorkerPool : public PythonRunner {
  public:
   /// Starts `workers` processes and waits until each has loaded what `setup` names. Throws ferry::Error
   /// with the first worker's error (its Python traceback) when they cannot start.
   WorkerPool(WorkerSetup setup, size_t workers);
   /// Stops every worker: each is gone (and reaped) when this returns, within about a second.
-  ~WorkerPool();
+  ~WorkerPool() override;
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   /// What the first worker said when it started (lines after "ok"): the dataset's length and fields.
-  const std::string& greeting() const noexcept { return greeting_; }
+  const std::string& greeting() const noexcept override { return greeting_; }
   /// Runs `call` on an idle worker (waiting for one) and returns the fields it wrote. Throws ferry::Error
   /// for the user code's exception (with its traceback), a worker that died or timed out, or a pool that
   /// has no worker left. `sample` names the sample in messages ("sample 17").
-  NamedTensors call(const WorkerCall& call, const std::string& sample);
+  NamedTensors call(const WorkerCall& call, const std::string& sample) override;
+  std::string where() const override {
+    return std::to_string(size_) + " worker" + (size_ == 1 ? "" : "s");
+  }
   const std::shared_ptr<SharedSlots>& slots() const noexcept { return slots_; }
   size_t size() const noexcept { return size_; }
   /// Workers started in all, the first ones included (more than size(): some were replaced).
@@ -90,6 +118,8 @@ class WorkerPool {
   void spawner_loop();
   /// Stops the spawner thread and every idle worker (none is busy once the pipeline is gone).
   void shutdown();
+  /// Copies a transform's inputs into a slot and describes them at the end of `request`.
+  std::shared_ptr<const Slot> write_inputs(const NamedTensors& inputs, std::string& request) const;
 
   WorkerSetup setup_;
   size_t size_;

@@ -41,6 +41,20 @@ _WRITTEN = struct.Struct("<B3xI")
 _NEED = struct.Struct("<B7xQ")
 
 
+_FD_SPACE = socket.CMSG_SPACE(struct.calcsize("i"))
+
+
+def _receive(sock: socket.socket, buffer: bytearray) -> tuple[memoryview, list[int]]:
+    """The next message, in `buffer` (no allocation per message: socket.recv_fds would make a bytes of
+    its full size each time), and the descriptor sent with it."""
+    size, ancillary, _, _ = sock.recvmsg_into([buffer], _FD_SPACE)
+    fds = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += list(struct.unpack(f"{len(data) // 4}i", data[:len(data) - len(data) % 4]))
+    return memoryview(buffer)[:size], fds
+
+
 class SampleError(Exception):
     """A sample that does not match its fields: said as is, without a traceback."""
 
@@ -182,6 +196,7 @@ class Worker:
         self.role = setup["role"]
         self.made = made
         self.segments: dict[int, mmap.mmap] = {}
+        self.buffer = bytearray(1 << 20)
         self.fields = [Field(spec) for spec in setup["fields"]] if setup.get("fields") else None
         if self.role == "transform":
             self.inputs = {spec["name"]: Field(spec) for spec in setup["inputs"]}
@@ -274,7 +289,7 @@ class Worker:
     def serve(self) -> None:
         sock = self.sock
         while True:
-            message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 1)
+            message, fds = _receive(sock, self.buffer)
             if not message:
                 return  # the pipeline closed the socket, or its process died
             op = message[0]
@@ -338,7 +353,7 @@ class Worker:
             at += _FIELD.size
             shape = struct.unpack_from(f"<{ndim}q", message, at)
             at += 8 * ndim
-            name = message[at:at + length].decode()
+            name = bytes(message[at:at + length]).decode()
             at += length
             dtype = np.dtype("int16") if code == _BFLOAT16 else _NUMPY[_DTYPES[code]]
             array = np.ndarray(shape, dtype=dtype, buffer=memory, offset=offset + field_offset)
@@ -373,12 +388,12 @@ class Worker:
             end = start + array.nbytes
         if end > capacity:
             self.sock.send(_NEED.pack(1, end))
-            message, fds, _, _ = socket.recv_fds(self.sock, 1 << 20, 1)
+            message, fds = _receive(self.sock, self.buffer)
             while message and message[0] == 4:  # the larger slot's segment comes first
                 _, number, size = _MAP.unpack_from(message)
                 self.segments[number] = mmap.mmap(fds[0], size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
                 os.close(fds[0])
-                message, fds, _, _ = socket.recv_fds(self.sock, 1 << 20, 1)
+                message, fds = _receive(self.sock, self.buffer)
             if not message:
                 sys.exit(0)
             _, segment, offset, capacity = _SLOT.unpack_from(message)
@@ -398,6 +413,43 @@ class Worker:
         if len(text) > _MAX_ERROR:
             text = text[:_MAX_ERROR // 2] + "\n...\n" + text[-_MAX_ERROR // 2:]
         self.sock.send(b"\x02\x00\x00\x00" + text.encode("utf-8", "replace"))
+
+
+class InProcess(Worker):
+    """The same code on the decode threads of the pipeline's own process (decode.workers: threads):
+    io's in-process runner calls make() and transform() with the GIL held, and copies the arrays they
+    return. Errors come back as text, as a worker's do."""
+
+    def __init__(self, setup_json: str, payload: bytes | None) -> None:
+        setup = json.loads(setup_json)
+        super().__init__(None, setup, _load(setup, payload or None))
+
+    def make(self, index: int, epoch: int):
+        where = f"dataset[{index}]"
+        try:
+            arrays = self.dataset_arrays(self.call_user(lambda: self.made[index], epoch, index), where)
+            return [(name, _contiguous(array), code) for name, array, code in arrays]
+        except SampleError as e:
+            return str(e)
+        except Exception as e:
+            return f"{where} raised {type(e).__name__}: {e}\n" + traceback.format_exc()
+
+    def transform(self, inputs: dict[str, np.ndarray], index: int, epoch: int):
+        where = f"sample {index}"
+        try:
+            for array in inputs.values():
+                array.flags.writeable = False
+            made = self.call_user(lambda: self.made(dict(inputs)), epoch, index)
+            return [(name, _contiguous(array), code) for name, array, code in self.transform_arrays(made, inputs, where)]
+        except SampleError as e:
+            return str(e)
+        except Exception as e:
+            return f"{where} raised {type(e).__name__}: {e}\n" + traceback.format_exc()
+
+
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    # Not np.ascontiguousarray, which makes a 0-d array 1-d.
+    return array if array.flags.c_contiguous else array.copy(order="C")
 
 
 def main() -> None:
@@ -430,7 +482,10 @@ def main() -> None:
             "utf-8", "replace"))
         return
     sock.send(b"ok\n" + greeting.encode())
-    worker.serve()
+    try:
+        worker.serve()
+    except (ConnectionError, EOFError):
+        pass  # the pipeline went away mid-message: nothing is waiting for this worker
 
 
 if __name__ == "__main__":

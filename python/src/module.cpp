@@ -10,6 +10,7 @@
 #include "python_copy.h"
 #include "python_errors.h"
 #include "python_pipeline.h"
+#include "python_runner.h"
 #include "python_uvm.h"
 
 namespace py = pybind11;
@@ -53,6 +54,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_worker_python", &ferry::detail::set_default_worker_python, py::arg("python"), py::arg("python_path"),
         "The interpreter (and the folder holding the ferry package) that worker processes run by default.");
 
+  ferry::python::provide_in_process_python();
   ferry::python::bind_pipeline(m);
   ferry::python::bind_copy(m);
   ferry::python::bind_uvm(m);

@@ -40,7 +40,8 @@ def no_leftover_workers():
 
 
 def config(batch_size=4, workers=2, **decode):
-    return {"batch_size": batch_size, "decode": {"workers": workers, "threads": max(workers, 2), **decode},
+    threads = 3 if workers == "threads" else max(workers, 2)
+    return {"batch_size": batch_size, "decode": {"workers": workers, "threads": threads, **decode},
             "transfer": {"device": "cpu"}}
 
 
@@ -62,13 +63,13 @@ def check_batches(pipeline, dataset, variable=()):
     return seen
 
 
-@pytest.mark.parametrize("workers", [1, 2, 4])
+@pytest.mark.parametrize("workers", [1, 2, 4, "threads"])
 def test_every_value_is_the_datasets(workers):
-    rng = random.Random(workers)
+    rng = random.Random(str(workers))
     dtypes = ["uint8", "int32", "int64", "float16", "float32"]
     fields = {f"f{i}": (rng.choice(dtypes), tuple(rng.randint(1, 5) for _ in range(rng.randint(0, 3))))
               for i in range(rng.randint(1, 4))}
-    dataset = ArrayDataset(rng.randint(20, 60), fields, seed=workers)
+    dataset = ArrayDataset(rng.randint(20, 60), fields, seed=len(str(workers)))
     with ferry.Pipeline.from_dataset(dataset, config(batch_size=rng.randint(1, 7), workers=workers)) as pipeline:
         seen = check_batches(pipeline, dataset)
     assert sorted(seen) == list(range(len(dataset)))
@@ -94,8 +95,8 @@ def test_shuffled_runs_are_the_same_with_any_number_of_workers():
         with ferry.Pipeline.from_dataset(RandomDataset(), cfg) as pipeline:
             return [bytes_digest(batch) for batch in pipeline.batches()]
 
-    one, three = digests(1), digests(3)
-    assert one == three
+    one, three, threads = digests(1), digests(3), digests("threads")
+    assert one == three == threads
     assert len(one) == 20
 
 
@@ -128,15 +129,16 @@ def test_a_resumed_run_delivers_what_the_uninterrupted_one_would():
     assert head + tail == everything
 
 
-def test_an_exception_names_the_sample_and_carries_the_traceback():
-    with ferry.Pipeline.from_dataset(FailingDataset(20, "raise", [9]), config()) as pipeline:
+@pytest.mark.parametrize("workers", [2, "threads"])
+def test_an_exception_names_the_sample_and_carries_the_traceback(workers):
+    with ferry.Pipeline.from_dataset(FailingDataset(20, "raise", [9]), config(workers=workers)) as pipeline:
         with pytest.raises(ferry.Error) as raised:
             for _ in pipeline:
                 pass
     message = str(raised.value)
     assert "sample 9" in message and "dataset[9] raised ValueError: sample 9 is broken" in message
     assert "Traceback" in message and "python_datasets.py" in message
-    assert "worker " in message
+    assert ("worker " if workers != "threads" else "the decode threads") in message
 
 
 def test_skip_counts_failed_samples():
@@ -289,11 +291,12 @@ def test_yaml_python_transform_over_the_python_source(tmp_path, tests_on_pythonp
                     assert int(batch["label"][row]) == 2 * int(sample["label"])
 
 
-def test_python_transform_over_a_builtin_source(tests_on_pythonpath):
+@pytest.mark.parametrize("workers", [2, "threads"])
+def test_python_transform_over_a_builtin_source(tests_on_pythonpath, workers):
     cfg = {"source": {"kind": "synthetic", "samples": 12, "fields": [
         {"name": "image", "dtype": "uint8", "shape": [3, 8, 8]},
         {"name": "label", "dtype": "int64", "range": [0, 10]}]},
-        "batch_size": 3, "decode": {"workers": 2}, "transfer": {"device": "cpu"},
+        "batch_size": 3, "decode": {"workers": workers}, "transfer": {"device": "cpu"},
         "transforms": [{"kind": "python", "python": "python_datasets:add_noise",
                         "fields": [{"name": "noisy", "dtype": "float32", "shape": [3, 8, 8]}]}]}
     plain = dict(cfg, transforms=[])
@@ -321,3 +324,25 @@ def test_ferry_run_names_a_module_that_does_not_import(cli, tmp_path, tests_on_p
                             text=True, timeout=120)
     assert result.returncode != 0
     assert "No module named 'no_such_module'" in result.stderr
+
+
+def test_ferry_run_cannot_run_python_on_its_threads(cli, tmp_path, tests_on_pythonpath):
+    result = subprocess.run([cli, "run", yaml_config(tmp_path), "--set", "decode.workers=threads"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "decode.workers: threads runs dataset 'python_datasets:make_arrays' in this process" in result.stderr
+
+
+def test_bad_worker_settings_are_refused_where_they_are(tmp_path):
+    for value, expected in [("0", "auto, threads or an integer in 1..256"), ("300", "auto, threads or an integer"),
+                            ("many", "auto, threads or an integer")]:
+        with pytest.raises(ferry.ConfigError, match=expected):
+            ferry.Pipeline.from_dataset(ArrayDataset(4, {"x": ("int32", (4,))}), config(), overrides={
+                "decode.workers": value})
+    with pytest.raises(ferry.ConfigError, match="decode.timeout: expected a duration"):
+        ferry.Pipeline.from_dataset(ArrayDataset(4, {"x": ("int32", (4,))}), config(timeout="soon"))
+
+
+def test_a_missing_interpreter_is_named(tmp_path):
+    with pytest.raises(ferry.Error, match="cannot start a Python worker with '/no/such/python'"):
+        ferry.Pipeline.from_dataset(ArrayDataset(4, {"x": ("int32", (4,))}), config(python="/no/such/python"))
