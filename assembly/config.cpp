@@ -136,7 +136,7 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
   // Keys that change nothing in this run are left out, so changing them does not block a resume.
   // The seed also draws random crops (Note [random crop]) and a transform's random numbers: other
   // draws are other bytes.
-  bool random_decode = false;
+  bool random_decode = !made.same_every_epoch();  // user code drawing from (seed, epoch, index)
   for (const auto& [field, decoder] : make_field_decoders(config, made)) random_decode |= !decoder->same_every_epoch();
   for (const auto& transform : make_transforms(config).list) random_decode |= !transform->same_every_epoch();
   const AugmentOptions& augment = config.pipeline.augment;

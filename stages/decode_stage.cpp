@@ -131,6 +131,10 @@ std::string DecodeStage::varies_by_epoch(const std::string& field, const Decoder
 }
 
 std::string DecodeStage::varies_by_epoch() const {
+  if (!source_->same_every_epoch()) {
+    return "the source " + source_->describe() +
+           " may make a sample otherwise every epoch (a python source that does not: source.same_every_epoch: true)";
+  }
   const std::vector<FieldSpec>& specs = source_->fields();
   for (size_t f = 0; f < specs.size() && f < decoders_.size(); ++f) {
     if (!decoders_[f]->same_every_epoch()) return varies_by_epoch(specs[f].name, *decoders_[f]);

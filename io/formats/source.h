@@ -78,6 +78,9 @@ class Source {
   /// samples, the shards in sample order. Shard-aware orders (sampler.shuffle_buffer) use it. Empty
   /// (the default): one collection read at random.
   virtual std::vector<uint64_t> shard_sizes() const { return {}; }
+  /// Whether read_sample() gives a sample the same fields in every epoch, so that a dataset cache may
+  /// keep it. A source running user code that may draw per-epoch random numbers says no.
+  virtual bool same_every_epoch() const { return true; }
 };
 
 }  // namespace ferry

@@ -21,8 +21,13 @@ constexpr uint64_t kFirstSlotBytes = uint64_t{64} << 10;
 
 class PythonSource : public Source {
  public:
-  PythonSource(std::unique_ptr<PythonRunner> runner, uint64_t length, std::vector<FieldSpec> fields, std::string what)
-      : runner_(std::move(runner)), length_(length), fields_(std::move(fields)), what_(std::move(what)) {
+  PythonSource(std::unique_ptr<PythonRunner> runner, uint64_t length, std::vector<FieldSpec> fields, std::string what,
+               bool same_every_epoch)
+      : runner_(std::move(runner)),
+        length_(length),
+        fields_(std::move(fields)),
+        what_(std::move(what)),
+        same_every_epoch_(same_every_epoch) {
     capacity_ = detail::slot_bytes(fields_).value_or(kFirstSlotBytes);
   }
 
@@ -55,6 +60,8 @@ class PythonSource : public Source {
     return sample;
   }
 
+  bool same_every_epoch() const override { return same_every_epoch_; }
+
   std::string describe() const override {
     return "python(" + what_ + ", " + std::to_string(length_) + " samples, " + runner_->where() + ")";
   }
@@ -64,6 +71,7 @@ class PythonSource : public Source {
   uint64_t length_;
   std::vector<FieldSpec> fields_;
   std::string what_;
+  bool same_every_epoch_;
   mutable std::atomic<uint64_t> capacity_;
 };
 
@@ -131,7 +139,8 @@ std::shared_ptr<const Source> make_python_source(const KeyValue& source, const M
   fields.clear();
   read_greeting(runner->greeting(), length, fields);
   if (length == 0) throw Error(what + " is empty (its len() is 0)");
-  return std::make_shared<PythonSource>(std::move(runner), length, declared.empty() ? fields : declared, what);
+  return std::make_shared<PythonSource>(std::move(runner), length, declared.empty() ? fields : declared, what,
+                                        source.boolean_or("same_every_epoch", false));
 }
 
 void check_python_source(const KeyValue& source, KeyProblems& problems) {
@@ -176,6 +185,12 @@ SourceKind python_source_kind() {
        .description = "Keyword arguments for the factory, as a mapping.",
        .default_value = "{}",
        .example = "{root: /data/train, size: 224}"},
+      {.name = "same_every_epoch",
+       .type = Type::kBoolean,
+       .description = "Whether __getitem__ makes a sample the same in every epoch (it draws no random numbers "
+                      "per epoch): then the dataset cache may keep it.",
+       .default_value = "false",
+       .example = "true"},
       detail::fields_key("The fields of each sample, in order; inferred from the first samples when left out "
                          "(Python ints as int64, floats as float32; a field of bytes needs its max_length declared), then "
                          "checked on every sample."),

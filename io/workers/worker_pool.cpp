@@ -63,6 +63,8 @@ constexpr size_t kMaxMessage = size_t{1} << 20;
 constexpr auto kPollSlice = std::chrono::milliseconds(50);
 // How long a closed worker has to exit before it is killed.
 constexpr auto kExitGrace = std::chrono::milliseconds(500);
+// The least time a worker has to start (import its modules, unpickle the dataset), whatever decode.timeout.
+constexpr auto kStartTimeout = std::chrono::seconds(60);
 
 enum class Received { kMessage, kClosed, kTimeout, kStopped };
 
@@ -399,12 +401,17 @@ void WorkerPool::start_workers(size_t count) {
   }
 
   // Their greetings, from all at once: each loads what it runs (imports, the dataset) meanwhile.
-  const auto deadline =
-      setup_.timeout.count() > 0 ? Clock::now() + setup_.timeout : Clock::time_point::max();
+  // A start (imports, unpickling the dataset) may take longer than a sample: at least kStartTimeout.
+  const auto deadline = setup_.timeout.count() > 0 ? Clock::now() + std::max<Clock::duration>(setup_.timeout, kStartTimeout)
+                                                   : Clock::time_point::max();
   std::vector<std::unique_ptr<Worker>> ready;
   for (auto& worker : fresh) {
     std::string reply;
-    const Received got = worker->receive(reply, deadline);
+    const Received got = worker->receive(reply, deadline, &stopping_);
+    if (got == Received::kStopped) {
+      worker->reap(true);
+      continue;
+    }
     if (got == Received::kMessage && reply.starts_with("ok\n")) {
       if (worker->number == 0) greeting_ = reply.substr(3);
       ready.push_back(std::move(worker));
@@ -414,8 +421,10 @@ void WorkerPool::start_workers(size_t count) {
       error = worker->name() + " could not load " + setup_.what + ":\n" + reply.substr(6);
       worker->reap(false);
     } else if (got == Received::kTimeout) {
-      error = worker->name() + " did not load " + setup_.what + " within decode.timeout (" +
-              std::to_string(setup_.timeout.count() / 1000.0) + " s); it was stopped";
+      error = worker->name() + " did not load " + setup_.what + " within " +
+              std::to_string(std::max<Clock::duration>(setup_.timeout, kStartTimeout) / std::chrono::seconds(1)) +
+              " s (decode.timeout, and at least " + std::to_string(kStartTimeout / std::chrono::seconds(1)) +
+              " s for a start); it was stopped";
       worker->reap(true);
     } else {
       const std::string name = worker->name();
@@ -438,6 +447,12 @@ void WorkerPool::start_workers(size_t count) {
 
 std::unique_ptr<WorkerPool::Worker> WorkerPool::take() {
   std::unique_lock lock(mutex_);
+  // Workers that died or were stopped are replaced when work needs them, not at once: a pipeline that
+  // stops its calls to close waits for no new worker to start.
+  if (running_ + to_start_ + starting_ < size_ && start_error_.empty()) {
+    to_start_ = size_ - running_ - starting_;
+    changed_.notify_all();
+  }
   changed_.wait(lock, [&] { return !idle_.empty() || (running_ == 0 && to_start_ == 0 && starting_ == 0); });
   if (idle_.empty()) {
     throw Error("no worker process is left to run " + setup_.what +
@@ -461,7 +476,7 @@ std::string WorkerPool::retire(std::unique_ptr<Worker> worker, bool kill_first) 
   {
     std::lock_guard lock(mutex_);
     --running_;
-    if (!stopping_) ++to_start_;
+
   }
   changed_.notify_all();
   return ended;

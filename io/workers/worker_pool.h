@@ -110,8 +110,8 @@ class WorkerPool : public PythonRunner {
   /// An idle worker; waits for one. Throws when none is running or starting.
   std::unique_ptr<Worker> take();
   void give_back(std::unique_ptr<Worker> worker);
-  /// Stops `worker` (killing it if it still runs) and has another started in its place. Returns how it
-  /// ended ("killed by signal 9 (SIGKILL)").
+  /// Stops `worker` (killing it if it still runs); the next take() has another started in its place.
+  /// Returns how it ended ("killed by signal 9 (SIGKILL)").
   std::string retire(std::unique_ptr<Worker> worker, bool kill_first);
   /// Starts `count` workers and waits for their greetings (on the spawner thread).
   void start_workers(size_t count);
@@ -135,7 +135,7 @@ class WorkerPool : public PythonRunner {
   size_t starting_ = 0;   // being started by it
   uint64_t started_ = 0;
   std::string start_error_;  // why the last replacement could not start
-  bool stopping_ = false;
+  std::atomic<bool> stopping_{false};  // set under mutex_; read without it by a start waiting for greetings
   // Every worker is spawned from this thread, which lives as long as the pool: a worker asks the kernel
   // to kill it when the thread that started it ends (PR_SET_PDEATHSIG), and so with this process.
   std::thread spawner_;

@@ -383,6 +383,7 @@ def _pickled_dataset(dataset: Any) -> bytes:
         import multiprocessing.spawn
 
         main = multiprocessing.spawn.get_preparation_data("ferry-worker")
+        main.pop("authkey", None)  # multiprocessing's own secret, which pickles only as it spawns
     held = {"main": main, "sys_path": list(sys.path), "object": pickled}
     return pickle.dumps(held, protocol=pickle.HIGHEST_PROTOCOL)
 

@@ -24,15 +24,24 @@ def children():
     """This process's living child processes (zombies are not left: the pipeline reaps its workers)."""
     pids = []
     for task in os.listdir(f"/proc/{os.getpid()}/task"):
-        with open(f"/proc/{os.getpid()}/task/{task}/children") as listed:
-            pids += [int(pid) for pid in listed.read().split()]
+        try:
+            with open(f"/proc/{os.getpid()}/task/{task}/children") as listed:
+                pids += [int(pid) for pid in listed.read().split()]
+        except OSError:
+            pass  # a thread that ended meanwhile
     return pids
+
+
+def shared_memory():
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
 @pytest.fixture(autouse=True)
 def no_leftover_workers():
     before = set(children())
+    segments = shared_memory()
     yield
+    assert shared_memory() - segments == set(), "segments were left in /dev/shm"
     deadline = time.monotonic() + 5
     while set(children()) - before and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -313,6 +322,9 @@ def test_ferry_run_with_a_python_source(cli, tmp_path, tests_on_pythonpath):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "26 samples" in result.stdout + result.stderr
+    checked = subprocess.run([cli, "validate", yaml_config(tmp_path)], env=environment, capture_output=True, text=True,
+                             timeout=120)
+    assert checked.returncode == 0, checked.stderr
 
 
 def test_ferry_run_names_a_module_that_does_not_import(cli, tmp_path, tests_on_pythonpath):
@@ -346,3 +358,78 @@ def test_bad_worker_settings_are_refused_where_they_are(tmp_path):
 def test_a_missing_interpreter_is_named(tmp_path):
     with pytest.raises(ferry.Error, match="cannot start a Python worker with '/no/such/python'"):
         ferry.Pipeline.from_dataset(ArrayDataset(4, {"x": ("int32", (4,))}), config(python="/no/such/python"))
+
+
+ORPHAN_SCRIPT = textwrap.dedent("""\
+    import os, sys
+    sys.path.insert(0, {tests!r})
+    import ferry
+    from python_datasets import SlowDataset
+    pipeline = ferry.Pipeline.from_dataset(SlowDataset(1000, {{"x": ("int32", (4,))}}), {{
+        "batch_size": 2, "decode": {{"workers": 3, "threads": 3}}, "transfer": {{"device": "cpu"}}}})
+    batches = iter(pipeline)
+    next(batches)
+    print("running", flush=True)
+    for batch in batches:
+        pass
+    """)
+
+
+def workers_of(pid):
+    """The ferry worker processes whose parent is `pid` (or that it left to init)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if f"FERRY_WORKER_PARENT={pid}".encode() in environ.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_workers_end_with_their_process_however_it_ends(how):
+    script = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT.format(tests=TESTS_DIR)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        assert script.stdout.readline().strip() == "running", script.stderr.read()
+        assert len(workers_of(script.pid)) == 3
+        script.send_signal(how)
+        script.wait(timeout=10)
+        deadline = time.monotonic() + 2
+        while workers_of(script.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert workers_of(script.pid) == []
+    finally:
+        script.kill()
+        script.wait()
+
+
+def test_the_dataset_cache_keeps_a_python_source_that_says_it_may():
+    dataset = ArrayDataset(24, {"x": ("int32", (4,)), "y": ("float32", (2, 3))})
+    cfg = config()
+    cfg["sampler"] = {"epochs": 3}
+    cfg["cache"] = {"memory": "host"}
+    with pytest.raises(ferry.ConfigError, match="source.same_every_epoch: true"):
+        ferry.Pipeline.from_dataset(dataset, cfg)
+    with ferry.Pipeline.from_dataset(dataset, cfg, overrides={"source.same_every_epoch": True}) as cached:
+        for _ in range(3):
+            assert sorted(check_batches(cached, dataset)) == list(range(24))
+
+
+def test_several_devices_of_one_process_share_the_workers():
+    dataset = ArrayDataset(32, {"x": ("int64", (3,))})
+    cfg = config()
+    del cfg["transfer"]
+    cfg["transfer"] = {"devices": ["cpu", "cpu"]}
+    seen = []
+    with ferry.Pipeline.from_dataset(dataset, cfg) as pipeline:
+        for step in pipeline:
+            for batch in step:
+                for row, index in enumerate(batch.sample_indices):
+                    assert torch.equal(batch["x"][row], torch.from_numpy(dataset[index]["x"]))
+                    seen.append(int(index))
+    assert sorted(seen) == list(range(32))
