@@ -3,7 +3,7 @@
 worker processes) and through torch's DataLoader, in one run, on the same machine and device.
 
     PYTHONPATH=build/gpu/python python3 bench/python_dataset.py --out gpu-results/python-dataset \\
-        [--workers 1,4,16] [--cases memory,small,jpeg,python] [--rounds 3] [--quick]
+        [--workers 1,4,16] [--cases memory,small,jpeg,python] [--rounds 2] [--quick]
 
 Cases (each sample a dict of numpy arrays; batch 64):
   memory  a 3x224x224 uint8 image and a label from arrays held in memory: the loaders' own cost
@@ -46,7 +46,11 @@ def descendants(pid):
     found, todo = [], [pid]
     while todo:
         parent = todo.pop()
-        for task in os.listdir(f"/proc/{parent}/task"):
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue  # it ended meanwhile
+        for task in tasks:
             try:
                 with open(f"/proc/{parent}/task/{task}/children") as listed:
                     kids = [int(p) for p in listed.read().split()]
@@ -167,7 +171,7 @@ def main():
     parser.add_argument("--out", default="python-dataset-results")
     parser.add_argument("--workers", default="1,4,16")
     parser.add_argument("--cases", default="memory,small,jpeg,python")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="a check that it runs, not a measurement")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -176,10 +180,10 @@ def main():
     scale = 0.05 if args.quick else 1.0
     jpeg_dir = os.path.join(tempfile.gettempdir(), "ferry-bench-jpegs")
     cases = {
-        "memory": ("in-memory 3x224x224 uint8 + label", lambda: MemoryImages(10**7), 300),
-        "small": ("1 KiB samples + label", lambda: SmallSamples(10**8), 2000),
-        "jpeg": ("JPEG + PIL resize + numpy flip", lambda: JpegFiles(make_jpegs(jpeg_dir, 256), 10**7), 100),
-        "python": ("pure-Python transform (GIL)", lambda: PythonWork(10**7), 100),
+        "memory": ("in-memory 3x224x224 uint8 + label", lambda: MemoryImages(10**7), 150),
+        "small": ("1 KiB samples + label", lambda: SmallSamples(10**8), 1000),
+        "jpeg": ("JPEG + PIL resize + numpy flip", lambda: JpegFiles(make_jpegs(jpeg_dir, 256), 10**7), 50),
+        "python": ("pure-Python transform (GIL)", lambda: PythonWork(10**7), 50),
     }
     results = []
     print(f"# bench/python_dataset.py on {platform.node()}, {os.cpu_count()} cores, device {device}, "

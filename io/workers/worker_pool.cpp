@@ -45,7 +45,7 @@ using Clock = std::chrono::steady_clock;
 //   map        op 4, segment u32, bytes u64 — with the segment's descriptor
 //   call       op 1 (make) or 3 (transform) u8, 3 pad, segment u32, offset u64, capacity u64, index u64,
 //              epoch u64; a transform's input after it: input segment u32, 4 pad, input offset u64,
-//              fields (the WorkerCall's encoding)
+//              count u32, the fields as in "written" (their offsets within the input's slot)
 //   slot       op 2, segment u32, offset u64, capacity u64: a larger slot, after "need"
 // and from the worker:
 //   greeting   "ok\n" and lines of its own, or "error\n" and the traceback
@@ -56,7 +56,9 @@ using Clock = std::chrono::steady_clock;
 //
 // A worker ends when its socket closes (this process closed it or died), and is killed with this
 // process however it dies: it sets PR_SET_PDEATHSIG, which fires when the thread that spawned it ends,
-// hence the pool's spawner thread. Samples live in memory files without names, which cannot leak.
+// hence the pool's spawner thread. Samples live in memory files without names, which cannot leak. A
+// worker that died, overran decode.timeout or was stopped mid-sample (the pipeline closing) is reaped
+// at once and replaced when the next call needs it.
 
 constexpr int kWorkerFd = 3;
 constexpr size_t kMaxMessage = size_t{1} << 20;
