@@ -87,11 +87,14 @@ std::string json_value(const KeyValue& value) {
   if (text == "False" || text == "FALSE") return "false";
   if (text == "null" || text == "~" || text == "Null" || text == "NULL") return "null";
   if (is_number(text) && text.find_first_of("xXnN") == std::string::npos) {
-    // JSON has no leading '+' or '.': 3, -2.5, 1e3 as they are; others through a double.
-    if (text.front() == '+' || text.front() == '.' || (text.size() > 1 && text.starts_with("-."))) {
-      return std::to_string(std::stod(text));
-    }
-    return text;
+    // An integer as written (any size: Python's ints have none); any other number as the double it
+    // reads as, in a form JSON takes (no '+', no leading or trailing '.', no leading zeros).
+    const bool integer = text.find_first_not_of("-0123456789") == std::string::npos &&
+                         !(text.size() > 1 && text[text.front() == '-' ? 1 : 0] == '0');
+    if (integer) return text;
+    char formatted[32];
+    std::snprintf(formatted, sizeof(formatted), "%.17g", std::strtod(text.c_str(), nullptr));
+    return formatted;
   }
   return json_string(text);
 }

@@ -17,6 +17,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "ferry/io/util/units.h"
 #include "ferry/pipeline/error.h"
 
 extern char** environ;
@@ -67,6 +68,8 @@ constexpr auto kPollSlice = std::chrono::milliseconds(50);
 constexpr auto kExitGrace = std::chrono::milliseconds(500);
 // The least time a worker has to start (import its modules, unpickle the dataset), whatever decode.timeout.
 constexpr auto kStartTimeout = std::chrono::seconds(60);
+// Replacements that fail to start in a row before the pool stops trying.
+constexpr size_t kStartAttempts = 3;
 
 enum class Received { kMessage, kClosed, kTimeout, kStopped };
 
@@ -225,15 +228,22 @@ WorkerPool::WorkerPool(WorkerSetup setup, size_t workers)
     : setup_(std::move(setup)), size_(std::max<size_t>(1, workers)), slots_(SharedSlots::make()) {
   if (!setup_.payload.empty()) {
     payload_fd_ = memfd_create("ferry-payload", MFD_CLOEXEC);
-    if (payload_fd_ < 0 || write(payload_fd_, setup_.payload.data(), setup_.payload.size()) !=
-                               static_cast<ssize_t>(setup_.payload.size())) {
+    size_t written = 0;
+    while (payload_fd_ >= 0 && written < setup_.payload.size()) {  // write() moves at most ~2 GiB at once
+      const ssize_t wrote = write(payload_fd_, setup_.payload.data() + written, setup_.payload.size() - written);
+      if (wrote <= 0 && errno != EINTR) break;
+      if (wrote > 0) written += static_cast<size_t>(wrote);
+    }
+    if (payload_fd_ < 0 || written < setup_.payload.size()) {
       const int error = errno;
       if (payload_fd_ >= 0) close(payload_fd_);
-      throw Error("cannot hand " + setup_.what + " to worker processes: " + std::strerror(error));
+      throw Error("cannot hand " + setup_.what + " (" + format_byte_size(setup_.payload.size()) +
+                  " pickled) to worker processes: " + std::strerror(error));
     }
     setup_.payload.clear();
     setup_.payload.shrink_to_fit();
   }
+  environment_ = worker_environment();  // read once: the environment may change while the pool lives
   const size_t first = setup_.after_first ? 1 : size_;
   {
     std::lock_guard lock(mutex_);
@@ -245,13 +255,14 @@ WorkerPool::WorkerPool(WorkerSetup setup, size_t workers)
     changed_.wait(lock, [&] { return running_ == count || (!start_error_.empty() && to_start_ == 0 && starting_ == 0); });
     return running_ == count;
   };
-  if (started(first) && first < size_) {
+  if (started(first) && setup_.after_first) {
+    // Every later worker, the first one's replacements too, gets the setup made of its greeting.
     try {
       setup_.setup = setup_.after_first(greeting_);
     } catch (const std::exception& e) {
       start_error_ = setup_.what + ": " + cause_of(e);
     }
-    if (start_error_.empty()) {
+    if (start_error_.empty() && first < size_) {
       to_start_ = size_ - first;
       changed_.notify_all();
       started(size_);
@@ -309,16 +320,7 @@ void WorkerPool::spawner_loop() {
   }
 }
 
-void WorkerPool::start_workers(size_t count) {
-  std::vector<std::unique_ptr<Worker>> fresh;
-  std::string error;
-  uint64_t first_number = 0;
-  {
-    std::lock_guard lock(mutex_);
-    first_number = started_;
-    started_ += count;
-  }
-  const std::string parent = std::to_string(getpid());
+std::vector<std::string> WorkerPool::worker_environment() const {
   // The environment: this process's, with PYTHONPATH led by the package's folder and the parent's pid.
   std::vector<std::string> environment;
   std::string python_path = setup_.python_path;
@@ -337,7 +339,7 @@ void WorkerPool::start_workers(size_t count) {
     environment.emplace_back(text);
   }
   if (!python_path.empty()) environment.push_back("PYTHONPATH=" + python_path);
-  environment.push_back("FERRY_WORKER_PARENT=" + parent);
+  environment.push_back("FERRY_WORKER_PARENT=" + std::to_string(getpid()));
   // A sample's buffers (a decoded image, a resized one) are a few hundred KiB: above glibc's first mmap
   // threshold, so each is mapped and unmapped again, and the worker spends its time in page faults (a
   // JPEG decoded and resized with PIL: 2.3 ms a sample; 0.93 ms with these, as in a process that
@@ -346,6 +348,19 @@ void WorkerPool::start_workers(size_t count) {
                    [](const std::string& entry) { return entry.starts_with("GLIBC_TUNABLES="); })) {
     environment.push_back("GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=134217728");
   }
+  return environment;
+}
+
+void WorkerPool::start_workers(size_t count) {
+  std::vector<std::unique_ptr<Worker>> fresh;
+  std::string error;
+  uint64_t first_number = 0;
+  {
+    std::lock_guard lock(mutex_);
+    first_number = started_;
+    started_ += count;
+  }
+  std::vector<std::string> environment = environment_;
   std::vector<char*> envp;
   for (std::string& entry : environment) envp.push_back(entry.data());
   envp.push_back(nullptr);
@@ -443,26 +458,35 @@ void WorkerPool::start_workers(size_t count) {
     for (auto& worker : ready) idle_.push_back(std::move(worker));
     running_ += ready.size();
     if (!error.empty()) start_error_ = error;
+    failed_starts_ = ready.empty() && !error.empty() ? failed_starts_ + 1 : 0;
   }
   changed_.notify_all();
 }
 
-std::unique_ptr<WorkerPool::Worker> WorkerPool::take() {
+std::unique_ptr<WorkerPool::Worker> WorkerPool::take(const std::atomic<bool>* stop) {
   std::unique_lock lock(mutex_);
-  // Workers that died or were stopped are replaced when work needs them, not at once: a pipeline that
-  // stops its calls to close waits for no new worker to start.
-  if (running_ + to_start_ + starting_ < size_ && start_error_.empty()) {
-    to_start_ = size_ - running_ - starting_;
-    changed_.notify_all();
+  for (;;) {
+    if (!idle_.empty()) {
+      std::unique_ptr<Worker> worker = std::move(idle_.front());
+      idle_.pop_front();
+      return worker;
+    }
+    // Workers that died or were stopped are replaced when work needs them, not at once: a pipeline that
+    // stops its calls to close waits for no new worker to start. Starts that keep failing (an import that
+    // broke meanwhile) are given up after kStartAttempts in a row.
+    if (running_ + to_start_ + starting_ < size_ && failed_starts_ < kStartAttempts) {
+      to_start_ = size_ - running_ - starting_;
+      changed_.notify_all();
+    }
+    if (running_ == 0 && to_start_ == 0 && starting_ == 0) {
+      throw Error("no worker process is left to run " + setup_.what +
+                  (start_error_.empty() ? std::string() : ": the last one to start failed: " + start_error_));
+    }
+    changed_.wait_for(lock, kPollSlice);
+    if (stop != nullptr && stop->load(std::memory_order_acquire)) {
+      throw Error("the pipeline stopped while waiting for a worker of " + setup_.what);
+    }
   }
-  changed_.wait(lock, [&] { return !idle_.empty() || (running_ == 0 && to_start_ == 0 && starting_ == 0); });
-  if (idle_.empty()) {
-    throw Error("no worker process is left to run " + setup_.what +
-                (start_error_.empty() ? std::string() : ": the last one to start failed: " + start_error_));
-  }
-  std::unique_ptr<Worker> worker = std::move(idle_.front());
-  idle_.pop_front();
-  return worker;
 }
 
 void WorkerPool::give_back(std::unique_ptr<Worker> worker) {
@@ -510,9 +534,23 @@ std::shared_ptr<const Slot> WorkerPool::write_inputs(const NamedTensors& inputs,
 }
 
 NamedTensors WorkerPool::call(const WorkerCall& call, const std::string& sample) {
-  std::unique_ptr<Worker> worker = take();
-  // A failure of this process's own (no memory for a slot, a reply it cannot read) leaves the worker in
-  // an unknown state: it is replaced, never lost to the pool.
+  // Made before a worker is taken: a failure here (no memory for a slot, a dtype Python cannot be given)
+  // is this call's alone.
+  std::shared_ptr<const Slot> slot = slots_->lease(std::max<uint64_t>(call.capacity, 1));
+  std::string request;
+  put<uint8_t>(request, static_cast<uint8_t>(call.op));
+  request.append(3, '\0');
+  put<uint32_t>(request, slot->segment);
+  put<uint64_t>(request, slot->offset);
+  put<uint64_t>(request, slot->capacity);
+  put<uint64_t>(request, call.index);
+  put<uint64_t>(request, call.epoch);
+  std::shared_ptr<const Slot> input;  // a transform's input, until the worker replies
+  if (call.op == WorkerCall::Op::kTransform) input = write_inputs(call.inputs, request);
+
+  std::unique_ptr<Worker> worker;
+  // A failure of this process's own (a reply it cannot read) leaves the worker in an unknown state: it is
+  // replaced, never lost to the pool.
   struct Held {
     WorkerPool& pool;
     std::unique_ptr<Worker>& worker;
@@ -520,7 +558,6 @@ NamedTensors WorkerPool::call(const WorkerCall& call, const std::string& sample)
       if (worker) pool.retire(std::move(worker), true);
     }
   } held{*this, worker};
-  std::shared_ptr<const Slot> slot = slots_->lease(std::max<uint64_t>(call.capacity, 1));
   // Sends a segment's descriptor to the worker before the first message that names it.
   auto map = [&](uint32_t segment) {
     if (worker->mapped.contains(segment)) return true;
@@ -537,23 +574,17 @@ NamedTensors WorkerPool::call(const WorkerCall& call, const std::string& sample)
     const std::string name = worker->name();
     const std::string ended = retire(std::move(worker), false);
     return Error(name + " " + ended + " " + what + " " + sample + " of " + setup_.what +
-                 "; another worker was started in its place");
+                 "; another worker takes its place");
   };
-
-  std::string request;
-  put<uint8_t>(request, static_cast<uint8_t>(call.op));
-  request.append(3, '\0');
-  put<uint32_t>(request, slot->segment);
-  put<uint64_t>(request, slot->offset);
-  put<uint64_t>(request, slot->capacity);
-  put<uint64_t>(request, call.index);
-  put<uint64_t>(request, call.epoch);
-  std::shared_ptr<const Slot> input;  // a transform's input, until the worker replies
-  if (call.op == WorkerCall::Op::kTransform) {
-    input = write_inputs(call.inputs, request);
-    if (!map(input->segment)) throw lost("before it could be sent");
+  // A worker that died while idle (the OOM killer) cannot take the request: the sample goes to another.
+  for (int attempt = 0;; ++attempt) {
+    worker = take(call.stop);
+    if ((input == nullptr || map(input->segment)) && map(slot->segment) && send_message(worker->socket, request)) {
+      break;
+    }
+    if (attempt == 1) throw lost("before it could be sent");
+    retire(std::move(worker), false);
   }
-  if (!map(slot->segment) || !send_message(worker->socket, request)) throw lost("before it could be sent");
 
   const auto deadline = setup_.timeout.count() > 0 ? Clock::now() + setup_.timeout : Clock::time_point::max();
   std::string reply;
@@ -591,9 +622,11 @@ NamedTensors WorkerPool::call(const WorkerCall& call, const std::string& sample)
     if (status == 2) {
       const std::string name = worker->name();
       give_back(std::move(worker));
-      throw Error(name + ": " + reply.substr(4));
+      throw Error(name + ": " + (reply.size() > 4 ? reply.substr(4) : std::string("(an error without a message)")));
     }
+    if (status != 0) throw Error(worker->name() + " sent a reply of unknown kind " + std::to_string(status));
     const auto count = get<uint32_t>(reply, at);
+    if (count > reply.size()) throw Error(worker->name() + " sent a reply of " + std::to_string(count) + " fields");
     NamedTensors out;
     out.reserve(count);
     for (uint32_t i = 0; i < count; ++i) {
@@ -607,9 +640,13 @@ NamedTensors WorkerPool::call(const WorkerCall& call, const std::string& sample)
       if (at + name_length > reply.size()) throw Error("a worker's reply is cut short");
       std::string name = reply.substr(at, name_length);
       at += name_length;
-      int64_t elements = 1;
-      for (const int64_t size : shape) elements *= size;
-      if (offset + static_cast<uint64_t>(elements) * at::elementSize(dtype) > slot->capacity) {
+      uint64_t elements = 1;
+      bool fits = true;
+      for (const int64_t size : shape) {
+        fits = fits && size >= 0 && (size == 0 || elements <= slot->capacity / static_cast<uint64_t>(size));
+        elements *= static_cast<uint64_t>(std::max<int64_t>(size, 0));
+      }
+      if (!fits || offset > slot->capacity || elements * at::elementSize(dtype) > slot->capacity - offset) {
         throw Error(worker->name() + " wrote field '" + name + "' past its slot");
       }
       out.emplace_back(std::move(name), SharedSlots::view(slot, offset, dtype, shape));

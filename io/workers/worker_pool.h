@@ -107,12 +107,16 @@ class WorkerPool : public PythonRunner {
 
  private:
   struct Worker;
-  /// An idle worker; waits for one. Throws when none is running or starting.
-  std::unique_ptr<Worker> take();
+  /// An idle worker; waits for one (having lost ones replaced). Throws when none is running or starting,
+  /// or when `stop` turns true.
+  std::unique_ptr<Worker> take(const std::atomic<bool>* stop);
   void give_back(std::unique_ptr<Worker> worker);
   /// Stops `worker` (killing it if it still runs); the next take() has another started in its place.
   /// Returns how it ended ("killed by signal 9 (SIGKILL)").
   std::string retire(std::unique_ptr<Worker> worker, bool kill_first);
+  /// This process's environment as the workers get it: PYTHONPATH led by setup_.python_path, the
+  /// parent's pid, malloc tunables.
+  std::vector<std::string> worker_environment() const;
   /// Starts `count` workers and waits for their greetings (on the spawner thread).
   void start_workers(size_t count);
   void spawner_loop();
@@ -125,6 +129,7 @@ class WorkerPool : public PythonRunner {
   size_t size_;
   std::shared_ptr<SharedSlots> slots_;
   int payload_fd_ = -1;  // the pickled payload, as a memory file each worker reads
+  std::vector<std::string> environment_;
   std::string greeting_;
 
   mutable std::mutex mutex_;
@@ -135,6 +140,7 @@ class WorkerPool : public PythonRunner {
   size_t starting_ = 0;   // being started by it
   uint64_t started_ = 0;
   std::string start_error_;  // why the last replacement could not start
+  size_t failed_starts_ = 0;  // starts in a row that gave no worker
   std::atomic<bool> stopping_{false};  // set under mutex_; read without it by a start waiting for greetings
   // Every worker is spawned from this thread, which lives as long as the pool: a worker asks the kernel
   // to kill it when the thread that started it ends (PR_SET_PDEATHSIG), and so with this process.

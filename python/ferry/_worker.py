@@ -119,7 +119,8 @@ class Field:
         self.numpy = _NUMPY.get(self.dtype)
         shape = list(spec["shape"])
         self.max_length = spec.get("max_length")
-        self.variable = self.max_length is not None
+        # Variable-length: declared with a max_length, or an input field whose source knows no maximum.
+        self.variable = self.max_length is not None or (bool(shape) and shape[0] == -1)
         if self.variable and shape and shape[0] == -1:
             shape = shape[1:]
         self.rest = tuple(shape)  # the shape after dim 0 of a variable-length field; the whole shape otherwise
@@ -135,7 +136,8 @@ class Field:
             raise SampleError(f"{where}: field '{self.name}' is {found}, expected {self.dtype}")
         shape = array.shape
         if self.variable:
-            ok = len(shape) == len(self.rest) + 1 and tuple(shape[1:]) == self.rest and shape[0] <= self.max_length
+            ok = len(shape) == len(self.rest) + 1 and tuple(shape[1:]) == self.rest and (
+                self.max_length is None or shape[0] <= self.max_length)
         else:
             ok = tuple(shape) == self.rest
         if not ok:
@@ -146,6 +148,8 @@ def _as_array(value: Any, field: Field | None, name: str, where: str) -> tuple[n
     """`value` as an array and its dtype code (-1: not one ferry delivers). Python numbers, lists and bytes
     take the field's dtype; arrays and tensors must have it already."""
     if isinstance(value, np.ndarray):
+        if not value.dtype.isnative:  # ferry's tensors are in this machine's byte order
+            value = value.astype(value.dtype.newbyteorder("="))
         return value, _CODES.get(value.dtype.name, -1)
     kind = type(value)
     if kind.__module__ == "torch" and hasattr(value, "numpy"):
@@ -311,13 +315,13 @@ class Worker:
                     inputs = self.input_arrays(message)
                     made = self.call_user(lambda: self.made(dict(inputs)), epoch, index)
                     arrays = self.transform_arrays(made, inputs, where)
+                self.write(arrays, segment, offset, capacity)
             except SampleError as e:
                 self.send_error(str(e))
-                continue
-            except Exception as e:  # the user's code failed: its traceback goes back with the sample
-                self.send_error(f"{where} raised {type(e).__name__}: {e}\n" + traceback.format_exc())
-                continue
-            self.write(arrays, segment, offset, capacity)
+            except (ConnectionError, EOFError):
+                raise
+            except BaseException as e:  # the user's code failed (sys.exit() too): its traceback goes back
+                self.send_error(f"{where} raised {_described(e)}\n" + traceback.format_exc())
 
     def dataset_arrays(self, sample: Any, where: str) -> list[tuple[str, np.ndarray, int]]:
         if not isinstance(sample, dict):
@@ -432,7 +436,7 @@ class InProcess(Worker):
         except SampleError as e:
             return str(e)
         except Exception as e:
-            return f"{where} raised {type(e).__name__}: {e}\n" + traceback.format_exc()
+            return f"{where} raised {_described(e)}\n" + traceback.format_exc()
 
     def transform(self, inputs: dict[str, np.ndarray], index: int, epoch: int):
         where = f"sample {index}"
@@ -444,7 +448,14 @@ class InProcess(Worker):
         except SampleError as e:
             return str(e)
         except Exception as e:
-            return f"{where} raised {type(e).__name__}: {e}\n" + traceback.format_exc()
+            return f"{where} raised {_described(e)}\n" + traceback.format_exc()
+
+
+def _described(error: BaseException) -> str:
+    try:
+        return f"{type(error).__name__}: {error}"
+    except Exception:  # its str() fails too
+        return type(error).__name__
 
 
 def _contiguous(array: np.ndarray) -> np.ndarray:

@@ -298,7 +298,16 @@ std::string PythonPipeline::state_json() const {
 void PythonPipeline::load_state_json(const std::string& json) {
   const std::vector<PipelineState> states = parse_pipeline_states(json, "<state_dict>");
   py::gil_scoped_release unlocked;
-  if (!source_) source_ = check_config(config_);  // closed: made again (a python source's workers)
+  bool closed = false;
+  {
+    std::lock_guard lock(handle_);
+    closed = source_ == nullptr;
+  }
+  if (closed) {  // made again (a python source's workers), outside handle_: it may take a while
+    std::shared_ptr<const Source> source = check_config(config_);
+    std::lock_guard lock(handle_);
+    source_ = std::move(source);
+  }
   // Built first: a state of another order throws here, with the running pipeline untouched.
   std::shared_ptr<PipelineGroup> fresh = build(states);
   retire(install(std::move(fresh)));
@@ -336,11 +345,13 @@ std::string PythonPipeline::stats_json() const {
 void PythonPipeline::close() {
   py::gil_scoped_release unlocked;  // joining the threads takes a moment; Python may run meanwhile
   // The source goes too, also after a failure ended the run: a python source's worker processes end now,
-  // not when Python collects this.
-  struct DropSource {
-    std::shared_ptr<const Source>& source;
-    ~DropSource() { source.reset(); }
-  } drop_source{source_};
+  // not when Python collects this. Taken under handle_ (close() may run on two threads at once), dropped
+  // outside it.
+  std::shared_ptr<const Source> source;
+  {
+    std::lock_guard lock(handle_);
+    source = std::move(source_);
+  }
   if (!running()) return;
   std::shared_ptr<PipelineGroup> last;
   {

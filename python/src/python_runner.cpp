@@ -21,12 +21,16 @@ class InProcessRunner : public detail::PythonRunner {
  public:
   explicit InProcessRunner(const detail::WorkerSetup& setup) : what_(setup.what) {
     py::gil_scoped_acquire gil;
+    // Into a local first: on a failure it is dropped here, with the GIL held, and code_ stays empty.
     try {
-      const py::object made = py::module_::import("ferry._worker").attr("InProcess");
+      const py::object make = py::module_::import("ferry._worker").attr("InProcess");
       const std::string json = "{\"worker\": 0, " + setup.setup.substr(1);
-      code_ = made(json, setup.payload.empty() ? py::object(py::none()) : py::object(py::bytes(setup.payload)));
-      greeting_ = code_.attr("greeting")().cast<std::string>();
-    } catch (py::error_already_set& e) {
+      py::object code = make(json, setup.payload.empty() ? py::object(py::none()) : py::object(py::bytes(setup.payload)));
+      greeting_ = code.attr("greeting")().cast<std::string>();
+      code_ = std::move(code);
+    } catch (const py::error_already_set& e) {
+      throw Error("could not load " + what_ + " in this process: " + e.what());
+    } catch (const py::cast_error& e) {
       throw Error("could not load " + what_ + " in this process: " + e.what());
     }
   }
@@ -53,11 +57,14 @@ class InProcessRunner : public detail::PythonRunner {
         py::dict inputs;
         for (const auto& [name, tensor] : call.inputs) {
           (void)detail::code_of_dtype(tensor.scalar_type(), name);
-          inputs[py::str(name)] = py::cast(tensor.contiguous()).attr("numpy")();
+          // numpy has no bfloat16: its bits as int16, as a worker process gets them.
+          const at::Tensor bits = tensor.scalar_type() == at::kBFloat16 ? tensor.contiguous().view(at::kShort)
+                                                                        : tensor.contiguous();
+          inputs[py::str(name)] = py::cast(bits).attr("numpy")();
         }
         result = code_.attr("transform")(inputs, call.index, call.epoch);
       }
-    } catch (py::error_already_set& e) {
+    } catch (const py::error_already_set& e) {
       throw Error(sample + ": " + e.what());
     }
     if (py::isinstance<py::str>(result)) throw Error("the decode threads: " + result.cast<std::string>());

@@ -76,6 +76,8 @@ class FailingDataset(ArrayDataset):
                 return {"y": np.zeros(4, dtype=np.int32)}
             if self.how == "list":
                 return [1, 2, 3]
+            if self.how == "sys.exit":
+                raise SystemExit(3)
         return super().__getitem__(index)
 
 
@@ -95,3 +97,10 @@ def add_noise(sample, scale=1):
     noise = ferry.sample_rng().integers(0, 3, size=sample["image"].shape)
     return {"noisy": sample["image"].astype(np.float32) + scale * noise.astype(np.float32),
             "label": sample["label"] * 2}
+
+
+class BigEndianDataset(ArrayDataset):
+    """Arrays in the other byte order (as read from some files): delivered as their values."""
+
+    def __getitem__(self, index):
+        return {name: value.astype(value.dtype.newbyteorder(">")) for name, value in super().__getitem__(index).items()}

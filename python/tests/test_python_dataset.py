@@ -15,7 +15,7 @@ import torch
 
 import ferry
 from conftest import bytes_digest
-from python_datasets import ArrayDataset, FailingDataset, RandomDataset, SlowDataset
+from python_datasets import ArrayDataset, BigEndianDataset, FailingDataset, RandomDataset, SlowDataset
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -172,8 +172,9 @@ def test_a_worker_that_dies_is_named_with_its_sample(how):
     assert time.monotonic() - started < 30
 
 
-def test_skip_replaces_a_dead_worker_and_goes_on():
-    cfg = config(on_error="skip")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_skip_replaces_a_dead_worker_and_goes_on(workers):
+    cfg = config(workers=workers, on_error="skip")
     with ferry.Pipeline.from_dataset(FailingDataset(24, "exit", [6, 13]), cfg) as pipeline:
         seen = [int(i) for batch in pipeline for i in batch.sample_indices]
         stats = pipeline.stats()
@@ -189,7 +190,15 @@ def test_a_stuck_worker_times_out():
                 pass
 
 
+def test_arrays_in_the_other_byte_order_keep_their_values():
+    fields = {"x": ("int32", (3,)), "y": ("float32", (2, 2)), "z": ("int64", ())}
+    dataset, plain = BigEndianDataset(12, fields), ArrayDataset(12, fields)
+    with ferry.Pipeline.from_dataset(dataset, config()) as pipeline:
+        assert sorted(check_batches(pipeline, plain)) == list(range(12))
+
+
 @pytest.mark.parametrize("how,expected", [
+    ("sys.exit", r"dataset\[5\] raised SystemExit: 3"),
     ("shape", r"dataset\[5\]: field 'x' has shape \[5\], expected \[4\]"),
     ("dtype", r"dataset\[5\]: field 'x' is float64, expected int32"),
     ("missing", r"dataset\[5\] lacks 'x' and has 'y', which the fields do not"),
