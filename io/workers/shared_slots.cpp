@@ -52,7 +52,6 @@ Slot SharedSlots::acquire(uint64_t bytes) {
     segment.base = static_cast<std::byte*>(base);
     const auto number = static_cast<uint32_t>(segments_.size());
     segments_.push_back(segment);
-    bytes_ += segment.bytes;
     // Handed out from the front: the first slots' pages are the ones already touched.
     for (uint64_t i = count; i-- > 0;) {
       free.push_back(Slot{number, i * slot_bytes, slot_bytes, segment.base + i * slot_bytes});
@@ -92,11 +91,6 @@ int SharedSlots::fd(uint32_t segment) const {
 uint64_t SharedSlots::segment_bytes(uint32_t segment) const {
   std::lock_guard lock(mutex_);
   return segments_.at(segment).bytes;
-}
-
-uint64_t SharedSlots::bytes() const {
-  std::lock_guard lock(mutex_);
-  return bytes_;
 }
 
 }  // namespace ferry::detail

@@ -47,8 +47,6 @@ class SharedSlots : public std::enable_shared_from_this<SharedSlots> {
   /// The segment's descriptor (for a worker to map it) and size.
   int fd(uint32_t segment) const;
   uint64_t segment_bytes(uint32_t segment) const;
-  /// Bytes of shared memory made so far.
-  uint64_t bytes() const;
 
  private:
   SharedSlots() = default;
@@ -65,7 +63,6 @@ class SharedSlots : public std::enable_shared_from_this<SharedSlots> {
   mutable std::mutex mutex_;
   std::vector<Segment> segments_;
   std::vector<std::vector<Slot>> free_;  // by size class
-  uint64_t bytes_ = 0;
 };
 
 }  // namespace ferry::detail

@@ -300,11 +300,6 @@ void WorkerPool::shutdown() {
   payload_fd_ = -1;
 }
 
-uint64_t WorkerPool::started() const {
-  std::lock_guard lock(mutex_);
-  return started_;
-}
-
 void WorkerPool::spawner_loop() {
   for (;;) {
     size_t count = 0;

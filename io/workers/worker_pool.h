@@ -100,10 +100,6 @@ class WorkerPool : public PythonRunner {
   std::string where() const override {
     return std::to_string(size_) + " worker" + (size_ == 1 ? "" : "s");
   }
-  const std::shared_ptr<SharedSlots>& slots() const noexcept { return slots_; }
-  size_t size() const noexcept { return size_; }
-  /// Workers started in all, the first ones included (more than size(): some were replaced).
-  uint64_t started() const;
 
  private:
   struct Worker;
