@@ -15,7 +15,6 @@
 namespace ferry::detail {
 namespace {
 
-constexpr uint64_t kAlignment = 64;  // each field of a slot starts on a cache line (ferry/_worker.py too)
 constexpr double kMaxDim = 1073741824.0;
 constexpr std::string_view kHandlePrefix = "<object ";
 
@@ -200,7 +199,7 @@ std::optional<uint64_t> slot_bytes(const std::vector<FieldSpec>& fields) {
         elements *= static_cast<uint64_t>(field.shape[i]);
       }
     }
-    total = (total + kAlignment - 1) / kAlignment * kAlignment + elements * c10::elementSize(field.dtype);
+    total = slot_aligned(total) + elements * c10::elementSize(field.dtype);
   }
   return total;
 }

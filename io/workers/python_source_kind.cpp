@@ -50,13 +50,11 @@ class PythonSource : public Source {
     sample.fields.reserve(made.size());
     uint64_t used = 0;
     for (auto& [name, tensor] : made) {
-      used += tensor.nbytes() + 64;
+      used = detail::slot_aligned(used) + tensor.nbytes();
       sample.fields.push_back(std::move(tensor));
     }
     // Later samples get a slot as large as the largest so far, so that few need a second one.
-    uint64_t known = capacity_.load(std::memory_order_relaxed);
-    while (used > known && !capacity_.compare_exchange_weak(known, used, std::memory_order_relaxed)) {
-    }
+    detail::remember_largest(capacity_, used);
     return sample;
   }
 

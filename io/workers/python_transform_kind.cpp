@@ -15,7 +15,6 @@ using Type = KeySpec::Type;
 using detail::WorkerCall;
 using detail::PythonRunner;
 
-constexpr uint64_t kAlignment = 64;
 
 class PythonTransform : public Transform {
  public:
@@ -48,7 +47,7 @@ class PythonTransform : public Transform {
       if (found == out.end()) throw Error("drop names '" + name + "', which the sample does not have");
       out.erase(found);
     }
-    capacity_ = detail::slot_bytes(declared_).value_or(0) + kAlignment;
+    capacity_ = detail::slot_bytes(declared_).value_or(0) + detail::kSlotAlignment;
     return out;
   }
 
@@ -62,24 +61,20 @@ class PythonTransform : public Transform {
     uint64_t bytes = 0;
     for (size_t i = 0; i < sample.names().size(); ++i) {
       call.inputs.emplace_back(sample.names()[i], sample.tensors()[i]);
-      bytes = aligned(bytes) + sample.tensors()[i].nbytes();
+      bytes = detail::slot_aligned(bytes) + sample.tensors()[i].nbytes();
     }
-    call.capacity = std::max(capacity_.load(std::memory_order_relaxed), bytes + kAlignment);
+    call.capacity = std::max(capacity_.load(std::memory_order_relaxed), bytes + detail::kSlotAlignment);
     detail::NamedTensors made = runner.call(call, std::string(context.key));
     uint64_t used = 0;
     for (auto& [field, tensor] : made) {
-      used = aligned(used) + tensor.nbytes();
+      used = detail::slot_aligned(used) + tensor.nbytes();
       sample.set(field, std::move(tensor));
     }
     for (const std::string& field : drop_) sample.erase(field);
-    uint64_t known = capacity_.load(std::memory_order_relaxed);
-    while (used > known && !capacity_.compare_exchange_weak(known, used, std::memory_order_relaxed)) {
-    }
+    detail::remember_largest(capacity_, used);
   }
 
  private:
-  static uint64_t aligned(uint64_t offset) { return (offset + kAlignment - 1) / kAlignment * kAlignment; }
-
   /// The workers, started by the first sample: a transform is made more than once while a config is
   /// checked, and only the running pipeline's needs processes.
   PythonRunner& runner() const {

@@ -99,9 +99,6 @@ std::string exit_text(int status) {
 
 // ferry/_worker.py's _DTYPES, in order.
 constexpr at::ScalarType kDtypeCodes[] = {at::kByte, at::kInt, at::kLong, at::kHalf, at::kBFloat16, at::kFloat};
-constexpr uint64_t kAlignment = 64;  // each field of a slot starts on a cache line (ferry/_worker.py too)
-
-uint64_t aligned(uint64_t offset) { return (offset + kAlignment - 1) / kAlignment * kAlignment; }
 
 std::mutex& in_process_mutex() {
   static std::mutex mutex;
@@ -505,7 +502,7 @@ std::string WorkerPool::retire(std::unique_ptr<Worker> worker, bool kill_first) 
 
 std::shared_ptr<const Slot> WorkerPool::write_inputs(const NamedTensors& inputs, std::string& request) const {
   uint64_t bytes = 0;
-  for (const auto& [name, tensor] : inputs) bytes = aligned(bytes) + tensor.nbytes();
+  for (const auto& [name, tensor] : inputs) bytes = slot_aligned(bytes) + tensor.nbytes();
   std::shared_ptr<const Slot> input = slots_->lease(std::max<uint64_t>(bytes, 1));
   put<uint32_t>(request, input->segment);
   request.append(4, '\0');
@@ -514,7 +511,7 @@ std::shared_ptr<const Slot> WorkerPool::write_inputs(const NamedTensors& inputs,
   uint64_t offset = 0;
   for (const auto& [name, original] : inputs) {
     const at::Tensor tensor = original.contiguous();
-    offset = aligned(offset);
+    offset = slot_aligned(offset);
     put<uint8_t>(request, code_of_dtype(tensor.scalar_type(), name));
     put<uint8_t>(request, static_cast<uint8_t>(tensor.dim()));
     put<uint16_t>(request, static_cast<uint16_t>(name.size()));

@@ -66,6 +66,18 @@ class PythonRunner {
   virtual std::string where() const = 0;
 };
 
+/// Each field of a slot starts on a cache line (ferry/_worker.py aligns the same way).
+inline constexpr uint64_t kSlotAlignment = 64;
+inline uint64_t slot_aligned(uint64_t offset) noexcept {
+  return (offset + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+}
+/// Raises `largest` to `bytes` if that is more (a slot size learnt from the samples so far). Thread-safe.
+inline void remember_largest(std::atomic<uint64_t>& largest, uint64_t bytes) noexcept {
+  uint64_t known = largest.load(std::memory_order_relaxed);
+  while (bytes > known && !largest.compare_exchange_weak(known, bytes, std::memory_order_relaxed)) {
+  }
+}
+
 /// The dtype a field's code names (ferry/_worker.py's _DTYPES), and the code of a dtype (throws
 /// ferry::Error naming `field` for one Python code cannot be given).
 at::ScalarType dtype_of_code(uint8_t code);
