@@ -182,6 +182,16 @@ void append_body(std::string& text, const PipelineStats& stats) {
               gpu_rate.c_str(), cpu_rate.c_str());
     }
   }
+  for (const UserCodeStats& code : stats.user_code) {
+    const std::string where = code.processes > 0 ? plural(code.processes, "worker process", "worker processes")
+                                                  : "the decode threads";
+    // Worker processes take groups of samples a request: how many a round trip carried.
+    const std::string requests =
+        code.processes > 0 ? " in " + plural(code.requests, "request", "requests") : std::string();
+    appendf(text, "  user code  %s on %s: %s%s, busy %.3f s (%.0f%%)%s\n", code.what.c_str(), where.c_str(),
+            plural(code.calls, "sample", "samples").c_str(), requests.c_str(), code.busy_seconds, 100.0 * code.busy_share(stats.elapsed_seconds, stats.decode_threads),
+            code.replaced ? (", " + plural(code.replaced, "worker", "workers") + " replaced").c_str() : "");
+  }
   if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {
     appendf(text, "  cache      %s memory on %s: %s of %s, %s kept%s\n", cache.memory.c_str(), cache.location.c_str(),
             format_decimal_bytes(static_cast<double>(cache.used_bytes)).c_str(),
@@ -543,6 +553,28 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
         .key("auto_gpu_images_per_second")
         .value(gpu.auto_gpu_images_per_second)
         .end_object();
+  }
+  if (!stats.user_code.empty()) {
+    json.key("user_code").begin_array();
+    for (const UserCodeStats& code : stats.user_code) {
+      json.begin_object()
+          .key("what")
+          .value(code.what)
+          .key("processes")
+          .value(static_cast<uint64_t>(code.processes))
+          .key("calls")
+          .value(code.calls)
+          .key("requests")
+          .value(code.requests)
+          .key("busy_seconds")
+          .value(seconds_value(code.busy_seconds))
+          .key("busy_share")
+          .value(code.busy_share(stats.elapsed_seconds, stats.decode_threads))
+          .key("replaced")
+          .value(code.replaced)
+          .end_object();
+    }
+    json.end_array();
   }
   if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {
     json.key("cache")

@@ -18,7 +18,8 @@ non_blocking=True). ferry: batches arrive on the device. Both loops take every b
 else; the clock stops after a device synchronize. Reported per case and worker count, medians of the
 rounds (loaders alternated): samples/s over the batches after the first, the time to the first batch
 (from constructing the loader), CPU seconds per sample (this process and its children, user + system)
-and the peak PSS of all those processes together. Writes OUT/python_dataset.json and, with matplotlib,
+and the peak PSS of all those processes together, with what the loader added to this process's PSS
+before it was made (torch and the device context are there for both) and its workers' alone. Writes OUT/python_dataset.json and, with matplotlib,
 OUT/python_dataset.png. Needs numpy and Pillow.
 """
 import argparse
@@ -89,22 +90,29 @@ def pss_bytes(pids):
 
 
 class PeakMemory:
-    """The largest PSS of this process and its descendants together, sampled every 100 ms."""
+    """The largest PSS of this process and its descendants together, sampled every 100 ms; the largest of
+    the descendants (the loader's workers) alone; and this process's before the loader was made, so that
+    what the loader added shows apart from what torch and the device context hold anyway."""
 
     def __init__(self):
+        self.before = pss_bytes([os.getpid()])
         self.peak = 0
+        self.peak_workers = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
     def run(self):
         while not self.stop.wait(0.1):
-            self.peak = max(self.peak, pss_bytes([os.getpid()] + descendants(os.getpid())))
+            workers = pss_bytes(descendants(os.getpid()))
+            self.peak_workers = max(self.peak_workers, workers)
+            self.peak = max(self.peak, pss_bytes([os.getpid()]) + workers)
 
     def finish(self):
         self.stop.set()
         self.thread.join()
-        return self.peak
+        return {"peak_pss_bytes": self.peak, "added_pss_bytes": max(0, self.peak - self.before),
+                "workers_pss_bytes": self.peak_workers}
 
 
 # ---- the two loaders ----
@@ -138,10 +146,9 @@ def measure(make_batches, device, batches, keep_cpu=None):
     cpu_end = cpu_seconds([os.getpid()] + descendants(os.getpid()))
     del iterator
     close()
-    peak = memory.finish()
     samples = (taken - 1) * BATCH
     return {"samples_per_second": samples / (ended - first), "first_batch_seconds": first - started,
-            "cpu_seconds_per_sample": (cpu_end - cpu_first) / samples, "peak_pss_bytes": peak}
+            "cpu_seconds_per_sample": (cpu_end - cpu_first) / samples, **memory.finish()}
 
 
 def run_ferry(dataset, workers, device, batches, threads=False):
@@ -203,6 +210,7 @@ def main():
                 row[loader] = {key: statistics.median(m[key] for m in measured) for key in measured[0]}
             row["speedup"] = row["ferry"]["samples_per_second"] / row["DataLoader"]["samples_per_second"]
             row["memory_ratio"] = row["ferry"]["peak_pss_bytes"] / row["DataLoader"]["peak_pss_bytes"]
+            row["added_memory_ratio"] = row["ferry"]["added_pss_bytes"] / max(1, row["DataLoader"]["added_pss_bytes"])
             row["threads_ratio"] = row["ferry threads"]["samples_per_second"] / row["ferry"]["samples_per_second"]
             results.append(row)
             f, d = row["ferry"], row["DataLoader"]
@@ -211,17 +219,22 @@ def main():
                   f"{d['samples_per_second']:10.0f}/s  x{row['speedup']:.2f}  first {f['first_batch_seconds']:.2f}s/"
                   f"{d['first_batch_seconds']:.2f}s  cpu {f['cpu_seconds_per_sample'] * 1e6:.1f}/"
                   f"{d['cpu_seconds_per_sample'] * 1e6:.1f} us  pss {f['peak_pss_bytes'] / 2**20:.0f}/"
-                  f"{d['peak_pss_bytes'] / 2**20:.0f} MiB", flush=True)
+                  f"{d['peak_pss_bytes'] / 2**20:.0f} MiB (added {f['added_pss_bytes'] / 2**20:.0f}/"
+                  f"{d['added_pss_bytes'] / 2**20:.0f}, workers {f['workers_pss_bytes'] / 2**20:.0f}/"
+                  f"{d['workers_pss_bytes'] / 2**20:.0f})", flush=True)
     print("\n| case | workers | ferry samples/s | DataLoader samples/s | ferry / DataLoader | ferry threads samples/s "
-          "(/ processes) | first batch ferry / DL (s) | CPU µs/sample ferry / DL | peak PSS ferry / DL (MiB) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "(/ processes) | first batch ferry / DL (s) | CPU µs/sample ferry / DL | peak PSS ferry / DL (MiB) | "
+          "added by the loader ferry / DL (MiB) | workers ferry / DL (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in results:
         f, d = row["ferry"], row["DataLoader"]
         print(f"| {row['title']} | {row['workers']} | {f['samples_per_second']:.0f} | {d['samples_per_second']:.0f} | "
               f"{row['speedup']:.2f}× | {row['ferry threads']['samples_per_second']:.0f} ({row['threads_ratio']:.2f}) | "
               f"{f['first_batch_seconds']:.2f} / {d['first_batch_seconds']:.2f} | "
               f"{f['cpu_seconds_per_sample'] * 1e6:.1f} / {d['cpu_seconds_per_sample'] * 1e6:.1f} | "
-              f"{f['peak_pss_bytes'] / 2**20:.0f} / {d['peak_pss_bytes'] / 2**20:.0f} |")
+              f"{f['peak_pss_bytes'] / 2**20:.0f} / {d['peak_pss_bytes'] / 2**20:.0f} | "
+              f"{f['added_pss_bytes'] / 2**20:.0f} / {d['added_pss_bytes'] / 2**20:.0f} | "
+              f"{f['workers_pss_bytes'] / 2**20:.0f} / {d['workers_pss_bytes'] / 2**20:.0f} |")
     with open(os.path.join(args.out, "python_dataset.json"), "w") as out:
         json.dump({"host": platform.node(), "cores": os.cpu_count(), "device": str(device),
                    "torch": torch.__version__, "quick": args.quick, "results": results}, out, indent=2)

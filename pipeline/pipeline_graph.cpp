@@ -126,6 +126,7 @@ PipelineGraph::PipelineGraph(StageSet stages, const EngineOptions& options, std:
       decode_threads_(options.resolved_decode_threads()),
       decode_threads_shared_by_(options.decode_threads == 0 ? std::max<size_t>(1, options.local_processes) : 1),
       gpu_groups_(stages_.decode ? stages_.decode->gpu_groups() : 0),
+      group_ns_(stages_.decode ? stages_.decode->group_ns() : 0),
       max_releasing_(std::max<size_t>(2, options.prefetch / 2)),
       on_error_(options.on_error),
       replace_(options.on_error == OnError::kSkip && options.skip_replaces),
@@ -298,15 +299,17 @@ PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
 // groups: consecutive samples of one plan, decoded one after another by one task, put back in order and
 // collated together. A group is sized from the decode time measured so far to take about
 // kGroupTargetNs, so that expensive samples (a JPEG) still get a task each, while keeping at least one
-// group per decode thread among the prefetched plans. Grouping changes only which thread decodes a
-// sample, never what it decodes or where it lands: results, order and resumption are the same.
+// group per decode thread among the prefetched plans. A stage that pays a round trip per group (samples
+// made by worker processes, SampleStage::prepare()) asks for longer groups (SampleStage::group_ns()).
+// Grouping changes only which thread decodes a sample, never what it decodes or where it lands: results,
+// order and resumption are the same.
 size_t PipelineGraph::group_size(size_t samples) const {
   const RunCounters::StageCounter& counter = run_.stages[kDecode];
   const uint64_t decoded = counter.items.load(std::memory_order_relaxed);
   if (decoded < kGroupWarmupSamples) return 1;
   const uint64_t per_sample = std::max<uint64_t>(1, counter.busy_ns.load(std::memory_order_relaxed) / decoded);
-  const size_t wanted =
-      static_cast<size_t>(std::min<uint64_t>(samples, (kGroupTargetNs + per_sample - 1) / per_sample));
+  const uint64_t target = std::max(kGroupTargetNs, group_ns_);
+  const size_t wanted = static_cast<size_t>(std::min<uint64_t>(samples, (target + per_sample - 1) / per_sample));
   const size_t widest = std::max<size_t>(1, prefetch_ * samples / decode_threads_);
   return std::max<size_t>(1, std::min(wanted, widest));
 }
@@ -416,7 +419,26 @@ void PipelineGraph::decode_samples(SampleGroup& group) {
     });
     return;
   }
+  prepare(group);
   for (SampleWork& sample : group.samples) decode(sample);
+}
+
+void PipelineGraph::prepare(SampleGroup& group) {
+  if (stop_.load(std::memory_order_acquire)) return;
+  std::vector<SampleWork*> samples;
+  samples.reserve(group.samples.size());
+  for (SampleWork& sample : group.samples) {
+    if (!sample.is_marker()) samples.push_back(&sample);
+  }
+  if (samples.empty()) return;
+  // Decode's time, spread over the samples that run() then counts.
+  const uint64_t start_ns = now_ns();
+  try {
+    stages_.decode->prepare(samples);
+  } catch (...) {
+    // Nothing was read ahead, or part of it: run() reads the rest and meets any error itself.
+  }
+  run_.stages[kDecode].busy_ns.fetch_add(now_ns() - start_ns, std::memory_order_relaxed);
 }
 
 void PipelineGraph::decode_pending(SampleGroup& group, uint64_t started_ns) {
@@ -464,6 +486,7 @@ void PipelineGraph::replace(SampleWork& sample) {
     if (k <= kMaxReplacementTries) next = stages_.batches->sample_at(plan.epoch, sample.epoch_position() + k);
     if (!next || stop_.load(std::memory_order_acquire)) break;
     sample.replacement = *next;
+    sample.prepared.reset();
     sample.error.reset();
     sample.key.clear();
     sample.fields.clear();
@@ -783,6 +806,7 @@ PipelineStats PipelineGraph::stats() const {
   if (stages_.cache) stats.cache = stages_.cache->stats();
   stats.decode_threads_shared_by = decode_threads_shared_by_;
   stats.gpu_decode = stages_.decode->gpu_stats();
+  stats.user_code = stages_.decode->user_code();
   if (stages_.decode->gpu_share() == SampleStage::GpuShare::kAuto) {
     const AutoDecodeChoice::Outcome outcome = auto_choice_.outcome();
     stats.gpu_decode.auto_choice = AutoDecodeChoice::phase_name(outcome.phase);

@@ -134,6 +134,8 @@ class PipelineGraph {
   static constexpr uint64_t kGroupWarmupSamples = 64;  // decoded before groups grow past one sample
   static constexpr uint64_t kGroupTargetNs = 50'000;
   void decode(SampleWork& sample);
+  /// The decode stage's prepare() for a CPU group's samples (SampleStage::prepare()).
+  void prepare(SampleGroup& group);
   /// Decode node: where the group is decoded (auto_choice_ for a GPU candidate), then decode_samples() and
   /// decode_pending().
   void decode_group(SampleGroup& group);
@@ -198,6 +200,7 @@ class PipelineGraph {
   const size_t decode_threads_;
   const size_t decode_threads_shared_by_;  // PipelineStats::decode_threads_shared_by
   const size_t gpu_groups_;                // SampleStage::gpu_groups(): decode threads that wait on the GPU
+  const uint64_t group_ns_;                // SampleStage::group_ns(): the least time a group should take
   const size_t max_releasing_;             // Note [releasing samples]: batches' samples waiting to be freed
   const OnError on_error_;
   const bool replace_;  // on_error: skip with skip_replaces

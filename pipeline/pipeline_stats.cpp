@@ -122,6 +122,11 @@ double PipelineStats::consumer_wait_share() const { return share(consumer_wait_s
 
 double PipelineStats::waited_for_consumer_share() const { return share(ready_queue.full_seconds, elapsed_seconds); }
 
+double UserCodeStats::busy_share(double elapsed_seconds, size_t decode_threads) const noexcept {
+  return share(busy_seconds, elapsed_seconds * static_cast<double>(std::max<size_t>(
+                                                   1, processes > 0 ? processes : decode_threads)));
+}
+
 std::string bottleneck_summary(const PipelineStats& stats) {
   const double wall = stats.elapsed_seconds;
   if (!(wall > 0.0) || !std::isfinite(wall)) return "no bottleneck to name: the pipeline has not run";
@@ -148,6 +153,25 @@ std::string bottleneck_summary(const PipelineStats& stats) {
                        " decoding states were in use " + percent(gpu) + " of the time";
     if (top < chain.size()) line += ", " + chain[top]->name + " was " + percent(top_share) + " busy";
     return line;
+  }
+  // User code (Note [Python workers] in io/workers/worker_pool.cpp) works beside decode's threads, which
+  // count the time they wait for it as busy: when it is saturated, it is what holds decode back.
+  const UserCodeStats* code = nullptr;
+  for (const UserCodeStats& one : stats.user_code) {
+    if (code == nullptr || one.busy_share(wall, stats.decode_threads) > code->busy_share(wall, stats.decode_threads)) {
+      code = &one;
+    }
+  }
+  const double code_share = code != nullptr ? code->busy_share(wall, stats.decode_threads) : 0.0;
+  const bool decode_top = top < chain.size() && chain[top]->name == "decode";
+  if (code_share >= kSaturated && code_share >= consumer && (decode_top || code_share >= top_share)) {
+    if (code->processes == 0) {
+      return code->what + " is the bottleneck: it kept the " + threads_text(stats.decode_threads) + " of decode " +
+             percent(code_share) + " busy, taking turns with the GIL (decode.workers: a number runs it in worker "
+             "processes, side by side)";
+    }
+    return code->what + " is the bottleneck: its " + std::to_string(code->processes) + " worker process" +
+           (code->processes == 1 ? " was " : "es were ") + percent(code_share) + " busy (decode.workers sets how many)";
   }
   if (consumer >= kSaturated && consumer >= top_share) {
     return "the consumer is the bottleneck: the pipeline waited " + percent(consumer) +
@@ -323,6 +347,8 @@ PipelineStats merged_stats(const std::vector<PipelineStats>& devices) {
     if (gpu.auto_choice != one.gpu_decode.auto_choice) gpu.auto_choice = "mixed";
     gpu.auto_cpu_images_per_second += one.gpu_decode.auto_cpu_images_per_second;
     gpu.auto_gpu_images_per_second += one.gpu_decode.auto_gpu_images_per_second;
+    // user_code: the devices' pipelines share the source and transforms, and so their workers; the first
+    // device's, `all`'s already, says it all.
     all.skipped_samples += one.skipped_samples;
     for (const SkippedSample& skipped : one.skipped) {
       if (all.skipped.size() < PipelineStats::kMaxListedSkips) all.skipped.push_back(skipped);

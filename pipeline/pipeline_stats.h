@@ -48,6 +48,24 @@ struct DatasetCacheStats {
   }
 };
 
+/// User code that runs beside the pipeline's threads (a python source or transform, Note [Python workers]
+/// in io/workers/worker_pool.cpp), for the report and stats().
+struct UserCodeStats {
+  std::string what;       // "python dataset 'pkg.mod:make'"
+  size_t processes = 0;   // its worker processes; 0: it runs on the decode threads (decode.workers: threads)
+  uint64_t calls = 0;     // samples it made or transformed (those that raised too)
+  uint64_t requests = 0;  // messages that took them to the workers: a group of samples each
+  /// Time its workers spent on calls (the code and writing what it returned), summed over them; on the
+  /// decode threads, the time they spent in the code (taking turns with the GIL).
+  double busy_seconds = 0.0;
+  /// Workers that died, overran decode.timeout or were stopped mid-call; each is replaced when work next
+  /// needs one.
+  uint64_t replaced = 0;
+
+  /// busy_seconds over its capacity in `elapsed_seconds`: its processes', or the decode threads'. Pure.
+  double busy_share(double elapsed_seconds, size_t decode_threads) const noexcept;
+};
+
 /// Where one stage's time went. Each stage has `threads` threads for the whole run, so its
 /// capacity is wall time x threads, and every second of capacity is one of three kinds:
 ///
@@ -209,6 +227,9 @@ struct PipelineStats {
     double auto_gpu_images_per_second = 0.0;
   } gpu_decode;
 
+  /// User code the decode stage runs: the source's, then each transform's (empty without any).
+  std::vector<UserCodeStats> user_code;
+
   uint64_t skipped_samples = 0;        // all samples skipped so far
   std::vector<SkippedSample> skipped;  // the first kMaxListedSkips of them
 
@@ -237,6 +258,7 @@ struct PipelineStats {
 
 /// One line naming what limits the run, from the stats alone. Pure; thread-safe. Examples:
 ///   "decode is the bottleneck: 97% busy (4 threads), collate waits 60% of the time for it"
+///   "python dataset 'pkg.data:make' is the bottleneck: its 4 worker processes were 96% busy"
 ///   "the consumer is the bottleneck: the pipeline waited 80% of the time for it to take batches"
 ///   "no stage is the bottleneck: the busiest, decode, was 12% busy (4 threads); ..."
 /// A PipelineGroup's run as one (Note [one process, several devices] in pipeline_group.h): each device's

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -50,6 +51,15 @@ class SampleStage {
   virtual ~SampleStage() = default;
   virtual std::string_view name() const = 0;
   virtual void run(SampleWork& work) = 0;
+  /// Called from a decode thread before run() for each sample of a group decoded on the CPU: a stage that
+  /// reads samples best many at a time (one round trip to a worker process for the group) reads them
+  /// here and leaves each in its SampleWork::prepared for run(). One sample's failure is run()'s to raise.
+  virtual void prepare(const std::vector<SampleWork*>& samples) { (void)samples; }
+  /// How long a group of samples should take at least (0: the engine's choice, Note [sample groups] in
+  /// pipeline_graph.cpp): a stage that pays a round trip per group (prepare()) asks for longer ones.
+  virtual uint64_t group_ns() const { return 0; }
+  /// What user code run beside the stage's threads did so far (PipelineStats::user_code). Thread-safe.
+  virtual std::vector<UserCodeStats> user_code() const { return {}; }
   virtual GpuShare gpu_share() const { return GpuShare::kNone; }
   /// GPU groups in flight at once beside the CPU's (0 without GPU decoding): those in the decoder and
   /// those whose files are read meanwhile. The decode node gets as many threads more: a GPU group's thread

@@ -50,9 +50,10 @@ struct BatchPlan {
   ErrorContext where(std::string stage) const { return ErrorContext{std::move(stage), std::nullopt, epoch, index}; }
 };
 
-/// Work a sample stage left for its group's batched call (SampleStage::run_pending()): what it holds, the
-/// stage alone knows (the standard decode stage's: a JPEG for the GPU decoder, Note [GPU JPEG decode] in
-/// io/decoders/nvjpeg_decoder.h). The engine only carries it from run() to run_pending().
+/// Work a sample stage left for its group's batched call (SampleStage::run_pending()), or read for the
+/// sample ahead of run() (SampleStage::prepare()): what it holds, the stage alone knows (the standard
+/// decode stage's: a JPEG for the GPU decoder, Note [GPU JPEG decode] in io/decoders/nvjpeg_decoder.h; a
+/// sample a worker process made). The engine only carries it between the stage's calls.
 struct PendingWork {
   virtual ~PendingWork() = default;
 };
@@ -94,6 +95,8 @@ struct SampleWork {
   /// leaves what it decodes there in `pending` for its group's batched call, which fills `fields`.
   bool on_gpu = false;
   std::vector<std::unique_ptr<PendingWork>> pending;
+  /// What the stage read of this sample ahead of run(), with its group's others (SampleStage::prepare()).
+  std::unique_ptr<PendingWork> prepared;
   /// Note [placing samples]: the plan's slab (null: pack copies every field), and the fields whose bytes
   /// the decode thread copied into it (bit f for field f), their tensors dropped from `fields`.
   PlacedSlab* slab = nullptr;

@@ -311,14 +311,67 @@ void DecodeStage::run_pending(const std::vector<SampleWork*>& samples,
   }
 }
 
+namespace {
+
+// A sample read with its group's others (DecodeStage::prepare()), or why it could not be.
+struct ReadAhead : PendingWork {
+  uint64_t index = 0;
+  ReadResult read;
+};
+
+// A group of samples made by worker processes takes at least this long (SampleStage::group_ns()): its
+// round trip, some tens of microseconds, is then a few percent of it, and each worker still gets
+// groups often enough to keep busy.
+constexpr uint64_t kGroupReadNs = 1'000'000;
+
+}  // namespace
+
+uint64_t DecodeStage::group_ns() const { return source_->reads_in_groups() ? kGroupReadNs : 0; }
+
+std::vector<UserCodeStats> DecodeStage::user_code() const {
+  std::vector<UserCodeStats> all;
+  if (std::optional<UserCodeStats> code = source_->user_code()) all.push_back(std::move(*code));
+  for (const auto& transform : transforms_.list) {
+    if (std::optional<UserCodeStats> code = transform->user_code()) all.push_back(std::move(*code));
+  }
+  return all;
+}
+
+void DecodeStage::prepare(const std::vector<SampleWork*>& samples) {
+  if (!source_->reads_in_groups()) return;
+  std::vector<SampleWork*> reading;
+  std::vector<SampleContext> contexts;
+  for (SampleWork* work : samples) {
+    if (cache_ && cache_->contains(work->index())) continue;
+    reading.push_back(work);
+    contexts.push_back(SampleContext{transforms_.seed, work->plan->epoch, work->index(), {}, work->stop});
+  }
+  if (reading.empty()) return;
+  std::vector<ReadResult> results = source_->read_samples(contexts);
+  for (size_t i = 0; i < reading.size() && i < results.size(); ++i) {
+    auto ahead = std::make_unique<ReadAhead>();
+    ahead->index = contexts[i].index;
+    ahead->read = std::move(results[i]);
+    reading[i]->prepared = std::move(ahead);
+  }
+}
+
 void DecodeStage::run(SampleWork& work) {
   if (cache_ && cache_->contains(work.index())) {
     work.cached = true;
     return;
   }
   const std::vector<FieldSpec>& specs = source_->fields();
-  EncodedSample encoded =
-      source_->read_sample(work.index(), SampleContext{transforms_.seed, work.plan->epoch, work.index(), {}, work.stop});
+  EncodedSample encoded;
+  // What prepare() read, if it read this sample (a replacement is another one).
+  std::unique_ptr<PendingWork> prepared = std::move(work.prepared);
+  if (auto* ahead = dynamic_cast<ReadAhead*>(prepared.get()); ahead != nullptr && ahead->index == work.index()) {
+    if (ahead->read.error) std::rethrow_exception(ahead->read.error);
+    encoded = std::move(ahead->read.sample);
+  } else {
+    encoded = source_->read_sample(work.index(),
+                                   SampleContext{transforms_.seed, work.plan->epoch, work.index(), {}, work.stop});
+  }
   work.key = encoded.key;
   if (encoded.fields.size() != specs.size()) {
     throw Error(encoded.key + ": the source gave " + std::to_string(encoded.fields.size()) +

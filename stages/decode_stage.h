@@ -38,6 +38,11 @@ class DecodeStage : public SampleStage {
               SampleTransforms transforms = {});
   std::string_view name() const override { return "decode"; }
   void run(SampleWork& work) override;
+  /// Reads the samples in one call where the source reads groups for less (Source::reads_in_groups()).
+  void prepare(const std::vector<SampleWork*>& samples) override;
+  uint64_t group_ns() const override;
+  /// The source's, then each transform's.
+  std::vector<UserCodeStats> user_code() const override;
   /// The fields of the samples it hands on: the source's, or what its transforms make of them.
   const std::vector<FieldSpec>& fields() const noexcept { return fields_; }
   const std::shared_ptr<const Source>& source() const noexcept { return source_; }

@@ -2,12 +2,15 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+
+#include "ferry/pipeline/pipeline_stats.h"
 
 namespace ferry {
 
@@ -54,6 +57,12 @@ struct EncodedSample {
   std::vector<at::Tensor> fields;
 };
 
+/// What Source::read_samples() made of one sample: the sample, or why it could not be read.
+struct ReadResult {
+  EncodedSample sample;
+  std::exception_ptr error;  // set when it could not
+};
+
 /// Random access to a dataset's samples.
 ///
 /// read() is called concurrently from the decode threads, for any index in [0, size()), in any
@@ -81,6 +90,26 @@ class Source {
   /// Whether read_sample() gives a sample the same fields in every epoch, so that a dataset cache may
   /// keep it. A source running user code that may draw per-epoch random numbers says no.
   virtual bool same_every_epoch() const { return true; }
+  /// Whether reading several samples in one read_samples() call costs less than reading them one by one
+  /// (each call a round trip to a worker process): the decode stage then reads each group's samples
+  /// so, before decoding them.
+  virtual bool reads_in_groups() const { return false; }
+  /// Reads the samples `contexts` name (their index each), one result each, in order: a sample that
+  /// cannot be read fails alone. By default, read_sample() for each.
+  /// What its code did so far, where it runs beside the pipeline's threads (worker processes); nullopt
+  /// otherwise. Thread-safe.
+  virtual std::optional<UserCodeStats> user_code() const { return std::nullopt; }
+  virtual std::vector<ReadResult> read_samples(const std::vector<SampleContext>& contexts) const {
+    std::vector<ReadResult> results(contexts.size());
+    for (size_t i = 0; i < contexts.size(); ++i) {
+      try {
+        results[i].sample = read_sample(contexts[i].index, contexts[i]);
+      } catch (...) {
+        results[i].error = std::current_exception();
+      }
+    }
+    return results;
+  }
 };
 
 }  // namespace ferry

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,6 +63,9 @@ class Transform {
   /// Whether a sample comes out the same in every epoch, so that a dataset cache may keep it. A
   /// transform that draws per-epoch random numbers says no.
   virtual bool same_every_epoch() const { return true; }
+  /// What its code did so far, where it runs beside the pipeline's threads (worker processes); nullopt
+  /// otherwise. Thread-safe.
+  virtual std::optional<UserCodeStats> user_code() const { return std::nullopt; }
 };
 
 /// The sample transforms a pipeline runs after the decoders, in order, and the seed of their random

@@ -21,9 +21,10 @@ constexpr uint64_t kFirstSlotBytes = uint64_t{64} << 10;
 
 class PythonSource : public Source {
  public:
-  PythonSource(std::unique_ptr<PythonRunner> runner, uint64_t length, std::vector<FieldSpec> fields, std::string what,
-               bool same_every_epoch)
+  PythonSource(std::unique_ptr<PythonRunner> runner, bool grouped, uint64_t length, std::vector<FieldSpec> fields,
+               std::string what, bool same_every_epoch)
       : runner_(std::move(runner)),
+        grouped_(grouped),
         length_(length),
         fields_(std::move(fields)),
         what_(std::move(what)),
@@ -36,29 +37,53 @@ class PythonSource : public Source {
   EncodedSample read(uint64_t index) const override { return read_sample(index, SampleContext{.index = index}); }
 
   EncodedSample read_sample(uint64_t index, const SampleContext& context) const override {
-    const std::string key = "dataset[" + std::to_string(index) + "]";
-    WorkerCall call;
-    call.op = WorkerCall::Op::kMake;
-    call.index = index;
-    call.epoch = context.epoch;
-    call.capacity = capacity_.load(std::memory_order_relaxed);
-    call.stop = context.stop;
-    detail::NamedTensors made = runner_->call(call, key);
-    EncodedSample sample;
+    SampleContext sample = context;
     sample.index = index;
-    sample.key = key;
-    sample.fields.reserve(made.size());
-    uint64_t used = 0;
-    for (auto& [name, tensor] : made) {
-      used = detail::slot_aligned(used) + tensor.nbytes();
-      sample.fields.push_back(std::move(tensor));
+    std::vector<ReadResult> read = read_samples({sample});
+    if (read.front().error) std::rethrow_exception(read.front().error);
+    return std::move(read.front().sample);
+  }
+
+  // A group's samples in one request to a worker process (WorkerPool::call_many()).
+  bool reads_in_groups() const override { return grouped_; }
+
+  std::vector<ReadResult> read_samples(const std::vector<SampleContext>& contexts) const override {
+    std::vector<WorkerCall> calls(contexts.size());
+    std::vector<std::string> keys(contexts.size());
+    const uint64_t capacity = capacity_.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < contexts.size(); ++i) {
+      WorkerCall& call = calls[i];
+      call.op = WorkerCall::Op::kMake;
+      call.index = contexts[i].index;
+      call.epoch = contexts[i].epoch;
+      call.capacity = capacity;
+      call.stop = contexts[i].stop;
+      keys[i] = "dataset[" + std::to_string(call.index) + "]";
     }
-    // Later samples get a slot as large as the largest so far, so that few need a second one.
-    detail::remember_largest(capacity_, used);
-    return sample;
+    std::vector<detail::CallResult> made = runner_->call_many(calls, keys);
+    std::vector<ReadResult> read(contexts.size());
+    for (size_t i = 0; i < contexts.size(); ++i) {
+      if (made[i].error) {
+        read[i].error = std::move(made[i].error);
+        continue;
+      }
+      EncodedSample& sample = read[i].sample;
+      sample.index = calls[i].index;
+      sample.key = std::move(keys[i]);
+      sample.fields.reserve(made[i].fields.size());
+      uint64_t used = 0;
+      for (auto& [name, tensor] : made[i].fields) {
+        used = detail::slot_aligned(used) + tensor.nbytes();
+        sample.fields.push_back(std::move(tensor));
+      }
+      // Later samples get a slot as large as the largest so far, so that few need a second one.
+      detail::remember_largest(capacity_, used);
+    }
+    return read;
   }
 
   bool same_every_epoch() const override { return same_every_epoch_; }
+  std::optional<UserCodeStats> user_code() const override { return runner_->stats("python " + what_); }
 
   std::string describe() const override {
     return "python(" + what_ + ", " + std::to_string(length_) + " samples, " + runner_->where() + ")";
@@ -66,6 +91,7 @@ class PythonSource : public Source {
 
  private:
   std::unique_ptr<PythonRunner> runner_;
+  bool grouped_;  // worker processes: a round trip per call
   uint64_t length_;
   std::vector<FieldSpec> fields_;
   std::string what_;
@@ -124,20 +150,22 @@ std::shared_ptr<const Source> make_python_source(const KeyValue& source, const M
   detail::WorkerSetup setup = detail::worker_setup(
       context, what, json + ", \"fields\": " + (declared.empty() ? std::string("null") : detail::json_fields(declared)),
       std::move(payload));
-  uint64_t length = 0;
-  std::vector<FieldSpec> fields = declared;
   if (declared.empty()) {
     // The first worker infers the fields from the first samples; the others are told them.
-    setup.after_first = [&, json, seed = context.seed](const std::string& greeting) {
-      read_greeting(greeting, length, fields);
-      return "{\"seed\": " + std::to_string(seed) + ", " + json + ", \"fields\": " + detail::json_fields(fields) + "}";
+    setup.after_first = [json, seed = context.seed](const std::string& greeting) {
+      uint64_t length = 0;
+      std::vector<FieldSpec> inferred;
+      read_greeting(greeting, length, inferred);
+      return "{\"seed\": " + std::to_string(seed) + ", " + json + ", \"fields\": " + detail::json_fields(inferred) + "}";
     };
   }
   std::unique_ptr<PythonRunner> runner = detail::make_python_runner(std::move(setup), context.workers);
-  fields.clear();
+  uint64_t length = 0;
+  std::vector<FieldSpec> fields;
   read_greeting(runner->greeting(), length, fields);
   if (length == 0) throw Error(what + " is empty (its len() is 0)");
-  return std::make_shared<PythonSource>(std::move(runner), length, declared.empty() ? fields : declared, what,
+  return std::make_shared<PythonSource>(std::move(runner), /*grouped=*/context.workers > 0, length,
+                                        declared.empty() ? fields : declared, what,
                                         source.boolean_or("same_every_epoch", false));
 }
 

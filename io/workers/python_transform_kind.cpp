@@ -31,6 +31,15 @@ class PythonTransform : public Transform {
   std::string_view name() const override { return "python"; }
   bool same_every_epoch() const override { return same_every_epoch_; }
 
+  std::optional<UserCodeStats> user_code() const override {
+    const std::string what = "python transform '" + target_ + "'";
+    if (const PythonRunner* runner = started_runner_.load(std::memory_order_acquire)) return runner->stats(what);
+    UserCodeStats none;  // not started: no sample reached it yet
+    none.what = what;
+    none.processes = context_.workers;
+    return none;
+  }
+
   std::vector<FieldSpec> output_fields(const std::vector<FieldSpec>& input) const override {
     inputs_ = input;
     std::vector<FieldSpec> out = input;
@@ -87,6 +96,7 @@ class PythonTransform : public Transform {
         json += "]";
         runner_ = detail::make_python_runner(
             detail::worker_setup(context_, "transform '" + target_ + "'", json, ""), context_.workers);
+        started_runner_.store(runner_.get(), std::memory_order_release);
       } catch (...) {
         start_error_ = std::current_exception();
       }
@@ -105,6 +115,7 @@ class PythonTransform : public Transform {
   mutable std::atomic<uint64_t> capacity_{0};
   mutable std::once_flag started_;
   mutable std::unique_ptr<PythonRunner> runner_;
+  mutable std::atomic<const PythonRunner*> started_runner_{nullptr};  // runner_, for user_code() once set
   mutable std::exception_ptr start_error_;
 };
 

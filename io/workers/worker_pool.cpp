@@ -46,12 +46,17 @@ using Clock = std::chrono::steady_clock;
 //   map        op 4, segment u32, bytes u64 — with the segment's descriptor
 //   call       op 1 (make) or 3 (transform) u8, 3 pad, segment u32, offset u64, capacity u64, index u64,
 //              epoch u64; a transform's input after it: input segment u32, 4 pad, input offset u64,
-//              count u32, the fields as in "written" (their offsets within the input's slot)
+//              count u32, the fields as in "written" (their offsets within the input's slot). Make calls
+//              come several to a message (a decode thread's group of samples), each 40 bytes, and the
+//              worker replies to each in turn: one round trip per group, and a worker that dies is seen
+//              to die on the call it had not replied to
 //   slot       op 2, segment u32, offset u64, capacity u64: a larger slot, after "need"
+//   setup      op 5, then JSON text: the setup with the fields the first worker inferred (the others
+//              started at the same time, without them)
 // and from the worker:
 //   greeting   "ok\n" and lines of its own, or "error\n" and the traceback
-//   written    status 0 u8, 3 pad, count u32, then per field: dtype u8, ndim u8, name length u16,
-//              4 pad, offset u64, shape i64 x ndim, name
+//   written    status 0 u8, 3 pad, count u32, busy ns u64 (the call's time in the worker), then per
+//              field: dtype u8, ndim u8, name length u16, 4 pad, offset u64, shape i64 x ndim, name
 //   need       status 1, 7 pad, bytes u64: the sample is larger than its slot
 //   error      status 2, then the user code's traceback as text
 //
@@ -241,31 +246,33 @@ WorkerPool::WorkerPool(WorkerSetup setup, size_t workers)
     setup_.payload.shrink_to_fit();
   }
   environment_ = worker_environment();  // read once: the environment may change while the pool lives
-  const size_t first = setup_.after_first ? 1 : size_;
   {
     std::lock_guard lock(mutex_);
-    to_start_ = first;
+    to_start_ = size_;
   }
   spawner_ = std::thread([this] { spawner_loop(); });
   std::unique_lock lock(mutex_);
-  const auto started = [&](size_t count) {
-    changed_.wait(lock, [&] { return running_ == count || (!start_error_.empty() && to_start_ == 0 && starting_ == 0); });
-    return running_ == count;
-  };
-  if (started(first) && setup_.after_first) {
-    // Every later worker, the first one's replacements too, gets the setup made of its greeting.
+  changed_.wait(lock, [&] { return running_ == size_ || (!start_error_.empty() && to_start_ == 0 && starting_ == 0); });
+  bool started = running_ == size_;
+  if (started && setup_.after_first) {
+    // The first worker inferred the fields from the first samples while the others loaded: they are told
+    // them now, and replacements start with them.
     try {
       setup_.setup = setup_.after_first(greeting_);
     } catch (const std::exception& e) {
       start_error_ = setup_.what + ": " + cause_of(e);
+      started = false;
     }
-    if (start_error_.empty() && first < size_) {
-      to_start_ = size_ - first;
-      changed_.notify_all();
-      started(size_);
+    std::string message;
+    put<uint8_t>(message, 5);
+    message += setup_.setup;
+    for (const auto& worker : idle_) {
+      if (!started || worker->number == 0 || send_message(worker->socket, message)) continue;
+      start_error_ = worker->name() + " ended before it could be told the fields of " + setup_.what;
+      started = false;
     }
   }
-  if (running_ < size_) {
+  if (!started) {
     const std::string error = start_error_;
     lock.unlock();
     shutdown();
@@ -494,8 +501,8 @@ std::string WorkerPool::retire(std::unique_ptr<Worker> worker, bool kill_first) 
   {
     std::lock_guard lock(mutex_);
     --running_;
-
   }
+  replaced_.fetch_add(1, std::memory_order_relaxed);
   changed_.notify_all();
   return ended;
 }
@@ -525,20 +532,120 @@ std::shared_ptr<const Slot> WorkerPool::write_inputs(const NamedTensors& inputs,
   return input;
 }
 
+UserCodeStats PythonRunner::stats(std::string what) const {
+  UserCodeStats stats;
+  stats.what = std::move(what);
+  stats.processes = processes();
+  stats.calls = calls_.load(std::memory_order_relaxed);
+  stats.requests = requests_.load(std::memory_order_relaxed);
+  stats.busy_seconds = static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  stats.replaced = replaced_.load(std::memory_order_relaxed);
+  return stats;
+}
+
+std::vector<CallResult> PythonRunner::call_many(const std::vector<WorkerCall>& calls,
+                                                const std::vector<std::string>& samples) {
+  std::vector<CallResult> results(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    try {
+      results[i].fields = call(calls[i], samples[i]);
+    } catch (...) {
+      results[i].error = std::current_exception();
+    }
+  }
+  return results;
+}
+
 NamedTensors WorkerPool::call(const WorkerCall& call, const std::string& sample) {
-  // Made before a worker is taken: a failure here (no memory for a slot, a dtype Python cannot be given)
-  // is this call's alone.
-  std::shared_ptr<const Slot> slot = slots_->lease(std::max<uint64_t>(call.capacity, 1));
+  std::vector<CallResult> results = call_many({call}, {sample});
+  if (results.front().error) std::rethrow_exception(results.front().error);
+  return std::move(results.front().fields);
+}
+
+std::vector<CallResult> WorkerPool::call_many(const std::vector<WorkerCall>& calls,
+                                              const std::vector<std::string>& samples) {
+  std::vector<CallResult> results(calls.size());
+  for (size_t next = 0; next < calls.size();) next = run_calls(calls, samples, next, results);
+  return results;
+}
+
+namespace {
+
+// The fields of a "written" reply (from `at`, after its status), as views of `slot`.
+NamedTensors read_written(const std::string& reply, size_t at, const std::shared_ptr<const Slot>& slot,
+                          const std::string& worker, uint64_t& busy_ns) {
+  const auto count = get<uint32_t>(reply, at);
+  busy_ns = get<uint64_t>(reply, at);
+  if (count > reply.size()) throw Error(worker + " sent a reply of " + std::to_string(count) + " fields");
+  NamedTensors out;
+  out.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    const at::ScalarType dtype = dtype_of_code(get<uint8_t>(reply, at));
+    const auto ndim = get<uint8_t>(reply, at);
+    const auto name_length = get<uint16_t>(reply, at);
+    at += 4;
+    const auto offset = get<uint64_t>(reply, at);
+    std::vector<int64_t> shape(ndim);
+    for (int64_t& size : shape) size = get<int64_t>(reply, at);
+    if (at + name_length > reply.size()) throw Error("a worker's reply is cut short");
+    std::string name = reply.substr(at, name_length);
+    at += name_length;
+    uint64_t elements = 1;
+    bool fits = true;
+    for (const int64_t size : shape) {
+      fits = fits && size >= 0 && (size == 0 || elements <= slot->capacity / static_cast<uint64_t>(size));
+      elements *= static_cast<uint64_t>(std::max<int64_t>(size, 0));
+    }
+    if (!fits || offset > slot->capacity || elements * at::elementSize(dtype) > slot->capacity - offset) {
+      throw Error(worker + " wrote field '" + name + "' past its slot");
+    }
+    out.emplace_back(std::move(name), SharedSlots::view(slot, offset, dtype, shape));
+  }
+  return out;
+}
+
+}  // namespace
+
+size_t WorkerPool::run_calls(const std::vector<WorkerCall>& calls, const std::vector<std::string>& samples,
+                             size_t first, std::vector<CallResult>& results) {
+  size_t end = first + 1;
+  if (calls[first].op == WorkerCall::Op::kMake) {
+    while (end < calls.size() && calls[end].op == WorkerCall::Op::kMake) ++end;
+  }
+  // Slots (and a transform's input) are made before a worker is taken: a failure here (no memory for a
+  // slot, a dtype Python cannot be given) is that call's alone.
+  struct Sent {
+    size_t call;
+    std::shared_ptr<const Slot> slot;
+  };
+  std::vector<Sent> sent;
+  std::shared_ptr<const Slot> input;  // a transform's, until the worker replies
   std::string request;
-  put<uint8_t>(request, static_cast<uint8_t>(call.op));
-  request.append(3, '\0');
-  put<uint32_t>(request, slot->segment);
-  put<uint64_t>(request, slot->offset);
-  put<uint64_t>(request, slot->capacity);
-  put<uint64_t>(request, call.index);
-  put<uint64_t>(request, call.epoch);
-  std::shared_ptr<const Slot> input;  // a transform's input, until the worker replies
-  if (call.op == WorkerCall::Op::kTransform) input = write_inputs(call.inputs, request);
+  for (size_t k = first; k < end; ++k) {
+    const WorkerCall& call = calls[k];
+    try {
+      std::shared_ptr<const Slot> slot = slots_->lease(std::max<uint64_t>(call.capacity, 1));
+      std::string record;
+      put<uint8_t>(record, static_cast<uint8_t>(call.op));
+      record.append(3, '\0');
+      put<uint32_t>(record, slot->segment);
+      put<uint64_t>(record, slot->offset);
+      put<uint64_t>(record, slot->capacity);
+      put<uint64_t>(record, call.index);
+      put<uint64_t>(record, call.epoch);
+      if (call.op == WorkerCall::Op::kTransform) input = write_inputs(call.inputs, record);
+      request += record;
+      sent.push_back(Sent{k, std::move(slot)});
+    } catch (...) {
+      results[k].error = std::current_exception();
+    }
+  }
+  if (sent.empty()) return end;
+  const std::atomic<bool>* stop = calls[first].stop;
+  size_t current = 0;  // in `sent`: the call being made
+  const auto fail_rest = [&](const std::exception_ptr& error) {
+    for (size_t i = current; i < sent.size(); ++i) results[sent[i].call].error = error;
+  };
 
   std::unique_ptr<Worker> worker;
   // A failure of this process's own (a reply it cannot read) leaves the worker in an unknown state: it is
@@ -562,90 +669,107 @@ NamedTensors WorkerPool::call(const WorkerCall& call, const std::string& sample)
     worker->mapped.insert(segment);
     return true;
   };
-  auto lost = [&](const std::string& what) -> Error {
+  auto send = [&] {
+    if (input != nullptr && !map(input->segment)) return false;
+    for (const Sent& call : sent) {
+      if (!map(call.slot->segment)) return false;
+    }
+    return send_message(worker->socket, request);
+  };
+  auto lost = [&](const std::string& what, const std::string& sample) -> Error {
     const std::string name = worker->name();
     const std::string ended = retire(std::move(worker), false);
     return Error(name + " " + ended + " " + what + " " + sample + " of " + setup_.what +
                  "; another worker takes its place");
   };
-  // A worker that died while idle (the OOM killer) cannot take the request: the sample goes to another.
-  for (int attempt = 0;; ++attempt) {
-    worker = take(call.stop);
-    if ((input == nullptr || map(input->segment)) && map(slot->segment) && send_message(worker->socket, request)) {
-      break;
+  try {
+    // A worker that died while idle (the OOM killer) cannot take the request: it goes to another.
+    for (int attempt = 0;; ++attempt) {
+      worker = take(stop);
+      if (send()) {
+        requests_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+      if (attempt == 1) {
+        fail_rest(std::make_exception_ptr(lost("before it could be sent", samples[sent.front().call])));
+        return end;
+      }
+      retire(std::move(worker), false);
     }
-    if (attempt == 1) throw lost("before it could be sent");
-    retire(std::move(worker), false);
+  } catch (...) {
+    fail_rest(std::current_exception());  // no worker is left, or the pipeline stopped
+    return end;
   }
 
-  const auto deadline = setup_.timeout.count() > 0 ? Clock::now() + setup_.timeout : Clock::time_point::max();
-  std::string reply;
-  for (;;) {
-    const Received got = worker->receive(reply, deadline, call.stop);
-    if (got == Received::kClosed) throw lost("while making");
-    if (got == Received::kStopped) {
-      const std::string name = worker->name();
-      retire(std::move(worker), true);
-      throw Error("the pipeline stopped while " + name + " was making " + sample);
-    }
-    if (got == Received::kTimeout) {
-      const std::string name = worker->name();
-      retire(std::move(worker), true);
-      throw Error(name + " was still making " + sample + " of " + setup_.what + " after decode.timeout (" +
-                  std::to_string(setup_.timeout.count() / 1000.0) +
-                  " s): it was stopped and another started; raise decode.timeout if a sample may take that long");
-    }
-    size_t at = 0;
-    const auto status = get<uint8_t>(reply, at);
-    at += 3;
-    if (status == 1) {  // need: a larger slot
-      at += 4;
-      const auto bytes = get<uint64_t>(reply, at);
-      slot = slots_->lease(bytes);
-      std::string message;
-      put<uint8_t>(message, 2);
-      message.append(3, '\0');
-      put<uint32_t>(message, slot->segment);
-      put<uint64_t>(message, slot->offset);
-      put<uint64_t>(message, slot->capacity);
-      if (!map(slot->segment) || !send_message(worker->socket, message)) throw lost("while making");
-      continue;
-    }
-    if (status == 2) {
-      const std::string name = worker->name();
-      give_back(std::move(worker));
-      throw Error(name + ": " + (reply.size() > 4 ? reply.substr(4) : std::string("(an error without a message)")));
-    }
-    if (status != 0) throw Error(worker->name() + " sent a reply of unknown kind " + std::to_string(status));
-    const auto count = get<uint32_t>(reply, at);
-    if (count > reply.size()) throw Error(worker->name() + " sent a reply of " + std::to_string(count) + " fields");
-    NamedTensors out;
-    out.reserve(count);
-    for (uint32_t i = 0; i < count; ++i) {
-      const at::ScalarType dtype = dtype_of_code(get<uint8_t>(reply, at));
-      const auto ndim = get<uint8_t>(reply, at);
-      const auto name_length = get<uint16_t>(reply, at);
-      at += 4;
-      const auto offset = get<uint64_t>(reply, at);
-      std::vector<int64_t> shape(ndim);
-      for (int64_t& size : shape) size = get<int64_t>(reply, at);
-      if (at + name_length > reply.size()) throw Error("a worker's reply is cut short");
-      std::string name = reply.substr(at, name_length);
-      at += name_length;
-      uint64_t elements = 1;
-      bool fits = true;
-      for (const int64_t size : shape) {
-        fits = fits && size >= 0 && (size == 0 || elements <= slot->capacity / static_cast<uint64_t>(size));
-        elements *= static_cast<uint64_t>(std::max<int64_t>(size, 0));
+  try {
+    std::string reply;
+    for (; current < sent.size(); ++current) {
+      const size_t k = sent[current].call;
+      const std::string& sample = samples[k];
+      // Each call has decode.timeout from the reply before it.
+      const auto deadline = setup_.timeout.count() > 0 ? Clock::now() + setup_.timeout : Clock::time_point::max();
+      for (;;) {
+        const Received got = worker->receive(reply, deadline, stop);
+        if (got == Received::kClosed) {
+          results[k].error = std::make_exception_ptr(lost("while making", sample));
+          return k + 1;
+        }
+        if (got == Received::kStopped) {
+          const std::string name = worker->name();
+          retire(std::move(worker), true);
+          fail_rest(std::make_exception_ptr(Error("the pipeline stopped while " + name + " was making " + sample)));
+          return end;
+        }
+        if (got == Received::kTimeout) {
+          const std::string name = worker->name();
+          retire(std::move(worker), true);
+          results[k].error = std::make_exception_ptr(
+              Error(name + " was still making " + sample + " of " + setup_.what + " after decode.timeout (" +
+                    std::to_string(setup_.timeout.count() / 1000.0) +
+                    " s): it was stopped and another started; raise decode.timeout if a sample may take that long"));
+          return k + 1;
+        }
+        size_t at = 0;
+        const auto status = get<uint8_t>(reply, at);
+        at += 3;
+        if (status == 1) {  // need: a larger slot
+          at += 4;
+          const auto bytes = get<uint64_t>(reply, at);
+          std::shared_ptr<const Slot>& slot = sent[current].slot;
+          slot = slots_->lease(bytes);
+          std::string message;
+          put<uint8_t>(message, 2);
+          message.append(3, '\0');
+          put<uint32_t>(message, slot->segment);
+          put<uint64_t>(message, slot->offset);
+          put<uint64_t>(message, slot->capacity);
+          if (!map(slot->segment) || !send_message(worker->socket, message)) {
+            results[k].error = std::make_exception_ptr(lost("while making", sample));
+            return k + 1;
+          }
+          continue;
+        }
+        calls_.fetch_add(1, std::memory_order_relaxed);
+        if (status == 2) {  // the user code's error: the worker goes on with the next call
+          results[k].error = std::make_exception_ptr(
+              Error(worker->name() + ": " + (reply.size() > 4 ? reply.substr(4) : std::string("(an error without a message)"))));
+          break;
+        }
+        if (status != 0) throw Error(worker->name() + " sent a reply of unknown kind " + std::to_string(status));
+        uint64_t busy_ns = 0;
+        results[k].fields = read_written(reply, at, sent[current].slot, worker->name(), busy_ns);
+        busy_ns_.fetch_add(busy_ns, std::memory_order_relaxed);
+        break;
       }
-      if (!fits || offset > slot->capacity || elements * at::elementSize(dtype) > slot->capacity - offset) {
-        throw Error(worker->name() + " wrote field '" + name + "' past its slot");
-      }
-      out.emplace_back(std::move(name), SharedSlots::view(slot, offset, dtype, shape));
     }
-    give_back(std::move(worker));
-    return out;
+  } catch (...) {
+    // This process's own failure: the call being made fails with it, the worker is replaced (Held), and
+    // the calls after it go to another.
+    results[sent[current].call].error = std::current_exception();
+    return sent[current].call + 1;
   }
+  give_back(std::move(worker));
+  return end;
 }
 
 }  // namespace ferry::detail

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "ferry/io/workers/shared_slots.h"
+#include "ferry/pipeline/pipeline_stats.h"
 
 namespace ferry::detail {
 
@@ -30,8 +32,8 @@ struct WorkerSetup {
   std::string what;                // what the workers run, for messages: "dataset 'pkg.mod:make'"
   /// How long one call (or a worker's start) may take before the worker is stopped; 0: no limit.
   std::chrono::milliseconds timeout{0};
-  /// When set, the first worker starts alone and the others get the setup this makes of its greeting
-  /// (the fields it inferred from the first samples).
+  /// When set, the first worker's greeting says what the others need to know (the fields it inferred from
+  /// the first samples): they start at the same time, and once all are up get the setup this makes of it.
   std::function<std::string(const std::string& greeting)> after_first;
 };
 
@@ -51,6 +53,12 @@ struct WorkerCall {
   const std::atomic<bool>* stop = nullptr;
 };
 
+/// One call's outcome among several (PythonRunner::call_many()): the fields it made, or why it failed.
+struct CallResult {
+  NamedTensors fields;
+  std::exception_ptr error;
+};
+
 /// What runs user Python code for the python source kind and transform: worker processes (WorkerPool),
 /// or, with decode.workers: threads, this process's decode threads, which the Python package provides
 /// (set_in_process_python()). Thread-safe.
@@ -62,8 +70,23 @@ class PythonRunner {
   /// Runs `call` and returns the fields it made. Throws ferry::Error naming `sample` ("dataset[17]")
   /// for the user code's exception (with its traceback) or a worker that failed.
   virtual NamedTensors call(const WorkerCall& call, const std::string& sample) = 0;
+  /// Runs `calls` (`samples` names each), one result each, in order: a call that fails fails alone. A
+  /// worker process gets a group of make calls in one request. By default, call() for each.
+  virtual std::vector<CallResult> call_many(const std::vector<WorkerCall>& calls,
+                                            const std::vector<std::string>& samples);
   /// "4 workers", "the decode threads": for describe().
   virtual std::string where() const = 0;
+  /// Its worker processes (0: it runs on the decode threads).
+  virtual size_t processes() const = 0;
+  /// What it ran so far, as `what` says ("python dataset 'pkg.mod:make'"), for the report. Thread-safe.
+  UserCodeStats stats(std::string what) const;
+
+ protected:
+  // What stats() reports; counted by the runners.
+  std::atomic<uint64_t> calls_{0};
+  std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> busy_ns_{0};
+  std::atomic<uint64_t> replaced_{0};
 };
 
 /// Each field of a slot starts on a cache line (ferry/_worker.py aligns the same way).
@@ -109,9 +132,14 @@ class WorkerPool : public PythonRunner {
   /// for the user code's exception (with its traceback), a worker that died or timed out, or a pool that
   /// has no worker left. `sample` names the sample in messages ("sample 17").
   NamedTensors call(const WorkerCall& call, const std::string& sample) override;
+  /// Make calls go to one idle worker in one request; it replies to each in turn. Where a worker dies or
+  /// overruns the timeout, the call it was making fails and the ones after it go to another worker.
+  std::vector<CallResult> call_many(const std::vector<WorkerCall>& calls,
+                                    const std::vector<std::string>& samples) override;
   std::string where() const override {
     return std::to_string(size_) + " worker" + (size_ == 1 ? "" : "s");
   }
+  size_t processes() const override { return size_; }
 
  private:
   struct Worker;
@@ -130,6 +158,10 @@ class WorkerPool : public PythonRunner {
   void spawner_loop();
   /// Stops the spawner thread and every idle worker (none is busy once the pipeline is gone).
   void shutdown();
+  /// Runs calls from `first` on, on one worker: the make calls up to the end in one request, a transform
+  /// call alone. Fills their results and returns the first call it did not get to.
+  size_t run_calls(const std::vector<WorkerCall>& calls, const std::vector<std::string>& samples, size_t first,
+                   std::vector<CallResult>& results);
   /// Copies a transform's inputs into a slot and describes them at the end of `request`.
   std::shared_ptr<const Slot> write_inputs(const NamedTensors& inputs, std::string& request) const;
 

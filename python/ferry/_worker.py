@@ -17,6 +17,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -37,7 +38,7 @@ _INPUT = struct.Struct("<I4xQ")
 _SLOT = struct.Struct("<B3xIQQ")
 _MAP = struct.Struct("<B3xIQ")
 _FIELD = struct.Struct("<BBH4xQ")
-_WRITTEN = struct.Struct("<B3xI")
+_WRITTEN = struct.Struct("<B3xIQ")
 _NEED = struct.Struct("<B7xQ")
 
 
@@ -304,24 +305,38 @@ class Worker:
                 continue
             for fd in fds:
                 os.close(fd)
-            _, segment, offset, capacity, index, epoch = _CALL.unpack_from(message)
-            try:
-                if op == 1:
-                    where = f"dataset[{index}]"
-                    sample = self.call_user(lambda: self.made[index], epoch, index)
-                    arrays = self.dataset_arrays(sample, where)
-                else:
-                    where = f"sample {index}"
-                    inputs = self.input_arrays(message)
-                    made = self.call_user(lambda: self.made(dict(inputs)), epoch, index)
-                    arrays = self.transform_arrays(made, inputs, where)
-                self.write(arrays, segment, offset, capacity)
-            except SampleError as e:
-                self.send_error(str(e))
-            except (ConnectionError, EOFError):
-                raise
-            except BaseException as e:  # the user's code failed (sys.exit() too): its traceback goes back
-                self.send_error(f"{where} raised {_described(e)}\n" + traceback.format_exc())
+            if op == 5:  # the fields the first worker inferred while this one loaded
+                self.fields = [Field(spec) for spec in json.loads(bytes(message[1:]))["fields"]]
+                continue
+            if op == 1 and len(message) > _CALL.size:
+                # Several make calls, each replied to in turn; a larger slot's messages may come meanwhile
+                # into the buffer that holds them.
+                message = bytes(message)
+                for at in range(0, len(message) - _CALL.size + 1, _CALL.size):
+                    self.run_call(message, at)
+            else:
+                self.run_call(message, 0)
+
+    def run_call(self, message: bytes, at: int) -> None:
+        op, segment, offset, capacity, index, epoch = _CALL.unpack_from(message, at)
+        started = time.perf_counter_ns()
+        try:
+            if op == 1:
+                where = f"dataset[{index}]"
+                sample = self.call_user(lambda: self.made[index], epoch, index)
+                arrays = self.dataset_arrays(sample, where)
+            else:
+                where = f"sample {index}"
+                inputs = self.input_arrays(message)
+                made = self.call_user(lambda: self.made(dict(inputs)), epoch, index)
+                arrays = self.transform_arrays(made, inputs, where)
+            self.write(arrays, segment, offset, capacity, started)
+        except SampleError as e:
+            self.send_error(str(e))
+        except (ConnectionError, EOFError):
+            raise
+        except BaseException as e:  # the user's code failed (sys.exit() too): its traceback goes back
+            self.send_error(f"{where} raised {_described(e)}\n" + traceback.format_exc())
 
     def dataset_arrays(self, sample: Any, where: str) -> list[tuple[str, np.ndarray, int]]:
         if not isinstance(sample, dict):
@@ -383,7 +398,8 @@ class Worker:
         return arrays
 
     # ---- replies ----
-    def write(self, arrays: list[tuple[str, np.ndarray, int]], segment: int, offset: int, capacity: int) -> None:
+    def write(self, arrays: list[tuple[str, np.ndarray, int]], segment: int, offset: int, capacity: int,
+              started: int) -> None:
         placed = []
         end = 0
         for name, array, code in arrays:
@@ -402,7 +418,7 @@ class Worker:
                 sys.exit(0)
             _, segment, offset, capacity = _SLOT.unpack_from(message)
         memory = self.segments[segment]
-        reply = [_WRITTEN.pack(0, len(arrays))]
+        reply = [None]  # the header, once the copies are done: the call's time in this worker
         for (name, array, code), start in zip(arrays, placed):
             if array.nbytes:
                 target = np.ndarray(array.shape, dtype=array.dtype, buffer=memory, offset=offset + start)
@@ -411,6 +427,7 @@ class Worker:
             reply.append(_FIELD.pack(code, array.ndim, len(encoded), start))
             reply.append(struct.pack(f"<{array.ndim}q", *array.shape))
             reply.append(encoded)
+        reply[0] = _WRITTEN.pack(0, len(arrays), time.perf_counter_ns() - started)
         self.sock.send(b"".join(reply))
 
     def send_error(self, text: str) -> None:

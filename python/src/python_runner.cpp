@@ -1,5 +1,6 @@
 #include "python_runner.h"
 
+#include <chrono>
 #include <cstring>
 
 #include <ATen/ATen.h>
@@ -46,9 +47,13 @@ class InProcessRunner : public detail::PythonRunner {
 
   const std::string& greeting() const noexcept override { return greeting_; }
   std::string where() const override { return "the decode threads"; }
+  size_t processes() const override { return 0; }
 
   NamedTensors call(const WorkerCall& call, const std::string& sample) override {
     py::gil_scoped_acquire gil;
+    // The time the code holds the GIL, which the decode threads share: its busy time.
+    const auto started = std::chrono::steady_clock::now();
+    calls_.fetch_add(1, std::memory_order_relaxed);
     py::object result;
     try {
       if (call.op == WorkerCall::Op::kMake) {
@@ -65,23 +70,54 @@ class InProcessRunner : public detail::PythonRunner {
         result = code_.attr("transform")(inputs, call.index, call.epoch);
       }
     } catch (const py::error_already_set& e) {
+      count_busy(started);
       throw Error(sample + ": " + e.what());
     }
-    if (py::isinstance<py::str>(result)) throw Error("the decode threads: " + result.cast<std::string>());
+    if (py::isinstance<py::str>(result)) {
+      count_busy(started);
+      throw Error("the decode threads: " + result.cast<std::string>());
+    }
     NamedTensors out;
+    // The arrays stay referenced by `result` (and their buffers held by `views`) while they are copied
+    // without the GIL: other decode threads run Python meanwhile.
+    std::vector<py::buffer_info> views;
     for (const py::handle item : result) {
       const auto entry = item.cast<py::tuple>();
       auto name = entry[0].cast<std::string>();
-      const py::buffer_info data = py::buffer(entry[1]).request();  // C-contiguous (ferry._worker makes it so)
+      views.push_back(py::buffer(entry[1]).request());  // C-contiguous (ferry._worker makes it so)
+      const py::buffer_info& data = views.back();
       const at::ScalarType dtype = detail::dtype_of_code(entry[2].cast<uint8_t>());
-      at::Tensor tensor = at::empty(std::vector<int64_t>(data.shape.begin(), data.shape.end()), at::dtype(dtype));
-      if (tensor.nbytes() > 0) std::memcpy(tensor.data_ptr(), data.ptr, tensor.nbytes());
-      out.emplace_back(std::move(name), std::move(tensor));
+      out.emplace_back(std::move(name),
+                       at::empty(std::vector<int64_t>(data.shape.begin(), data.shape.end()), at::dtype(dtype)));
+    }
+    count_busy(started);
+    uint64_t bytes = 0;
+    for (const auto& [name, tensor] : out) bytes += tensor.nbytes();
+    const auto copy = [&] {
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (out[i].second.nbytes() > 0) std::memcpy(out[i].second.data_ptr(), views[i].ptr, out[i].second.nbytes());
+      }
+    };
+    if (bytes >= kCopyWithoutGil) {
+      py::gil_scoped_release released;
+      copy();
+    } else {
+      copy();
     }
     return out;
   }
 
  private:
+  // Copies smaller than this are done with the GIL held: giving it up and taking it again costs more.
+  static constexpr uint64_t kCopyWithoutGil = 64 << 10;
+
+  void count_busy(std::chrono::steady_clock::time_point started) {
+    busy_ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                 std::chrono::steady_clock::now() - started)
+                                                 .count()),
+                       std::memory_order_relaxed);
+  }
+
   std::string what_;
   py::object code_;
   std::string greeting_;

@@ -3,6 +3,7 @@ code made it, with 1, 2 and 4 worker processes; resumption; failures named; no p
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -188,6 +189,50 @@ def test_a_stuck_worker_times_out():
         with pytest.raises(ferry.Error, match=r"still making dataset\[4\].*after decode.timeout"):
             for _ in pipeline:
                 pass
+
+
+@pytest.mark.parametrize("workers", [1, 3, "threads"])
+def test_groups_of_samples_go_to_a_worker_in_one_request(workers):
+    # Past the first samples, a decode thread's group of cheap samples goes to a worker in one message.
+    dataset = ArrayDataset(3000, {"x": ("int32", (5,)), "y": ("float32", ())}, seed=7)
+    with ferry.Pipeline.from_dataset(dataset, config(batch_size=50, workers=workers)) as pipeline:
+        seen = check_batches(pipeline, dataset)
+        code = pipeline.stats()["user_code"]
+    assert sorted(seen) == list(range(3000))
+    assert len(code) == 1 and code[0]["what"].startswith("python dataset ")
+    assert code[0]["calls"] == 3000 and code[0]["busy_seconds"] > 0
+    if workers == "threads":
+        assert code[0]["processes"] == 0
+    else:
+        assert code[0]["processes"] == workers
+        assert code[0]["requests"] < code[0]["calls"], "every sample went in a request of its own"
+
+
+@pytest.mark.parametrize("how,reason", [("raise", r"raised ValueError: sample {} is broken"),
+                                        ("exit", r"exited with status 7 while making dataset\[{}\]")])
+def test_a_failure_inside_a_group_is_its_samples_alone(how, reason):
+    # The samples after it in its group are made (by another worker, where this one died): only it is skipped.
+    bad = [1500, 2207]
+    dataset = FailingDataset(3000, how, bad)
+    with ferry.Pipeline.from_dataset(dataset, config(batch_size=50, on_error="skip")) as pipeline:
+        seen = check_batches(pipeline, dataset)
+        stats = pipeline.stats()
+    assert sorted(seen) == [i for i in range(3000) if i not in bad]
+    listed = sorted(stats["skipped"]["listed"], key=lambda skipped: skipped["index"])
+    assert [skipped["index"] for skipped in listed] == bad
+    for skipped in listed:
+        assert re.search(reason.format(skipped["index"]), skipped["reason"]), skipped["reason"]
+    assert stats["user_code"][0]["replaced"] == (2 if how == "exit" else 0)
+
+
+def test_a_stuck_sample_inside_a_group_times_out_alone():
+    dataset = FailingDataset(1500, "stall", [1000])
+    with ferry.Pipeline.from_dataset(dataset, config(batch_size=50, on_error="skip", timeout="1s")) as pipeline:
+        seen = check_batches(pipeline, dataset)
+        stats = pipeline.stats()
+    assert sorted(seen) == [i for i in range(1500) if i != 1000]
+    assert stats["skipped"]["count"] == 1
+    assert re.search(r"still making dataset\[1000\] .*after decode.timeout", stats["skipped"]["listed"][0]["reason"])
 
 
 def test_arrays_in_the_other_byte_order_keep_their_values():

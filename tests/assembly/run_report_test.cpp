@@ -466,6 +466,51 @@ TEST(RunReport, TheCacheHasALineAndAnObjectOnlyWhenThereIsOne) {
   EXPECT_EQ(report_text("t", RunInfo{}, none).find("cache "), std::string::npos);
 }
 
+TEST(RunReport, UserCodeHasALineAndAnEntryEachOnlyWhenThereIsSome) {
+  PipelineStats stats = full_stats();
+  stats.elapsed_seconds = 4.0;
+  stats.decode_threads = 4;
+  UserCodeStats dataset;
+  dataset.what = "python dataset 'pkg.data:make'";
+  dataset.processes = 2;
+  dataset.calls = 6400;
+  dataset.requests = 200;
+  dataset.busy_seconds = 6.0;
+  dataset.replaced = 1;
+  UserCodeStats transform;
+  transform.what = "python transform 'pkg.data:crop'";
+  transform.calls = 6400;
+  transform.busy_seconds = 2.2;
+  stats.user_code = {dataset, transform};
+  const std::string report = json_of(RunInfo{}, stats);
+  const Json json = JsonReader::parse(report);
+  const Json& code = json["user_code"];
+  ASSERT_EQ(code.items.size(), 2u);
+  EXPECT_EQ(code[0]["what"].text, "python dataset 'pkg.data:make'");
+  EXPECT_EQ(code[0]["processes"].u64(), 2u);
+  EXPECT_EQ(code[0]["calls"].u64(), 6400u);
+  EXPECT_EQ(code[0]["requests"].u64(), 200u);
+  EXPECT_DOUBLE_EQ(code[0]["busy_seconds"].number(), 6.0);
+  EXPECT_DOUBLE_EQ(code[0]["busy_share"].number(), 0.75);  // 6 s of 2 processes x 4 s
+  EXPECT_EQ(code[0]["replaced"].u64(), 1u);
+  EXPECT_EQ(code[1]["processes"].u64(), 0u);
+  EXPECT_NEAR(code[1]["busy_share"].number(), 0.1375, 1e-9);  // 2.2 s of 4 decode threads x 4 s
+  EXPECT_EQ(check_schema(report, "report_user_code.json"), 0);
+  const std::string text = report_text("t", RunInfo{}, stats);
+  EXPECT_NE(text.find("user code  python dataset 'pkg.data:make' on 2 worker processes: 6400 samples in 200 "
+                      "requests, busy 6.000 s (75%), 1 worker replaced\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("user code  python transform 'pkg.data:crop' on the decode threads: 6400 samples, busy "
+                      "2.200 s (14%)\n"),
+            std::string::npos)
+      << text;
+
+  stats.user_code.clear();
+  EXPECT_EQ(json_of(RunInfo{}, stats).find("\"user_code\""), std::string::npos);
+  EXPECT_EQ(report_text("t", RunInfo{}, stats).find("user code"), std::string::npos);
+}
+
 TEST(RunReport, GpuDecodingHasLinesAndAnObjectOnlyWhenAJpegFieldUsesTheGpu) {
   PipelineStats stats = full_stats();
   stats.elapsed_seconds = 4.0;

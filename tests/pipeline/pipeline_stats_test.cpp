@@ -125,6 +125,33 @@ TEST(BottleneckSummary, NamesTheGpuDecoderWhenItsStatesAreBusierThanAnyStage) {
   EXPECT_EQ(stats.gpu_decoder_share(), 0.0);
 }
 
+TEST(BottleneckSummary, NamesUserCodeWhoseWorkersAreSaturated) {
+  PipelineStats stats = idle_run(10.0, 4);
+  set_times(stats, "decode", 39.0);  // its threads wait for the workers, which counts as busy
+  UserCodeStats code;
+  code.what = "python dataset 'pkg.data:make'";
+  code.processes = 4;
+  code.busy_seconds = 38.4;  // 96% of 4 processes x 10 s
+  stats.user_code.push_back(code);
+  EXPECT_EQ(bottleneck_summary(stats),
+            "python dataset 'pkg.data:make' is the bottleneck: its 4 worker processes were 96% busy "
+            "(decode.workers sets how many)");
+  // On the decode threads: their capacity, and the GIL named.
+  stats.user_code.front().processes = 0;
+  EXPECT_EQ(bottleneck_summary(stats),
+            "python dataset 'pkg.data:make' is the bottleneck: it kept the 4 threads of decode 96% busy, taking "
+            "turns with the GIL (decode.workers: a number runs it in worker processes, side by side)");
+  // Idle workers: decode's own time is the bottleneck.
+  stats.user_code.front().processes = 4;
+  stats.user_code.front().busy_seconds = 4.0;
+  EXPECT_EQ(bottleneck_summary(stats).rfind("decode is the bottleneck", 0), 0u) << bottleneck_summary(stats);
+  // A busier later stage is named before workers that are less busy than it.
+  stats.user_code.front().busy_seconds = 24.0;  // 60%
+  set_times(stats, "decode", 20.0);
+  set_times(stats, "pack", 9.5);
+  EXPECT_EQ(bottleneck_summary(stats).rfind("pack is the bottleneck", 0), 0u) << bottleneck_summary(stats);
+}
+
 TEST(BottleneckSummary, ASlowPlannerIsWaitedForByDecode) {
   PipelineStats stats = idle_run(10.0, 2);
   set_times(stats, "plan", 8.0);
