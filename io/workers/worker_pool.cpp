@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -47,18 +48,28 @@ using Clock = std::chrono::steady_clock;
 //   call       op 1 (make) or 3 (transform) u8, 3 pad, segment u32, offset u64, capacity u64, index u64,
 //              epoch u64; a transform's input after it: input segment u32, 4 pad, input offset u64,
 //              count u32, the fields as in "written" (their offsets within the input's slot). Make calls
-//              come several to a message (a decode thread's group of samples), each 40 bytes, and the
-//              worker replies to each in turn: one round trip per group, and a worker that dies is seen
-//              to die on the call it had not replied to
+//              come several to a message (a decode thread's group of samples, 40 bytes each): a request
+//   progress   op 6, 3 pad, segment u32, offset u64: the worker's progress word, before its first request
 //   slot       op 2, segment u32, offset u64, capacity u64: a larger slot, after "need"
 //   setup      op 5, then JSON text: the setup with the fields the first worker inferred (the others
 //              started at the same time, without them)
 // and from the worker:
 //   greeting   "ok\n" and lines of its own, or "error\n" and the traceback
+//   replies    status 3 u8, 3 pad, count u32, then per call of the request, in order: length u32 and
+//              "written" or "error": a request's in one message, or in several where the replies pass
+//              128 KiB (tracebacks)
 //   written    status 0 u8, 3 pad, count u32, busy ns u64 (the call's time in the worker), then per
 //              field: dtype u8, ndim u8, name length u16, 4 pad, offset u64, shape i64 x ndim, name
-//   need       status 1, 7 pad, bytes u64: the sample is larger than its slot
-//   error      status 2, then the user code's traceback as text
+//   error      status 2, 3 pad, then the user code's traceback as text
+//   need       status 1, 3 pad, call u32 (its place in the request), bytes u64: the sample is larger than
+//              its slot
+//
+// One message each way per group keeps a group's cost near one round trip: a message per sample woke the
+// decode thread for each (a third of the CPU time of 1 KiB samples). What the replies would say while a
+// request runs, the progress word says instead: the worker writes 2k + 1 to it as it starts call k of the
+// request and 2k + 2 when it is done. When the worker dies, the call it was making fails, and those it
+// made without replying go to another worker with those after it; decode.timeout runs from the last
+// change.
 //
 // A worker ends when its socket closes (this process closed it or died), and is killed with this
 // process however it dies: it sets PR_SET_PDEATHSIG, which fires when the thread that spawned it ends,
@@ -178,6 +189,15 @@ struct WorkerPool::Worker {
   int socket = -1;
   std::set<uint32_t> mapped;  // segments whose descriptor it has
   std::string buffer;
+  // Where it says how far into a request it is (Note [Python workers]); leased at its first request.
+  std::shared_ptr<const Slot> progress;
+
+  uint64_t progress_now() const {
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(progress->data)).load(std::memory_order_acquire);
+  }
+  void reset_progress() const {
+    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(progress->data)).store(0, std::memory_order_release);
+  }
 
   std::string name() const { return "worker " + std::to_string(number) + " (pid " + std::to_string(pid) + ")"; }
 
@@ -565,7 +585,9 @@ NamedTensors WorkerPool::call(const WorkerCall& call, const std::string& sample)
 std::vector<CallResult> WorkerPool::call_many(const std::vector<WorkerCall>& calls,
                                               const std::vector<std::string>& samples) {
   std::vector<CallResult> results(calls.size());
-  for (size_t next = 0; next < calls.size();) next = run_calls(calls, samples, next, results);
+  std::vector<size_t> pending(calls.size());
+  for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
+  while (!pending.empty()) pending = run_calls(calls, samples, pending, results);
   return results;
 }
 
@@ -606,12 +628,14 @@ NamedTensors read_written(const std::string& reply, size_t at, const std::shared
 
 }  // namespace
 
-size_t WorkerPool::run_calls(const std::vector<WorkerCall>& calls, const std::vector<std::string>& samples,
-                             size_t first, std::vector<CallResult>& results) {
-  size_t end = first + 1;
-  if (calls[first].op == WorkerCall::Op::kMake) {
-    while (end < calls.size() && calls[end].op == WorkerCall::Op::kMake) ++end;
+std::vector<size_t> WorkerPool::run_calls(const std::vector<WorkerCall>& calls,
+                                          const std::vector<std::string>& samples,
+                                          const std::vector<size_t>& pending, std::vector<CallResult>& results) {
+  size_t count = 1;
+  if (calls[pending.front()].op == WorkerCall::Op::kMake) {
+    while (count < pending.size() && calls[pending[count]].op == WorkerCall::Op::kMake) ++count;
   }
+  std::vector<size_t> later(pending.begin() + static_cast<std::ptrdiff_t>(count), pending.end());
   // Slots (and a transform's input) are made before a worker is taken: a failure here (no memory for a
   // slot, a dtype Python cannot be given) is that call's alone.
   struct Sent {
@@ -621,7 +645,8 @@ size_t WorkerPool::run_calls(const std::vector<WorkerCall>& calls, const std::ve
   std::vector<Sent> sent;
   std::shared_ptr<const Slot> input;  // a transform's, until the worker replies
   std::string request;
-  for (size_t k = first; k < end; ++k) {
+  for (size_t i = 0; i < count; ++i) {
+    const size_t k = pending[i];
     const WorkerCall& call = calls[k];
     try {
       std::shared_ptr<const Slot> slot = slots_->lease(std::max<uint64_t>(call.capacity, 1));
@@ -640,11 +665,17 @@ size_t WorkerPool::run_calls(const std::vector<WorkerCall>& calls, const std::ve
       results[k].error = std::current_exception();
     }
   }
-  if (sent.empty()) return end;
-  const std::atomic<bool>* stop = calls[first].stop;
-  size_t current = 0;  // in `sent`: the call being made
-  const auto fail_rest = [&](const std::exception_ptr& error) {
-    for (size_t i = current; i < sent.size(); ++i) results[sent[i].call].error = error;
+  if (sent.empty()) return later;
+  const std::atomic<bool>* stop = calls[pending.front()].stop;
+  size_t replied = 0;  // in `sent`: the calls the worker replied to
+  // The calls from `from` on fail with `error`; the calls from `retry` on (none: sent.size()) go to another
+  // worker, after those not sent yet.
+  const auto finish = [&](size_t from, const std::exception_ptr& error, size_t retry) {
+    for (size_t i = from; i < retry && i < sent.size(); ++i) results[sent[i].call].error = error;
+    std::vector<size_t> again;
+    for (size_t i = retry; i < sent.size(); ++i) again.push_back(sent[i].call);
+    again.insert(again.end(), later.begin(), later.end());
+    return again;
   };
 
   std::unique_ptr<Worker> worker;
@@ -670,6 +701,16 @@ size_t WorkerPool::run_calls(const std::vector<WorkerCall>& calls, const std::ve
     return true;
   };
   auto send = [&] {
+    if (!worker->progress) {
+      worker->progress = slots_->lease(sizeof(uint64_t));
+      std::string message;
+      put<uint8_t>(message, 6);
+      message.append(3, '\0');
+      put<uint32_t>(message, worker->progress->segment);
+      put<uint64_t>(message, worker->progress->offset);
+      if (!map(worker->progress->segment) || !send_message(worker->socket, message)) return false;
+    }
+    worker->reset_progress();
     if (input != nullptr && !map(input->segment)) return false;
     for (const Sent& call : sent) {
       if (!map(call.slot->segment)) return false;
@@ -691,85 +732,127 @@ size_t WorkerPool::run_calls(const std::vector<WorkerCall>& calls, const std::ve
         break;
       }
       if (attempt == 1) {
-        fail_rest(std::make_exception_ptr(lost("before it could be sent", samples[sent.front().call])));
-        return end;
+        return finish(0, std::make_exception_ptr(lost("before it could be sent", samples[sent.front().call])),
+                      sent.size());
       }
       retire(std::move(worker), false);
     }
   } catch (...) {
-    fail_rest(std::current_exception());  // no worker is left, or the pipeline stopped
-    return end;
+    return finish(0, std::current_exception(), sent.size());  // no worker is left, or the pipeline stopped
   }
 
+  // Which call the worker is on, from its progress word: 2k + 1 while it makes call k of the request, 2k
+  // once it made the k before it (its replies come when the request is done).
+  const auto making = [&] {
+    const uint64_t progress = worker->progress_now();
+    return std::min<size_t>(sent.size() - 1, std::max<size_t>(replied, progress / 2));
+  };
+  // The call the worker was making fails with `error`; those it had made but not yet replied to, and
+  // those after it, go to another worker.
+  const auto fail_making = [&](size_t blamed, Error error) {
+    std::vector<size_t> again;
+    for (size_t i = replied; i < blamed; ++i) again.push_back(sent[i].call);
+    const std::vector<size_t> rest = finish(blamed, std::make_exception_ptr(std::move(error)), blamed + 1);
+    again.insert(again.end(), rest.begin(), rest.end());
+    return again;
+  };
   try {
     std::string reply;
-    for (; current < sent.size(); ++current) {
-      const size_t k = sent[current].call;
-      const std::string& sample = samples[k];
-      // Each call has decode.timeout from the reply before it.
-      const auto deadline = setup_.timeout.count() > 0 ? Clock::now() + setup_.timeout : Clock::time_point::max();
-      for (;;) {
-        const Received got = worker->receive(reply, deadline, stop);
-        if (got == Received::kClosed) {
-          results[k].error = std::make_exception_ptr(lost("while making", sample));
-          return k + 1;
-        }
-        if (got == Received::kStopped) {
-          const std::string name = worker->name();
-          retire(std::move(worker), true);
-          fail_rest(std::make_exception_ptr(Error("the pipeline stopped while " + name + " was making " + sample)));
-          return end;
-        }
-        if (got == Received::kTimeout) {
-          const std::string name = worker->name();
-          retire(std::move(worker), true);
-          results[k].error = std::make_exception_ptr(
-              Error(name + " was still making " + sample + " of " + setup_.what + " after decode.timeout (" +
-                    std::to_string(setup_.timeout.count() / 1000.0) +
-                    " s): it was stopped and another started; raise decode.timeout if a sample may take that long"));
-          return k + 1;
-        }
-        size_t at = 0;
-        const auto status = get<uint8_t>(reply, at);
-        at += 3;
-        if (status == 1) {  // need: a larger slot
-          at += 4;
-          const auto bytes = get<uint64_t>(reply, at);
-          std::shared_ptr<const Slot>& slot = sent[current].slot;
-          slot = slots_->lease(bytes);
-          std::string message;
-          put<uint8_t>(message, 2);
-          message.append(3, '\0');
-          put<uint32_t>(message, slot->segment);
-          put<uint64_t>(message, slot->offset);
-          put<uint64_t>(message, slot->capacity);
-          if (!map(slot->segment) || !send_message(worker->socket, message)) {
-            results[k].error = std::make_exception_ptr(lost("while making", sample));
-            return k + 1;
-          }
+    // decode.timeout is each call's: the wait ends when the worker has not moved on for that long.
+    uint64_t progress = worker->progress_now();
+    auto moved = Clock::now();
+    while (replied < sent.size()) {
+      const auto deadline = setup_.timeout.count() > 0 ? moved + setup_.timeout : Clock::time_point::max();
+      const Received got = worker->receive(reply, deadline, stop);
+      if (got == Received::kClosed) {
+        // The call it was making fails; those it made but had not replied to, and those after, go to another.
+        const size_t blamed = making();
+        return fail_making(blamed, lost("while making", samples[sent[blamed].call]));
+      }
+      if (got == Received::kStopped) {
+        const std::string name = worker->name();
+        const size_t at = making();
+        retire(std::move(worker), true);
+        return finish(replied,
+                      std::make_exception_ptr(Error("the pipeline stopped while " + name + " was making " +
+                                                    samples[sent[at].call])),
+                      sent.size());
+      }
+      if (got == Received::kTimeout) {
+        if (const uint64_t now = worker->progress_now(); now != progress) {
+          progress = now;  // it moved on to another call: that one has its own time
+          moved = Clock::now();
           continue;
         }
-        calls_.fetch_add(1, std::memory_order_relaxed);
-        if (status == 2) {  // the user code's error: the worker goes on with the next call
-          results[k].error = std::make_exception_ptr(
-              Error(worker->name() + ": " + (reply.size() > 4 ? reply.substr(4) : std::string("(an error without a message)"))));
-          break;
+        const std::string name = worker->name();
+        const size_t blamed = making();
+        retire(std::move(worker), true);
+        return fail_making(blamed, Error(name + " was still making " + samples[sent[blamed].call] + " of " +
+                                         setup_.what + " after decode.timeout (" +
+                                         std::to_string(setup_.timeout.count() / 1000.0) +
+                                         " s): it was stopped and another started; raise decode.timeout if a "
+                                         "sample may take that long"));
+      }
+      size_t at = 0;
+      const auto status = get<uint8_t>(reply, at);
+      at += 3;
+      if (status == 1) {  // need: a larger slot for call `ordinal`
+        const auto ordinal = get<uint32_t>(reply, at);
+        const auto bytes = get<uint64_t>(reply, at);
+        if (ordinal < replied || ordinal >= sent.size()) {
+          throw Error(worker->name() + " asked for a slot for call " + std::to_string(ordinal) + " of " +
+                      std::to_string(sent.size()));
         }
-        if (status != 0) throw Error(worker->name() + " sent a reply of unknown kind " + std::to_string(status));
+        std::shared_ptr<const Slot>& slot = sent[ordinal].slot;
+        slot = slots_->lease(bytes);
+        std::string message;
+        put<uint8_t>(message, 2);
+        message.append(3, '\0');
+        put<uint32_t>(message, slot->segment);
+        put<uint64_t>(message, slot->offset);
+        put<uint64_t>(message, slot->capacity);
+        if (!map(slot->segment) || !send_message(worker->socket, message)) {
+          const size_t blamed = making();
+          return fail_making(blamed, lost("while making", samples[sent[blamed].call]));
+        }
+        continue;
+      }
+      if (status != 3) throw Error(worker->name() + " sent a reply of unknown kind " + std::to_string(status));
+      // Replies, each its length and then "written" or "error", to the calls in order.
+      const auto replies = get<uint32_t>(reply, at);
+      if (replies == 0 || replies > sent.size() - replied) {
+        throw Error(worker->name() + " sent " + std::to_string(replies) + " replies for " +
+                    std::to_string(sent.size() - replied) + " calls");
+      }
+      for (uint32_t r = 0; r < replies; ++r, ++replied) {
+        const auto length = get<uint32_t>(reply, at);
+        if (length < 4 || length > reply.size() - at) throw Error("a worker's reply is cut short");
+        const std::string one = reply.substr(at, length);
+        at += length;
+        const size_t k = sent[replied].call;
+        calls_.fetch_add(1, std::memory_order_relaxed);
+        size_t in = 0;
+        const auto kind = get<uint8_t>(one, in);
+        in += 3;
+        if (kind == 2) {  // the user code's error: the worker went on with the next call
+          results[k].error = std::make_exception_ptr(
+              Error(worker->name() + ": " + (one.size() > 4 ? one.substr(4) : std::string("(an error without a message)"))));
+          continue;
+        }
+        if (kind != 0) throw Error(worker->name() + " sent a reply of unknown kind " + std::to_string(kind));
         uint64_t busy_ns = 0;
-        results[k].fields = read_written(reply, at, sent[current].slot, worker->name(), busy_ns);
+        results[k].fields = read_written(one, in, sent[replied].slot, worker->name(), busy_ns);
         busy_ns_.fetch_add(busy_ns, std::memory_order_relaxed);
-        break;
       }
     }
   } catch (...) {
-    // This process's own failure: the call being made fails with it, the worker is replaced (Held), and
+    // This process's own failure: the call it was reading fails with it, the worker is replaced (Held), and
     // the calls after it go to another.
-    results[sent[current].call].error = std::current_exception();
-    return sent[current].call + 1;
+    const std::exception_ptr error = std::current_exception();
+    return finish(replied, error, std::min(sent.size(), replied + 1));
   }
   give_back(std::move(worker));
-  return end;
+  return later;
 }
 
 }  // namespace ferry::detail

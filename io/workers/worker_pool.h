@@ -158,10 +158,10 @@ class WorkerPool : public PythonRunner {
   void spawner_loop();
   /// Stops the spawner thread and every idle worker (none is busy once the pipeline is gone).
   void shutdown();
-  /// Runs calls from `first` on, on one worker: the make calls up to the end in one request, a transform
-  /// call alone. Fills their results and returns the first call it did not get to.
-  size_t run_calls(const std::vector<WorkerCall>& calls, const std::vector<std::string>& samples, size_t first,
-                   std::vector<CallResult>& results);
+  /// Runs the calls `pending` names on one worker (the leading make calls in one request, a transform call
+  /// alone), fills their results, and returns those still to run (at least one fewer).
+  std::vector<size_t> run_calls(const std::vector<WorkerCall>& calls, const std::vector<std::string>& samples,
+                                const std::vector<size_t>& pending, std::vector<CallResult>& results);
   /// Copies a transform's inputs into a slot and describes them at the end of `request`.
   std::shared_ptr<const Slot> write_inputs(const NamedTensors& inputs, std::string& request) const;
 

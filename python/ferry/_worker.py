@@ -39,7 +39,11 @@ _SLOT = struct.Struct("<B3xIQQ")
 _MAP = struct.Struct("<B3xIQ")
 _FIELD = struct.Struct("<BBH4xQ")
 _WRITTEN = struct.Struct("<B3xIQ")
-_NEED = struct.Struct("<B7xQ")
+_NEED = struct.Struct("<B3xIQ")
+_REPLIES = struct.Struct("<B3xI")
+_LENGTH = struct.Struct("<I")
+_PROGRESS = struct.Struct("<Q")
+_FLUSH = 128 << 10  # bytes of replies sent before a request is done (tracebacks are large)
 
 
 _FD_SPACE = socket.CMSG_SPACE(struct.calcsize("i"))
@@ -201,6 +205,7 @@ class Worker:
         self.role = setup["role"]
         self.made = made
         self.segments: dict[int, mmap.mmap] = {}
+        self.progress: tuple[mmap.mmap, int] | None = None  # where it says which call of a request it is on
         self.buffer = bytearray(1 << 20)
         self.fields = [Field(spec) for spec in setup["fields"]] if setup.get("fields") else None
         if self.role == "transform":
@@ -308,16 +313,35 @@ class Worker:
             if op == 5:  # the fields the first worker inferred while this one loaded
                 self.fields = [Field(spec) for spec in json.loads(bytes(message[1:]))["fields"]]
                 continue
-            if op == 1 and len(message) > _CALL.size:
-                # Several make calls, each replied to in turn; a larger slot's messages may come meanwhile
-                # into the buffer that holds them.
-                message = bytes(message)
-                for at in range(0, len(message) - _CALL.size + 1, _CALL.size):
-                    self.run_call(message, at)
-            else:
-                self.run_call(message, 0)
+            if op == 6:  # where to say which call of a request this worker is on
+                _, segment, offset = _MAP.unpack_from(message)
+                self.progress = (self.segments[segment], offset)
+                continue
+            # A request: its calls, each replied to in one message at the end (Note [Python workers]). A larger
+            # slot's messages may come meanwhile into the buffer that holds it.
+            message = bytes(message)
+            memory, offset = self.progress
+            replies = []
+            size = 0
+            calls = range(0, len(message) - _CALL.size + 1, _CALL.size) if op == 1 else range(1)
+            for ordinal, at in enumerate(calls):
+                _PROGRESS.pack_into(memory, offset, 2 * ordinal + 1)
+                reply = self.run_call(message, at, ordinal)
+                _PROGRESS.pack_into(memory, offset, 2 * ordinal + 2)
+                replies.append(_LENGTH.pack(len(reply)))
+                replies.append(reply)
+                size += len(reply)
+                if size >= _FLUSH:
+                    self.send_replies(replies)
+                    replies, size = [], 0
+            if replies:
+                self.send_replies(replies)
 
-    def run_call(self, message: bytes, at: int) -> None:
+    def send_replies(self, replies: list[bytes]) -> None:
+        self.sock.send(_REPLIES.pack(3, len(replies) // 2) + b"".join(replies))
+
+    def run_call(self, message: bytes, at: int, ordinal: int) -> bytes:
+        """Makes call `ordinal` of a request (the record at `at`), and returns its reply."""
         op, segment, offset, capacity, index, epoch = _CALL.unpack_from(message, at)
         started = time.perf_counter_ns()
         try:
@@ -330,13 +354,13 @@ class Worker:
                 inputs = self.input_arrays(message)
                 made = self.call_user(lambda: self.made(dict(inputs)), epoch, index)
                 arrays = self.transform_arrays(made, inputs, where)
-            self.write(arrays, segment, offset, capacity, started)
+            return self.write(arrays, segment, offset, capacity, started, ordinal)
         except SampleError as e:
-            self.send_error(str(e))
+            return _error_reply(str(e))
         except (ConnectionError, EOFError):
             raise
         except BaseException as e:  # the user's code failed (sys.exit() too): its traceback goes back
-            self.send_error(f"{where} raised {_described(e)}\n" + traceback.format_exc())
+            return _error_reply(f"{where} raised {_described(e)}\n" + traceback.format_exc())
 
     def dataset_arrays(self, sample: Any, where: str) -> list[tuple[str, np.ndarray, int]]:
         if not isinstance(sample, dict):
@@ -399,7 +423,9 @@ class Worker:
 
     # ---- replies ----
     def write(self, arrays: list[tuple[str, np.ndarray, int]], segment: int, offset: int, capacity: int,
-              started: int) -> None:
+              started: int, ordinal: int) -> bytes:
+        """Copies the arrays into the call's slot (asking for a larger one when they do not fit) and returns
+        the reply that describes them."""
         placed = []
         end = 0
         for name, array, code in arrays:
@@ -407,7 +433,7 @@ class Worker:
             placed.append(start)
             end = start + array.nbytes
         if end > capacity:
-            self.sock.send(_NEED.pack(1, end))
+            self.sock.send(_NEED.pack(1, ordinal, end))
             message, fds = _receive(self.sock, self.buffer)
             while message and message[0] == 4:  # the larger slot's segment comes first
                 _, number, size = _MAP.unpack_from(message)
@@ -421,19 +447,24 @@ class Worker:
         reply = [None]  # the header, once the copies are done: the call's time in this worker
         for (name, array, code), start in zip(arrays, placed):
             if array.nbytes:
-                target = np.ndarray(array.shape, dtype=array.dtype, buffer=memory, offset=offset + start)
-                np.copyto(target, array, casting="no")
+                at = offset + start
+                if array.flags.c_contiguous:
+                    memory[at:at + array.nbytes] = array.data.cast("B")
+                else:
+                    target = np.ndarray(array.shape, dtype=array.dtype, buffer=memory, offset=at)
+                    np.copyto(target, array, casting="no")
             encoded = name.encode()
             reply.append(_FIELD.pack(code, array.ndim, len(encoded), start))
             reply.append(struct.pack(f"<{array.ndim}q", *array.shape))
             reply.append(encoded)
         reply[0] = _WRITTEN.pack(0, len(arrays), time.perf_counter_ns() - started)
-        self.sock.send(b"".join(reply))
+        return b"".join(reply)
 
-    def send_error(self, text: str) -> None:
-        if len(text) > _MAX_ERROR:
-            text = text[:_MAX_ERROR // 2] + "\n...\n" + text[-_MAX_ERROR // 2:]
-        self.sock.send(b"\x02\x00\x00\x00" + text.encode("utf-8", "replace"))
+
+def _error_reply(text: str) -> bytes:
+    if len(text) > _MAX_ERROR:
+        text = text[:_MAX_ERROR // 2] + "\n...\n" + text[-_MAX_ERROR // 2:]
+    return b"\x02\x00\x00\x00" + text.encode("utf-8", "replace")
 
 
 class InProcess(Worker):
