@@ -126,7 +126,7 @@ PipelineGraph::PipelineGraph(StageSet stages, const EngineOptions& options, std:
       decode_threads_(options.resolved_decode_threads()),
       decode_threads_shared_by_(options.decode_threads == 0 ? std::max<size_t>(1, options.local_processes) : 1),
       gpu_groups_(stages_.decode ? stages_.decode->gpu_groups() : 0),
-      group_ns_(stages_.decode ? stages_.decode->group_ns() : 0),
+      wide_groups_(stages_.decode != nullptr && stages_.decode->wide_groups()),
       max_releasing_(std::max<size_t>(2, options.prefetch / 2)),
       on_error_(options.on_error),
       replace_(options.on_error == OnError::kSkip && options.skip_replaces),
@@ -300,17 +300,19 @@ PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
 // collated together. A group is sized from the decode time measured so far to take about
 // kGroupTargetNs, so that expensive samples (a JPEG) still get a task each, while keeping at least one
 // group per decode thread among the prefetched plans. A stage that pays a round trip per group (samples
-// made by worker processes, SampleStage::prepare()) asks for longer groups (SampleStage::group_ns()).
-// Grouping changes only which thread decodes a sample, never what it decodes or where it lands: results,
-// order and resumption are the same.
+// made by worker processes, SampleStage::prepare()) gets the widest groups from the start
+// (SampleStage::wide_groups()): its decode threads mostly wait for the workers, so their time says
+// nothing of a sample's cost. Grouping changes only which thread decodes a sample, never what it decodes
+// or where it lands: results, order and resumption are the same.
 size_t PipelineGraph::group_size(size_t samples) const {
+  const size_t widest = std::max<size_t>(1, prefetch_ * samples / decode_threads_);
+  if (wide_groups_) return std::min(samples, widest);
   const RunCounters::StageCounter& counter = run_.stages[kDecode];
   const uint64_t decoded = counter.items.load(std::memory_order_relaxed);
   if (decoded < kGroupWarmupSamples) return 1;
   const uint64_t per_sample = std::max<uint64_t>(1, counter.busy_ns.load(std::memory_order_relaxed) / decoded);
-  const uint64_t target = std::max(kGroupTargetNs, group_ns_);
-  const size_t wanted = static_cast<size_t>(std::min<uint64_t>(samples, (target + per_sample - 1) / per_sample));
-  const size_t widest = std::max<size_t>(1, prefetch_ * samples / decode_threads_);
+  const size_t wanted =
+      static_cast<size_t>(std::min<uint64_t>(samples, (kGroupTargetNs + per_sample - 1) / per_sample));
   return std::max<size_t>(1, std::min(wanted, widest));
 }
 

@@ -200,7 +200,7 @@ class PipelineGraph {
   const size_t decode_threads_;
   const size_t decode_threads_shared_by_;  // PipelineStats::decode_threads_shared_by
   const size_t gpu_groups_;                // SampleStage::gpu_groups(): decode threads that wait on the GPU
-  const uint64_t group_ns_;                // SampleStage::group_ns(): the least time a group should take
+  const bool wide_groups_;                 // SampleStage::wide_groups()
   const size_t max_releasing_;             // Note [releasing samples]: batches' samples waiting to be freed
   const OnError on_error_;
   const bool replace_;  // on_error: skip with skip_replaces

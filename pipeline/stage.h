@@ -55,9 +55,9 @@ class SampleStage {
   /// reads samples best many at a time (one round trip to a worker process for the group) reads them
   /// here and leaves each in its SampleWork::prepared for run(). One sample's failure is run()'s to raise.
   virtual void prepare(const std::vector<SampleWork*>& samples) { (void)samples; }
-  /// How long a group of samples should take at least (0: the engine's choice, Note [sample groups] in
-  /// pipeline_graph.cpp): a stage that pays a round trip per group (prepare()) asks for longer ones.
-  virtual uint64_t group_ns() const { return 0; }
+  /// Whether its groups of samples should be as large as the decode threads allow (Note [sample groups] in
+  /// pipeline_graph.cpp), not sized by time: a stage that pays a round trip per group (prepare()) says so.
+  virtual bool wide_groups() const { return false; }
   /// What user code run beside the stage's threads did so far (PipelineStats::user_code). Thread-safe.
   virtual std::vector<UserCodeStats> user_code() const { return {}; }
   virtual GpuShare gpu_share() const { return GpuShare::kNone; }

@@ -319,14 +319,9 @@ struct ReadAhead : PendingWork {
   ReadResult read;
 };
 
-// A group of samples made by worker processes takes at least this long (SampleStage::group_ns()): its
-// round trip, some tens of microseconds, is then a few percent of it, and each worker still gets
-// groups often enough to keep busy.
-constexpr uint64_t kGroupReadNs = 1'000'000;
-
 }  // namespace
 
-uint64_t DecodeStage::group_ns() const { return source_->reads_in_groups() ? kGroupReadNs : 0; }
+bool DecodeStage::wide_groups() const { return source_->reads_in_groups(); }
 
 std::vector<UserCodeStats> DecodeStage::user_code() const {
   std::vector<UserCodeStats> all;

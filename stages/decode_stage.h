@@ -40,7 +40,7 @@ class DecodeStage : public SampleStage {
   void run(SampleWork& work) override;
   /// Reads the samples in one call where the source reads groups for less (Source::reads_in_groups()).
   void prepare(const std::vector<SampleWork*>& samples) override;
-  uint64_t group_ns() const override;
+  bool wide_groups() const override;
   /// The source's, then each transform's.
   std::vector<UserCodeStats> user_code() const override;
   /// The fields of the samples it hands on: the source's, or what its transforms make of them.

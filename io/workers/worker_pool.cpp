@@ -308,6 +308,7 @@ void WorkerPool::shutdown() {
     stopping_ = true;
   }
   changed_.notify_all();
+  idle_changed_.notify_all();
   if (spawner_.joinable()) spawner_.join();
   std::deque<std::unique_ptr<Worker>> idle;
   {
@@ -480,6 +481,7 @@ void WorkerPool::start_workers(size_t count) {
     failed_starts_ = ready.empty() && !error.empty() ? failed_starts_ + 1 : 0;
   }
   changed_.notify_all();
+  idle_changed_.notify_all();  // new workers are idle, or the start failed
 }
 
 std::unique_ptr<WorkerPool::Worker> WorkerPool::take(const std::atomic<bool>* stop) {
@@ -501,7 +503,7 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::take(const std::atomic<bool>* st
       throw Error("no worker process is left to run " + setup_.what +
                   (start_error_.empty() ? std::string() : ": the last one to start failed: " + start_error_));
     }
-    changed_.wait_for(lock, kPollSlice);
+    idle_changed_.wait_for(lock, kPollSlice);
     if (stop != nullptr && stop->load(std::memory_order_acquire)) {
       throw Error("the pipeline stopped while waiting for a worker of " + setup_.what);
     }
@@ -513,7 +515,7 @@ void WorkerPool::give_back(std::unique_ptr<Worker> worker) {
     std::lock_guard lock(mutex_);
     idle_.push_back(std::move(worker));
   }
-  changed_.notify_all();  // one condition for callers and the spawner thread: notify_one could wake the wrong one
+  idle_changed_.notify_one();  // one caller can take it
 }
 
 std::string WorkerPool::retire(std::unique_ptr<Worker> worker, bool kill_first) {
@@ -524,6 +526,7 @@ std::string WorkerPool::retire(std::unique_ptr<Worker> worker, bool kill_first) 
   }
   replaced_.fetch_add(1, std::memory_order_relaxed);
   changed_.notify_all();
+  idle_changed_.notify_all();  // a caller waiting for a worker asks for its replacement
   return ended;
 }
 

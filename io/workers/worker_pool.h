@@ -173,7 +173,8 @@ class WorkerPool : public PythonRunner {
   std::string greeting_;
 
   mutable std::mutex mutex_;
-  std::condition_variable changed_;
+  std::condition_variable changed_;       // for the spawner thread and the constructor: starts asked and done
+  std::condition_variable idle_changed_;  // for callers waiting for a worker (take())
   std::deque<std::unique_ptr<Worker>> idle_;
   size_t running_ = 0;    // idle or busy
   size_t to_start_ = 0;   // replacements asked of the spawner thread
