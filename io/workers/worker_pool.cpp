@@ -15,6 +15,7 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <string_view>
 
 #include <c10/util/Exception.h>
 
@@ -95,7 +96,7 @@ void put(std::string& out, T value) {
 }
 
 template <typename T>
-T get(const std::string& in, size_t& at) {
+T get(std::string_view in, size_t& at) {
   if (at + sizeof(T) > in.size()) throw Error("a worker's reply is cut short (" + std::to_string(in.size()) + " bytes)");
   T value;
   std::memcpy(&value, in.data() + at, sizeof(T));
@@ -597,7 +598,7 @@ std::vector<CallResult> WorkerPool::call_many(const std::vector<WorkerCall>& cal
 namespace {
 
 // The fields of a "written" reply (from `at`, after its status), as views of `slot`.
-NamedTensors read_written(const std::string& reply, size_t at, const std::shared_ptr<const Slot>& slot,
+NamedTensors read_written(std::string_view reply, size_t at, const std::shared_ptr<const Slot>& slot,
                           const std::string& worker, uint64_t& busy_ns) {
   const auto count = get<uint32_t>(reply, at);
   busy_ns = get<uint64_t>(reply, at);
@@ -613,7 +614,7 @@ NamedTensors read_written(const std::string& reply, size_t at, const std::shared
     std::vector<int64_t> shape(ndim);
     for (int64_t& size : shape) size = get<int64_t>(reply, at);
     if (at + name_length > reply.size()) throw Error("a worker's reply is cut short");
-    std::string name = reply.substr(at, name_length);
+    std::string name(reply.substr(at, name_length));
     at += name_length;
     uint64_t elements = 1;
     bool fits = true;
@@ -827,10 +828,14 @@ std::vector<size_t> WorkerPool::run_calls(const std::vector<WorkerCall>& calls,
         throw Error(worker->name() + " sent " + std::to_string(replies) + " replies for " +
                     std::to_string(sent.size() - replied) + " calls");
       }
+      // The request is done: the worker goes back before its replies are read, and takes another group
+      // meanwhile.
+      const std::string name = worker->name();
+      if (replied + replies == sent.size()) give_back(std::move(worker));
       for (uint32_t r = 0; r < replies; ++r, ++replied) {
         const auto length = get<uint32_t>(reply, at);
         if (length < 4 || length > reply.size() - at) throw Error("a worker's reply is cut short");
-        const std::string one = reply.substr(at, length);
+        const std::string_view one = std::string_view(reply).substr(at, length);
         at += length;
         const size_t k = sent[replied].call;
         calls_.fetch_add(1, std::memory_order_relaxed);
@@ -838,23 +843,22 @@ std::vector<size_t> WorkerPool::run_calls(const std::vector<WorkerCall>& calls,
         const auto kind = get<uint8_t>(one, in);
         in += 3;
         if (kind == 2) {  // the user code's error: the worker went on with the next call
-          results[k].error = std::make_exception_ptr(
-              Error(worker->name() + ": " + (one.size() > 4 ? one.substr(4) : std::string("(an error without a message)"))));
+          results[k].error = std::make_exception_ptr(Error(
+              name + ": " + (one.size() > 4 ? std::string(one.substr(4)) : std::string("(an error without a message)"))));
           continue;
         }
-        if (kind != 0) throw Error(worker->name() + " sent a reply of unknown kind " + std::to_string(kind));
+        if (kind != 0) throw Error(name + " sent a reply of unknown kind " + std::to_string(kind));
         uint64_t busy_ns = 0;
-        results[k].fields = read_written(one, in, sent[replied].slot, worker->name(), busy_ns);
+        results[k].fields = read_written(one, in, sent[replied].slot, name, busy_ns);
         busy_ns_.fetch_add(busy_ns, std::memory_order_relaxed);
       }
     }
   } catch (...) {
-    // This process's own failure: the call it was reading fails with it, the worker is replaced (Held), and
-    // the calls after it go to another.
+    // This process's own failure: the call it was reading fails with it, and the calls after it go to
+    // another worker. A worker whose reply this process could not read is replaced (Held).
     const std::exception_ptr error = std::current_exception();
     return finish(replied, error, std::min(sent.size(), replied + 1));
   }
-  give_back(std::move(worker));
   return later;
 }
 

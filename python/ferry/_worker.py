@@ -29,8 +29,10 @@ from ferry import _sample
 _DTYPES = ["uint8", "int32", "int64", "float16", "bfloat16", "float32"]
 _CODES = {name: code for code, name in enumerate(_DTYPES)}
 _NUMPY = {name: np.dtype(name) for name in _DTYPES if name != "bfloat16"}
+_NATIVE_CODES = {dtype: _CODES[name] for name, dtype in _NUMPY.items()}  # native byte order only
 _BFLOAT16 = _CODES["bfloat16"]
 _ALIGNMENT = 64
+_MISSING = object()  # what a sample's dict gives for a field it lacks
 _MAX_ERROR = 32 << 10  # characters of a traceback sent back
 
 _CALL = struct.Struct("<B3xIQQQQ")
@@ -141,10 +143,10 @@ class Field:
             raise SampleError(f"{where}: field '{self.name}' is {found}, expected {self.dtype}")
         shape = array.shape
         if self.variable:
-            ok = len(shape) == len(self.rest) + 1 and tuple(shape[1:]) == self.rest and (
+            ok = len(shape) == len(self.rest) + 1 and shape[1:] == self.rest and (
                 self.max_length is None or shape[0] <= self.max_length)
         else:
-            ok = tuple(shape) == self.rest
+            ok = shape == self.rest
         if not ok:
             raise SampleError(f"{where}: field '{self.name}' has shape {list(shape)}, expected {self.describe_shape()}")
 
@@ -153,6 +155,9 @@ def _as_array(value: Any, field: Field | None, name: str, where: str) -> tuple[n
     """`value` as an array and its dtype code (-1: not one ferry delivers). Python numbers, lists and bytes
     take the field's dtype; arrays and tensors must have it already."""
     if isinstance(value, np.ndarray):
+        code = _NATIVE_CODES.get(value.dtype)
+        if code is not None:
+            return value, code
         if not value.dtype.isnative:  # ferry's tensors are in this machine's byte order
             value = value.astype(value.dtype.newbyteorder("="))
         return value, _CODES.get(value.dtype.name, -1)
@@ -366,22 +371,26 @@ class Worker:
         if not isinstance(sample, dict):
             raise SampleError(f"{where} is a {type(sample).__name__}; ferry needs a dict of fields")
         fields = self.fields
-        if len(sample) != len(fields) or any(field.name not in sample for field in fields):
-            names = [field.name for field in fields]
-            missing = [name for name in names if name not in sample]
-            extra = [str(name) for name in sample if name not in names]
-            said = []
-            if missing:
-                said.append("lacks " + ", ".join(f"'{name}'" for name in missing))
-            if extra:
-                said.append("has " + ", ".join(f"'{name}'" for name in extra) + ", which the fields do not")
-            raise SampleError(f"{where} {' and '.join(said)} (the fields: {', '.join(names)})")
         arrays = []
-        for field in fields:
-            array, code = _as_array(sample[field.name], field, field.name, where)
-            field.check(array, code, where)
-            arrays.append((field.name, array, code))
-        return arrays
+        if len(sample) == len(fields):
+            for field in fields:
+                value = sample.get(field.name, _MISSING)
+                if value is _MISSING:
+                    break
+                array, code = _as_array(value, field, field.name, where)
+                field.check(array, code, where)
+                arrays.append((field.name, array, code))
+            else:
+                return arrays
+        names = [field.name for field in fields]
+        missing = [name for name in names if name not in sample]
+        extra = [str(name) for name in sample if name not in names]
+        said = []
+        if missing:
+            said.append("lacks " + ", ".join(f"'{name}'" for name in missing))
+        if extra:
+            said.append("has " + ", ".join(f"'{name}'" for name in extra) + ", which the fields do not")
+        raise SampleError(f"{where} {' and '.join(said)} (the fields: {', '.join(names)})")
 
     def input_arrays(self, message: bytes) -> dict[str, np.ndarray]:
         at = _CALL.size
