@@ -258,7 +258,8 @@ struct PipelineStats {
 
 /// One line naming what limits the run, from the stats alone. Pure; thread-safe. Examples:
 ///   "decode is the bottleneck: 97% busy (4 threads), collate waits 60% of the time for it"
-///   "python dataset 'pkg.data:make' is the bottleneck: its 4 worker processes were 96% busy"
+///   "python dataset 'pkg.data:make' is the bottleneck: its 4 worker processes were 96% busy (decode.workers
+///    sets how many)"
 ///   "the consumer is the bottleneck: the pipeline waited 80% of the time for it to take batches"
 ///   "no stage is the bottleneck: the busiest, decode, was 12% busy (4 threads); ..."
 /// A PipelineGroup's run as one (Note [one process, several devices] in pipeline_group.h): each device's

@@ -94,11 +94,11 @@ class Source {
   /// (each call a round trip to a worker process): the decode stage then reads each group's samples
   /// so, before decoding them.
   virtual bool reads_in_groups() const { return false; }
-  /// Reads the samples `contexts` name (their index each), one result each, in order: a sample that
-  /// cannot be read fails alone. By default, read_sample() for each.
   /// What its code did so far, where it runs beside the pipeline's threads (worker processes); nullopt
   /// otherwise. Thread-safe.
   virtual std::optional<UserCodeStats> user_code() const { return std::nullopt; }
+  /// Reads the samples `contexts` name (their index each), one result each, in order: a sample that
+  /// cannot be read fails alone. By default, read_sample() for each.
   virtual std::vector<ReadResult> read_samples(const std::vector<SampleContext>& contexts) const {
     std::vector<ReadResult> results(contexts.size());
     for (size_t i = 0; i < contexts.size(); ++i) {
