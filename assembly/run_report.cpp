@@ -188,8 +188,9 @@ void append_body(std::string& text, const PipelineStats& stats) {
     // Worker processes take groups of samples a request: how many a round trip carried.
     const std::string requests =
         code.processes > 0 ? " in " + plural(code.requests, "request", "requests") : std::string();
+    const double busy = code.busy_share(stats.elapsed_seconds, stats.decode_threads);
     appendf(text, "  user code  %s on %s: %s%s, busy %.3f s (%.0f%%)%s\n", code.what.c_str(), where.c_str(),
-            plural(code.calls, "sample", "samples").c_str(), requests.c_str(), code.busy_seconds, 100.0 * code.busy_share(stats.elapsed_seconds, stats.decode_threads),
+            plural(code.calls, "sample", "samples").c_str(), requests.c_str(), code.busy_seconds, 100.0 * busy,
             code.replaced ? (", " + plural(code.replaced, "worker", "workers") + " replaced").c_str() : "");
   }
   if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {

@@ -15,12 +15,12 @@ ferry runs the dataset in worker processes (decode.workers) and, beside that, on
 (decode.workers: threads, decode.threads equal). DataLoader: num_workers equal to ferry's decode.workers, pin_memory on a GPU, persistent workers,
 prefetch_factor 4, its default start method (fork on Linux), each batch moved with .to(device,
 non_blocking=True). ferry: batches arrive on the device. Both loops take every batch and do nothing
-else; the clock stops after a device synchronize. Reported per case and worker count, medians of the
-rounds (loaders alternated): samples/s over the batches after the first, the time to the first batch
-(from constructing the loader), CPU seconds per sample (this process and its children, user + system)
-and the peak PSS of all those processes together, with what the loader added to this process's PSS
-before it was made (torch and the device context are there for both) and its workers' alone. Writes OUT/python_dataset.json and, with matplotlib,
-OUT/python_dataset.png. Needs numpy and Pillow.
+else; the clock stops after a device synchronize. Reported per case and worker count, medians of the rounds
+(loaders alternated): samples/s over the batches after the first, the time to the first batch (from
+constructing the loader), CPU seconds per sample (this process and its children, user + system) and the peak
+PSS of all those processes together, with what the loader added to this process's PSS before it was made
+(torch and the device context are there for both) and its workers' alone. Writes OUT/python_dataset.json
+and, with matplotlib, OUT/python_dataset.png. Needs numpy and Pillow.
 """
 import argparse
 import json

@@ -156,7 +156,8 @@ std::shared_ptr<const Source> make_python_source(const KeyValue& source, const M
       uint64_t length = 0;
       std::vector<FieldSpec> inferred;
       read_greeting(greeting, length, inferred);
-      return "{\"seed\": " + std::to_string(seed) + ", " + json + ", \"fields\": " + detail::json_fields(inferred) + "}";
+      return "{\"seed\": " + std::to_string(seed) + ", " + json + ", \"fields\": " + detail::json_fields(inferred) +
+             "}";
     };
   }
   std::unique_ptr<PythonRunner> runner = detail::make_python_runner(std::move(setup), context.workers);
