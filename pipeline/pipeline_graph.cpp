@@ -426,7 +426,7 @@ void PipelineGraph::decode_samples(SampleGroup& group) {
 }
 
 void PipelineGraph::prepare(SampleGroup& group) {
-  if (stop_.load(std::memory_order_acquire)) return;
+  if (!wide_groups_ || stop_.load(std::memory_order_acquire)) return;
   std::vector<SampleWork*> samples;
   samples.reserve(group.samples.size());
   for (SampleWork& sample : group.samples) {

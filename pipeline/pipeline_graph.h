@@ -134,7 +134,7 @@ class PipelineGraph {
   static constexpr uint64_t kGroupWarmupSamples = 64;  // decoded before groups grow past one sample
   static constexpr uint64_t kGroupTargetNs = 50'000;
   void decode(SampleWork& sample);
-  /// The decode stage's prepare() for a CPU group's samples (SampleStage::prepare()).
+  /// The decode stage's prepare() for a CPU group's samples, where it reads groups (SampleStage::prepare()).
   void prepare(SampleGroup& group);
   /// Decode node: where the group is decoded (auto_choice_ for a GPU candidate), then decode_samples() and
   /// decode_pending().

@@ -51,13 +51,14 @@ class SampleStage {
   virtual ~SampleStage() = default;
   virtual std::string_view name() const = 0;
   virtual void run(SampleWork& work) = 0;
-  /// Called from a decode thread before run() for each sample of a group decoded on the CPU: a stage that
-  /// reads samples best many at a time (one round trip to a worker process for the group) reads them
-  /// here and leaves each in its SampleWork::prepared for run(). One sample's failure is run()'s to raise.
-  virtual void prepare(const std::vector<SampleWork*>& samples) { (void)samples; }
-  /// Whether its groups of samples should be as large as the decode threads allow (Note [sample groups] in
-  /// pipeline_graph.cpp), not sized by time: a stage that pays a round trip per group (prepare()) says so.
+  /// Whether it reads a group's samples best in one call (one round trip to a worker process), in
+  /// prepare(): the engine then calls prepare() for each group it decodes on the CPU, and makes the groups
+  /// as large as the decode threads allow (Note [sample groups] in pipeline_graph.cpp), not sized by time.
   virtual bool wide_groups() const { return false; }
+  /// Where wide_groups(): called from a decode thread with a group's samples, before run() for each of
+  /// them; reads them and leaves each in its SampleWork::prepared for run(). One sample's failure is run()'s
+  /// to raise.
+  virtual void prepare(const std::vector<SampleWork*>& samples) { (void)samples; }
   /// What user code run beside the stage's threads did so far (PipelineStats::user_code). Thread-safe.
   virtual std::vector<UserCodeStats> user_code() const { return {}; }
   virtual GpuShare gpu_share() const { return GpuShare::kNone; }

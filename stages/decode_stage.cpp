@@ -333,7 +333,6 @@ std::vector<UserCodeStats> DecodeStage::user_code() const {
 }
 
 void DecodeStage::prepare(const std::vector<SampleWork*>& samples) {
-  if (!source_->reads_in_groups()) return;
   std::vector<SampleWork*> reading;
   std::vector<SampleContext> contexts;
   for (SampleWork* work : samples) {

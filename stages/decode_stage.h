@@ -38,9 +38,9 @@ class DecodeStage : public SampleStage {
               SampleTransforms transforms = {});
   std::string_view name() const override { return "decode"; }
   void run(SampleWork& work) override;
-  /// Reads the samples in one call where the source reads groups for less (Source::reads_in_groups()).
-  void prepare(const std::vector<SampleWork*>& samples) override;
+  /// Where the source reads groups for less (Source::reads_in_groups()): the group's samples in one call.
   bool wide_groups() const override;
+  void prepare(const std::vector<SampleWork*>& samples) override;
   /// The source's, then each transform's.
   std::vector<UserCodeStats> user_code() const override;
   /// The fields of the samples it hands on: the source's, or what its transforms make of them.

@@ -21,10 +21,9 @@ constexpr uint64_t kFirstSlotBytes = uint64_t{64} << 10;
 
 class PythonSource : public Source {
  public:
-  PythonSource(std::unique_ptr<PythonRunner> runner, bool grouped, uint64_t length, std::vector<FieldSpec> fields,
-               std::string what, bool same_every_epoch)
+  PythonSource(std::unique_ptr<PythonRunner> runner, uint64_t length, std::vector<FieldSpec> fields, std::string what,
+               bool same_every_epoch)
       : runner_(std::move(runner)),
-        grouped_(grouped),
         length_(length),
         fields_(std::move(fields)),
         what_(std::move(what)),
@@ -44,8 +43,9 @@ class PythonSource : public Source {
     return std::move(read.front().sample);
   }
 
-  // A group's samples in one request to a worker process (WorkerPool::call_many()).
-  bool reads_in_groups() const override { return grouped_; }
+  // A group's samples in one request to a worker process (WorkerPool::call_many()); on the decode threads a
+  // call costs no round trip.
+  bool reads_in_groups() const override { return runner_->processes() > 0; }
 
   std::vector<ReadResult> read_samples(const std::vector<SampleContext>& contexts) const override {
     std::vector<WorkerCall> calls(contexts.size());
@@ -91,7 +91,6 @@ class PythonSource : public Source {
 
  private:
   std::unique_ptr<PythonRunner> runner_;
-  bool grouped_;  // worker processes: a round trip per call
   uint64_t length_;
   std::vector<FieldSpec> fields_;
   std::string what_;
@@ -165,8 +164,7 @@ std::shared_ptr<const Source> make_python_source(const KeyValue& source, const M
   std::vector<FieldSpec> fields;
   read_greeting(runner->greeting(), length, fields);
   if (length == 0) throw Error(what + " is empty (its len() is 0)");
-  return std::make_shared<PythonSource>(std::move(runner), /*grouped=*/context.workers > 0, length,
-                                        declared.empty() ? fields : declared, what,
+  return std::make_shared<PythonSource>(std::move(runner), length, declared.empty() ? fields : declared, what,
                                         source.boolean_or("same_every_epoch", false));
 }
 

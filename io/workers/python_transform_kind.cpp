@@ -15,7 +15,6 @@ using Type = KeySpec::Type;
 using detail::WorkerCall;
 using detail::PythonRunner;
 
-
 class PythonTransform : public Transform {
  public:
   PythonTransform(const KeyValue& keys, MakeContext context) : context_(std::move(context)) {

@@ -769,7 +769,6 @@ std::vector<size_t> WorkerPool::run_calls(const std::vector<WorkerCall>& calls,
       const auto deadline = setup_.timeout.count() > 0 ? moved + setup_.timeout : Clock::time_point::max();
       const Received got = worker->receive(reply, deadline, stop);
       if (got == Received::kClosed) {
-        // The call it was making fails; those it made but had not replied to, and those after, go to another.
         const size_t blamed = making();
         return fail_making(blamed, lost("while making", samples[sent[blamed].call]));
       }
