@@ -84,6 +84,10 @@ std::optional<KeyValue> ConfigReader::read_keyed(const Node& node, const std::st
   using Type = KeySpec::Type;
   const std::string what = spec.expected_text();
   const auto scalar_value = [&](const std::string& text) { return KeyValue::scalar(text, key, location(key, node)); };
+  if (spec.nullable && node.IsNull()) {
+    note(key, node);
+    return scalar_value("null");
+  }
   switch (spec.type) {
     case Type::kBoolean: {
       if (!boolean(node, key)) return std::nullopt;

@@ -44,8 +44,10 @@ std::optional<YAML::Mark> too_deep(std::string_view text) {
     ++mark.column;
     if (comment) continue;
     if (quote != 0) {
-      if (c == quote) quote = 0;  // '' in a single-quoted scalar closes and reopens it: same depth
-      else if (c == '\\' && quote == '"') ++i;
+      if (c == quote)
+        quote = 0;  // '' in a single-quoted scalar closes and reopens it: same depth
+      else if (c == '\\' && quote == '"')
+        ++i;
       continue;
     }
     if (c == '"' || c == '\'') {
@@ -207,8 +209,9 @@ std::string found_text(const YAML::Node& node) {
   return text;
 }
 
-ConfigReader::ConfigReader(std::string origin, const std::vector<std::string>& overrides)
-    : origin_(std::move(origin)), overrides_(overrides) {
+ConfigReader::ConfigReader(std::string origin, const std::vector<std::string>& overrides,
+                           OverrideOrigin overrides_origin)
+    : origin_(std::move(origin)), overrides_(overrides), overrides_origin_(overrides_origin) {
   config_.origin = origin_;
 }
 
@@ -255,15 +258,21 @@ std::string ConfigReader::position(const YAML::Mark& mark) const {
   return origin_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
 }
 
-std::string ConfigReader::location(const std::string& key, const Node& node) const {
+const std::string* ConfigReader::override_of(const std::string& key) const {
   for (std::string prefix = key;;) {
-    if (const auto found = overridden_.find(prefix); found != overridden_.end()) return found->second;
+    if (const auto found = overridden_.find(prefix); found != overridden_.end()) return &found->second;
     const size_t cut = prefix.find_last_of(".[");
-    if (cut == std::string::npos) break;
+    if (cut == std::string::npos) return nullptr;
     prefix.resize(cut);
   }
+}
+
+std::string ConfigReader::location(const std::string& key, const Node& node) const {
+  if (const std::string* where = override_of(key)) return *where;
   return node.IsDefined() ? position(node.Mark()) : origin_;
 }
+
+bool ConfigReader::overridden(const std::string& key) const { return override_of(key) != nullptr; }
 
 void ConfigReader::problem(const std::string& key, const Node& node, std::string message) {
   problems_.push_back({location(key, node), key, std::move(message)});
@@ -290,13 +299,22 @@ void ConfigReader::add(const KeyProblems& problems) {
 
 }  // namespace detail
 
+Config parse_config(std::string_view yaml, const std::string& origin, const std::vector<std::string>& overrides,
+                    OverrideOrigin overrides_origin) {
+  return detail::ConfigReader(origin, overrides, overrides_origin).load(yaml);
+}
+
 Config parse_config(std::string_view yaml, const std::string& origin, const std::vector<std::string>& overrides) {
-  return detail::ConfigReader(origin, overrides).load(yaml);
+  return parse_config(yaml, origin, overrides, OverrideOrigin::kCommandLine);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, OverrideOrigin origin) {
+  // A config is a few KiB; 16 MiB leaves room for long lists of shards and refuses the wrong file.
+  return parse_config(read_text_file(path, size_t{16} << 20, "config file"), path, overrides, origin);
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  // A config is a few KiB; 16 MiB leaves room for long lists of shards and refuses the wrong file.
-  return parse_config(read_text_file(path, size_t{16} << 20, "config file"), path, overrides);
+  return load_config(path, overrides, OverrideOrigin::kCommandLine);
 }
 
 }  // namespace ferry

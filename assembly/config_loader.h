@@ -22,4 +22,13 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 /// The same for YAML text; `origin` names it in messages ("configs/demo.yaml", "<built-in demo>").
 Config parse_config(std::string_view yaml, const std::string& origin, const std::vector<std::string>& overrides = {});
 
+/// Where the overrides come from, as messages name them: `--set decode.threads=8` for the command line's,
+/// `overrides['decode.threads']` for a program's (ferry.Pipeline(overrides={...}) in Python).
+enum class OverrideOrigin { kCommandLine, kProgram };
+
+/// load_config() and parse_config() with overrides named as `origin` says.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, OverrideOrigin origin);
+Config parse_config(std::string_view yaml, const std::string& origin, const std::vector<std::string>& overrides,
+                    OverrideOrigin overrides_origin);
+
 }  // namespace ferry

@@ -1,5 +1,5 @@
-// --set key.path=value: overrides applied to the YAML tree before it is read, each remembered as where
-// the keys it sets come from.
+// --set key.path=value (or a program's overrides): applied to the YAML tree before it is read, each
+// remembered as where the keys it sets come from.
 #include <algorithm>
 #include <charconv>
 
@@ -16,8 +16,11 @@ std::string join_path(const std::string& parent, std::string_view name) {
 
 void ConfigReader::apply_overrides(Node& root) {
   for (const std::string& text : overrides_) {
-    const std::string where = "--set " + text;
     const size_t equals = text.find('=');
+    // A program's overrides are named as it gave them (a Python dict's key), the command line's as typed.
+    const std::string where = overrides_origin_ == OverrideOrigin::kCommandLine || equals == std::string::npos
+                                  ? "--set " + text
+                                  : "overrides['" + text.substr(0, equals) + "'] = " + text.substr(equals + 1);
     if (equals == std::string::npos || equals == 0) {
       problems_.push_back({where, "", "expected key.path=value"});
       continue;

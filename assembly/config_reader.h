@@ -12,6 +12,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "ferry/assembly/config_loader.h"
+
 #include "ferry/assembly/config.h"
 #include "ferry/assembly/config_error.h"
 #include "ferry/io/util/key_schema.h"
@@ -36,7 +38,7 @@ std::string found_text(const YAML::Node& node);
 /// not thread-safe (it need not be).
 class ConfigReader {
  public:
-  ConfigReader(std::string origin, const std::vector<std::string>& overrides);
+  ConfigReader(std::string origin, const std::vector<std::string>& overrides, OverrideOrigin overrides_origin);
   /// Throws ConfigError listing every problem found.
   Config load(std::string_view text);
 
@@ -47,6 +49,10 @@ class ConfigReader {
   std::string position(const YAML::Mark& mark) const;
   /// An overridden key (or one inside an overridden section) is located at its --set.
   std::string location(const std::string& key, const Node& node) const;
+  /// Whether `key` (or a section holding it) was set by an override.
+  bool overridden(const std::string& key) const;
+  /// Where the override that set `key` (or a section holding it) was given; nullptr when none did.
+  const std::string* override_of(const std::string& key) const;
   void problem(const std::string& key, const Node& node, std::string message);
   void expected(const std::string& key, const Node& node, const std::string& what);
   /// Records where `key` was set and, for a scalar, its text (Config::locations, Config::values).
@@ -125,7 +131,8 @@ class ConfigReader {
 
   std::string origin_;
   const std::vector<std::string>& overrides_;
-  std::map<std::string, std::string> overridden_;         // key path -> "--set ..."
+  OverrideOrigin overrides_origin_;
+  std::map<std::string, std::string> overridden_;         // key path -> "--set ...", where it was overridden
   std::vector<std::pair<std::string, Node>> field_keys_;  // keys named after a field, to check later
   // The first ConfigError::kMaxListed problems, and how many more: a file of a million unknown keys
   // costs a count, not a million messages.

@@ -33,7 +33,8 @@ const std::vector<ConfigKey>& config_keys() {
        "to new fields (Transforms, below).",
        "[{kind: drop, fields: [label]}]"},
       {"transforms[].kind", "transform name", "required",
-       "The transform: drop, rename, or one your program or a plugin registers. It takes its own keys beside `kind`.",
+       "The transform: drop, rename, boxes, python, or one your program or a plugin registers. It takes its own keys "
+       "beside `kind`.",
        "drop"},
       // batches
       {"batch_size", "integer 1.." + std::to_string(EngineOptions::kMaxBatchSize), "32", "Samples per batch.", "64"},
@@ -91,7 +92,8 @@ const std::vector<ConfigKey>& config_keys() {
        "variable sets the default).",
        "/usr/bin/python3"},
       {"decode.decoders", "mapping of field to decoder", "the source's",
-       "Decoder per field, replacing the source's choice (built in: raw, jpeg, png, image, npy, label, json; and any "
+       "Decoder per field, replacing the source's choice (built in: raw, jpeg, png, webp, image, npy, label, json; and "
+       "any "
        "your program or a plugin registers). It decodes with the keys the source gives the field.",
        "{image: raw}"},
       {"decode.decoders.<field>", "decoder name", "the source's", "The decoder of one field.", "raw"},
@@ -103,6 +105,15 @@ const std::vector<ConfigKey>& config_keys() {
       {"collate.pad_values.<field>", "number", "pad_value", "The pad value of one variable-length field.", "-100"},
       {"collate.lengths_suffix", "string", "_lengths",
        "A variable-length field `x` comes with `x` + suffix: the lengths, an int64 [batch] tensor.", "_len"},
+      {"collate.lists", "field name or list of field names", "none",
+       "Fields delivered as a list of tensors, each sample's at its own shape (images of their own size, a "
+       "sample's boxes), views of the batch's one buffer, copied with the rest. A field whose shape varies in more "
+       "than its first size (`[null, null, 3]`) must be one.",
+       "[image, boxes]"},
+      {"collate.host", "field name or list of field names", "none",
+       "Fields that stay on the host (ids, names as bytes): collated into CPU tensors of their own, not copied to "
+       "the device.",
+       "[id]"},
       // pool
       {"pool", "mapping", "", "The pinned host buffers (slabs) batches are staged in; all allocated at start-up.",
        "{slab_count: 4}"},
@@ -162,7 +173,8 @@ const std::vector<ConfigKey>& config_keys() {
        "so runs and resumes repeat exactly.",
        "{field: image, random_resized_crop: {size: [224, 224]}, flip: 0.5}"},
       {"augment.field", "field name", "image",
-       "The image field to augment: uint8 [H, W, 3] of a fixed size (decoders jpeg, png, image). It is delivered as "
+       "The image field to augment: uint8 [H, W, 3] of a fixed size (decoders jpeg, png, webp, image). It is delivered "
+       "as "
        "the augmented tensor.",
        "image"},
       {"augment.random_resized_crop", "mapping", "none (the whole image, not resized)",

@@ -135,8 +135,8 @@ void ConfigReader::read_decode(const Node& node) {
         config_.workers.timeout = std::chrono::milliseconds(0);
       } else if (!duration || duration->count() < 100) {
         problem("decode.timeout", *value,
-                "expected a duration of at least 100ms, such as 60s or 10min, or none, found '" +
-                    printable(*text, 80) + "': " + (duration ? std::string("shorter than 100ms") : duration_problem(*text)));
+                "expected a duration of at least 100ms, such as 60s or 10min, or none, found '" + printable(*text, 80) +
+                    "': " + (duration ? std::string("shorter than 100ms") : duration_problem(*text)));
       } else {
         config_.workers.timeout = *duration;
       }
@@ -211,6 +211,30 @@ void ConfigReader::read_collate(const Node& node) {
         collate.lengths_suffix = *suffix;
     }
   }
+  // Field names, one or a list; whether the samples have them is checked with the pipeline's fields.
+  const auto names = [&](const char* name, std::vector<std::string>& into) {
+    const auto value = child(node, name);
+    if (!value) return;
+    const std::string key = std::string("collate.") + name;
+    const std::string what = "a field name or a list of them, e.g. [image, boxes]";
+    note(key, *value);
+    const auto add = [&](const Node& item, const std::string& at) {
+      const auto text = scalar(item, at, what);
+      if (!text) return;
+      if (text->empty() || std::find(into.begin(), into.end(), *text) != into.end()) {
+        expected(at, item, text->empty() ? what : "each field once");
+        return;
+      }
+      into.push_back(*text);
+    };
+    if (value->IsSequence()) {
+      for (size_t i = 0; i < value->size(); ++i) add((*value)[i], key + "[" + std::to_string(i) + "]");
+    } else {
+      add(*value, key);
+    }
+  };
+  names("lists", collate.lists);
+  names("host", collate.host);
 }
 
 void ConfigReader::read_pool(const Node& node) {
@@ -342,10 +366,10 @@ constexpr size_t kMaxDevices = 256;
 void ConfigReader::read_devices(const Node& transfer, const Node& value) {
   const std::string what = "all, or a list of devices such as [cuda:0, cuda:1]";
   if (const auto device = child(transfer, "device")) {
-    // The one given by --set wins over the file's (a config made for one GPU, run on several); both in
-    // the same place is a contradiction.
-    const bool device_set = location("transfer.device", *device).rfind("--set ", 0) == 0;
-    const bool devices_set = location("transfer.devices", value).rfind("--set ", 0) == 0;
+    // The one given by an override wins over the file's (a config made for one GPU, run on several);
+    // both in the same place is a contradiction.
+    const bool device_set = overridden("transfer.device");
+    const bool devices_set = overridden("transfer.devices");
     if (device_set && !devices_set) return;
     if (device_set == devices_set) {
       problem("transfer.devices", value,

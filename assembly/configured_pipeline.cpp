@@ -110,8 +110,8 @@ const KeyValue* device_key(const Config& config, const std::string& field) {
 
 // Note [GPU JPEG decode]: device: gpu needs the decoder in this build and batches on a GPU (every device of
 // a group on its own); auto uses it where it can and the CPU otherwise. gpu goes neither with a dataset
-// cache nor with sample transforms (they run on the CPU after every field is decoded); with either, auto
-// decodes on the CPU.
+// cache nor with sample transforms that use the field (they run on the CPU after the fields they use are
+// decoded); with either, auto decodes on the CPU.
 void check_gpu_decoding(const Config& config, const PipelineOptions& options, const DecodeStage& decode,
                         const std::vector<at::Device>& targets, Problems& problems) {
   for (const auto& [field, where] : decode.gpu_fields()) {
@@ -130,10 +130,9 @@ void check_gpu_decoding(const Config& config, const PipelineOptions& options, co
                                        "cache, or cache.memory: off");
     }
     if (where != ImageDecodeOptions::Device::kGpu) continue;
-    if (!decode.transforms().empty()) {
-      add("field '" + field +
-          "' is to be decoded on the GPU (device: gpu), but sample transforms run on the CPU "
-          "after the decoders: use device: cpu or auto, or leave the transforms out");
+    if (const std::string why = decode.transforms_need(field); !why.empty()) {
+      add("field '" + field + "' is to be decoded on the GPU (device: gpu), but " + why +
+          ": use device: cpu or auto, or leave the transforms out");
     }
     for (const at::Device& target : targets) {
       if (!target.is_cuda()) {

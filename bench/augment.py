@@ -5,11 +5,10 @@ torchvision's GPU decoder, on the same files, cores and device, in one run.
     python3 bench/augment.py --ferry build/gpu/cli/ferry --data build/gpu/bench-data --device cuda \\
         --out gpu-results/augment [--threads 1,4,16] [--images 8192] [--quick]
 
-Needs a Python with torch, torchvision and numpy. The recipe is configs/imagenet-train.yaml's: images
-decoded to the central 256 x 256 after a resize of the shorter side to 256, then a random-resized crop
-to 224 x 224 (scale 0.08..1, ratio 3/4..4/3), a horizontal flip with probability 0.5, values scaled to
-[0, 1] and normalized with ImageNet's mean and std, delivered on the device as bfloat16 NCHW batches of
-256 with their labels. Two datasets, made with `ferry make-dataset images` when --data lacks them:
+Needs a Python with torch, torchvision and numpy. The recipe is configs/imagenet-train.yaml's: a
+random-resized crop of the whole image to 224 x 224 (scale 0.08..1, ratio 3/4..4/3), a horizontal flip
+with probability 0.5, values scaled to [0, 1] and normalized with ImageNet's mean and std, delivered on
+the device as bfloat16 NCHW batches of 256 with their labels. Two datasets, made with `ferry make-dataset images` when --data lacks them:
 256 x 256 JPEGs and ImageNet-like ones (`--image-size imagenet`: mostly 500 x 375), q90.
 
 For each T in --threads (not above the cores this process may use):
@@ -126,8 +125,7 @@ def transforms_v2(normalize_in_worker):
 
 
 class AugmentedFiles(torch.utils.data.Dataset):
-    """Sample i: files[i % n] read, decoded by torchvision (CHW uint8), resized so that its shorter side
-    is 256 and its central 256 x 256 kept (the recipe's decode), then `transform`."""
+    """Sample i: files[i % n] read, decoded by torchvision (CHW uint8), then `transform`."""
 
     def __init__(self, files, labels, length, transform):
         self.files, self.labels, self.length, self.transform = files, labels, length, transform
@@ -137,10 +135,8 @@ class AugmentedFiles(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         from torchvision.io import ImageReadMode, decode_jpeg, read_file
-        _, F, _ = transforms_module()
         i %= len(self.files)
         image = decode_jpeg(read_file(self.files[i]), mode=ImageReadMode.RGB)
-        image = F.center_crop(F.resize(image, 256, antialias=True), [256, 256])
         return self.transform(image), self.labels[i]
 
 
@@ -196,7 +192,6 @@ def dataloader_rate(files, labels, threads, images, device, normalize_in_worker)
 
 def torchvision_gpu_rate(files, labels, threads, images, device):
     from torchvision.io import ImageReadMode, decode_jpeg, read_file
-    _, F, _ = transforms_module()
     crop_flip = transforms_v2(normalize_in_worker=False)
     before = cpu_seconds()
     clock = LoaderClock(device)
@@ -205,7 +200,7 @@ def torchvision_gpu_rate(files, labels, threads, images, device):
             names = [files[i % len(files)] for i in range(first, min(images, first + BATCH))]
             encoded = list(pool.map(read_file, names))
             decoded = decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
-            out = [crop_flip(F.center_crop(F.resize(image, 256, antialias=True), [256, 256])) for image in decoded]
+            out = [crop_flip(image) for image in decoded]
             batch = normalize_on_device(torch.stack(out))
             # The labels go to the device too, as every other loader delivers them.
             torch.tensor([labels[i % len(files)] for i in range(first, first + len(names))]).to(device)

@@ -79,13 +79,17 @@ endif()
 add_library(ferry_concurrentqueue INTERFACE)
 target_include_directories(ferry_concurrentqueue SYSTEM INTERFACE "${FERRY_CONCURRENTQUEUE_DIR}")
 
-# ferry::torch (libtorch) and ferry::turbojpeg (libjpeg-turbo's TurboJPEG API, for the "jpeg"
-# decoder): made by the same file in the installed package, so both find them the same way.
+# ferry::torch (libtorch), ferry::turbojpeg (libjpeg-turbo's TurboJPEG API, for the "jpeg" decoder)
+# and ferry::webp (libwebp, for "webp"): made by the same file in the installed package, so both find
+# them the same way.
 include(${CMAKE_CURRENT_LIST_DIR}/ferryImportedTargets.cmake)
 if(NOT TARGET ferry::turbojpeg)
   message(FATAL_ERROR "${FERRY_TURBOJPEG_NOT_FOUND_MESSAGE}")
 endif()
-message(STATUS "ferry: TurboJPEG: ${FERRY_TURBOJPEG_LIBRARY}")
+if(NOT TARGET ferry::webp)
+  message(FATAL_ERROR "${FERRY_WEBP_NOT_FOUND_MESSAGE}")
+endif()
+message(STATUS "ferry: TurboJPEG: ${FERRY_TURBOJPEG_LIBRARY}, libwebp: ${FERRY_WEBP_LIBRARY}")
 
 # A CUDA-enabled libtorch defines torch_cuda (and CAFFE2_USE_CUDA); Debian's CPU-only one does not.
 set(FERRY_TORCH_HAS_CUDA OFF)

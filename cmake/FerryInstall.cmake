@@ -33,7 +33,7 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/configs/" DESTINATION "${FERRY_INSTALL_
 
 # cpack -G DEB (in the build folder): one package, `ferry`, for Debian 12, into /usr. ferry's libraries
 # are static, so a program built against them links what they link: the -dev packages of libtorch,
-# oneTBB, yaml-cpp, TurboJPEG and libpng, whose CMake packages ferryConfig.cmake finds.
+# oneTBB, yaml-cpp, TurboJPEG, libpng and libwebp, whose CMake packages ferryConfig.cmake finds.
 set(CPACK_PACKAGE_NAME ferry)
 set(CPACK_PACKAGE_VENDOR "ferry")
 set(CPACK_PACKAGE_CONTACT "ferry developers <ferry@localhost>")
@@ -47,7 +47,7 @@ string(REGEX MATCH "^[0-9]+\\.[0-9]+" ferry_torch_minor "${Torch_VERSION}")
 string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\1" ferry_torch_major "${ferry_torch_minor}")
 string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\2" ferry_torch_next "${ferry_torch_minor}")
 math(EXPR ferry_torch_next "${ferry_torch_next} + 1")
-set(ferry_depends "libtbb-dev (>= 2021), libyaml-cpp-dev (>= 0.7), libturbojpeg0-dev, libpng-dev")
+set(ferry_depends "libtbb-dev (>= 2021), libyaml-cpp-dev (>= 0.7), libturbojpeg0-dev, libpng-dev, libwebp-dev")
 if(TORCH_INSTALL_PREFIX MATCHES "^/usr(/lib)?/?$" OR TORCH_INSTALL_PREFIX MATCHES "^/usr/lib/")
   # Debian's libtorch: ferry's code is compiled against its headers, so the same minor version.
   string(PREPEND ferry_depends
@@ -62,7 +62,7 @@ if(FERRY_MALLOC_PACKAGE)  # the `ferry` command is linked to it (cmake/FerryMall
 endif()
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "${ferry_depends}")
 # What tests/package/consumer.cmake checks the package's Depends for.
-set(FERRY_DEB_DEPENDS "libtbb-dev;libyaml-cpp-dev;libturbojpeg0-dev;libpng-dev")
+set(FERRY_DEB_DEPENDS "libtbb-dev;libyaml-cpp-dev;libturbojpeg0-dev;libpng-dev;libwebp-dev")
 if(FERRY_MALLOC_PACKAGE)
   list(APPEND FERRY_DEB_DEPENDS "${FERRY_MALLOC_PACKAGE}")
 endif()

@@ -4,7 +4,8 @@
 #   ferry::torch      libtorch: TORCH_LIBRARIES of the Torch package found here, so that an installed
 #                     ferry names no path of the machine it was built on;
 #   ferry::turbojpeg  libjpeg-turbo's TurboJPEG API, found by header and library name (Debian has no
-#                     CMake package for it), so that a prefix on CMAKE_PREFIX_PATH works too.
+#                     CMake package for it), so that a prefix on CMAKE_PREFIX_PATH works too;
+#   ferry::webp       libwebp's decoder, found the same way (Debian ships only its pkg-config file).
 # GLOBAL, so that a parent project that add_subdirectory()s ferry links them through ferry::ferry.
 if(NOT TARGET ferry::torch)
   add_library(ferry::torch INTERFACE IMPORTED GLOBAL)
@@ -22,5 +23,19 @@ if(NOT TARGET ferry::turbojpeg)
   else()
     set(FERRY_TURBOJPEG_NOT_FOUND_MESSAGE
         "ferry: TurboJPEG (libjpeg-turbo) not found: turbojpeg.h: ${FERRY_TURBOJPEG_INCLUDE_DIR}, libturbojpeg: ${FERRY_TURBOJPEG_LIBRARY} (Debian: apt-get install libturbojpeg0-dev, or put its prefix on CMAKE_PREFIX_PATH)")
+  endif()
+endif()
+
+if(NOT TARGET ferry::webp)
+  find_path(FERRY_WEBP_INCLUDE_DIR NAMES webp/decode.h)
+  find_library(FERRY_WEBP_LIBRARY NAMES webp)
+  if(FERRY_WEBP_INCLUDE_DIR AND FERRY_WEBP_LIBRARY)
+    add_library(ferry::webp UNKNOWN IMPORTED GLOBAL)
+    set_target_properties(ferry::webp PROPERTIES
+      IMPORTED_LOCATION "${FERRY_WEBP_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${FERRY_WEBP_INCLUDE_DIR}")
+  else()
+    set(FERRY_WEBP_NOT_FOUND_MESSAGE
+        "ferry: libwebp not found: webp/decode.h: ${FERRY_WEBP_INCLUDE_DIR}, libwebp: ${FERRY_WEBP_LIBRARY} (Debian: apt-get install libwebp-dev, or put its prefix on CMAKE_PREFIX_PATH)")
   endif()
 endif()

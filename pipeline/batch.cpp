@@ -10,9 +10,10 @@
 namespace ferry {
 
 Batch::Batch(std::shared_ptr<const BatchSchema> schema, std::vector<at::Tensor> tensors, BatchInfo info,
-             at::Tensor buffer, std::shared_ptr<CudaEvent> ready)
+             at::Tensor buffer, std::shared_ptr<CudaEvent> ready, std::vector<std::vector<at::Tensor>> lists)
     : schema_(std::move(schema)),
       tensors_(std::move(tensors)),
+      lists_(std::move(lists)),
       info_(std::move(info)),
       buffer_(std::move(buffer)),
       ready_(std::move(ready)) {
@@ -20,6 +21,38 @@ Batch::Batch(std::shared_ptr<const BatchSchema> schema, std::vector<at::Tensor> 
   if (names != tensors_.size()) {
     throw Error("batch has " + std::to_string(tensors_.size()) + " tensors for " + std::to_string(names) + " names");
   }
+  if (!lists_.empty() && lists_.size() != names) {
+    throw Error("batch has " + std::to_string(lists_.size()) + " lists for " + std::to_string(names) + " names");
+  }
+}
+
+const std::vector<at::Tensor>* Batch::list_at(size_t position) const noexcept {
+  // A batch has samples, so a list field has views; the other fields have none.
+  if (position >= lists_.size() || lists_[position].empty()) return nullptr;
+  return &lists_[position];
+}
+
+bool Batch::is_list(std::string_view name) const {
+  const auto position = schema_ ? schema_->find(name) : std::nullopt;
+  return position && list_at(*position) != nullptr;
+}
+
+const std::vector<at::Tensor>& Batch::list(std::string_view name) const {
+  const auto position = schema_ ? schema_->find(name) : std::nullopt;
+  if (position) {
+    if (const std::vector<at::Tensor>* views = list_at(*position)) return *views;
+  }
+  std::ostringstream out;
+  out << "batch field '" << name << "' is " << (position ? "not a list" : "not there") << "; its lists are:";
+  bool any = false;
+  for (size_t i = 0; i < names().size(); ++i) {
+    if (list_at(i) != nullptr) {
+      out << " '" << names()[i] << "'";
+      any = true;
+    }
+  }
+  if (!any) out << " none (collate.lists names them)";
+  throw Error(out.str());
 }
 
 const std::vector<std::string>& Batch::names() const {

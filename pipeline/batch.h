@@ -36,14 +36,22 @@ struct BatchInfo {
 class Batch {
  public:
   Batch() = default;
+  /// `lists`: empty, or one entry per field, the samples' views of a list field (none for the others).
   Batch(std::shared_ptr<const BatchSchema> schema, std::vector<at::Tensor> tensors, BatchInfo info,
-        at::Tensor buffer = {}, std::shared_ptr<CudaEvent> ready = {});
+        at::Tensor buffer = {}, std::shared_ptr<CudaEvent> ready = {}, std::vector<std::vector<at::Tensor>> lists = {});
 
   /// The field called `name`. Throws ferry::Error naming the field and the fields there are.
   const at::Tensor& operator[](std::string_view name) const;
   const at::Tensor& at(std::string_view name) const { return (*this)[name]; }
   /// The field called `name`, or nullptr.
   const at::Tensor* find(std::string_view name) const;
+  /// A field delivered as a list (collate.lists): each sample's tensor at its own shape, in batch order,
+  /// views of the batch's buffer (the field itself is their elements back to back, 1-D). Throws
+  /// ferry::Error for a field that is not a list, naming those that are.
+  const std::vector<at::Tensor>& list(std::string_view name) const;
+  bool is_list(std::string_view name) const;
+  /// The list of the field at `position` in names(), or nullptr where that field is not a list.
+  const std::vector<at::Tensor>* list_at(size_t position) const noexcept;
   bool contains(std::string_view name) const { return find(name) != nullptr; }
 
   size_t size() const noexcept { return tensors_.size(); }
@@ -75,6 +83,7 @@ class Batch {
  private:
   std::shared_ptr<const BatchSchema> schema_;
   std::vector<at::Tensor> tensors_;
+  std::vector<std::vector<at::Tensor>> lists_;  // empty, or per field (a list field's views)
   BatchInfo info_;
   at::Tensor buffer_;
   std::shared_ptr<CudaEvent> ready_;

@@ -26,6 +26,12 @@ struct FieldLayout {
   bool padded = false;
   std::array<std::byte, 8> pad{};  // one element of the pad value, element-size bytes used
   at::Tensor made;
+  // A list field (CollateOptions::lists): the samples back to back, each at list_offsets[s] bytes after
+  // `offset`, of shape list_shapes[s]; `shape` is then the elements of all, [total].
+  std::vector<size_t> list_offsets;
+  std::vector<std::vector<int64_t>> list_shapes;
+  // A field that stays on the host: `made` is its collated CPU tensor; it takes no bytes of the buffer.
+  bool host = false;
 };
 
 /// A whole batch's packed form: every field at its aligned offset within total_bytes.

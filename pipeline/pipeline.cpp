@@ -58,6 +58,19 @@ void Pipeline::cache_to(int device) {
   graph_->cache_to(device);
 }
 
+std::vector<std::string> Pipeline::sample_keys(const Batch& batch) const {
+  if (!graph_) throw Error("sample_keys() on a moved-from pipeline");
+  std::vector<std::string> keys;
+  keys.reserve(batch.sample_indices().size());
+  for (const uint64_t index : batch.sample_indices()) keys.push_back(graph_->decode_stage().sample_key(index));
+  return keys;
+}
+
+std::vector<std::string> Pipeline::class_names() const {
+  if (!graph_) throw Error("class_names() on a moved-from pipeline");
+  return graph_->decode_stage().class_names();
+}
+
 PipelineStats Pipeline::stats() const {
   if (!graph_) throw Error("stats() on a moved-from pipeline");
   return graph_->stats();

@@ -59,6 +59,12 @@ class Pipeline {
   void close();
 
   PipelineStats stats() const;
+  /// Where each of `batch`'s samples came from, in batch order: the keys its source gives them
+  /// ("shard-0003.tar:000123", a file's path below an image folder's root). Thread-safe.
+  std::vector<std::string> sample_keys(const Batch& batch) const;
+  /// The names of the classes the label field numbers, in label order (an image folder's class
+  /// folders); empty where the source has none.
+  std::vector<std::string> class_names() const;
   /// Moves the dataset cache (cache.memory: managed) to `device`, or to the host with -1, and returns
   /// once it is there: e.g. to the host while an evaluation needs the GPU's memory, then back. Its
   /// pointers stay the same and batches keep coming meanwhile (from the host, over the link, until it

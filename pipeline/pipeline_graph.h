@@ -90,6 +90,8 @@ class PipelineGraph {
   /// Stops the pipeline: wakes blocked next() calls (which return nullopt). Thread-safe, idempotent.
   void close() noexcept;
   PipelineStats stats() const;
+  /// The decode stage, for what it knows of the source (SampleStage::sample_key(), class_names()).
+  const SampleStage& decode_stage() const noexcept { return *stages_.decode; }
   /// Pipeline::cache_to().
   void cache_to(int device);
   /// The last batch handed to the consumer (its sequence, epoch and index), if any. Thread-safe.

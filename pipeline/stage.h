@@ -61,6 +61,12 @@ class SampleStage {
   virtual void prepare(const std::vector<SampleWork*>& samples) { (void)samples; }
   /// What user code run beside the stage's threads did so far (PipelineStats::user_code). Thread-safe.
   virtual std::vector<UserCodeStats> user_code() const { return {}; }
+  /// The key of sample `index` ("shard-0003.tar:000123", a file's path), without reading it: what a
+  /// batch says it holds (Pipeline::sample_keys()). By default the index as text. Thread-safe.
+  virtual std::string sample_key(uint64_t index) const { return std::to_string(index); }
+  /// The names of the classes the samples' label field numbers, in label order; empty where there are
+  /// none.
+  virtual std::vector<std::string> class_names() const { return {}; }
   virtual GpuShare gpu_share() const { return GpuShare::kNone; }
   /// GPU groups in flight at once beside the CPU's (0 without GPU decoding): those in the decoder and
   /// those whose files are read meanwhile. The decode node gets as many threads more: a GPU group's thread

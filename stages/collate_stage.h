@@ -18,8 +18,10 @@ namespace ferry {
 /// the decoded samples straight into the pinned slab (except those the decode threads placed there
 /// already: Note [placing samples]). Fixed-shape fields are stacked (every sample
 /// must have the same shape); a variable-length field is padded along dim 0 to the batch's longest
-/// sample with its pad value and gets a companion `<field>_lengths` int64 [batch] tensor. Each
-/// field starts at a multiple of max(min_alignment, element size).
+/// sample with its pad value and gets a companion `<field>_lengths` int64 [batch] tensor; a list field
+/// (CollateOptions::lists) has its samples back to back, each at its own shape; a host field is
+/// collated into a CPU tensor of its own, outside the buffer. Each field starts at a multiple of
+/// max(min_alignment, element size).
 ///
 /// Serial (one batch at a time); a batch of many fields is laid out on several threads (Note [wide
 /// batches]). Allocates the layout and the small lengths tensors.
@@ -32,6 +34,8 @@ class CollateStage : public BatchStage {
   std::string_view name() const override { return "collate"; }
   void run(BatchWork& work, const std::atomic<bool>& stop) override;
   /// Cached samples (Note [dataset cache]) take their shapes from `cache`. Before the pipeline starts.
+  /// Cached samples (Note [dataset cache]) take their shapes from `cache`; a plan keeps no list or host
+  /// field (plan_dataset_cache()). Before the pipeline starts.
   void use_cache(std::shared_ptr<const DatasetCache> cache) { cache_ = std::move(cache); }
 
   /// The names of the batches' fields, in order.
@@ -59,11 +63,16 @@ class CollateStage : public BatchStage {
   std::shared_ptr<const BatchSchema> schema_;
   std::shared_ptr<const DatasetCache> cache_;
   std::vector<size_t> first_output_;  // per source field: its place among the batch's fields
+  std::vector<bool> list_, host_;     // per source field: CollateOptions::lists, host
 
   at::IntArrayRef shape_of(const SampleWork& sample, size_t f, at::DimVector& scratch) const;
   // Field f's layout but its offset, and its lengths field's if it is variable-length. Thread-safe.
   void lay_out(size_t f, const std::vector<std::shared_ptr<SampleWork>>& samples, FieldLayout& field,
                FieldLayout* lengths) const;
+  // A list field's: each sample's shape and place, back to back.
+  void lay_out_list(size_t f, const std::vector<std::shared_ptr<SampleWork>>& samples, FieldLayout& field) const;
+  at::Tensor collate_on_host(size_t f, const std::vector<std::shared_ptr<SampleWork>>& samples,
+                             const FieldLayout& field) const;
 };
 
 }  // namespace ferry

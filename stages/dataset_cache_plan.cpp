@@ -43,6 +43,15 @@ DatasetCache::Options plan_dataset_cache(const DecodeStage& decode, const Pipeli
   if (const std::string why = decode.varies_by_epoch(); !why.empty()) {
     throw Error(why + kCacheRepeats);
   }
+  // The cache keeps each sample in a slot of its field's stacked or padded layout.
+  for (const auto& [names, how] : {std::pair{&options.collate.lists, "as a list (collate.lists)"},
+                                   std::pair{&options.collate.host, "on the host (collate.host)"}}) {
+    if (!names->empty()) {
+      throw Error("field '" + names->front() + "' is delivered " + how +
+                  ", which the dataset cache does not keep: turn the cache off (cache.memory: off), or deliver the "
+                  "field stacked on the device");
+    }
+  }
   const std::string memory = cache_memory_name(cache.memory);
   if (cache.memory == CacheMemory::kHost && device.is_cuda()) {
     throw Error("cache.memory: host is for a pipeline that delivers to the CPU; this one delivers to " + device.str() +

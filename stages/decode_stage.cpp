@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 
 #include "ferry/io/decoders/image_window.h"
 #include "ferry/io/decoders/jpeg_decoder.h"
@@ -54,21 +55,34 @@ void check_decoded(const at::Tensor& tensor, const FieldSpec& spec, const Maker&
     declared << "]";
     throw Error("decoded shape " + sizes_text(tensor.sizes()) + " does not match the declared " + declared.str());
   }
-  if (spec.variable() && spec.max_length && tensor.size(0) > *spec.max_length) {
-    throw Error("decoded length " + std::to_string(tensor.size(0)) + " exceeds max_length " +
-                std::to_string(*spec.max_length));
+  // max_length bounds the product of the sizes that vary: a field's rows, an image's pixels.
+  if (spec.max_length) {
+    int64_t varying = 1, count = 0;
+    for (size_t d = 0; d < spec.shape.size(); ++d) {
+      if (spec.shape[d] == kVariableLength) {
+        varying *= tensor.size(static_cast<int64_t>(d));
+        ++count;
+      }
+    }
+    if (count == 1 && varying > *spec.max_length) {
+      throw Error("decoded length " + std::to_string(varying) + " exceeds max_length " +
+                  std::to_string(*spec.max_length));
+    }
+    if (count > 1 && varying > *spec.max_length) {
+      throw Error("decoded shape " + sizes_text(tensor.sizes()) + " has " + std::to_string(varying) +
+                  " pixels, more than max_pixels " + std::to_string(*spec.max_length) +
+                  " (a resize_shorter makes images smaller)");
+    }
   }
 }
 
 // A field left for the GPU's JPEG decoder (Note [GPU JPEG decode] in io/decoders/nvjpeg_decoder.h): the
-// encoded bytes and, in plain numbers, where the field's image comes from (ImageWindow and the shrink
-// before the resize).
+// encoded bytes and where the field's image comes from.
 struct PendingImage : PendingWork {
   size_t field = 0;
   at::Tensor encoded;  // contiguous uint8 bytes of the file
   int64_t width = 0, height = 0;
-  int64_t resized_h = 0, resized_w = 0, top = 0, left = 0, out_h = 0, out_w = 0;
-  int64_t shrink = 1;
+  detail::ImageWindow window;
 };
 
 }  // namespace
@@ -110,7 +124,19 @@ DecodeStage::DecodeStage(std::shared_ptr<const Source> source, const DecoderRegi
   for (const auto& transform : transforms_.list) {
     if (!transform) throw Error("no transform (null) given");
   }
-  fields_ = transformed_fields(specs, transforms_.list);
+  decoded_ = specs;
+  for (size_t f = 0; f < specs.size(); ++f) {
+    const std::vector<FieldSpec> made = decoders_[f]->companions(specs[f]);
+    companions_.emplace_back(decoded_.size(), made.size());
+    for (const FieldSpec& companion : made) {
+      if (std::any_of(decoded_.begin(), decoded_.end(), [&](const FieldSpec& s) { return s.name == companion.name; })) {
+        throw Error("field '" + specs[f].name + "': its decoder '" + std::string(decoders_[f]->name()) +
+                    "' also makes the field '" + companion.name + "', which the sample has already");
+      }
+      decoded_.push_back(companion);
+    }
+  }
+  fields_ = transformed_fields(decoded_, transforms_.list);
 }
 
 std::vector<std::pair<std::string, ImageDecodeOptions::Device>> DecodeStage::gpu_fields() const {
@@ -127,7 +153,7 @@ std::vector<std::pair<std::string, ImageDecodeOptions::Device>> DecodeStage::gpu
 
 std::string DecodeStage::varies_by_epoch(const std::string& field, const Decoder& decoder) {
   return "field '" + field + "' is decoded by '" + std::string(decoder.name()) +
-         "' with a random crop, another one every epoch";
+         "' with a random crop or flip, another one every epoch";
 }
 
 std::string DecodeStage::varies_by_epoch() const {
@@ -147,13 +173,33 @@ std::string DecodeStage::varies_by_epoch() const {
   return "";
 }
 
+std::string DecodeStage::transforms_need(const std::string& field) const {
+  // A GPU-decoded field is decoded a group at a time after run(), where the transforms have run: they
+  // must neither read it nor move it among the fields.
+  const auto at = std::find_if(decoded_.begin(), decoded_.end(), [&](const FieldSpec& s) { return s.name == field; });
+  const auto i = static_cast<size_t>(at - decoded_.begin());
+  for (const auto& transform : transforms_.list) {
+    const std::optional<std::vector<std::string>> used = transform->fields_used();
+    if (!used || std::find(used->begin(), used->end(), field) != used->end()) {
+      return "transform '" + std::string(transform->name()) + "' " +
+             (used ? "uses field '" + field + "'" : std::string("may use any field")) +
+             ", and sample transforms run on the CPU after the decoders";
+    }
+  }
+  if (!transforms_.list.empty() && (i >= fields_.size() || fields_[i].name != field)) {
+    return "the sample transforms move field '" + field + "' among the fields";
+  }
+  return "";
+}
+
 void DecodeStage::use_gpu(std::shared_ptr<detail::NvJpegDecoder> nvjpeg, const std::vector<std::string>& fields,
                           GpuShare share) {
   const std::vector<FieldSpec>& specs = source_->fields();
-  if (!fields.empty() && !transforms_.list.empty()) {
-    // A GPU-decoded field is decoded a group at a time after run(), where the transforms have run.
-    throw Error("field '" + fields.front() + "' is to be decoded on the GPU, but sample transforms run on the CPU " +
-                "after the decoders: decode it on the CPU (device: cpu), or leave the transforms out");
+  for (const std::string& field : fields) {
+    if (const std::string why = transforms_need(field); !why.empty()) {
+      throw Error("field '" + field + "' is to be decoded on the GPU, but " + why +
+                  ": decode it on the CPU (device: cpu), or leave the transforms out");
+    }
   }
   on_gpu_.assign(specs.size(), false);
   for (const std::string& field : fields) {
@@ -216,6 +262,10 @@ bool DecodeStage::defer(SampleWork& work, size_t i, const at::Tensor& encoded) {
   if (!detail::jpeg_segments_complete(data, size) || !nvjpeg_->supported(data, size)) return false;
   const detail::JpegHeader header = detail::read_jpeg_header(data, bytes.numel());
   if (int64_t{header.width} * header.height > detail::kMaxImagePixels) return false;
+  // CMYK and YCCK become RGB as Pillow makes them (Note [CMYK JPEGs]): the CPU decoder's conversion.
+  if (header.colorspace == detail::kJpegColorspaceCmyk || header.colorspace == detail::kJpegColorspaceYcck) {
+    return false;
+  }
   const DecodeContext context{work.plan->epoch, work.index()};
   const detail::ImageWindow window = detail::plan_image_window("JPEG", header.height, header.width, jpeg->options(),
                                                                detail::CropSource{&context, data, bytes.numel()}, spec);
@@ -224,14 +274,10 @@ bool DecodeStage::defer(SampleWork& work, size_t i, const at::Tensor& encoded) {
   pending->encoded = bytes;
   pending->width = header.width;
   pending->height = header.height;
-  pending->resized_h = window.resized_h;
-  pending->resized_w = window.resized_w;
-  pending->top = window.top;
-  pending->left = window.left;
-  pending->out_h = window.out_h;
-  pending->out_w = window.out_w;
-  pending->shrink = detail::jpeg_shrink_factor(header.width, header.height, window, jpeg->options());
+  pending->window = window;
   work.pending.push_back(std::move(pending));
+  // The companions come from the window alone: they are made now, the pixels later.
+  if (companions_[i].second != 0) work.fields[companions_[i].first] = detail::window_values(window);
   return true;
 }
 
@@ -243,7 +289,7 @@ void DecodeStage::run_pending(const std::vector<SampleWork*>& samples,
   for (SampleWork* sample : samples) {
     for (std::unique_ptr<PendingWork>& work : sample->pending) {
       PendingImage& pending = static_cast<PendingImage&>(*work);  // all this stage's run() leaves
-      bytes += pending.out_h * pending.out_w * 3;
+      bytes += pending.window.out_h() * pending.window.out_w() * 3;
       items.emplace_back(sample, std::move(pending));
     }
     sample->pending.clear();
@@ -256,17 +302,18 @@ void DecodeStage::run_pending(const std::vector<SampleWork*>& samples,
   std::vector<at::Tensor> views;
   int64_t offset = 0;
   for (const auto& [sample, pending] : items) {
-    const int64_t size = pending.out_h * pending.out_w * 3;
-    at::Tensor view = memory.narrow(0, offset, size).view({pending.out_h, pending.out_w, 3});
+    const int64_t size = pending.window.out_h() * pending.window.out_w() * 3;
+    at::Tensor view = memory.narrow(0, offset, size).view({pending.window.out_h(), pending.window.out_w(), 3});
     offset += size;
     detail::GpuJpegImage image;
     image.data = pending.encoded.data_ptr<uint8_t>();
     image.size = static_cast<size_t>(pending.encoded.numel());
     image.width = static_cast<int>(pending.width);
     image.height = static_cast<int>(pending.height);
-    image.window = detail::ImageWindow{pending.resized_h, pending.resized_w, pending.top,
-                                       pending.left,      pending.out_h,     pending.out_w};
-    image.shrink = static_cast<int>(pending.shrink);
+    image.window = pending.window;
+    const ImageDecodeOptions& options = static_cast<const JpegDecoder&>(*decoders_[pending.field]).options();
+    image.interpolation = options.interpolation;
+    image.antialias = options.antialias;
     image.out = view.data_ptr<uint8_t>();
     images.push_back(image);
     views.push_back(std::move(view));
@@ -299,9 +346,7 @@ void DecodeStage::run_pending(const std::vector<SampleWork*>& samples,
     }
     // The hardware could not decode it: the CPU decoder tries, and says what is wrong if it cannot either.
     try {
-      sample.fields[i] =
-          decoders_[i]->decode_sample(pending.encoded, specs[i], DecodeContext{sample.plan->epoch, sample.index()});
-      check_decoded(sample.fields[i], specs[i]);
+      decode_into(sample, i, pending.encoded);
       cpu_images_.fetch_add(1, std::memory_order_relaxed);
     } catch (const std::exception& e) {
       sample.fields[i] = at::Tensor();
@@ -371,17 +416,15 @@ void DecodeStage::run(SampleWork& work) {
     throw Error(encoded.key + ": the source gave " + std::to_string(encoded.fields.size()) +
                 " fields, its schema has " + std::to_string(specs.size()));
   }
-  work.fields.resize(specs.size());
+  work.fields.assign(decoded_.size(), at::Tensor());
   work.pending.clear();
   auto decode_field = [&](size_t i) {
     try {
-      if (!on_gpu_.empty() && on_gpu_[i]) {
+      if (!on_gpu_.empty() && on_gpu_[i] && encoded.fields[i].defined()) {
         if (work.on_gpu && defer(work, i, encoded.fields[i])) return;  // run_pending() decodes it
         cpu_images_.fetch_add(1, std::memory_order_relaxed);
       }
-      work.fields[i] =
-          decoders_[i]->decode_sample(encoded.fields[i], specs[i], DecodeContext{work.plan->epoch, work.index()});
-      check_decoded(work.fields[i], specs[i]);
+      decode_into(work, i, encoded.fields[i]);
     } catch (const std::exception& e) {
       throw Error(encoded.key + ": field '" + specs[i].name + "' (decoder '" + std::string(decoders_[i]->name()) +
                   "'): " + cause_of(e));
@@ -397,11 +440,40 @@ void DecodeStage::run(SampleWork& work) {
   if (!transforms_.list.empty()) transform(work, encoded.key);
 }
 
+void DecodeStage::decode_into(SampleWork& work, size_t i, const at::Tensor& encoded) const {
+  const FieldSpec& spec = source_->fields()[i];
+  const auto [first, count] = companions_[i];
+  if (!encoded.defined()) {  // a field the sample lacks (EncodedSample): zeros, its companions too
+    for (size_t f = 0; f < count + 1; ++f) {
+      const FieldSpec& zeroed = f == 0 ? spec : decoded_[first + f - 1];
+      std::vector<int64_t> shape = zeroed.shape;
+      for (int64_t& size : shape) size = std::max<int64_t>(size, 0);
+      work.fields[f == 0 ? i : first + f - 1] = at::zeros(shape, at::TensorOptions().dtype(zeroed.dtype));
+    }
+    return;
+  }
+  std::vector<at::Tensor> companions;
+  DecodeContext context{work.plan->epoch, work.index(), count != 0 ? &companions : nullptr};
+  work.fields[i] = decoders_[i]->decode_sample(encoded, spec, context);
+  check_decoded(work.fields[i], spec);
+  if (companions.size() != count) {
+    throw Error("the decoder gave " + std::to_string(companions.size()) + " companion fields, not the " +
+                std::to_string(count) + " it declared");
+  }
+  for (size_t c = 0; c < count; ++c) {
+    try {
+      check_decoded(companions[c], decoded_[first + c]);
+    } catch (const std::exception& e) {
+      throw Error("its companion field '" + decoded_[first + c].name + "': " + cause_of(e));
+    }
+    work.fields[first + c] = std::move(companions[c]);
+  }
+}
+
 void DecodeStage::transform(SampleWork& work, const std::string& key) const {
-  const std::vector<FieldSpec>& specs = source_->fields();
   std::vector<std::string> names;
-  names.reserve(specs.size());
-  for (const FieldSpec& spec : specs) names.push_back(spec.name);
+  names.reserve(decoded_.size());
+  for (const FieldSpec& spec : decoded_) names.push_back(spec.name);
   SampleFields sample(std::move(names), std::move(work.fields));
   const SampleContext context{transforms_.seed, work.plan->epoch, work.index(), key, work.stop};
   for (const auto& transform : transforms_.list) {
@@ -421,6 +493,8 @@ void DecodeStage::transform(SampleWork& work, const std::string& key) const {
       throw Error(key + ": " + by + " left out the field '" + fields_[i].name + "' declared among their outputs");
     }
     out[i] = sample.at(fields_[i].name);
+    // A field left to the GPU decoder (transforms_need()), made after this, in its place.
+    if (!out[i].defined() && i < on_gpu_.size() && on_gpu_[i] && !work.pending.empty()) continue;
     try {
       check_decoded(out[i], fields_[i], kTransformMade);
     } catch (const std::exception& e) {

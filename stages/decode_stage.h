@@ -43,13 +43,19 @@ class DecodeStage : public SampleStage {
   void prepare(const std::vector<SampleWork*>& samples) override;
   /// The source's, then each transform's.
   std::vector<UserCodeStats> user_code() const override;
-  /// The fields of the samples it hands on: the source's, or what its transforms make of them.
+  std::string sample_key(uint64_t index) const override { return source_->key(index); }
+  std::vector<std::string> class_names() const override { return source_->class_names(); }
+  /// The fields of the samples it hands on: the source's and its decoders' companions (an image's
+  /// `<field>_window`), or what its transforms make of them.
   const std::vector<FieldSpec>& fields() const noexcept { return fields_; }
   const std::shared_ptr<const Source>& source() const noexcept { return source_; }
   const std::vector<std::shared_ptr<const Transform>>& transforms() const noexcept { return transforms_.list; }
   /// The fields whose decoder asks for the GPU's hardware decoder (a jpeg field's `device: gpu` or
   /// `auto`), with what it asks for, in the source's field order (Note [GPU JPEG decode]).
   std::vector<std::pair<std::string, ImageDecodeOptions::Device>> gpu_fields() const;
+  /// Why `field` cannot be decoded on the GPU, where the sample transforms need it decoded before they run
+  /// (they may read or move it: Transform::fields_used()); "" where they leave it alone.
+  std::string transforms_need(const std::string& field) const;
   /// Why a dataset cache cannot keep `field`, which `decoder` decodes otherwise every epoch.
   static std::string varies_by_epoch(const std::string& field, const Decoder& decoder);
   /// Why a sample may come out otherwise in another epoch (a random crop, a random transform), so that
@@ -77,11 +83,18 @@ class DecodeStage : public SampleStage {
   /// run() for field `i` of a GPU-routed sample: pending (true) or to be decoded on the CPU (false).
   bool defer(SampleWork& work, size_t i, const at::Tensor& encoded);
 
+  /// Decodes field `i` of `work` from `encoded` on the CPU, with its companions, and checks them.
+  void decode_into(SampleWork& work, size_t i, const at::Tensor& encoded) const;
+
   /// Runs the transforms on a decoded sample and checks what they made against fields_.
   void transform(SampleWork& work, const std::string& key) const;
 
   std::shared_ptr<const Source> source_;
   std::vector<std::shared_ptr<const Decoder>> decoders_;  // one per field
+  // The source's fields, then the decoders' companions (Decoder::companions()), in field order: what a
+  // decoded sample holds before the transforms. companions_[f]: where field f's start, and how many.
+  std::vector<FieldSpec> decoded_;
+  std::vector<std::pair<size_t, size_t>> companions_;
   SampleTransforms transforms_;
   std::vector<FieldSpec> fields_;              // after the transforms
   std::shared_ptr<const DatasetCache> cache_;  // samples it holds are not read (may be null)

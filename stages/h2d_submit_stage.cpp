@@ -86,20 +86,37 @@ void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
   // counted here beforehand (Note [wide batches]).
   const size_t count = layout.fields.size();
   std::vector<c10::Storage> references(count >= kWideBatchFields ? count : 0, buffer.storage());
+  std::vector<std::vector<at::Tensor>> lists;
   for_each_field(count, [&](size_t f) {
     const FieldLayout& field = layout.fields[f];
+    if (field.host) {  // collated on the host: delivered as it is
+      tensors[f] = field.made;
+      return;
+    }
     c10::Storage storage;
     if (references.empty()) {
       storage = buffer.storage();
     } else {
       storage = std::move(references[f]);
     }
-    tensors[f] = augment && augment->field == f
-                     ? make_view(std::move(storage), device_, augment_->dtype(), base + augment->offset,
-                                 augment_->shape(batch))
-                     : make_view(std::move(storage), device_, field.dtype, base + field.offset, field.shape);
+    tensors[f] =
+        augment && augment->field == f
+            ? make_view(std::move(storage), device_, augment_->dtype(), base + augment->offset, augment_->shape(batch))
+            : make_view(std::move(storage), device_, field.dtype, base + field.offset, field.shape);
   });
-  work.batch = Batch(layout.schema, std::move(tensors), work.info, buffer, std::move(ready));
+  // A list field's samples: a view each, of its own shape, where collate put it.
+  for (size_t f = 0; f < count; ++f) {
+    const FieldLayout& field = layout.fields[f];
+    if (field.list_offsets.empty()) continue;
+    lists.resize(count);
+    std::vector<at::Tensor>& views = lists[f];
+    views.reserve(field.list_offsets.size());
+    for (size_t s = 0; s < field.list_offsets.size(); ++s) {
+      views.push_back(make_view(buffer.storage(), device_, field.dtype, base + field.offset + field.list_offsets[s],
+                                field.list_shapes[s]));
+    }
+  }
+  work.batch = Batch(layout.schema, std::move(tensors), work.info, buffer, std::move(ready), std::move(lists));
 }
 
 at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaEvent>& ready, size_t bytes,

@@ -9,6 +9,7 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include "ferry/build_config.h"
+#include "ferry/io/decoders/image_window.h"
 #include "ferry/io/util/splitmix64.h"
 #include "ferry/pipeline/error.h"
 #include "ferry/pipeline/segment_copy.h"
@@ -21,25 +22,6 @@ using detail::AugmentDraw;
 // The two independent streams of a sample's draws (Note [image augment]).
 constexpr uint64_t kCropStream = 1;
 constexpr uint64_t kFlipStream = 2;
-
-class Stream {
- public:
-  Stream(uint64_t seed, uint64_t epoch, uint64_t sample, uint64_t which)
-      : state_(mix64(seed ^ mix64(epoch + kGoldenGamma * mix64(sample + kGoldenGamma * which)))) {}
-  // Uniform in [0, 1) with 53 random bits.
-  double unit() noexcept { return static_cast<double>(splitmix64(state_) >> 11) * 0x1.0p-53; }
-  double uniform(double low, double high) noexcept { return low + (high - low) * unit(); }
-  // Uniform in 0..n.
-  int64_t up_to(int64_t n) noexcept {
-    return std::min<int64_t>(n, static_cast<int64_t>(unit() * static_cast<double>(n + 1)));
-  }
-
- private:
-  uint64_t state_;
-};
-
-// Python's round(): to the nearest integer, ties to even (the default rounding mode).
-int64_t round_even(double value) { return static_cast<int64_t>(std::nearbyint(value)); }
 
 template <typename T>
 void store(void* out, int64_t index, float value) {
@@ -121,39 +103,19 @@ size_t ImageAugment::bytes(int64_t batch) const noexcept {
 }
 
 AugmentDraw ImageAugment::draw(uint64_t epoch, uint64_t sample) const noexcept {
-  const int64_t height = shape_.in_h, width = shape_.in_w;
   AugmentDraw draw{0, 0, shape_.in_h, shape_.in_w, 0};
-  if (options_.flip > 0) draw.flip = Stream(options_.seed, epoch, sample, kFlipStream).unit() < options_.flip ? 1 : 0;
+  if (options_.flip > 0) {
+    draw.flip = SampleStream(options_.seed, epoch, sample, kFlipStream).unit() < options_.flip ? 1 : 0;
+  }
   if (!options_.crops()) return draw;
-
-  Stream random(options_.seed, epoch, sample, kCropStream);
-  const double area = static_cast<double>(height) * static_cast<double>(width);
-  const double log_min = std::log(options_.ratio_min), log_max = std::log(options_.ratio_max);
-  for (int attempt = 0; attempt < 10; ++attempt) {
-    const double target = area * random.uniform(options_.scale_min, options_.scale_max);
-    const double aspect = std::exp(random.uniform(log_min, log_max));
-    const int64_t w = round_even(std::sqrt(target * aspect));
-    const int64_t h = round_even(std::sqrt(target / aspect));
-    if (w > 0 && w <= width && h > 0 && h <= height) {
-      draw.top = static_cast<int32_t>(random.up_to(height - h));
-      draw.left = static_cast<int32_t>(random.up_to(width - w));
-      draw.height = static_cast<int32_t>(h);
-      draw.width = static_cast<int32_t>(w);
-      return draw;
-    }
-  }
-  // The fallback: a central window, its ratio clamped to the range.
-  const double ratio = static_cast<double>(width) / static_cast<double>(height);
-  int64_t w = width, h = height;
-  if (ratio < options_.ratio_min) {
-    h = std::clamp<int64_t>(round_even(static_cast<double>(w) / options_.ratio_min), 1, height);
-  } else if (ratio > options_.ratio_max) {
-    w = std::clamp<int64_t>(round_even(static_cast<double>(h) * options_.ratio_max), 1, width);
-  }
-  draw.top = static_cast<int32_t>((height - h) / 2);
-  draw.left = static_cast<int32_t>((width - w) / 2);
-  draw.height = static_cast<int32_t>(h);
-  draw.width = static_cast<int32_t>(w);
+  // As the image decoders draw their random-resized crops (image_window.h).
+  SampleStream random(options_.seed, epoch, sample, kCropStream);
+  const detail::CropBox box = detail::draw_resized_crop(
+      shape_.in_h, shape_.in_w, options_.scale_min, options_.scale_max, options_.ratio_min, options_.ratio_max, random);
+  draw.top = static_cast<int32_t>(box.top);
+  draw.left = static_cast<int32_t>(box.left);
+  draw.height = static_cast<int32_t>(box.height);
+  draw.width = static_cast<int32_t>(box.width);
   return draw;
 }
 

@@ -72,12 +72,25 @@ void stage_field(const BatchWork& work, const FieldLayout& field, std::byte* sla
   };
 
   size_t offset = field.offset;
+  if (field.host) return;  // collated on the host, not copied
   if (field.source_field < 0) {
     if (field.bytes != 0) ops.push_back(CopyOp{slab + offset, bytes_of(field.made), field.bytes, {}, 1});
     return;
   }
   const size_t element = c10::elementSize(field.dtype);
-  for (const auto& sample : work.samples) {
+  const bool list = !field.list_offsets.empty();
+  for (size_t s = 0; s < work.samples.size(); ++s) {
+    const auto& sample = work.samples[s];
+    if (list) {  // back to back, each at its own size: no slots, no padding
+      const at::Tensor& tensor = sample->fields[static_cast<size_t>(field.source_field)];
+      const size_t at = field.offset + field.list_offsets[s];
+      if (tensor.is_cuda()) {
+        staged.device_sources.emplace_back(at, tensor);
+      } else if (tensor.nbytes() != 0 && !copy_in_place(tensor, at)) {
+        ops.push_back(CopyOp{slab + at, bytes_of(tensor), tensor.nbytes(), {}, 1});
+      }
+      continue;
+    }
     if (sample->cached) {  // its slot is written by the gather, after the copy
       offset += field.slot_bytes;
       continue;

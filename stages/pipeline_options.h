@@ -20,6 +20,13 @@ struct CollateOptions {
   std::map<std::string, double, std::less<>> pad_values;
   /// A variable-length field `x` comes with `x` + suffix: an int64 [batch] tensor of lengths.
   std::string lengths_suffix = "_lengths";
+  /// Fields delivered as a list of tensors, each sample's at its own shape (images of their own size,
+  /// a sample's boxes), views of the batch's one buffer: Batch::list(). A field whose shape varies in
+  /// more than its first size must be one.
+  std::vector<std::string> lists;
+  /// Fields that stay on the host (ids, strings as bytes): collated into CPU tensors of their own,
+  /// not copied to the device.
+  std::vector<std::string> host;
 };
 
 /// How the completion thread waits for a batch's copy (Note [event polling] in event_wait_stage.h).

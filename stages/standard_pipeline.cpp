@@ -1,6 +1,8 @@
 #include "ferry/stages/standard_pipeline.h"
 #include "ferry/stages/standard_stages.h"
 
+#include <algorithm>
+
 #include "ferry/io/decoders/decoder_registry.h"
 #include "ferry/io/decoders/nvjpeg_decoder.h"
 #include "ferry/io/samplers/sequential_sampler.h"
@@ -62,9 +64,11 @@ void use_gpu_decoder(DecodeStage& decode, const PipelineOptions& options, const 
     all = all && gpu;
   }
   if (fields.empty()) return;
-  // Sample transforms run on the CPU after every field is decoded, and the dataset cache keeps samples
-  // decoded on the CPU: with either, auto decodes on the CPU.
-  if (!all && (!decode.transforms().empty() || options.cache.enabled())) return;
+  // Sample transforms run on the CPU after the fields they use are decoded, and the dataset cache keeps
+  // samples decoded on the CPU: auto decodes on the CPU where either needs it.
+  const bool transforms_need = std::any_of(
+      fields.begin(), fields.end(), [&](const std::string& field) { return !decode.transforms_need(field).empty(); });
+  if (!all && (transforms_need || options.cache.enabled())) return;
   if (options.cache.enabled()) {
     throw Error("field '" + fields.front() +
                 "' is to be decoded on the GPU, which the dataset cache does not support yet: decode it on the CPU, "

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -18,6 +19,9 @@ namespace ferry {
 struct DecodeContext {
   uint64_t epoch = 0;
   uint64_t index = 0;  // the sample's index in its source
+  /// Where a decoder with companions() puts their tensors, in that order; null where nobody asks for
+  /// them (a bare decode).
+  std::vector<at::Tensor>* companions = nullptr;
 };
 
 /// Turns one encoded field of one sample into a tensor of spec.dtype whose shape matches spec.shape
@@ -40,6 +44,13 @@ class Decoder {
   /// Whether decode_sample() gives a sample the same tensor in every epoch, so that a dataset cache
   /// may keep it (Note [dataset cache]). A decoder that draws per-epoch random numbers says no.
   virtual bool same_every_epoch() const { return true; }
+  /// The fields it makes beside the one it decodes (an image decoder's `<field>_window`), given that
+  /// field's spec: the pipeline adds them after the source's fields, and decode_sample() gives their
+  /// tensors through DecodeContext::companions. None by default.
+  virtual std::vector<FieldSpec> companions(const FieldSpec& spec) const {
+    (void)spec;
+    return {};
+  }
 };
 
 /// Decoder instances by field name, handed to make_pipeline() and the decode stage beside the names

@@ -1,7 +1,6 @@
 #include "ferry/io/decoders/decoder_registry.h"
 
 #include "ferry/io/decoders/builtin_decoder_kinds.h"
-#include "ferry/io/decoders/json_decoder.h"
 #include "ferry/io/decoders/label_decoder.h"
 #include "ferry/io/decoders/npy_decoder.h"
 #include "ferry/io/decoders/raw_decoder.h"
@@ -13,10 +12,11 @@ DecoderRegistry::DecoderRegistry() {
   add(std::make_shared<RawDecoder>());
   add(detail::jpeg_decoder_kind());
   add(detail::png_decoder_kind());
+  add(detail::webp_decoder_kind());
   add(detail::image_decoder_kind());
   add(std::make_shared<NpyDecoder>());
   add(std::make_shared<LabelDecoder>());
-  add(std::make_shared<JsonDecoder>());
+  add(detail::json_decoder_kind());
 }
 
 DecoderRegistry& DecoderRegistry::global() {

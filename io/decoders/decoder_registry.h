@@ -48,8 +48,8 @@ struct DecoderKind {
 /// Thread-safe: lookups share a lock, additions take it exclusively; nothing is ever removed.
 class DecoderRegistry {
  public:
-  /// A registry with the built-in decoders: raw, jpeg, png, image (JPEG or PNG, by the bytes), npy,
-  /// label, json.
+  /// A registry with the built-in decoders: raw, jpeg, png, webp, image (JPEG, PNG or WebP, by the
+  /// bytes), npy, label, json.
   DecoderRegistry();
   /// The process-wide registry that configs and make_pipeline() use; add your own decoders to it.
   static DecoderRegistry& global();

@@ -22,11 +22,12 @@ bool is_jpeg(const at::Tensor& encoded) {
 }  // namespace
 
 ImageDecoder::ImageDecoder(ImageDecodeOptions options, std::string name)
-    : name_(std::move(name)), jpeg_(options, name_), png_(options, name_) {}
+    : name_(std::move(name)), jpeg_(options, name_), png_(options, name_), webp_(options, name_) {}
 
 const Decoder& ImageDecoder::decoder_for(const at::Tensor& encoded) const {
   if (is_jpeg(encoded)) return jpeg_;
   if (PngDecoder::is_png(encoded)) return png_;
+  if (WebpDecoder::is_webp(encoded)) return webp_;
   std::string head;
   if (encoded.scalar_type() == at::kByte) {
     const at::Tensor bytes = encoded.slice(0, 0, std::min<int64_t>(encoded.numel(), 8)).contiguous();
@@ -37,8 +38,8 @@ const Decoder& ImageDecoder::decoder_for(const at::Tensor& encoded) const {
       head += hex;
     }
   }
-  throw Error("neither a JPEG nor a PNG (" + std::to_string(encoded.numel()) + " bytes" +
-              (head.empty() ? std::string() : ", starting " + head) + "): the image decoder reads those two");
+  throw Error("not a JPEG, PNG or WebP file (" + std::to_string(encoded.numel()) + " bytes" +
+              (head.empty() ? std::string() : ", starting " + head) + "): the image decoder reads those three");
 }
 
 at::Tensor ImageDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec) const {

@@ -7,14 +7,15 @@
 #include "ferry/io/decoders/image_decode_options.h"
 #include "ferry/io/decoders/jpeg_decoder.h"
 #include "ferry/io/decoders/png_decoder.h"
+#include "ferry/io/decoders/webp_decoder.h"
 
 namespace ferry {
 
-/// "image": a JPEG or a PNG file, told apart by its first bytes, decoded by JpegDecoder or PngDecoder
-/// with the same options: for folders and shards that mix the two. Each file gives exactly what the
+/// "image": a JPEG, PNG or WebP file, told apart by its first bytes, decoded by JpegDecoder, PngDecoder or
+/// WebpDecoder with the same options: for folders and shards that mix them. Each file gives exactly what the
 /// decoder of its format gives; anything else is an Error that says what the bytes are not.
 ///
-/// Threads: decode() is thread-safe, as both decoders are. Owns the two decoders.
+/// Threads: decode() is thread-safe, as the three decoders are. Owns them.
 class ImageDecoder : public Decoder {
  public:
   /// Throws ferry::Error for options (or a name) JpegDecoder refuses.
@@ -23,13 +24,13 @@ class ImageDecoder : public Decoder {
   std::string_view name() const override { return name_; }
   const ImageDecodeOptions& options() const noexcept { return jpeg_.options(); }
 
-  /// As JpegDecoder::decode() or PngDecoder::decode(), whichever the bytes' format needs. Throws
-  /// ferry::Error for bytes that are neither.
+  /// As JpegDecoder::decode(), PngDecoder::decode() or WebpDecoder::decode(), whichever the bytes'
+  /// format needs. Throws ferry::Error for bytes of another format.
   at::Tensor decode(const at::Tensor& encoded, const FieldSpec& spec) const override;
   at::Tensor decode_sample(const at::Tensor& encoded, const FieldSpec& spec,
                            const DecodeContext& context) const override;
-  /// No with a random crop: another crop every epoch.
-  bool same_every_epoch() const override { return options().crop != ImageDecodeOptions::Crop::kRandom; }
+  bool same_every_epoch() const override { return jpeg_.same_every_epoch(); }
+  std::vector<FieldSpec> companions(const FieldSpec& spec) const override { return jpeg_.companions(spec); }
 
  private:
   /// The decoder for `encoded`'s format; throws for an unknown one.
@@ -38,6 +39,7 @@ class ImageDecoder : public Decoder {
   std::string name_;
   JpegDecoder jpeg_;
   PngDecoder png_;
+  WebpDecoder webp_;
 };
 
 }  // namespace ferry

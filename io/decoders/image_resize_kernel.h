@@ -5,24 +5,31 @@
 
 #include "ferry/pipeline/cuda_types.h"
 
-// The GPU JPEG decoder's resize and crop (Note [GPU JPEG decode] in nvjpeg_decoder.h): the CPU path's
-// arithmetic (image_window.cpp's fixed-point bilinear taps) on the device. Internal: not installed; no
-// libtorch here (nvcc compiles it).
+// The GPU JPEG decoder's resize, crop and flip (Note [GPU JPEG decode] in nvjpeg_decoder.h): the CPU
+// path's arithmetic (image_resample.cpp's fixed-point Pillow filter, from the same tap tables, built on
+// the host) on the device, so both paths give the same bytes from the same decoded pixels. Internal: not
+// installed; no libtorch here (nvcc compiles it).
 
 namespace ferry::detail {
 
-/// One image: its decoded pixels (uint8 [height, width, 3], rows `width * 3` apart), averaged in blocks
-/// of `shrink` x `shrink` (the last ones partial, as libjpeg-turbo's scaled IDCT sizes them: the shrunk
-/// image is ceil(width / shrink) x ceil(height / shrink)), then resized to resized_w x resized_h, of which
-/// the window at (top, left) of out_w x out_h is written to `out` (contiguous).
+/// One axis' taps in device memory, as ResampleTaps holds them: output i sums `count[i]` source pixels
+/// from `first[i]`, weighted by weights[i * max_taps + t] (units of 1 << kResampleWeightBits).
+struct DeviceTaps {
+  const int32_t* first = nullptr;
+  const int32_t* count = nullptr;
+  const int32_t* weights = nullptr;
+  int32_t max_taps = 0;
+};
+
+/// One image: its decoded pixels (uint8 [height, width, 3], rows `width * 3` apart) through the row and
+/// column taps into `out` (uint8 [out_h, out_w, 3], contiguous), mirrored left to right with `flip`.
 struct ResizeJob {
   const uint8_t* source = nullptr;
   uint8_t* out = nullptr;
-  int32_t width = 0, height = 0;
-  int32_t shrink = 1;
-  int32_t resized_w = 0, resized_h = 0;
-  int32_t top = 0, left = 0;
+  int32_t width = 0;
   int32_t out_w = 0, out_h = 0;
+  int32_t flip = 0;
+  DeviceTaps rows, columns;
 };
 
 /// How many images one launch takes: their jobs travel in the launch's parameters (CUDA 12.1+ allows 32 KiB).

@@ -14,12 +14,12 @@ using JpegDecodeOptions = ImageDecodeOptions;
 
 /// "jpeg": one JPEG file's bytes (a 1-D uint8 tensor) in, an HWC uint8 RGB tensor of the field's
 /// fixed shape [H, W, 3] out, via libjpeg-turbo's TurboJPEG API. Grayscale JPEGs come out as three
-/// equal channels. CMYK and YCCK JPEGs are refused with an Error: turning ink amounts into RGB needs
-/// a colour-management system (TurboJPEG says the same), and a guessed formula would give silently
-/// wrong colours — convert such datasets to RGB once, offline.
+/// equal channels; CMYK and YCCK JPEGs as Pillow and torchvision turn them into RGB (Note [CMYK JPEGs]
+/// in jpeg_decoder.cpp: without colour management, as they do).
 ///
-/// The image is resized and cropped as the options say; the result must be exactly the field's
-/// [H, W, 3] (checked from the JPEG header, before any pixel is decoded), otherwise decode() throws
+/// The image is resized, cropped and flipped as the options say (Note [image geometry] in
+/// image_window.h); the result must be exactly the field's [H, W, 3] (or any size, for a field of
+/// [null, null, 3]; checked from the JPEG header, before any pixel is decoded), otherwise decode() throws
 /// naming both sizes and the options to set. Damaged data — anything libjpeg only warns about, such
 /// as a truncated file it would pad with gray — is an Error carrying TurboJPEG's message and the
 /// byte count: a corrupt sample never becomes plausible pixels.
@@ -49,16 +49,18 @@ class JpegDecoder : public Decoder {
 
   /// Thread-safe; allocates the output (and, when resizing, a scratch image); does not block.
   /// Throws ferry::Error for a spec that is not uint8 [H, W, 3], for bytes that are not a whole,
-  /// undamaged RGB/YCbCr/grayscale JPEG, for an image that does not come out at [H, W, 3], and for one
-  /// of more than 2^27 pixels to decode (checked from the header; a resize decodes at 1/2 to 1/8).
-  /// A random crop drawn from (the seed, the encoded bytes): the same in every epoch.
+  /// undamaged JPEG, for an image that does not come out at the field's [H, W, 3], and for one of more
+  /// than 2^27 pixels to decode (checked from the header; with dct_scaling, a resize decodes at 1/2 to
+  /// 1/8). Random crops and flips drawn from (the seed, the encoded bytes): the same in every epoch.
   at::Tensor decode(const at::Tensor& encoded, const FieldSpec& spec) const override;
   /// A random crop drawn from (the seed, context.epoch, context.index): another one every epoch, the
   /// same on every run (Note [random crop]). Otherwise as decode().
   at::Tensor decode_sample(const at::Tensor& encoded, const FieldSpec& spec,
                            const DecodeContext& context) const override;
-  /// No with a random crop: another crop every epoch.
-  bool same_every_epoch() const override { return options_.crop != ImageDecodeOptions::Crop::kRandom; }
+  /// No with a random crop or flip: another one every epoch.
+  bool same_every_epoch() const override;
+  /// `<field>_window` with options().window (image_window.h).
+  std::vector<FieldSpec> companions(const FieldSpec& spec) const override;
 
  private:
   /// `context` seeds a random crop; null: a digest of the bytes does.

@@ -23,8 +23,8 @@ struct JpegEncodeOptions {
 
 /// An HWC uint8 image in, the bytes of a baseline (or progressive) JPEG file out (a 1-D uint8 tensor, what a Source
 /// hands JpegDecoder), via libjpeg-turbo's TurboJPEG API. Channels: 3 = RGB (stored as YCbCr, as
-/// JPEG files are), 1 = gray, 4 = CMYK (stored as YCCK: only so that tests can make the CMYK files
-/// JpegDecoder refuses). Any strides: a non-contiguous image is copied first.
+/// JPEG files are), 1 = gray, 4 = CMYK (stored as YCCK, with an Adobe marker, as print workflows write
+/// them). Any strides: a non-contiguous image is copied first.
 ///
 /// Deterministic: the same pixels and options give the same bytes from the same libjpeg-turbo (its
 /// accurate integer DCT, standard Huffman tables, a JFIF header with no varying fields). Another

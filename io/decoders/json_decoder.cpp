@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ferry/io/decoders/builtin_decoder_kinds.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/pipeline/error.h"
 
@@ -180,6 +181,11 @@ class Parser {
         values_.push_back(from_bool(truth));
         return;
       }
+    }
+    if (c == '{') {
+      fail(pos_,
+           "expected a number or an array, found an object (for a document of objects, give the field a "
+           "JSON pointer to the value to read: select: /boxes)");
     }
     if (c != '-' && !is_digit(c)) fail(pos_, "expected a number or an array, found " + what_is_at(pos_));
     leaf_at(depth, pos_);
@@ -357,7 +363,341 @@ at::Tensor decode_as(const char* data, int64_t size, const FieldSpec& spec, std:
   return out;
 }
 
+// Note [JSON pointers]
+// ~~~~~~~~~~~~~~~~~~~~
+// With a pointer, the Locator scans the whole document once, checking it as RFC 8259 says (so a
+// damaged file fails whichever field reads it), and remembers the bytes of the value the pointer
+// selects: an object's member by name (its last one, where a name repeats, as Python's json module
+// takes it), an array's element by index. The value parser then reads those bytes as it reads a whole
+// document, so a selected value has the same rules and messages, with offsets in the member.
+class Locator {
+ public:
+  Locator(const char* data, int64_t size, const std::vector<std::string>& tokens)
+      : data_(data), size_(size), tokens_(tokens) {}
+
+  /// The selected value's bytes [first, second). Throws ferry::Error for malformed JSON (naming the
+  /// byte offset) and for a pointer that selects nothing (naming where it stopped).
+  std::pair<int64_t, int64_t> find(const std::string& pointer) {
+    if (size_ == 0) fail(0, "the member is empty; expected a JSON document");
+    skip_space();
+    value(0, 0, true);
+    skip_space();
+    if (pos_ < size_) fail(pos_, "expected nothing after the document, found " + what_is_at(pos_));
+    if (begin_ < 0) throw Error("json: nothing at '" + pointer + "': " + missing_);
+    return {begin_, end_};
+  }
+
+ private:
+  void skip_space() {
+    while (pos_ < size_ && is_space(data_[pos_])) ++pos_;
+  }
+
+  std::string what_is_at(int64_t at) const {
+    if (at >= size_) return "the end of the input";
+    const auto byte = static_cast<unsigned char>(data_[at]);
+    if (byte >= 0x20 && byte < 0x7F) return std::string("'") + static_cast<char>(byte) + "'";
+    static constexpr char kHex[] = "0123456789abcdef";
+    return std::string("byte 0x") + kHex[byte >> 4] + kHex[byte & 15];
+  }
+
+  // Where the path stopped, for the message; the first such place is the one the pointer names.
+  void missed(std::string why) {
+    if (missing_.empty()) missing_ = std::move(why);
+  }
+
+  // One value; `level` tokens of the pointer lead here, and `on_path` says whether they match.
+  void value(int depth, size_t level, bool on_path) {
+    if (pos_ >= size_) fail(pos_, "expected a value, found the end of the input");
+    const int64_t begin = pos_;
+    const char c = data_[pos_];
+    const bool inside = on_path && level < tokens_.size();
+    if (c == '{') {
+      object(depth, level, on_path);
+    } else if (c == '[') {
+      array(depth, level, on_path);
+    } else {
+      if (c == '"') {
+        string(false);
+      } else if (!literal("true") && !literal("false") && !literal("null")) {
+        if (c != '-' && !is_digit(c)) fail(pos_, "expected a value, found " + what_is_at(pos_));
+        number();
+      }
+      if (inside) {
+        missed("'" + tokens_[level] + "' is looked up in " + std::string(c == '"' ? "a string" : "a scalar") +
+               " at byte " + std::to_string(begin));
+      }
+    }
+    if (on_path && level == tokens_.size()) {
+      begin_ = begin;
+      end_ = pos_;
+    }
+  }
+
+  bool literal(std::string_view word) {
+    if (size_ - pos_ >= static_cast<int64_t>(word.size()) && std::string_view(data_ + pos_, word.size()) == word) {
+      pos_ += static_cast<int64_t>(word.size());
+      return true;
+    }
+    return false;
+  }
+
+  void nested(int depth, int64_t open) const {
+    if (depth >= JsonDecoder::kMaxDepth) {
+      fail(open, "arrays and objects nested more than " + std::to_string(JsonDecoder::kMaxDepth) + " deep");
+    }
+  }
+
+  void object(int depth, size_t level, bool on_path) {
+    const int64_t open = pos_;
+    nested(depth, open);
+    const bool inside = on_path && level < tokens_.size();
+    bool found = false;
+    std::string names;
+    ++pos_;
+    skip_space();
+    if (pos_ < size_ && data_[pos_] == '}') {
+      ++pos_;
+    } else {
+      for (;;) {
+        if (pos_ >= size_ || data_[pos_] != '"') fail(pos_, "expected a member's name, found " + what_is_at(pos_));
+        const std::string name = string(inside);
+        skip_space();
+        if (pos_ >= size_ || data_[pos_] != ':') fail(pos_, "expected ':' after a name, found " + what_is_at(pos_));
+        ++pos_;
+        skip_space();
+        const bool match = inside && name == tokens_[level];
+        found = found || match;
+        if (inside && names.size() < 200) names += (names.empty() ? "" : ", ") + name;
+        value(depth + 1, level + 1, match);
+        skip_space();
+        if (pos_ < size_ && data_[pos_] == '}') {
+          ++pos_;
+          break;
+        }
+        if (pos_ >= size_ || data_[pos_] != ',')
+          fail(pos_, "expected ',' or '}' in an object, found " + what_is_at(pos_));
+        ++pos_;
+        skip_space();
+      }
+    }
+    if (inside && !found) {
+      missed("the object at byte " + std::to_string(open) + " has no member '" + tokens_[level] + "'" +
+             (names.empty() ? std::string(" (it is empty)") : " (its members: " + names + ")"));
+    }
+  }
+
+  void array(int depth, size_t level, bool on_path) {
+    const int64_t open = pos_;
+    nested(depth, open);
+    const bool inside = on_path && level < tokens_.size();
+    // An index is digits without leading zeros ("-", the element after the last, selects nothing).
+    int64_t wanted = -1;
+    if (inside) {
+      const std::string& token = tokens_[level];
+      if (!token.empty() && token.size() < 18 && std::all_of(token.begin(), token.end(), is_digit) &&
+          (token.size() == 1 || token[0] != '0')) {
+        wanted = std::stoll(token);
+      }
+    }
+    int64_t count = 0;
+    ++pos_;
+    skip_space();
+    if (pos_ < size_ && data_[pos_] == ']') {
+      ++pos_;
+    } else {
+      for (;;) {
+        value(depth + 1, level + 1, inside && count == wanted);
+        ++count;
+        skip_space();
+        if (pos_ < size_ && data_[pos_] == ']') {
+          ++pos_;
+          break;
+        }
+        if (pos_ >= size_ || data_[pos_] != ',')
+          fail(pos_, "expected ',' or ']' in an array, found " + what_is_at(pos_));
+        ++pos_;
+        skip_space();
+      }
+    }
+    if (inside && !(wanted >= 0 && wanted < count)) {
+      missed("the array at byte " + std::to_string(open) + " has " + std::to_string(count) + " elements, so '" +
+             tokens_[level] + "' is none of them (an index is 0.." + std::to_string(count - 1) + ")");
+    }
+  }
+
+  // A string at pos_ (its opening quote), checked: escapes, no raw control characters, UTF-8. Returns
+  // its text, unescaped, when `keep`.
+  std::string string(bool keep) {
+    std::string text;
+    ++pos_;
+    for (;;) {
+      if (pos_ >= size_) fail(pos_, "a string is not closed (no '\"' before the end of the input)");
+      const auto byte = static_cast<unsigned char>(data_[pos_]);
+      if (byte == '"') {
+        ++pos_;
+        return text;
+      }
+      if (byte < 0x20) fail(pos_, "a control character (" + what_is_at(pos_) + ") in a string must be escaped");
+      if (byte == '\\') {
+        escape(keep ? &text : nullptr);
+        continue;
+      }
+      const int64_t start = pos_;
+      utf8();
+      if (keep) text.append(data_ + start, static_cast<size_t>(pos_ - start));
+    }
+  }
+
+  // One UTF-8 character at pos_: a shortest form, no surrogates, at most U+10FFFF.
+  void utf8() {
+    const auto lead = static_cast<unsigned char>(data_[pos_]);
+    int extra = 0;
+    uint32_t code = lead;
+    if (lead >= 0xF0 && lead <= 0xF4) {
+      extra = 3;
+      code = lead & 0x07u;
+    } else if (lead >= 0xE0) {
+      extra = lead <= 0xEF ? 2 : -1;
+      code = lead & 0x0Fu;
+    } else if (lead >= 0xC2) {
+      extra = 1;
+      code = lead & 0x1Fu;
+    } else if (lead >= 0x80) {
+      extra = -1;
+    }
+    if (extra < 0 || size_ - pos_ <= extra)
+      fail(pos_, "a string holds bytes that are not UTF-8 (" + what_is_at(pos_) + ")");
+    for (int i = 1; i <= extra; ++i) {
+      const auto next = static_cast<unsigned char>(data_[pos_ + i]);
+      if ((next & 0xC0u) != 0x80u) fail(pos_, "a string holds bytes that are not UTF-8 (" + what_is_at(pos_) + ")");
+      code = (code << 6) | (next & 0x3Fu);
+    }
+    const bool overlong = (extra == 2 && code < 0x800) || (extra == 3 && code < 0x10000);
+    if (overlong || (code >= 0xD800 && code <= 0xDFFF) || code > 0x10FFFF) {
+      fail(pos_, "a string holds bytes that are not UTF-8 (an overlong form, a surrogate or past U+10FFFF)");
+    }
+    pos_ += 1 + extra;
+  }
+
+  void escape(std::string* text) {
+    const int64_t at = pos_;
+    ++pos_;
+    if (pos_ >= size_) fail(at, "a string ends in the middle of an escape");
+    const char c = data_[pos_++];
+    const auto put = [&](char out) {
+      if (text != nullptr) text->push_back(out);
+    };
+    switch (c) {
+      case '"': put('"'); return;
+      case '\\': put('\\'); return;
+      case '/': put('/'); return;
+      case 'b': put('\b'); return;
+      case 'f': put('\f'); return;
+      case 'n': put('\n'); return;
+      case 'r': put('\r'); return;
+      case 't': put('\t'); return;
+      case 'u': break;
+      default: fail(at, std::string("an unknown escape '\\") + c + "' in a string");
+    }
+    uint32_t code = hex4(at);
+    if (code >= 0xD800 && code <= 0xDBFF) {  // a high surrogate: its low one follows as \uXXXX
+      if (size_ - pos_ < 6 || data_[pos_] != '\\' || data_[pos_ + 1] != 'u') fail(at, "a lone surrogate escape");
+      pos_ += 2;
+      const uint32_t low = hex4(at);
+      if (low < 0xDC00 || low > 0xDFFF) fail(at, "a lone surrogate escape");
+      code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+    } else if (code >= 0xDC00 && code <= 0xDFFF) {
+      fail(at, "a lone surrogate escape");
+    }
+    if (text == nullptr) return;
+    if (code < 0x80) {
+      text->push_back(static_cast<char>(code));
+    } else if (code < 0x800) {
+      text->push_back(static_cast<char>(0xC0 | (code >> 6)));
+      text->push_back(static_cast<char>(0x80 | (code & 0x3F)));
+    } else if (code < 0x10000) {
+      text->push_back(static_cast<char>(0xE0 | (code >> 12)));
+      text->push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
+      text->push_back(static_cast<char>(0x80 | (code & 0x3F)));
+    } else {
+      text->push_back(static_cast<char>(0xF0 | (code >> 18)));
+      text->push_back(static_cast<char>(0x80 | ((code >> 12) & 0x3F)));
+      text->push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
+      text->push_back(static_cast<char>(0x80 | (code & 0x3F)));
+    }
+  }
+
+  uint32_t hex4(int64_t at) {
+    if (size_ - pos_ < 4) fail(at, "a \\u escape needs four hex digits");
+    uint32_t code = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char h = data_[pos_++];
+      const int digit = is_digit(h)              ? h - '0'
+                        : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                        : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                                 : -1;
+      if (digit < 0) fail(at, "a \\u escape needs four hex digits");
+      code = code * 16 + static_cast<uint32_t>(digit);
+    }
+    return code;
+  }
+
+  // RFC 8259's number grammar, checked without reading the value.
+  void number() {
+    const int64_t start = pos_;
+    if (data_[pos_] == '-') ++pos_;
+    if (pos_ >= size_ || !is_digit(data_[pos_])) fail(pos_, "expected a digit after '-', found " + what_is_at(pos_));
+    if (data_[pos_] == '0' && pos_ + 1 < size_ && is_digit(data_[pos_ + 1])) {
+      fail(start, "leading zeros are not allowed in a number");
+    }
+    while (pos_ < size_ && is_digit(data_[pos_])) ++pos_;
+    if (pos_ < size_ && data_[pos_] == '.') {
+      ++pos_;
+      if (pos_ >= size_ || !is_digit(data_[pos_])) fail(pos_, "expected a digit after '.', found " + what_is_at(pos_));
+      while (pos_ < size_ && is_digit(data_[pos_])) ++pos_;
+    }
+    if (pos_ < size_ && (data_[pos_] == 'e' || data_[pos_] == 'E')) {
+      ++pos_;
+      if (pos_ < size_ && (data_[pos_] == '-' || data_[pos_] == '+')) ++pos_;
+      if (pos_ >= size_ || !is_digit(data_[pos_])) {
+        fail(pos_, "expected a digit in the exponent, found " + what_is_at(pos_));
+      }
+      while (pos_ < size_ && is_digit(data_[pos_])) ++pos_;
+    }
+  }
+
+  const char* data_;
+  const int64_t size_;
+  const std::vector<std::string>& tokens_;
+  int64_t pos_ = 0;
+  int64_t begin_ = -1, end_ = -1;
+  std::string missing_;
+};
+
 }  // namespace
+
+JsonDecoder::JsonDecoder(std::string pointer) : pointer_(std::move(pointer)) {
+  if (pointer_.empty()) return;
+  if (pointer_[0] != '/') {
+    throw Error("json: select '" + pointer_ + "' is not a JSON pointer: it starts with '/' (e.g. /boxes)");
+  }
+  for (size_t begin = 1;;) {
+    const size_t end = std::min(pointer_.find('/', begin), pointer_.size());
+    std::string token;
+    for (size_t i = begin; i < end; ++i) {
+      if (pointer_[i] != '~') {
+        token.push_back(pointer_[i]);
+      } else if (i + 1 < end && (pointer_[i + 1] == '0' || pointer_[i + 1] == '1')) {
+        token.push_back(pointer_[++i] == '0' ? '~' : '/');
+      } else {
+        throw Error("json: select '" + pointer_ + "': a '~' is written ~0, and a '/' inside a name ~1 (RFC 6901)");
+      }
+    }
+    tokens_.push_back(std::move(token));
+    if (end == pointer_.size()) break;
+    begin = end + 1;
+  }
+}
 
 at::Tensor JsonDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec) const {
   if (encoded.scalar_type() != at::kByte || encoded.dim() != 1) {
@@ -366,7 +706,23 @@ at::Tensor JsonDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec)
   }
   const at::Tensor bytes = encoded.is_contiguous() ? encoded : encoded.contiguous();
   const auto* data = static_cast<const char*>(bytes.data_ptr());
-  const int64_t size = bytes.numel();
+  int64_t size = bytes.numel();
+  int64_t offset = 0;
+  if (!tokens_.empty() || !pointer_.empty()) {  // Note [JSON pointers]
+    const auto [begin, end] = Locator(data, size, tokens_).find(pointer_);
+    offset = begin;
+    size = end - begin;
+  }
+  try {
+    return decode_value(data + offset, size, spec);
+  } catch (const Error& e) {
+    if (offset == 0) throw;
+    throw Error(e.cause() + " (in the value at '" + pointer_ + "', which starts at byte " + std::to_string(offset) +
+                ")");
+  }
+}
+
+at::Tensor JsonDecoder::decode_value(const char* data, int64_t size, const FieldSpec& spec) const {
   switch (spec.dtype) {
     case at::kByte: return decode_as<uint8_t>(data, size, spec, "uint8", 0, 255);
     case at::kChar: return decode_as<int8_t>(data, size, spec, "int8", -128, 127);
@@ -388,4 +744,37 @@ at::Tensor JsonDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec)
   }
 }
 
+namespace detail {
+
+DecoderKind json_decoder_kind() {
+  DecoderKind kind;
+  kind.name = "json";
+  kind.description =
+      "A JSON number or (nested) array of numbers to a tensor of the field's dtype and shape; with `select`, the "
+      "value a JSON pointer names in a document of objects.";
+  kind.keys = {{.name = "select",
+                .type = KeySpec::Type::kString,
+                .description = "A JSON pointer (RFC 6901) to the value to read, so that one `.json` member feeds "
+                               "several fields: /boxes, /annotations/0/bbox. Without it the whole document is the "
+                               "value.",
+                .default_value = "the whole document",
+                .example = "/boxes",
+                .min = 1,
+                .expected = "a JSON pointer such as /boxes"}};
+  kind.make = [](const DecoderArgs& args) -> std::shared_ptr<const Decoder> {
+    return std::make_shared<JsonDecoder>(args.keys.text_or("select", ""));
+  };
+  kind.check = [](const KeyValue& field, KeyProblems& problems) {
+    if (const KeyValue* select = field.find("select")) {
+      try {
+        (void)JsonDecoder(select->text());
+      } catch (const Error& e) {
+        problems.add(*select, e.cause());
+      }
+    }
+  };
+  return kind;
+}
+
+}  // namespace detail
 }  // namespace ferry

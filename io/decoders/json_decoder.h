@@ -1,14 +1,22 @@
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "ferry/io/decoders/decoder.h"
 
 namespace ferry {
 
 /// "json": a JSON number, or a (nested) array of numbers, as WebDataset's ".json" members hold them
-/// when they are parsed rather than kept as bytes ("raw").
+/// when they are parsed rather than kept as bytes ("raw"); or the one of them that a JSON pointer
+/// (RFC 6901) selects in a document of objects, so that one `.json` feeds several fields
+/// (`{"boxes": [[...]], "labels": [...]}` as `select: /boxes` and `select: /labels`).
 ///
-/// In: the member's bytes (a 1-D uint8 tensor), UTF-8 JSON text per RFC 8259 restricted to numbers,
-/// `true`/`false` (1/0) and arrays. Out: a C-contiguous tensor of spec.dtype (uint8, int8, int16,
+/// In: the member's bytes (a 1-D uint8 tensor), UTF-8 JSON text per RFC 8259. With a pointer the whole
+/// document is checked (objects, strings with their escapes and UTF-8, null; duplicate names: the last
+/// one counts, as Python's json module takes it) and the selected value is read; without one the
+/// document itself is the value. The value holds numbers, `true`/`false` (1/0) and arrays only.
+/// Out: a C-contiguous tensor of spec.dtype (uint8, int8, int16,
 /// int32, int64, bool, float16, bfloat16, float32 or float64) whose shape is the nesting of the arrays:
 /// a number is a 0-d tensor (field shape []), [[1, 2, 3], [4, 5, 6]] is [2, 3]. The arrays must be
 /// rectangular, and the shape must match the field's: the same rank, every fixed dimension equal, a
@@ -31,13 +39,25 @@ namespace ferry {
 /// keeps no state and owns nothing). The output owns its data.
 class JsonDecoder : public Decoder {
  public:
-  /// Deepest nesting of arrays accepted (the parser's recursion bound).
+  /// Deepest nesting of arrays and objects accepted (the parser's recursion bound).
   static constexpr int kMaxDepth = 32;
 
+  /// `pointer`: the value to read, as RFC 6901 writes it ("/boxes", "/annotations/0/bbox"); "" for
+  /// the whole document. Throws ferry::Error for a pointer that does not start with '/' or holds a '~'
+  /// other than ~0 and ~1.
+  explicit JsonDecoder(std::string pointer = "");
+
   std::string_view name() const override { return "json"; }
+  const std::string& pointer() const noexcept { return pointer_; }
   /// Thread-safe; allocates the values and the output; does not block. Throws ferry::Error as the
   /// class says; the decode stage adds the sample and the field.
   at::Tensor decode(const at::Tensor& encoded, const FieldSpec& spec) const override;
+
+ private:
+  at::Tensor decode_value(const char* data, int64_t size, const FieldSpec& spec) const;
+
+  std::string pointer_;
+  std::vector<std::string> tokens_;  // the pointer's reference tokens, unescaped
 };
 
 }  // namespace ferry

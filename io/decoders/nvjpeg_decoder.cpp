@@ -65,9 +65,7 @@ std::string failed(const char* call, nvjpegStatus_t status) {
 
 // Whether a window is the whole decoded image, unresized: the decoder can then write it in place.
 bool in_place(const GpuJpegImage& image) {
-  const ImageWindow& w = image.window;
-  return image.shrink == 1 && w.resized_h == image.height && w.resized_w == image.width && w.top == 0 && w.left == 0 &&
-         w.out_h == image.height && w.out_w == image.width;
+  return image.window.height == image.height && image.window.width == image.width && whole_image(image.window);
 }
 
 }  // namespace
@@ -217,7 +215,8 @@ void NvJpegDecoder::warm() {
     image.data = jpeg.data_ptr<uint8_t>();
     image.size = static_cast<size_t>(jpeg.numel());
     image.width = image.height = static_cast<int>(kSide);
-    image.window = ImageWindow{kSide, kSide, 0, 0, kSide - 1, kSide - 1};  // resized: the scratch path too
+    image.window.height = image.window.width = kSide;  // resized: the scratch path too
+    image.window.rows = image.window.columns = AxisWindow{0.0, static_cast<double>(kSide), kSide - 1, 0, kSide - 1};
     image.out = static_cast<uint8_t*>(output.memory) + k * window_bytes;
   }
   size_t unmade = kMaxWorkers;
@@ -354,7 +353,55 @@ std::vector<std::string> NvJpegDecoder::decode_on(Worker& worker, std::span<cons
     scratch +=
         (size_t{3} * static_cast<size_t>(images[i].width) * static_cast<size_t>(images[i].height) + 255) / 256 * 256;
   }
-  auto* base = static_cast<unsigned char*>(scratch != 0 ? worker.scratch_of(scratch) : nullptr);
+  // The resize jobs' tap tables, made on the host as the CPU path makes them (image_resample.cpp says
+  // why), go to the device in one copy, after the decoded images in the scratch memory.
+  std::vector<ResizeJob> jobs(images.size());
+  std::vector<int32_t> tables;
+  struct Placed {
+    size_t rows[3] = {}, columns[3] = {};  // offsets of first, count and weights in `tables`
+  };
+  std::vector<Placed> placed(images.size());
+  const auto append = [&](const ResampleTaps& taps, size_t(&at)[3]) {
+    at[0] = tables.size();
+    tables.insert(tables.end(), taps.first.begin(), taps.first.end());
+    at[1] = tables.size();
+    tables.insert(tables.end(), taps.count.begin(), taps.count.end());
+    at[2] = tables.size();
+    tables.insert(tables.end(), taps.weights.begin(), taps.weights.end());
+  };
+  for (size_t i = 0; i < images.size(); ++i) {
+    if (in_place(images[i])) continue;
+    const GpuJpegImage& image = images[i];
+    ImageDecodeOptions filter;
+    filter.interpolation = image.interpolation;
+    filter.antialias = image.antialias;
+    const WindowTaps taps = window_taps(image.window, image.height, image.width, filter);
+    append(taps.rows, placed[i].rows);
+    append(taps.columns, placed[i].columns);
+    ResizeJob& job = jobs[i];
+    job.out = image.out;
+    job.width = image.width;
+    job.out_w = static_cast<int32_t>(image.window.out_w());
+    job.out_h = static_cast<int32_t>(image.window.out_h());
+    job.flip = image.window.flip ? 1 : 0;
+    job.rows.max_taps = taps.rows.max_taps;
+    job.columns.max_taps = taps.columns.max_taps;
+  }
+  const size_t table_bytes = tables.size() * sizeof(int32_t);
+  auto* base = static_cast<unsigned char*>(scratch != 0 ? worker.scratch_of(scratch + table_bytes) : nullptr);
+  if (table_bytes != 0) {
+    const auto* device_tables = reinterpret_cast<const int32_t*>(base + scratch);
+    FERRY_CUDA_CHECK(
+        cudaMemcpyAsync(base + scratch, tables.data(), table_bytes, cudaMemcpyHostToDevice, worker.stream));
+    for (size_t i = 0; i < images.size(); ++i) {
+      if (in_place(images[i])) continue;
+      jobs[i].source = base + offsets[i];
+      jobs[i].rows = {device_tables + placed[i].rows[0], device_tables + placed[i].rows[1],
+                      device_tables + placed[i].rows[2], jobs[i].rows.max_taps};
+      jobs[i].columns = {device_tables + placed[i].columns[0], device_tables + placed[i].columns[1],
+                         device_tables + placed[i].columns[2], jobs[i].columns.max_taps};
+    }
+  }
   std::vector<const unsigned char*> data(images.size());
   std::vector<size_t> lengths(images.size());
   std::vector<nvjpegImage_t> outputs(images.size());
@@ -380,25 +427,12 @@ std::vector<std::string> NvJpegDecoder::decode_on(Worker& worker, std::span<cons
       worker.wait();
     }
   }
-
-  std::vector<ResizeJob> jobs;
+  // Only the images that decoded are resized; the tables' copy is ahead of the kernel on the stream.
+  size_t kept = 0;
   for (size_t i = 0; i < images.size(); ++i) {
-    if (!decoded[i] || in_place(images[i])) continue;
-    const GpuJpegImage& image = images[i];
-    ResizeJob job;
-    job.source = base + offsets[i];
-    job.out = image.out;
-    job.width = image.width;
-    job.height = image.height;
-    job.shrink = image.shrink;
-    job.resized_w = static_cast<int32_t>(image.window.resized_w);
-    job.resized_h = static_cast<int32_t>(image.window.resized_h);
-    job.top = static_cast<int32_t>(image.window.top);
-    job.left = static_cast<int32_t>(image.window.left);
-    job.out_w = static_cast<int32_t>(image.window.out_w);
-    job.out_h = static_cast<int32_t>(image.window.out_h);
-    jobs.push_back(job);
+    if (decoded[i] && !in_place(images[i])) jobs[kept++] = jobs[i];
   }
+  jobs.resize(kept);
   for (size_t first = 0; first < jobs.size(); first += kResizeJobsPerLaunch) {
     launch_resize_kernel(jobs.data() + first, std::min(kResizeJobsPerLaunch, jobs.size() - first), worker.stream);
   }

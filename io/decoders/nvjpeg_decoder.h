@@ -28,13 +28,14 @@ namespace ferry::detail {
 //  * The task reads the samples, on every idle decode thread at once (PipelineGraph::decode_samples),
 //    and asks the decode stage for each field; a GPU field's JPEG header is
 //    read on the CPU (TurboJPEG), the window the field keeps is planned exactly as on the CPU path
-//    (plan_image_window: the same resize, center or random crop), and nvJPEG is asked whether its
+//    (plan_image_window: the same resize, crop and flip), and nvJPEG is asked whether its
 //    hardware can decode the file (nvjpegDecodeBatchedSupported: baseline, YCbCr or grayscale, usual
 //    subsamplings). Those it cannot (progressive, CMYK, 4:1:1 ...) are decoded on the CPU right there.
 //  * NvJpegDecoder::decode() decodes the rest in one nvjpegDecodeBatched call, into the window's place in
 //    one device allocation per group when the image needs no resize, else into a scratch image that one
-//    kernel resizes and crops with the CPU path's arithmetic (11-bit fixed-point bilinear taps, after an
-//    area average by the factor libjpeg-turbo's scaled IDCT would shrink by), then waits for its stream.
+//    kernel resizes, crops and flips with the CPU path's arithmetic (Pillow's filter from the same tap
+//    tables, made on the host: image_resize_kernel.h), then waits for its stream. dct_scaling is a CPU
+//    decoder's shortcut: the GPU always decodes the whole image.
 //    A batch that fails is decoded again image by image, so that only the damaged images fail; each is
 //    then tried on the CPU, and what fails there too is the sample's error, with its key.
 //  * The samples' fields are then device tensors. Pack leaves their slots in the slab empty and h2d copies
@@ -47,14 +48,15 @@ namespace ferry::detail {
 // depend on the path.
 
 /// One image for NvJpegDecoder::decode(): its encoded bytes (host memory), its size, the window the field
-/// keeps and the shrink before the resize (jpeg_shrink_factor()), and where the window goes (device
-/// memory, uint8 [window.out_h, window.out_w, 3], contiguous).
+/// keeps and the filter that resamples it, and where the window goes (device memory, uint8
+/// [window.out_h(), window.out_w(), 3], contiguous).
 struct GpuJpegImage {
   const uint8_t* data = nullptr;
   size_t size = 0;
   int width = 0, height = 0;
   ImageWindow window;
-  int shrink = 1;
+  ImageDecodeOptions::Interpolation interpolation = ImageDecodeOptions::Interpolation::kBilinear;
+  bool antialias = true;
   uint8_t* out = nullptr;
 };
 

@@ -47,8 +47,7 @@ void on_error(png_structp png, png_const_charp message) {
 // files, and so does ferry. Those that say the image data is damaged fail the file, as the JPEG decoder
 // fails a damaged JPEG, so that `on_error: skip` can skip it.
 void on_warning(png_structp png, png_const_charp message) {
-  static constexpr std::array<const char*, 3> kDamage{"Extra compressed data", "Too many IDATs",
-                                                      "Too much image data"};
+  static constexpr std::array<const char*, 3> kDamage{"Extra compressed data", "Too many IDATs", "Too much image data"};
   for (const char* damage : kDamage) {
     if (std::strstr(message, damage) != nullptr) png_error(png, message);
   }
@@ -196,20 +195,21 @@ at::Tensor PngDecoder::decode_with(const at::Tensor& encoded, const FieldSpec& s
   if (!read_rows(reader, rows.data())) throw failed("decoding");
   if (indexed) {
     if (const int past = expand_palette(indices, header.palette, image); past >= 0) {
-      std::snprintf(reader.message, sizeof reader.message, "a palette index (%d) past the palette's %zu entries",
-                    past, header.palette.size());
+      std::snprintf(reader.message, sizeof reader.message, "a palette index (%d) past the palette's %zu entries", past,
+                    header.palette.size());
       throw failed("decoding");
     }
   }
 
-  // Shrinking by 2x or more: average blocks of the largest whole factor first (as the JPEG decoder's
-  // DCT scaling does, by up to 8x there), so that the bilinear step shrinks by less than 2x and does
-  // not alias.
-  if (options_.resize_shorter > 0) {
-    const int64_t factor = std::min(height / window.resized_h, width / window.resized_w);
-    if (factor >= 2) image = detail::shrink_by_blocks(image, factor);
-  }
-  return detail::cut_window(image, window);
+  at::Tensor out = detail::resample_window(image, window, options_);
+  detail::report_window(options_, window, context);
+  return out;
+}
+
+bool PngDecoder::same_every_epoch() const { return !options_.random(); }
+
+std::vector<FieldSpec> PngDecoder::companions(const FieldSpec& spec) const {
+  return detail::image_companions(options_, spec);
 }
 
 }  // namespace ferry

@@ -15,12 +15,11 @@ namespace ferry {
 /// (One difference: PIL clips 16-bit grayscale to 255 where ferry, like torchvision, keeps the high
 /// byte.) Images of more than 2^27 pixels are refused from the header.
 ///
-/// Resize and crop as JpegDecoder does (ImageDecodeOptions, the same window and the same random crops:
-/// Note [random crop]); shrinking by 2x or more first averages blocks of pixels, so it does not
-/// alias. The result must be exactly the field's [H, W, 3] (checked from the header, before any pixel
-/// is decoded), otherwise decode() throws naming both sizes and the options to set. A file that is
-/// not a PNG, is truncated or has a bad checksum in a chunk the image needs is an Error carrying
-/// libpng's message and the byte count: a corrupt sample never becomes plausible pixels.
+/// Resize, crop and flip as JpegDecoder does (ImageDecodeOptions, the same windows and the same random
+/// choices: Note [image geometry]). The result must be exactly the field's [H, W, 3] (or any size for
+/// [null, null, 3]; checked from the header, before any pixel is decoded), otherwise decode() throws naming both sizes
+/// and the options to set. A file that is not a PNG, is truncated or has a bad checksum in a chunk the image needs is
+/// an Error carrying libpng's message and the byte count: a corrupt sample never becomes plausible pixels.
 ///
 /// Threads: decode() is thread-safe (each call has its own libpng state). The decoder owns only its
 /// options; the returned tensor owns its memory.
@@ -41,8 +40,10 @@ class PngDecoder : public Decoder {
   /// same on every run. Otherwise as decode().
   at::Tensor decode_sample(const at::Tensor& encoded, const FieldSpec& spec,
                            const DecodeContext& context) const override;
-  /// No with a random crop: another crop every epoch.
-  bool same_every_epoch() const override { return options_.crop != ImageDecodeOptions::Crop::kRandom; }
+  /// No with a random crop or flip: another one every epoch.
+  bool same_every_epoch() const override;
+  /// `<field>_window` with options().window (image_window.h).
+  std::vector<FieldSpec> companions(const FieldSpec& spec) const override;
 
   /// Whether `encoded` starts with PNG's signature.
   static bool is_png(const at::Tensor& encoded);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include "ferry/io/formats/builtin_source_kinds.h"
+#include "ferry/io/formats/field_keys.h"
 #include "ferry/io/formats/image_folder_source.h"
 #include "ferry/io/util/dataset_paths.h"
 
@@ -63,9 +64,9 @@ ImageFolderOptions image_folder_options(const KeyValue& source) {
   const KeyValue& image = source.at("image");
   options.image.decoder = image.text_or("decoder", "jpeg");  // the config's default: images decoded
   if (const KeyValue* shape = image.find("shape")) {
-    options.image.shape.clear();
-    for (const KeyValue& size : shape->items()) options.image.shape.push_back(size.integer());
+    options.image.shape = detail::shape_of(*shape);
   }
+  if (const KeyValue* pixels = image.find("max_pixels")) options.image.max_length = pixels->integer();
   return options;
 }
 
@@ -107,14 +108,10 @@ SourceKind image_folder_source_kind() {
        .example = "{shape: [224, 224, 3], resize_shorter: 256, crop: center}",
        .keys =
            {
-               {.name = "shape",
-                .type = Type::kList,
-                .description = "The decoded image's shape: [H, W, 3] for `jpeg`, `png` and `image`, uint8 RGB.",
-                .default_value = "required with jpeg, png, image; raw: bytes of any length",
-                .example = "[224, 224, 3]",
-                .item = {{.type = Type::kInteger, .min = 0, .max = 1073741824}},
-                .expected = "a list of integers >= 0, e.g. [224, 224, 3]",
-                .type_text = "list of integers >= 0"},
+               detail::shape_key("The decoded image's shape: [H, W, 3] for the image decoders (uint8 RGB), or "
+                                 "[null, null, 3] to keep each image's own size.",
+                                 "required with jpeg, png, webp, image; raw: bytes of any length", "[224, 224, 3]"),
+               detail::max_pixels_key(),
                {.name = "decoder",
                 .type = Type::kDecoder,
                 .description = "How a file's bytes become the image: jpeg, png, image (JPEG or PNG, told apart by "
@@ -152,14 +149,7 @@ SourceKind image_folder_source_kind() {
     std::ostringstream image;
     image << options.image.decoder << "[";
     for (const int64_t size : options.image.shape) image << size << ",";
-    const KeyValue& keys = source.at("image");
-    const KeyValue* resize = keys.find("resize_shorter");
-    const KeyValue* crop = keys.find("crop");
-    image << "]";
-    if (resize != nullptr || crop != nullptr) {
-      image << ":resize_shorter=" << (resize != nullptr ? std::to_string(resize->integer()) : std::string("0"))
-            << (crop != nullptr && crop->text() == "random" ? ":crop=random" : ":crop=center");
-    }
+    image << "]" << detail::image_order_text(source.at("image"));
     order["source.image"] = image.str();
     return order;
   };

@@ -149,8 +149,9 @@ ImageFolderSource::ImageFolderSource(ImageFolderOptions options) : options_(std:
   if (image.name == "label") throw Error(field + ": the name 'label' is taken by the class index");
   if (image.decoder.empty()) throw Error(field + " names no decoder");
   for (size_t d = 0; d < image.shape.size(); ++d) {
-    if (image.shape[d] < 0 && !(d == 0 && image.shape[d] == kVariableLength)) {
-      throw Error(field + ": only the first dim of its shape may be variable (-1); others must be >= 0");
+    if (image.shape[d] < 0 && image.shape[d] != kVariableLength) {
+      throw Error(field + ": a shape's sizes are >= 0, or null (" + std::to_string(kVariableLength) +
+                  ") for one that varies per image");
     }
   }
   if (image.max_length && (!image.variable() || *image.max_length < 0)) {
@@ -220,6 +221,11 @@ EncodedSample ImageFolderSource::read(uint64_t index) const {
   sample.fields.push_back(std::move(bytes));
   sample.fields.push_back(at::scalar_tensor(class_index, at::kLong));
   return sample;
+}
+
+std::string ImageFolderSource::key(uint64_t index) const {
+  if (index >= paths_.size()) return std::to_string(index);
+  return paths_[index];
 }
 
 std::string ImageFolderSource::describe() const {

@@ -56,11 +56,13 @@ class ImageFolderSource : public Source {
   /// "image_folder(data/images, 10 classes, 1000 samples)", and how many entries named as images were
   /// left out for not being files (dangling links, FIFOs, devices).
   std::string describe() const override;
+  /// The file's path below the root ("class-003/0042.jpg").
+  std::string key(uint64_t index) const override;
 
   /// Entries with an image's extension that are not files (dangling links, FIFOs, devices): no samples.
   uint64_t entries_not_files() const noexcept { return not_files_; }
   /// The class folders' names, in class-index order.
-  const std::vector<std::string>& class_names() const noexcept { return class_names_; }
+  std::vector<std::string> class_names() const override { return class_names_; }
   /// The class index of sample `index`. Throws ferry::Error for an index out of range. O(log C).
   int64_t label(uint64_t index) const;
   const ImageFolderOptions& options() const noexcept { return options_; }

@@ -54,6 +54,8 @@ struct SampleContext {
 struct EncodedSample {
   uint64_t index = 0;
   std::string key;
+  /// One per field, in fields() order. An undefined tensor is a field the sample lacks (an optional
+  /// member): it is decoded to zeros of the field's shape (a variable size as 0), without its decoder.
   std::vector<at::Tensor> fields;
 };
 
@@ -83,6 +85,12 @@ class Source {
   }
   /// One line for reports and errors, e.g. "synthetic(seed=7, samples=10000, fields=3)".
   virtual std::string describe() const = 0;
+  /// The key read() gives sample `index` ("shard-0003.tar:000123", a file's path), without reading
+  /// it: what a batch says it holds. By default the index as text. Thread-safe.
+  virtual std::string key(uint64_t index) const { return std::to_string(index); }
+  /// The names of the classes its label field numbers, in label order (an image folder's class
+  /// folders); empty where it has none.
+  virtual std::vector<std::string> class_names() const { return {}; }
   /// Where the samples lie in shards that are best read in order (tar files): each shard's number of
   /// samples, the shards in sample order. Shard-aware orders (sampler.shuffle_buffer) use it. Empty
   /// (the default): one collection read at random.

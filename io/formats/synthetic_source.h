@@ -52,6 +52,7 @@ class SyntheticSource : public Source {
   uint64_t size() const override { return options_.samples; }
   EncodedSample read(uint64_t index) const override;
   std::string describe() const override;
+  std::string key(uint64_t index) const override { return "synthetic:" + std::to_string(index); }
 
   /// The decoded tensors of sample `index`, in field order: what a pipeline must deliver.
   std::vector<at::Tensor> expected(uint64_t index) const;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include "ferry/io/formats/builtin_source_kinds.h"
+#include "ferry/io/formats/field_keys.h"
 #include "ferry/io/formats/tar_shard_source.h"
 #include "ferry/io/util/dataset_paths.h"
 #include "ferry/io/util/dtype_names.h"
@@ -27,28 +28,27 @@ std::vector<KeySpec> member_keys() {
        .min = 1,
        .expected = "a non-empty name"},
       {.name = "extension",
-       .type = Type::kString,
-       .description = "The member's extension, without the dot: `jpg`, `cls`, `seg.png`.",
+       .type = Type::kList,
+       .description = "The member's extension, without the dot: `jpg`, `cls`, `seg.png`; or a list of them, "
+                      "`[jpg, jpeg, png, webp]`, of which each sample's first one is read.",
        .default_value = "required",
        .required = true,
-       .example = "jpg",
+       .example = "[jpg, png]",
        .min = 1,
-       .expected = "a non-empty name"},
+       .item = {{.type = Type::kString, .min = 1, .expected = "a non-empty name"}},
+       .one_or_list = true,
+       .expected = "an extension or a list of them",
+       .type_text = "extension or list of extensions"},
       {.name = "dtype",
        .type = Type::kChoice,
        .description = "Element type after decoding.",
        .default_value = "uint8",
        .example = "uint8",
        .choices = dtype_names()},
-      {.name = "shape",
-       .type = Type::kList,
-       .description = "Shape after decoding, [H, W, 3] for the image decoders. Without it the field is "
-                      "variable-length in its first dimension.",
-       .default_value = "bytes of any length",
-       .example = "[64, 64, 3]",
-       .item = {{.type = Type::kInteger, .min = 0, .max = 1073741824}},
-       .expected = "a list of integers >= 0, e.g. [224, 224, 3]",
-       .type_text = "list of integers >= 0"},
+      detail::shape_key("Shape after decoding, [H, W, 3] for the image decoders. null for a size that varies per "
+                        "sample: the first ([null, 4]: boxes; any number of rows), or H and W of an image ([null, "
+                        "null, 3]: each image its own size). Without it the field is bytes of any length.",
+                        "bytes of any length", "[64, 64, 3]"),
       {.name = "max_length",
        .type = Type::kInteger,
        .description = "Longest first dimension of a variable-length field: lets `pool.slab_size` be auto.",
@@ -56,16 +56,19 @@ std::vector<KeySpec> member_keys() {
        .example = "4096",
        .min = 1,
        .max = 1073741824},
+      detail::max_pixels_key(),
       {.name = "decoder",
        .type = Type::kDecoder,
-       .description = "How the member's bytes become the field: raw, jpeg, png, image (JPEG or PNG, told apart by "
-                      "their bytes), npy, label, json, or one your program or a plugin registers. The mapping also "
-                      "takes the decoder's own keys (docs/config.md, Decoders).",
+       .description =
+           "How the member's bytes become the field: raw, jpeg, png, webp, image (JPEG, PNG or WebP, told apart by "
+           "their bytes), npy, label, json, or one your program or a plugin registers. The mapping also "
+           "takes the decoder's own keys (docs/config.md, Decoders).",
        .default_value = "raw",
        .example = "raw"},
       {.name = "optional",
        .type = Type::kBoolean,
-       .description = "A sample without this member gets an empty tensor instead of failing.",
+       .description = "A sample without this member is no error: the field is zeros (a variable-length one empty), "
+                      "and the field `<name>_present` (bool) says which samples had it.",
        .default_value = "false",
        .example = "true"},
   };
@@ -78,6 +81,13 @@ std::vector<std::string> expanded_shards(const KeyValue& shards) {
     for (std::string& shard : TarShardSource::expand_braces(pattern.text())) paths.push_back(std::move(shard));
   }
   return paths;
+}
+
+// A member's `extension`: one or a list.
+std::vector<std::string> extensions_of(const KeyValue& member) {
+  std::vector<std::string> extensions;
+  for (const KeyValue& extension : member.at("extension").items()) extensions.push_back(extension.text());
+  return extensions;
 }
 
 void check_shards(const KeyValue& shards, KeyProblems& problems) {
@@ -115,8 +125,16 @@ void check_tar(const KeyValue& source, KeyProblems& problems) {
   check_shards(source.at("shards"), problems);
   if (const KeyValue* members = source.find("members")) {
     for (const KeyValue& member : members->items()) {
-      detail::check_image_extensions(member, member.text_or("decoder", "raw"), {member.at("extension").text()},
-                                     problems);
+      detail::check_image_extensions(member, member.text_or("decoder", "raw"), extensions_of(member), problems);
+      if (const KeyValue* pixels = member.find("max_pixels")) {
+        const KeyValue* shape = member.find("shape");
+        const bool own_size = shape != nullptr && shape->items().size() == 3 && shape->items()[0].is_null() &&
+                              shape->items()[1].is_null();
+        if (!own_size) problems.add(*pixels, "max_pixels bounds images of their own size: shape [null, null, 3]");
+        if (member.find("max_length") != nullptr) {
+          problems.add(*pixels, "give max_pixels or max_length, not both: both bound the same sizes");
+        }
+      }
     }
   }
 }
@@ -124,25 +142,18 @@ void check_tar(const KeyValue& source, KeyProblems& problems) {
 TarField member_of(const KeyValue& member) {
   TarField field;
   field.name = member.at("name").text();
-  field.extension = member.at("extension").text();
+  const std::vector<std::string> extensions = extensions_of(member);
+  field.extension = extensions.front();
+  field.alternatives.assign(extensions.begin() + 1, extensions.end());
   if (const KeyValue* dtype = member.find("dtype")) field.dtype = parse_dtype(dtype->text());
   if (const KeyValue* shape = member.find("shape")) {
-    field.shape.clear();
-    for (const KeyValue& size : shape->items()) field.shape.push_back(size.integer());
+    field.shape = detail::shape_of(*shape);
   }
   if (const KeyValue* length = member.find("max_length")) field.max_length = length->integer();
+  if (const KeyValue* pixels = member.find("max_pixels")) field.max_length = pixels->integer();
   field.decoder = member.text_or("decoder", field.decoder);
   field.optional = member.boolean_or("optional", field.optional);
   return field;
-}
-
-// The image options that change a member's bytes, for the order: "" when it sets none.
-std::string image_order_text(const KeyValue& member) {
-  const KeyValue* resize = member.find("resize_shorter");
-  const KeyValue* crop = member.find("crop");
-  if (resize == nullptr && crop == nullptr) return "";
-  return ":resize_shorter=" + (resize != nullptr ? std::to_string(resize->integer()) : std::string("0")) +
-         (crop != nullptr && crop->text() == "random" ? ":crop=random" : ":crop=center");
 }
 
 }  // namespace
@@ -211,6 +222,7 @@ SourceKind tar_source_kind() {
     std::vector<FieldSpec> fields;
     for (const TarField& member : tar_options(source).fields) {
       fields.push_back(FieldSpec{.name = member.name, .shape = member.shape});
+      if (member.optional) fields.push_back(FieldSpec{.name = member.name + "_present", .dtype = at::kBool});
     }
     return fields;
   };
@@ -232,8 +244,10 @@ SourceKind tar_source_kind() {
     if (const KeyValue* list = source.find("members")) {
       for (const KeyValue& member : list->items()) {
         const TarField field = member_of(member);
-        members << field.name << ":" << field.extension << ":" << dtype_name(field.dtype) << ":" << field.decoder
-                << (field.optional ? ":optional" : "") << image_order_text(member) << ";";
+        members << field.name << ":" << field.extension;
+        for (const std::string& alternative : field.alternatives) members << "|" << alternative;
+        members << ":" << dtype_name(field.dtype) << ":" << field.decoder << (field.optional ? ":optional" : "")
+                << detail::image_order_text(member) << ";";
       }
     }
     order["source.members"] = members.str();
@@ -243,7 +257,7 @@ SourceKind tar_source_kind() {
     std::string extension = field;  // fields found in the shards are named after their extension
     if (const KeyValue* members = source.find("members")) {
       for (const KeyValue& member : members->items()) {
-        if (member.at("name").text() == field) extension = member.at("extension").text();
+        if (member.at("name").text() == field) extension = extensions_of(member).front();
       }
     }
     const bool png = extension == "png";

@@ -6,6 +6,7 @@
 #include <set>
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
 #include <oneapi/tbb/parallel_for.h>
 
 #include "ferry/pipeline/error.h"
@@ -27,6 +28,29 @@ std::string lower(std::string_view text) {
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
   }
   return out;
+}
+
+// A field's extensions: the first, then the alternatives.
+std::vector<std::string*> extensions_of(TarField& field) {
+  std::vector<std::string*> all{&field.extension};
+  for (std::string& alternative : field.alternatives) all.push_back(&alternative);
+  return all;
+}
+
+std::vector<const std::string*> extensions_of(const TarField& field) {
+  std::vector<const std::string*> all{&field.extension};
+  for (const std::string& alternative : field.alternatives) all.push_back(&alternative);
+  return all;
+}
+
+// "'.jpg'", or "'.jpg', '.png' or '.webp'" for a field with alternatives.
+std::string extensions_text(const TarField& field) {
+  const std::vector<const std::string*> all = extensions_of(field);
+  std::string text;
+  for (size_t i = 0; i < all.size(); ++i) {
+    text += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + std::string("'.") + *all[i] + "'";
+  }
+  return text;
 }
 
 std::optional<int64_t> parse_int(std::string_view text) {
@@ -172,37 +196,50 @@ TarShardSource::TarShardSource(TarShardOptions options) : options_(std::move(opt
     const std::string where = "tar source: field '" + field.name + "'";
     if (field.name.empty()) throw Error("tar source: a field has no name");
     if (!names.insert(field.name).second) throw Error(where + " appears twice");
-    if (field.extension.starts_with('.')) field.extension.erase(0, 1);
-    field.extension = lower(field.extension);
-    if (field.extension.empty()) throw Error(where + " has no extension (the member it reads, e.g. \"jpg\")");
+    for (std::string* extension : extensions_of(field)) {
+      if (extension->starts_with('.')) extension->erase(0, 1);
+      *extension = lower(*extension);
+      if (extension->empty()) throw Error(where + " has no extension (the member it reads, e.g. \"jpg\")");
+    }
     if (field.decoder.empty()) throw Error(where + " names no decoder");
     for (size_t d = 0; d < field.shape.size(); ++d) {
-      if (field.shape[d] < 0 && !(d == 0 && field.shape[d] == kVariableLength)) {
-        throw Error(where + ": only the first dim of its shape may be variable (-1); others must be >= 0");
+      if (field.shape[d] < 0 && field.shape[d] != kVariableLength) {
+        throw Error(where + ": a shape's sizes are >= 0, or null (" + std::to_string(kVariableLength) +
+                    ") for one that varies per sample");
       }
     }
     const bool variable = !field.shape.empty() && field.shape[0] == kVariableLength;
     if (field.max_length && (!variable || *field.max_length < 0)) {
       throw Error(where + ": max_length needs a variable first dim and must be >= 0");
     }
+    spec_of_.push_back(specs_.size());
     specs_.push_back(FieldSpec{field.name, field.dtype, field.shape, field.max_length, field.decoder});
+    if (field.optional) {
+      const std::string flag = field.name + "_present";
+      if (!names.insert(flag).second) throw Error(where + " is optional, and its flag field '" + flag + "' is taken");
+      specs_.push_back(FieldSpec{.name = flag, .dtype = at::kBool, .shape = {}, .decoder = "raw"});
+    }
   }
 
   extension_ids_.resize(shards_.size());
   for (size_t f = 0; f < options_.fields.size(); ++f) {
-    const TarField& field = options_.fields[f];
+    TarField& field = options_.fields[f];
     bool found = false;
     for (size_t s = 0; s < shards_.size(); ++s) {
-      extension_ids_[s].push_back(shards_[s].extension_id(field.extension));
-      found = found || extension_ids_[s].back().has_value();
+      std::vector<uint32_t> ids;
+      for (const std::string* extension : extensions_of(field)) {
+        if (const std::optional<uint32_t> id = shards_[s].extension_id(*extension)) ids.push_back(*id);
+      }
+      found = found || !ids.empty();
+      extension_ids_[s].push_back(std::move(ids));
     }
     if (!found && !field.optional) {
       std::set<std::string> known;
       for (const TarIndex& shard : shards_) known.insert(shard.extensions().begin(), shard.extensions().end());
       std::string list;
       for (const std::string& extension : known) list += (list.empty() ? "" : ", ") + extension;
-      throw Error("tar source: field '" + field.name + "' reads '." + field.extension +
-                  "' members, which no shard has (extensions found: " + list + ")");
+      throw Error("tar source: field '" + field.name + "' reads " + extensions_text(field) +
+                  " members, which no shard has (extensions found: " + list + ")");
     }
   }
 }
@@ -246,46 +283,56 @@ EncodedSample TarShardSource::read(uint64_t index) const {
   EncodedSample sample;
   sample.index = index;
   sample.key = tar.path() + ":" + std::string(tar.key(local));
-  sample.fields.reserve(options_.fields.size());
+  sample.fields.resize(specs_.size());
+  std::vector<const TarMember*> read(options_.fields.size(), nullptr);
   for (size_t f = 0; f < options_.fields.size(); ++f) {
-    const std::optional<uint32_t> id = extension_ids_[s][f];
-    const TarMember* member = id ? tar.find(local, *id) : nullptr;
+    const TarField& field = options_.fields[f];
+    const TarMember* member = nullptr;
+    for (const uint32_t id : extension_ids_[s][f]) {
+      if ((member = tar.find(local, id)) != nullptr) break;
+    }
+    read[f] = member;
+    const size_t at = spec_of_[f];
+    if (field.optional) sample.fields[at + 1] = at::full({}, member != nullptr, at::kBool);
     if (!member) {
-      if (options_.fields[f].optional) {
-        sample.fields.push_back(at::empty({0}, at::kByte));
-        continue;
-      }
+      if (field.optional) continue;  // absent: undefined
       std::string present;
       for (const TarMember& m : tar.members(local)) present += (present.empty() ? "" : ", ") + tar.extension(m);
-      const std::string name = std::string(tar.key(local)) + "." + options_.fields[f].extension;
+      const std::string name = std::string(tar.key(local)) + "." + field.extension;
       const std::optional<std::string> link = tar.link_named(name);
       throw Error("tar shard '" + tar.path() + "': sample '" + std::string(tar.key(local)) + "' (index " +
                   std::to_string(index) + ", header at byte " +
-                  std::to_string(tar.members(local).front().header_offset) + ") has no '." +
-                  options_.fields[f].extension + "' member for field '" + options_.fields[f].name +
-                  "'; it has: " + present +
+                  std::to_string(tar.members(local).front().header_offset) + ") has no " + extensions_text(field) +
+                  " member for field '" + field.name + "'; it has: " + present +
                   (link ? "; its '" + name + "' is " + *link +
                               ", which holds no data (ferry reads files only, as WebDataset does: write the shard "
                               "with the data, e.g. tar --hard-dereference)"
                         : std::string()));
     }
     // Two fields reading the same member share its bytes (decoders do not modify their input).
-    const auto earlier =
-        std::find(extension_ids_[s].begin(), extension_ids_[s].begin() + static_cast<std::ptrdiff_t>(f), id);
-    if (earlier != extension_ids_[s].begin() + static_cast<std::ptrdiff_t>(f)) {
-      sample.fields.push_back(sample.fields[static_cast<size_t>(earlier - extension_ids_[s].begin())]);
+    const auto earlier = std::find(read.begin(), read.begin() + static_cast<std::ptrdiff_t>(f), member);
+    if (earlier != read.begin() + static_cast<std::ptrdiff_t>(f)) {
+      sample.fields[at] = sample.fields[spec_of_[static_cast<size_t>(earlier - read.begin())]];
       continue;
     }
     at::Tensor bytes = at::empty({static_cast<int64_t>(member->size)}, at::kByte);
     tar.read(*member, bytes.data_ptr());
-    sample.fields.push_back(std::move(bytes));
+    sample.fields[at] = std::move(bytes);
   }
   return sample;
 }
 
+std::string TarShardSource::key(uint64_t index) const {
+  const size_t s = shard_of(index);
+  return shards_[s].path() + ":" + std::string(shards_[s].key(static_cast<size_t>(index - shard_begin_[s])));
+}
+
 std::string TarShardSource::describe() const {
   std::string fields;
-  for (const TarField& field : options_.fields) fields += (fields.empty() ? "" : ",") + field.extension;
+  for (const TarField& field : options_.fields) {
+    fields += (fields.empty() ? "" : ",") + field.extension;
+    for (const std::string& alternative : field.alternatives) fields += "|" + alternative;
+  }
   return "tar(" + std::to_string(shards_.size()) + (shards_.size() == 1 ? " shard, " : " shards, ") +
          std::to_string(size()) + " samples, fields=" + fields + ")";
 }

@@ -22,8 +22,12 @@ struct TarField {
   std::vector<int64_t> shape = {kVariableLength};
   std::optional<int64_t> max_length;
   std::string decoder = "raw";
-  /// A sample without this member gets an empty (0-byte) tensor instead of an error.
+  /// A sample without this member is not an error: the field is zeros (a variable-length one empty),
+  /// and the field `<name>_present` (bool, shape []) says which samples had it.
   bool optional = false;
+  /// Other extensions the member may have, tried in order where a sample has no `extension` member
+  /// (LAION-style shards hold .jpg, .jpeg, .png or .webp images): the first one a sample has is read.
+  std::vector<std::string> alternatives;
 };
 
 struct TarShardOptions {
@@ -43,7 +47,9 @@ TarShardOptions tar_options(const KeyValue& source);
 /// parallel on the TBB pool), validates the fields, and throws ferry::Error for an unreadable or
 /// malformed shard (file, member, byte offset) or a bad field. Out: read(i) gives sample i — samples
 /// numbered over all shards in the order given, shard 0's first — with one 1-D uint8 tensor per field
-/// holding the member's bytes as stored; the field's decoder turns them into its dtype and shape.
+/// holding the member's bytes as stored; the field's decoder turns them into its dtype and shape. An
+/// optional field's member that a sample lacks is an undefined tensor (Source: absent), and its flag
+/// field `<name>_present` follows it.
 /// Keys are "<shard path>:<member key>" ("data/shard-000003.tar:000123").
 ///
 /// Default fields (options.fields empty), named after the extension, from the first sample's members:
@@ -68,6 +74,8 @@ class TarShardSource : public Source {
   EncodedSample read(uint64_t index) const override;
   /// "tar(3 shards, 3000 samples, fields=jpg,cls)": the fields' extensions.
   std::string describe() const override;
+  /// "<shard path>:<member key>", as read() gives it.
+  std::string key(uint64_t index) const override;
   /// Each shard's number of samples, in the order the shards were given.
   std::vector<uint64_t> shard_sizes() const override;
 
@@ -99,8 +107,11 @@ class TarShardSource : public Source {
   std::vector<FieldSpec> specs_;
   std::vector<TarIndex> shards_;
   std::vector<uint64_t> shard_begin_{0};  // shard s holds [shard_begin_[s], shard_begin_[s + 1])
-  /// Per shard, per field: the field's extension id in that shard, if any member there has it.
-  std::vector<std::vector<std::optional<uint32_t>>> extension_ids_;
+  /// Per shard, per field: the ids in that shard of the field's extensions (the first, then the
+  /// alternatives) that some member there has, in the field's order.
+  std::vector<std::vector<std::vector<uint32_t>>> extension_ids_;
+  /// Per field: its place among specs_ (an optional field is followed by its `_present` flag).
+  std::vector<size_t> spec_of_;
 };
 
 }  // namespace ferry

@@ -54,6 +54,11 @@ TokenWindowSource::TokenWindowSource(TokenWindowOptions options) : options_(std:
   fields_.push_back(std::move(tokens));
 }
 
+std::string TokenWindowSource::key(uint64_t index) const {
+  return dataset_->bin_path() + ":" +
+         std::to_string(index * static_cast<uint64_t>(options_.seq_len) * dataset_->itemsize());
+}
+
 EncodedSample TokenWindowSource::read(uint64_t index) const {
   if (index >= samples_) {
     throw Error(describe() + ": sample " + std::to_string(index) + " is beyond its " + std::to_string(samples_) +

@@ -53,6 +53,8 @@ class TokenWindowSource : public Source {
   /// e.g. "megatron(/data/web, 12345678 tokens, uint16, seq_len=2048)"; "uint16 as int32" when
   /// widened.
   std::string describe() const override;
+  /// "<.bin path>:<byte offset of the window>", as read() gives it.
+  std::string key(uint64_t index) const override;
 
   const TokenWindowOptions& options() const noexcept { return options_; }
   const IndexedDataset& dataset() const noexcept { return *dataset_; }

@@ -13,7 +13,6 @@
 
 namespace ferry {
 
-
 /// A decoded sample as a transform sees it: tensors by field name, in order. A transform reads the
 /// fields it needs, replaces them, adds new ones and erases others.
 class SampleFields {
@@ -66,6 +65,9 @@ class Transform {
   /// What its code did so far, where it runs beside the pipeline's threads (worker processes); nullopt
   /// otherwise. Thread-safe.
   virtual std::optional<UserCodeStats> user_code() const { return std::nullopt; }
+  /// The fields apply() reads or changes, where it can name them; nullopt (the default): any. The fields
+  /// it leaves alone may be decoded on the GPU, after the transforms ran (Note [GPU JPEG decode]).
+  virtual std::optional<std::vector<std::string>> fields_used() const { return std::nullopt; }
 };
 
 /// The sample transforms a pipeline runs after the decoders, in order, and the seed of their random

@@ -10,6 +10,7 @@ namespace ferry {
 TransformRegistry::TransformRegistry() {
   add(detail::drop_transform_kind());
   add(detail::rename_transform_kind());
+  add(detail::box_transform_kind());
   add(detail::python_transform_kind());
 }
 
@@ -19,7 +20,7 @@ TransformRegistry& TransformRegistry::global() {
 }
 
 std::shared_ptr<const Transform> TransformRegistry::make(std::string_view name, const KeyValue& keys,
-                                                        const MakeContext& context) const {
+                                                         const MakeContext& context) const {
   const std::shared_ptr<const TransformKind> found = kind(name);
   if (!found) {
     std::string known;

@@ -13,7 +13,7 @@
 namespace ferry {
 
 /// A sample transform a config can name (`transforms: [{kind: NAME, ...}]`), with its keys. The
-/// built-in ones (drop, rename) are registered like a program's or a plugin's own.
+/// built-in ones (drop, rename, boxes) are registered like a program's or a plugin's own.
 struct TransformKind {
   std::string name;
   /// One paragraph: what it does to a sample, for docs and `ferry info`.
@@ -37,7 +37,7 @@ struct TransformKind {
 /// nothing is ever removed.
 class TransformRegistry {
  public:
-  /// A registry with the built-in transforms: drop, rename, python.
+  /// A registry with the built-in transforms: drop, rename, boxes, python.
   TransformRegistry();
   /// The process-wide registry that configs use; add your own transforms to it.
   static TransformRegistry& global();

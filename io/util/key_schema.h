@@ -46,6 +46,9 @@ struct KeySpec {
   std::vector<KeySpec> keys;         // kMapping: its keys, in documentation order
   /// kList: one element may stand for a list of one (`shards: a.tar` for `shards: [a.tar]`).
   bool one_or_list = false;
+  /// YAML's null (`null`, `~`) is a value too, read back as KeyValue::is_null(): a shape's size that
+  /// varies (`shape: [null, 4]`).
+  bool nullable = false;
   /// What messages say was expected ("an integer in 1..65535 (pixels)"); empty: from the type.
   std::string expected;
   /// What the docs give as the type ("integer 1..65535"); empty: from the type.
@@ -79,6 +82,8 @@ class KeyValue {
   bool is_scalar() const noexcept { return kind_ == Kind::kScalar; }
   bool is_list() const noexcept { return kind_ == Kind::kList; }
   bool is_mapping() const noexcept { return kind_ == Kind::kMapping; }
+  /// YAML's null, where its KeySpec is nullable.
+  bool is_null() const noexcept { return kind_ == Kind::kScalar && text_ == "null"; }
   /// The key path, for messages; "" when built in code without one.
   const std::string& key() const noexcept { return key_; }
   /// Where it was set: "file:line:column" or "--set key=value"; "" when unknown.

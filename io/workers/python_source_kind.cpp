@@ -12,8 +12,8 @@ namespace ferry {
 namespace {
 
 using Type = KeySpec::Type;
-using detail::WorkerCall;
 using detail::PythonRunner;
+using detail::WorkerCall;
 
 // A slot's size when the fields do not bound it (a variable-length field without max_length): the
 // worker asks for more when a sample needs it, and later samples start from the largest seen.
@@ -85,6 +85,7 @@ class PythonSource : public Source {
   bool same_every_epoch() const override { return same_every_epoch_; }
   std::optional<UserCodeStats> user_code() const override { return runner_->stats("python " + what_); }
 
+  std::string key(uint64_t index) const override { return "dataset[" + std::to_string(index) + "]"; }
   std::string describe() const override {
     return "python(" + what_ + ", " + std::to_string(length_) + " samples, " + runner_->where() + ")";
   }
@@ -175,8 +176,10 @@ void check_python_source(const KeyValue& source, KeyProblems& problems) {
     const size_t colon = target.find(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == target.size() ||
         target.find_first_of(" \t/") != std::string::npos) {
-      problems.add(dataset, "expected 'package.module:factory' (a class or function of an importable module that "
-                            "makes the dataset), found '" + target + "'");
+      problems.add(dataset,
+                   "expected 'package.module:factory' (a class or function of an importable module that "
+                   "makes the dataset), found '" +
+                       target + "'");
     }
   }
   if (const KeyValue* fields = source.find("fields")) detail::check_declared_fields(*fields, problems);
@@ -216,9 +219,10 @@ SourceKind python_source_kind() {
                       "per epoch): then the dataset cache may keep it.",
        .default_value = "false",
        .example = "true"},
-      detail::fields_key("The fields of each sample, in order; inferred from the first samples when left out "
-                         "(Python ints as int64, floats as float32; a field of bytes needs its max_length declared), then "
-                         "checked on every sample."),
+      detail::fields_key(
+          "The fields of each sample, in order; inferred from the first samples when left out "
+          "(Python ints as int64, floats as float32; a field of bytes needs its max_length declared), then "
+          "checked on every sample."),
   };
   kind.make_in = make_python_source;
   kind.check = check_python_source;

@@ -55,6 +55,8 @@ class Pipeline:
     @property
     def device(self) -> str: ...  # "cuda:0"; with transfer.devices the devices joined by ","
     @property
+    def class_names(self) -> list[str]: ...
+    @property
     def origin(self) -> str: ...
 
 class AsyncCopy:

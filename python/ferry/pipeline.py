@@ -249,6 +249,12 @@ class Pipeline:
     def closed(self) -> bool:
         return self._impl.closed
 
+    @property
+    def class_names(self) -> list[str]:
+        """The names of the classes the label field numbers, in label order (an image folder's class
+        folders, as torchvision's ImageFolder.classes); empty where the source has none."""
+        return self._impl.class_names
+
     def state_dict(self) -> dict[str, Any]:
         """Where the run stands: pass it to ``load_state_dict()`` or ``Pipeline(..., state=)`` to
         continue after the batches received so far. Small, JSON-serialisable.
@@ -325,7 +331,13 @@ def _overrides(overrides: Overrides) -> list[str]:
         return settings
     if isinstance(overrides, str):
         raise TypeError("ferry.Pipeline: overrides must be a dict or a list of 'key=value' strings, not a str")
-    return [str(item) for item in overrides]
+    settings = []
+    for item in overrides:
+        if not isinstance(item, str):
+            raise TypeError(f"ferry.Pipeline: overrides: each item must be a 'key=value' str such as "
+                            f"'decode.threads=8', not {type(item).__name__} ({item!r}); or give a dict")
+        settings.append(item)
+    return settings
 
 
 def _yaml_scalar(value: Any, key: str) -> str:

@@ -1,6 +1,7 @@
 #include "python_pipeline.h"
 
 #include <chrono>
+#include <cstring>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -30,26 +31,39 @@ py::object* g_batch_type = nullptr;
 
 // A ferry.Batch of `batch`'s own tensors: a dict subclass, filled through the C API, with the
 // batch's place as attributes and its sample indices as raw uint64 bytes (turned into a list only
-// when asked for). Call with the GIL held.
-py::object batch_to_python(const Batch& batch) {
+// when asked for), and `key_of`, which turns them into the samples' keys when asked. A list field
+// (collate.lists) is a Python list of its samples' tensors. Call with the GIL held.
+py::object batch_to_python(const Batch& batch, const py::object& key_of) {
   static PyObject* const epoch_name = PyUnicode_InternFromString("epoch");
   static PyObject* const index_name = PyUnicode_InternFromString("index");
   static PyObject* const sequence_name = PyUnicode_InternFromString("sequence");
   static PyObject* const indices_name = PyUnicode_InternFromString("_sample_indices");
+  static PyObject* const key_of_name = PyUnicode_InternFromString("_key_of");
   if (g_batch_type == nullptr) throw std::logic_error("ferry._C: the package did not register ferry.Batch");
   py::object out = (*g_batch_type)();
   const std::vector<std::string>& names = batch.names();
-  for (size_t i = 0; i < names.size(); ++i) {
+  const auto wrap = [](const at::Tensor& tensor) {
     // torch's own wrapper: the Python tensor shares the C++ tensor's storage (no copy, no DLPack).
-    const py::object tensor = py::reinterpret_steal<py::object>(THPVariable_Wrap(batch.tensors()[i]));
-    if (PyDict_SetItem(out.ptr(), py::str(names[i]).ptr(), tensor.ptr()) != 0) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(tensor));
+  };
+  for (size_t i = 0; i < names.size(); ++i) {
+    py::object value;
+    if (const std::vector<at::Tensor>* views = batch.list_at(i)) {
+      py::list list(views->size());
+      for (size_t s = 0; s < views->size(); ++s) list[s] = wrap((*views)[s]);
+      value = std::move(list);
+    } else {
+      value = wrap(batch.tensors()[i]);
+    }
+    if (PyDict_SetItem(out.ptr(), py::str(names[i]).ptr(), value.ptr()) != 0) throw py::error_already_set();
   }
   const std::vector<uint64_t>& indices = batch.sample_indices();
   const std::pair<PyObject*, py::object> attributes[] = {
       {epoch_name, py::int_(batch.epoch())},
       {index_name, py::int_(batch.index())},
       {sequence_name, py::int_(batch.sequence())},
-      {indices_name, py::bytes(reinterpret_cast<const char*>(indices.data()), indices.size() * sizeof(uint64_t))}};
+      {indices_name, py::bytes(reinterpret_cast<const char*>(indices.data()), indices.size() * sizeof(uint64_t))},
+      {key_of_name, key_of}};
   for (const auto& [name, value] : attributes) {
     if (PyObject_SetAttr(out.ptr(), name, value.ptr()) != 0) throw py::error_already_set();
   }
@@ -139,10 +153,40 @@ std::shared_ptr<PipelineGroup> PythonPipeline::running() const {
 }
 
 py::object PythonPipeline::to_python(const BatchGroup& step) const {
-  if (config_.devices.empty()) return batch_to_python(step[0]);
+  std::shared_ptr<const Source> source;
+  {
+    std::lock_guard lock(handle_);
+    source = source_;
+  }
+  if (!key_of_ || key_source_.lock() != source) {
+    // The samples' keys from their indices (raw uint64 bytes), for Batch.sample_keys. It holds the source
+    // weakly: a batch kept after close() must not keep a python source's worker processes running.
+    key_source_ = source;
+    key_of_ = py::cpp_function([weak = std::weak_ptr<const Source>(source)](const py::bytes& raw) {
+      const std::shared_ptr<const Source> source = weak.lock();
+      if (!source) {
+        throw Error(
+            "ferry.Batch.sample_keys: the pipeline that made this batch was closed (or restarted): ask "
+            "for a batch's keys before close()");
+      }
+      const std::string_view bytes = raw;
+      std::vector<uint64_t> indices(bytes.size() / sizeof(uint64_t));
+      std::memcpy(indices.data(), bytes.data(), indices.size() * sizeof(uint64_t));
+      py::list keys(indices.size());
+      for (size_t i = 0; i < indices.size(); ++i) keys[i] = py::str(source->key(indices[i]));
+      return keys;
+    });
+  }
+  if (config_.devices.empty()) return batch_to_python(step[0], key_of_);
   py::list batches;
-  for (const Batch& batch : step) batches.append(batch_to_python(batch));
+  for (const Batch& batch : step) batches.append(batch_to_python(batch, key_of_));
   return batches;
+}
+
+std::vector<std::string> PythonPipeline::class_names() const {
+  std::lock_guard lock(handle_);
+  if (!source_) throw Error("class_names of a closed pipeline");
+  return source_->class_names();
 }
 
 std::optional<BatchGroup> PythonPipeline::take(std::unique_lock<std::mutex>& consumer) {
@@ -384,14 +428,14 @@ std::unique_ptr<PythonPipeline> from_path(const std::string& path, const Overrid
   Config config;
   {
     py::gil_scoped_release unlocked;
-    config = load_config(path, overrides);
+    config = load_config(path, overrides, OverrideOrigin::kProgram);
   }
   return std::make_unique<PythonPipeline>(std::move(config), state);
 }
 
 std::unique_ptr<PythonPipeline> from_text(const std::string& yaml, const std::string& origin,
                                           const Overrides& overrides, const State& state) {
-  return std::make_unique<PythonPipeline>(parse_config(yaml, origin, overrides), state);
+  return std::make_unique<PythonPipeline>(parse_config(yaml, origin, overrides, OverrideOrigin::kProgram), state);
 }
 
 }  // namespace
@@ -421,6 +465,7 @@ void bind_pipeline(py::module_& module) {
       .def("close", &PythonPipeline::close)
       .def_property_readonly("closed", &PythonPipeline::closed)
       .def_property_readonly("device", &PythonPipeline::device)
+      .def_property_readonly("class_names", &PythonPipeline::class_names)
       .def_property_readonly("origin", &PythonPipeline::origin);
 }
 

@@ -77,6 +77,8 @@ class PythonPipeline {
   bool closed() const;
   /// The resolved device ("cpu", "cuda:0") and the config's origin.
   std::string device() const;
+  /// The source's class names (an image folder's class folders), in label order; empty where none.
+  std::vector<std::string> class_names() const;
   const std::string& origin() const noexcept { return config_.origin; }
 
  private:
@@ -104,6 +106,9 @@ class PythonPipeline {
   /// Made with the pipeline and dropped by close() (a load_state_json() after it makes it again). Used by
   /// the consumer's calls only (close(), load_state_json()), which Python makes one at a time.
   std::shared_ptr<const Source> source_;
+  // Batch.sample_keys's function, made with the GIL at the first batch of each source (to_python()).
+  mutable pybind11::object key_of_;
+  mutable std::weak_ptr<const Source> key_source_;
   std::string source_description_;  // for the report
   /// The running pipeline (null once closed), read under `handle_`.
   std::shared_ptr<PipelineGroup> running() const;

@@ -60,6 +60,19 @@ def test_override_keys_with_an_equals_sign_or_of_another_type_are_refused():
         assert next(iter(pipeline))["x"].shape[0] == 8
 
 
+def test_override_problems_are_named_as_the_program_gave_them_and_objects_in_a_list_are_refused():
+    with pytest.raises(ferry.ConfigError) as raised:
+        ferry.Pipeline(config(), overrides={"decode.threads": "many"})
+    assert "overrides['decode.threads'] = many: decode.threads: expected" in str(raised.value)
+    assert "--set" not in str(raised.value)
+    with pytest.raises(ferry.ConfigError, match=r"overrides\['decode.threads'\] = 0"):
+        ferry.Pipeline(config(), overrides=["decode.threads=0"])
+    with pytest.raises(TypeError, match=r"each item must be a 'key=value' str.*tuple"):
+        ferry.Pipeline(config(), overrides=[("decode.threads", 2)])
+    with pytest.raises(TypeError, match=r"config\['decode'\]\['threads'\] is a object"):
+        ferry.Pipeline({**config(), "decode": {"threads": object()}})
+
+
 def test_a_config_that_holds_itself_is_too_deep_or_holds_an_object_is_refused():
     looped = config()
     looped["source"]["loop"] = looped

@@ -381,10 +381,10 @@ TEST(ConfigLoader, DeepOrHugeConfigsAreRefusedNamingWhyAndProblemsAreCapped) {
     EXPECT_NE(problems_of(deep).find("nested more than 100 levels deep"), std::string::npos) << problems_of(deep);
   }
   // Brackets inside quotes and comments are not nesting.
-  EXPECT_EQ(problems_of(valid + "batch_size: 4 # " + std::string(300, '[') + "\nplugins: ['" + std::string(300, '[') +
-                        "']\n")
-                .find("nested"),
-            std::string::npos);
+  EXPECT_EQ(
+      problems_of(valid + "batch_size: 4 # " + std::string(300, '[') + "\nplugins: ['" + std::string(300, '[') + "']\n")
+          .find("nested"),
+      std::string::npos);
   std::string many = valid + "plugins: [";
   for (int i = 0; i < 250000; ++i) many += "a, ";
   many += "a]\n";
@@ -549,7 +549,7 @@ TEST(ConfigLoader, ResizeAndCropAreRefusedWhereTheJpegDecoderCannotApplyThem) {
   const std::string folder = "source:\n  kind: image_folder\n  root: " + root.path() + "\n";
   const std::string shard = root.path() + "/cat/0.jpg";  // a file: only the key is wrong
   const std::string tar = "source:\n  kind: tar\n  shards: " + a_shard() + "\n  members:\n";
-  const std::string only_jpeg = " is a key of the decoders jpeg, png, image; this field's decoder is ";
+  const std::string only_jpeg = " is a key of the decoders jpeg, png, webp, image; this field's decoder is ";
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
       {tar + "    - {name: image, extension: jpg, shape: [8, 8, 3], crop: random}\n",
        {"test.yaml:5:61: source.members[0].crop: crop" + only_jpeg + "'raw' (set decoder: jpeg, or remove crop)"}},
@@ -559,29 +559,32 @@ TEST(ConfigLoader, ResizeAndCropAreRefusedWhereTheJpegDecoderCannotApplyThem) {
         "test.yaml:5:76: source.members[0].crop: crop" + only_jpeg + "'npy' (set decoder: jpeg, or remove crop)"}},
       {tar + "    - {name: image, extension: jpg, decoder: jpeg, resize_shorter: 9}\n",
        {"test.yaml:5:7: source.members[0].shape: missing required key: the jpeg decoder makes images of a fixed "
-        "[H, W, 3], e.g. [224, 224, 3]"}},
+        "[H, W, 3], e.g. [224, 224, 3], or of their own size, [null, null, 3]"}},
       {tar + "    - {name: image, extension: jpg, decoder: jpeg, shape: [8, 8], resize_shorter: 9}\n",
-       {"test.yaml:5:59: source.members[0].shape: the jpeg decoder makes [H, W, 3] images (H, W >= 1), found [8, 8]"}},
+       {"test.yaml:5:59: source.members[0].shape: the jpeg decoder makes [H, W, 3] images (H, W >= 1, or both null "
+        "for images of their own size), found [8, 8]"}},
       {tar + "    - {name: image, extension: jpg, decoder: jpeg, dtype: float32, shape: [8, 8, 3]}\n",
        {"test.yaml:5:59: source.members[0].dtype: the jpeg decoder makes uint8 images, found float32"}},
       {folder + "  image: {shape: [8, 8, 3], resize_shorter: 0}\n",
        {"test.yaml:4:45: source.image.resize_shorter: expected an integer in 1..65535 (pixels), found '0'"}},
       {folder + "  image: {shape: [8, 8, 3], crop: middle}\n",
-       {"test.yaml:4:35: source.image.crop: expected one of center, random, found 'middle'"}},
+       {"test.yaml:4:35: source.image.crop: expected one of center, random, random_resized, found 'middle'"}},
       {folder + "  image: {decoder: raw, crop: random}\n",
        {"test.yaml:4:31: source.image.crop: crop" + only_jpeg + "'raw' (set decoder: jpeg, or remove crop)"}},
       {folder + "  image: {resize_shorter: 9}\n",
        {"test.yaml:4:10: source.image.shape: missing required key: the jpeg decoder makes images of a fixed [H, W, 3], "
-        "e.g. [224, 224, 3]"}},
+        "e.g. [224, 224, 3], or of their own size, [null, null, 3]"}},
       {folder + "  image: {shape: [8, 8, 3], crop: center}\ndecode: {decoders: {image: raw}}\n",
-       {"test.yaml:5:28: decode.decoders.image: field 'image' sets crop, which only the decoders jpeg, png, image "
+       {"test.yaml:5:28: decode.decoders.image: field 'image' sets crop, which only the decoders jpeg, png, webp, "
+        "image "
         "take; this names 'raw'"}},
       // A decoder of one format over files of the other fails on every sample: refused at once.
       {folder + "  extensions: [jpg, PNG]\n  image: {shape: [8, 8, 3]}\n",
        {"test.yaml:5:10: source.image.decoder: the jpeg decoder cannot read .PNG files; use decoder: png, or "
         "decoder: image, which reads JPEG and PNG files alike"}},
-      {"source:\n  kind: tar\n  shards: " + a_shard() + "\n  members:\n"
-       "    - {name: image, extension: jpeg, decoder: png, shape: [8, 8, 3]}\n",
+      {"source:\n  kind: tar\n  shards: " + a_shard() +
+           "\n  members:\n"
+           "    - {name: image, extension: jpeg, decoder: png, shape: [8, 8, 3]}\n",
        {"test.yaml:5:47: source.members[0].decoder: the png decoder cannot read .jpeg files; use decoder: jpeg, or "
         "decoder: image, which reads JPEG and PNG files alike"}},
   };
@@ -648,8 +651,8 @@ TEST(ConfigLoader, ImageFolderKeysBelongToImageFolderAndItsRootMustExist) {
        "test.yaml:5:15: source.extensions: expected a non-empty list of file extensions, e.g. [jpg, jpeg], found a "
        "list []"},
       {folder + "  image: {shape: [8, 8, 3], size: 3}\n",
-       "test.yaml:4:29: source.image.size: unknown key; known in source.image: shape, decoder, resize_shorter, crop, "
-       "device"},
+       "test.yaml:4:29: source.image.size: unknown key; known in source.image: shape, max_pixels, decoder, "
+       "resize_shorter, crop, scale, ratio, flip, interpolation, antialias, window, dct_scaling, device"},
       {folder + "  image: {shape: [8, 8, 3]}\n  members: [{name: x, extension: jpg}]\n",
        "test.yaml:5:3: source.members: not a key of source kind 'image_folder' (its keys: kind, root, extensions, "
        "image)"},
@@ -857,7 +860,10 @@ TEST(ConfigDocs, EveryKeyOfTheBuiltInExtensionsIsAcceptedWithItsExample) {
     ASSERT_EQ(bases.count(kind->name), 1u) << "no config to try source kind " << kind->name << " on";
     for (const auto& [path, example] : key_examples(kind->keys, "source.")) {
       const std::string set = path + "=" + example;
-      EXPECT_EQ(problems_of(bases.at(kind->name), {set}), "") << "--set " << set;
+      // max_pixels bounds images of their own size.
+      std::vector<std::string> sets = {set};
+      if (path.ends_with(".max_pixels")) sets.push_back(path.substr(0, path.size() - 10) + "shape=[null, null, 3]");
+      EXPECT_EQ(problems_of(bases.at(kind->name), sets), "") << "--set " << set;
     }
   }
   for (const auto& decoder : DecoderRegistry::global().kinds()) {
@@ -866,7 +872,11 @@ TEST(ConfigDocs, EveryKeyOfTheBuiltInExtensionsIsAcceptedWithItsExample) {
                              ", shape: [8, 8, 3]}]}\n";
     for (const auto& [path, example] : key_examples(decoder->keys, "source.members.0.")) {
       const std::string set = path + "=" + example;
-      EXPECT_EQ(problems_of(base, {set}), "") << "--set " << set;
+      // The random-resized crop's ranges go with that crop.
+      const bool resized_crop = path.ends_with(".scale") || path.ends_with(".ratio");
+      std::vector<std::string> sets = {set};
+      if (resized_crop) sets.push_back("source.members.0.crop=random_resized");
+      EXPECT_EQ(problems_of(base, sets), "") << "--set " << set;
     }
   }
   for (const auto& transform : TransformRegistry::global().kinds()) {

@@ -225,9 +225,11 @@ TEST(Extensions, TheirKeysAreCheckedLikeBuiltInOnes) {
        "test.yaml:2:26: transforms[0].nois: unknown key (did you mean 'noise'?); known in transforms[0]: kind, noise, "
        "fail_at"},
       {"source: {kind: counting, samples: 2}\ntransforms: [{kind: mxi}]\n",
-       "test.yaml:2:21: transforms[0].kind: expected one of drop, rename, python, mix, found 'mxi' (did you mean 'mix'?)"},
+       "test.yaml:2:21: transforms[0].kind: expected one of drop, rename, boxes, python, mix, found 'mxi' (did you "
+       "mean 'mix'?)"},
       {"source: {kind: countin, samples: 2}\n",
-       "test.yaml:1:16: source.kind: expected one of synthetic, megatron, tar, image_folder, python, counting, found 'countin' "
+       "test.yaml:1:16: source.kind: expected one of synthetic, megatron, tar, image_folder, python, counting, found "
+       "'countin' "
        "(did you mean 'counting'?)"},
   };
   for (const auto& [yaml, expected] : cases) {

@@ -38,6 +38,28 @@ TEST(Batch, MissingFieldErrorListsTheFieldsThereAre) {
   }
 }
 
+TEST(Batch, ListFieldsGiveEachSamplesViewAndOthersSayWhichAreLists) {
+  auto schema = std::make_shared<const BatchSchema>(std::vector<std::string>{"image", "label"});
+  const at::Tensor flat = at::arange(10, at::kFloat);
+  std::vector<std::vector<at::Tensor>> lists(2);
+  lists[0] = {flat.slice(0, 0, 6).view({2, 3}), flat.slice(0, 6, 10).view({1, 4})};
+  const Batch batch(schema, {flat, at::arange(2)}, BatchInfo{0, 0, 0, {3, 4}}, {}, {}, lists);
+  EXPECT_TRUE(batch.is_list("image"));
+  EXPECT_FALSE(batch.is_list("label"));
+  ASSERT_EQ(batch.list("image").size(), 2u);
+  EXPECT_EQ(batch.list("image")[1].sizes(), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(batch.list("image")[1].data_ptr<float>(), flat.data_ptr<float>() + 6);
+  EXPECT_EQ(batch.list_at(1), nullptr);
+  try {
+    (void)batch.list("label");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "ferry: batch field 'label' is not a list; its lists are: 'image'");
+  }
+  EXPECT_THROW((void)two_field_batch().list("image"), Error);                            // no lists at all
+  EXPECT_THROW(Batch(schema, {flat, at::arange(2)}, BatchInfo{}, {}, {}, {{}}), Error);  // one list for two fields
+}
+
 TEST(BatchSchema, RejectsDuplicateAndEmptyNames) {
   EXPECT_THROW(BatchSchema({"a", "a"}), Error);
   EXPECT_THROW(BatchSchema({"a", ""}), Error);

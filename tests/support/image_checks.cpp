@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ferry::testing {
 
@@ -71,6 +72,70 @@ at::Tensor reference_resize(const at::Tensor& image, int64_t out_h, int64_t out_
         const double v = (1 - fy) * ((1 - fx) * src[y0][x0][c] + fx * src[y0][x1][c]) +
                          fy * ((1 - fx) * src[y1][x0][c] + fx * src[y1][x1][c]);
         dst[y][x][c] = static_cast<uint8_t>(std::lround(v));
+      }
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// One axis of reference_resample(): out x in weights.
+std::vector<std::vector<double>> filter_weights(int64_t in, int64_t out, bool bicubic) {
+  const double scale = static_cast<double>(in) / static_cast<double>(out);
+  const double widen = std::max(scale, 1.0);
+  const double support = (bicubic ? 2.0 : 1.0) * widen;
+  const auto filter = [&](double x) {
+    x = std::fabs(x / widen);
+    if (!bicubic) return x < 1 ? 1 - x : 0.0;
+    constexpr double a = -0.5;
+    if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+    if (x < 2) return (((x - 5) * x + 8) * x - 4) * a;
+    return 0.0;
+  };
+  std::vector<std::vector<double>> weights(static_cast<size_t>(out), std::vector<double>(static_cast<size_t>(in)));
+  for (int64_t o = 0; o < out; ++o) {
+    const double centre = (static_cast<double>(o) + 0.5) * scale;
+    double sum = 0;
+    for (int64_t i = 0; i < in; ++i) {
+      const double distance = static_cast<double>(i) + 0.5 - centre;
+      if (std::fabs(distance) >= support) continue;
+      weights[static_cast<size_t>(o)][static_cast<size_t>(i)] = filter(distance);
+      sum += filter(distance);
+    }
+    for (double& w : weights[static_cast<size_t>(o)]) w /= sum;
+  }
+  return weights;
+}
+
+uint8_t to_byte(double v) { return static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L)); }
+
+}  // namespace
+
+at::Tensor reference_resample(const at::Tensor& image, int64_t out_h, int64_t out_w, bool bicubic) {
+  const int64_t in_h = image.size(0), in_w = image.size(1);
+  const auto src = image.accessor<uint8_t, 3>();
+  const auto columns = filter_weights(in_w, out_w, bicubic);
+  const auto rows = filter_weights(in_h, out_h, bicubic);
+  at::Tensor middle = at::empty({in_h, out_w, 3}, at::kByte);
+  auto mid = middle.accessor<uint8_t, 3>();
+  for (int64_t y = 0; y < in_h; ++y) {
+    for (int64_t x = 0; x < out_w; ++x) {
+      for (int64_t c = 0; c < 3; ++c) {
+        double v = 0;
+        for (int64_t i = 0; i < in_w; ++i) v += columns[static_cast<size_t>(x)][static_cast<size_t>(i)] * src[y][i][c];
+        mid[y][x][c] = to_byte(v);
+      }
+    }
+  }
+  at::Tensor out = at::empty({out_h, out_w, 3}, at::kByte);
+  auto dst = out.accessor<uint8_t, 3>();
+  for (int64_t y = 0; y < out_h; ++y) {
+    for (int64_t x = 0; x < out_w; ++x) {
+      for (int64_t c = 0; c < 3; ++c) {
+        double v = 0;
+        for (int64_t i = 0; i < in_h; ++i) v += rows[static_cast<size_t>(y)][static_cast<size_t>(i)] * mid[i][x][c];
+        dst[y][x][c] = to_byte(v);
       }
     }
   }

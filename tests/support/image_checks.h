@@ -15,6 +15,12 @@ at::Tensor test_image(int64_t height, int64_t width, int channels, uint64_t seed
 /// four neighbours at pixel centres (align_corners=False), in double precision, the whole image.
 at::Tensor reference_resize(const at::Tensor& image, int64_t out_h, int64_t out_w);
 
+/// The antialiased resize, written the obvious way in double precision: per output pixel, the source
+/// pixels under a triangle (bilinear) or a = -0.5 cubic (bicubic) filter widened by the shrink factor,
+/// weights normalized, columns first and each pass rounded to uint8, as Pillow defines it. The whole
+/// image to out_h x out_w.
+at::Tensor reference_resample(const at::Tensor& image, int64_t out_h, int64_t out_w, bool bicubic = false);
+
 double mean_abs_diff(const at::Tensor& a, const at::Tensor& b);
 
 /// How far an augmented value (Note [image augment]) may stray from a reference of `value` in a float

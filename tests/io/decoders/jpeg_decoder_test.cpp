@@ -32,7 +32,6 @@ using testing::contains;
 using testing::error_of;
 using testing::max_abs_diff;
 using testing::mean_abs_diff;
-using testing::reference_resize;
 using testing::test_image;
 
 using Crop = JpegDecodeOptions::Crop;
@@ -75,12 +74,11 @@ TEST(JpegDecoder, TurnsGrayscaleIntoThreeEqualChannels) {
 }
 
 TEST(JpegDecoder, ResizesTheShorterSideThenCropsTheCentre) {
-  // 90x120 resized to a shorter side of 64 is 64x85 (85 = floor(64 * 120 / 90)); 1/2 DCT scaling
-  // would give 45 rows, too few, so the resize is bilinear from the full image and must match the
-  // reference computed from the full-size decode.
+  // 90x120 resized to a shorter side of 64 is 64x85 (85 = floor(64 * 120 / 90)), antialiased from the
+  // full-size decode as Pillow resizes: the reference computed from that decode.
   const at::Tensor bytes = encode(test_image(90, 120, 3, 5));
   const at::Tensor full = JpegDecoder().decode(bytes, image_spec(90, 120));
-  const at::Tensor resized = reference_resize(full, 64, 85);
+  const at::Tensor resized = testing::reference_resample(full, 64, 85);
 
   const at::Tensor only_resized = JpegDecoder({.resize_shorter = 64}).decode(bytes, image_spec(64, 85));
   EXPECT_LE(max_abs_diff(only_resized, resized), 1.0);
@@ -88,7 +86,8 @@ TEST(JpegDecoder, ResizesTheShorterSideThenCropsTheCentre) {
   const at::Tensor cropped =
       JpegDecoder({.resize_shorter = 64, .crop_height = 48, .crop_width = 48}).decode(bytes, image_spec(48, 48));
   ASSERT_EQ(cropped.sizes(), (std::vector<int64_t>{48, 48, 3}));
-  EXPECT_LE(max_abs_diff(cropped, resized.slice(0, 8, 56).slice(1, 18, 66)), 1.0);  // (64-48)/2, (85-48)/2
+  // torchvision's offsets: round((64-48)/2) = 8, round((85-48)/2) = round(18.5) = 18 (ties to even)
+  EXPECT_LE(max_abs_diff(cropped, resized.slice(0, 8, 56).slice(1, 18, 66)), 1.0);
 
   // A crop without a resize is a plain window of the decoded image; a portrait image is resized on its width.
   const at::Tensor window = JpegDecoder({.crop_height = 30, .crop_width = 40}).decode(bytes, image_spec(30, 40));
@@ -113,16 +112,17 @@ TEST(JpegDecoder, CentreCropLandsOnTheMiddleOfAKnownPattern) {
   EXPECT_LT(inner.select(2, 1).max().item<int>(), 60);
 }
 
-TEST(JpegDecoder, ShrinksLargeImagesInTheDctDomainFirst) {
-  // 480x640 to a shorter side of 100: decoded at 1/4 (120x160) by TurboJPEG, then bilinear. An area
-  // average and a bilinear sample of a smooth image agree closely.
+TEST(JpegDecoder, ShrinksLargeImagesInTheDctDomainFirstOnlyWhenAsked) {
+  // 480x640 to a shorter side of 100: by default the full decode, antialiased as Pillow resizes it.
   const at::Tensor bytes = encode(test_image(480, 640, 3, 9, 2));
   const at::Tensor full = JpegDecoder().decode(bytes, image_spec(480, 640));
-  const at::Tensor reference = reference_resize(reference_resize(full, 240, 320), 100, 133);
-  const at::Tensor out = JpegDecoder({.resize_shorter = 100}).decode(bytes, image_spec(100, 133));
-  EXPECT_LT(mean_abs_diff(out, reference), 3.0);
-  // Shrinking by exactly 1/2 needs no bilinear step at all.
-  EXPECT_EQ(JpegDecoder({.resize_shorter = 240}).decode(bytes, image_spec(240, 320)).sizes(),
+  const at::Tensor reference = testing::reference_resample(full, 100, 133);
+  EXPECT_LE(max_abs_diff(JpegDecoder({.resize_shorter = 100}).decode(bytes, image_spec(100, 133)), reference), 1.0);
+  // With dct_scaling, decoded at 1/4 (120x160) by TurboJPEG first: an area average, close to it.
+  const at::Tensor fast = JpegDecoder({.resize_shorter = 100, .dct_scaling = true}).decode(bytes, image_spec(100, 133));
+  EXPECT_LT(mean_abs_diff(fast, reference), 3.0);
+  // Shrinking by exactly 1/2 is the DCT's alone.
+  EXPECT_EQ(JpegDecoder({.resize_shorter = 240, .dct_scaling = true}).decode(bytes, image_spec(240, 320)).sizes(),
             (std::vector<int64_t>{240, 320, 3}));
 }
 
@@ -324,8 +324,9 @@ TEST(JpegDecoder, RefusesAHeaderClaimingMorePixelsThanItDecodes) {
                        "JPEG of 30000 x 20000 pixels (600000000 to decode) is larger than ferry decodes "
                        "(134217728 pixels at most)"))
       << message;
-  // A resize decodes it at 1/8 (3750 x 2500): within the cap, so the missing data is what is refused.
-  const JpegDecoder resizing({.resize_shorter = 64, .crop_height = 64, .crop_width = 64});
+  // With dct_scaling a resize decodes it at 1/8 (3750 x 2500): within the cap, so the missing data is
+  // what is refused.
+  const JpegDecoder resizing({.resize_shorter = 64, .crop_height = 64, .crop_width = 64, .dct_scaling = true});
   const std::string resized = error_of([&] { resizing.decode(huge, image_spec(64, 64)); });
   EXPECT_FALSE(contains(resized, "larger than ferry decodes")) << resized;
   EXPECT_TRUE(contains(resized, "JPEG (" + std::to_string(huge.numel()) + " bytes)")) << resized;
@@ -336,10 +337,15 @@ TEST(JpegDecoder, RefusesAHeaderClaimingMorePixelsThanItDecodes) {
             (std::vector<int64_t>{32, 32, 3}));
 }
 
-TEST(JpegDecoder, RefusesCmykImages) {
-  const at::Tensor bytes = encode(test_image(16, 16, 4, 1), 95, JpegSubsampling::k444);
-  const std::string message = error_of([&] { JpegDecoder().decode(bytes, image_spec(16, 16)); });
-  EXPECT_TRUE(contains(message, "CMYK JPEG")) << message;
+TEST(JpegDecoder, TurnsCmykImagesIntoRgbAsPillowDoes) {
+  // Stored (Adobe) CMYK values v: r = v_c * v_k / 255, and so on (Note [CMYK JPEGs]).
+  const at::Tensor cmyk = test_image(16, 24, 4, 1);
+  const at::Tensor bytes = encode(cmyk, 98, JpegSubsampling::k444);
+  const at::Tensor rgb = JpegDecoder().decode(bytes, image_spec(16, 24));
+  ASSERT_EQ(rgb.sizes(), (std::vector<int64_t>{16, 24, 3}));
+  const at::Tensor values = cmyk.to(at::kDouble);
+  const at::Tensor expected = (values.slice(2, 0, 3) * values.slice(2, 3, 4) / 255).round().clamp(0, 255).to(at::kByte);
+  EXPECT_LT(mean_abs_diff(rgb, expected), 3.0);
 }
 
 TEST(JpegDecoder, ChecksItsOptions) {

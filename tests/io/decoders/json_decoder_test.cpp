@@ -556,6 +556,89 @@ TEST(JsonDecoder, RefusesOtherDtypesAndNonByteInput) {
   EXPECT_TRUE(JsonDecoder().decode(strided, spec_of(at::kLong, {2})).equal(at::tensor({7, 8}, at::kLong)));
 }
 
+at::Tensor select(const std::string& pointer, const std::string& json, const FieldSpec& spec) {
+  return JsonDecoder(pointer).decode(tensor_of_text(json), spec);
+}
+
+TEST(JsonDecoder, SelectsAValueOfADocumentOfObjectsByJsonPointer) {
+  const std::string target =
+      R"({"boxes": [[1.5, 2, 30, 40.25], [0, 0, 8, 8]], "labels": [3, 7], "name": "a \"quoted\" \u00e9 name",)"
+      R"( "meta": {"size": [480, 640], "tags": ["x", null, true, {"deep": [[1]]}], "a/b": 5, "m~n": 6},)"
+      R"( "labels": [4, 9], "empty": []})";
+  EXPECT_TRUE(select("/boxes", target, spec_of(at::kFloat, {kVariableLength, 4}))
+                  .equal(at::tensor({1.5f, 2.0f, 30.0f, 40.25f, 0.0f, 0.0f, 8.0f, 8.0f}).view({2, 4})));
+  // A name given twice: the last one counts, as Python's json module reads it.
+  EXPECT_TRUE(select("/labels", target, spec_of(at::kLong, {kVariableLength})).equal(at::tensor({4, 9}, at::kLong)));
+  EXPECT_TRUE(select("/meta/size", target, spec_of(at::kInt, {2})).equal(at::tensor({480, 640}, at::kInt)));
+  EXPECT_EQ(select("/meta/size/1", target, spec_of(at::kLong, {})).item<int64_t>(), 640);
+  EXPECT_EQ(select("/meta/a~1b", target, spec_of(at::kLong, {})).item<int64_t>(), 5);  // ~1 is '/'
+  EXPECT_EQ(select("/meta/m~0n", target, spec_of(at::kLong, {})).item<int64_t>(), 6);  // ~0 is '~'
+  EXPECT_EQ(select("/meta/tags/3/deep", target, spec_of(at::kByte, {1, 1})).item<uint8_t>(), 1);
+  EXPECT_EQ(select("/empty", target, spec_of(at::kFloat, {kVariableLength, 4})).sizes(), (std::vector<int64_t>{0, 4}));
+  // Names are compared unescaped.
+  EXPECT_EQ(select("/caf\xc3\xa9", R"({"caf\u00e9": 1})", spec_of(at::kLong, {})).item<int64_t>(), 1);
+  EXPECT_EQ(select("/", R"({"": 2})", spec_of(at::kLong, {})).item<int64_t>(), 2);  // the empty name
+}
+
+TEST(JsonDecoder, SaysWhereAPointerFindsNothing) {
+  const FieldSpec any = spec_of(at::kLong, {kVariableLength});
+  const std::string json = R"({"labels": [1], "boxes": {"xyxy": [2]}})";
+  std::string message = error_of([&] { select("/label", json, any); });
+  EXPECT_TRUE(contains(message, "nothing at '/label'")) << message;
+  EXPECT_TRUE(contains(message, "has no member 'label' (its members: labels, boxes)")) << message;
+  message = error_of([&] { select("/labels/1", json, any); });
+  EXPECT_TRUE(contains(message, "has 1 elements, so '1' is none of them")) << message;
+  message = error_of([&] { select("/labels/01", json, any); });
+  EXPECT_TRUE(contains(message, "'01' is none of them")) << message;
+  message = error_of([&] { select("/labels/0/x", json, any); });
+  EXPECT_TRUE(contains(message, "'x' is looked up in a scalar")) << message;
+  // The selected value is read as a whole document is, with the offset of its start.
+  message = error_of([&] { select("/boxes", json, any); });
+  EXPECT_TRUE(contains(message, "found an object")) << message;
+  EXPECT_TRUE(contains(message, "in the value at '/boxes', which starts at byte 25")) << message;
+  // Without a pointer, a document of objects says how to select.
+  message = error_of([&] { decode(json, any); });
+  EXPECT_TRUE(contains(message, "select: /boxes")) << message;
+}
+
+TEST(JsonDecoder, ChecksTheWholeDocumentAroundTheSelectedValue) {
+  const FieldSpec any = spec_of(at::kLong, {kVariableLength});
+  const auto expect = [&](const std::string& json, const std::string& what) {
+    SCOPED_TRACE(json);
+    const std::string message = error_of([&] { select("/a", json, any); });
+    EXPECT_TRUE(contains(message, what)) << message;
+  };
+  expect(R"({"a": [1], "b": [1,]})", "expected a value, found ']'");
+  expect(R"({"a": [1], "b": "x)", "a string is not closed");
+  expect("{\"a\": [1], \"b\": \"\x01\"}", "a control character");
+  expect("{\"a\": [1], \"b\": \"\xff\"}", "not UTF-8");
+  expect("{\"a\": [1], \"b\": \"\xc0\xaf\"}", "not UTF-8");
+  expect(R"({"a": [1], "b": "\x"})", "an unknown escape");
+  expect(R"({"a": [1], "b": "\ud800"})", "a lone surrogate escape");
+  expect(R"({"a": [1] "b": 2})", "expected ',' or '}' in an object");
+  expect(R"({"a": [1], b: 2})", "expected a member's name");
+  expect(R"({"a": [1], "b" 2})", "expected ':' after a name");
+  expect(R"({"a": [1], "b": 012})", "leading zeros");
+  expect(R"({"a": [1], "b": NaN})", "expected a value, found 'N'");
+  expect(R"({"a": [1]} x)", "expected nothing after the document");
+  expect(std::string(40, '[') + std::string(40, ']'), "nested more than 32 deep");
+  expect("", "the member is empty");
+  // Every truncation of a valid document fails cleanly.
+  const std::string whole = R"({"b": {"c": [1, 2.5e3, "s\u00e9\n"], "d": null}, "a": [[1, 2], [3, 4]]})";
+  EXPECT_TRUE(select("/a", whole, spec_of(at::kLong, {kVariableLength, 2}))
+                  .equal(at::tensor({1, 2, 3, 4}, at::kLong).view({2, 2})));
+  for (size_t cut = 0; cut < whole.size(); ++cut) {
+    EXPECT_THROW(select("/a", whole.substr(0, cut), spec_of(at::kLong, {kVariableLength, 2})), Error) << cut;
+  }
+}
+
+TEST(JsonDecoder, RefusesPointersThatAreNotRfc6901) {
+  EXPECT_THROW(JsonDecoder("boxes"), Error);
+  EXPECT_THROW(JsonDecoder("/a~2"), Error);
+  EXPECT_THROW(JsonDecoder("/a~"), Error);
+  EXPECT_NO_THROW(JsonDecoder("/a~0~1/0"));
+}
+
 TEST(JsonDecoder, IsBuiltInAndThreadSafe) {
   const auto decoder = DecoderRegistry().find("json");
   EXPECT_EQ(decoder->name(), "json");

@@ -29,7 +29,6 @@ namespace {
 using testing::contains;
 using testing::error_of;
 using testing::max_abs_diff;
-using testing::reference_resize;
 using testing::test_image;
 
 using Crop = ImageDecodeOptions::Crop;
@@ -204,13 +203,13 @@ TEST(PngDecoder, DecodesEveryColourTypeAndBitDepthAsPilsRgb) {
 }
 
 TEST(PngDecoder, ResizesAndCropsAsTheJpegDecoderDoes) {
-  // An RGB PNG of a photo-like image, resized (at most 2x: bilinear alone) and cropped.
+  // An RGB PNG of a photo-like image, resized (antialiased, as Pillow resizes) and cropped.
   TestPng png;
   png.width = 120, png.height = 90, png.color_type = PNG_COLOR_TYPE_RGB;
   const at::Tensor image = test_image(90, 120, 3, 5);
   png.samples.assign(image.data_ptr<uint8_t>(), image.data_ptr<uint8_t>() + image.numel());
   const at::Tensor bytes = tensor_of(write_png(png));
-  const at::Tensor resized = reference_resize(image, 64, 85);
+  const at::Tensor resized = testing::reference_resample(image, 64, 85);
   EXPECT_LE(max_abs_diff(PngDecoder({.resize_shorter = 64}).decode(bytes, image_spec(64, 85)), resized), 1.0);
   const at::Tensor cropped =
       PngDecoder({.resize_shorter = 64, .crop_height = 48, .crop_width = 48}).decode(bytes, image_spec(48, 48));
@@ -218,13 +217,18 @@ TEST(PngDecoder, ResizesAndCropsAsTheJpegDecoderDoes) {
   EXPECT_TRUE(PngDecoder({.crop_height = 30, .crop_width = 40})
                   .decode(bytes, image_spec(30, 40))
                   .equal(image.slice(0, 30, 60).slice(1, 40, 80)));
-  // A large shrink averages blocks first (here 3x: 360 / 100): close to resizing twice with the reference.
+  // A large shrink (here 3.6x) is antialiased too: the filter widens with the shrink.
   TestPng big;
   big.width = 480, big.height = 360, big.color_type = PNG_COLOR_TYPE_RGB;
   const at::Tensor large = test_image(360, 480, 3, 7, 0);
   big.samples.assign(large.data_ptr<uint8_t>(), large.data_ptr<uint8_t>() + large.numel());
   const at::Tensor shrunk = PngDecoder({.resize_shorter = 100}).decode(tensor_of(write_png(big)), image_spec(100, 133));
-  EXPECT_LT(testing::mean_abs_diff(shrunk, reference_resize(reference_resize(large, 180, 240), 100, 133)), 3.0);
+  EXPECT_LE(max_abs_diff(shrunk, testing::reference_resample(large, 100, 133)), 1.0);
+  EXPECT_LE(
+      max_abs_diff(PngDecoder({.resize_shorter = 100, .interpolation = ImageDecodeOptions::Interpolation::kBicubic})
+                       .decode(tensor_of(write_png(big)), image_spec(100, 133)),
+                   testing::reference_resample(large, 100, 133, /*bicubic=*/true)),
+      1.0);
   // A random crop is drawn as for JPEGs: from the seed and, in a pipeline, the epoch and sample.
   const ImageDecodeOptions random{
       .resize_shorter = 64, .crop_height = 40, .crop_width = 40, .crop = Crop::kRandom, .seed = 3};
@@ -302,9 +306,8 @@ TEST(PngDecoder, RefusesDamageThatLibpngOnlyWarnsAboutSoThatSkipCanSkipIt) {
   past_palette.erase(trns, 12 + indexed.transparency.size());
   const size_t plte = chunk_at(past_palette, "PLTE");
   past_palette.replace(plte, 12 + 3 * indexed.palette.size(), png_chunk("PLTE", std::string(12, '\x40')));
-  const std::string past = error_of([&] {
-    decoder.decode(tensor_of(past_palette), image_spec(indexed.height, indexed.width));
-  });
+  const std::string past =
+      error_of([&] { decoder.decode(tensor_of(past_palette), image_spec(indexed.height, indexed.width)); });
   EXPECT_TRUE(contains(past, "corrupt PNG") && contains(past, "palette index")) << past;
 
   const TestPng shape = random_png(rng, PNG_COLOR_TYPE_RGB, 8, false);
@@ -320,13 +323,13 @@ TEST(PngDecoder, RefusesDamageThatLibpngOnlyWarnsAboutSoThatSkipCanSkipIt) {
 
   // A bad checksum on an ancillary chunk (a text chunk before the image data and after it).
   for (const size_t at : {idat, iend}) {
-    const std::string bad = good.substr(0, at) + png_chunk("tEXt", std::string("Comment\0damaged", 15), true) +
-                            good.substr(at);
+    const std::string bad =
+        good.substr(0, at) + png_chunk("tEXt", std::string("Comment\0damaged", 15), true) + good.substr(at);
     const std::string crc = error_of([&] { decoder.decode(tensor_of(bad), spec); });
     EXPECT_TRUE(contains(crc, "corrupt PNG") && contains(crc, "CRC")) << crc;
     // With a right checksum the same chunk is fine.
-    const std::string fine = good.substr(0, at) + png_chunk("tEXt", std::string("Comment\0damaged", 15)) +
-                             good.substr(at);
+    const std::string fine =
+        good.substr(0, at) + png_chunk("tEXt", std::string("Comment\0damaged", 15)) + good.substr(at);
     EXPECT_TRUE(decoder.decode(tensor_of(fine), spec).equal(shape.expected));
   }
   EXPECT_TRUE(decoder.decode(tensor_of(good), spec).equal(shape.expected));
@@ -345,7 +348,7 @@ TEST(ImageDecoder, DecodesEachFileWithItsFormatsDecoder) {
   EXPECT_TRUE(image.decode(jpeg, spec).equal(JpegDecoder(options).decode(jpeg, spec)));
   EXPECT_TRUE(image.decode(png_bytes, spec).equal(PngDecoder(options).decode(png_bytes, spec)));
   const std::string error = error_of([&] { image.decode(tensor_of("BM6 a bitmap"), spec); });
-  EXPECT_TRUE(contains(error, "neither a JPEG nor a PNG")) << error;
+  EXPECT_TRUE(contains(error, "not a JPEG, PNG or WebP file")) << error;
   EXPECT_TRUE(contains(error, "42 4d 36")) << error;  // "BM6": what the bytes start with
   // Both are built in.
   EXPECT_EQ(DecoderRegistry::global().find("png")->name(), "png");

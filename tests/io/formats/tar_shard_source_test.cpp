@@ -103,15 +103,20 @@ std::vector<TarField> image_label_json_fields() {
           TarField{"meta", ".JSON", at::kByte, {kVariableLength}, 4096, "raw", /*optional=*/true}};
 }
 
+// An optional member's bytes: "absent" where the sample lacks it (an undefined tensor).
+std::string optional_bytes(const at::Tensor& tensor) { return tensor.defined() ? bytes_of(tensor) : "absent"; }
+
 void expect_sample(const TarShardSource& source, uint64_t index, const Expected& expected) {
   const EncodedSample sample = source.read(index);
   EXPECT_EQ(sample.index, index);
   EXPECT_EQ(sample.key, expected.key);
-  ASSERT_EQ(sample.fields.size(), 3u);
+  EXPECT_EQ(source.key(index), expected.key);
+  ASSERT_EQ(sample.fields.size(), 4u);  // the optional meta and its flag
   EXPECT_EQ(bytes_of(sample.fields[0]), expected.members.at("jpg")) << expected.key;
   EXPECT_EQ(bytes_of(sample.fields[1]), expected.members.at("cls")) << expected.key;
   const auto json = expected.members.find("json");
-  EXPECT_EQ(bytes_of(sample.fields[2]), json == expected.members.end() ? "" : json->second) << expected.key;
+  EXPECT_EQ(optional_bytes(sample.fields[2]), json == expected.members.end() ? "absent" : json->second) << expected.key;
+  EXPECT_EQ(sample.fields[3].item<bool>(), json != expected.members.end()) << expected.key;
 }
 
 TEST(TarShardSource, NumbersSamplesOverShardsInOrderAndDeliversEveryByte) {
@@ -123,7 +128,9 @@ TEST(TarShardSource, NumbersSamplesOverShardsInOrderAndDeliversEveryByte) {
   ASSERT_EQ(source.size(), dataset.samples.size());
   for (uint64_t i = 0; i < source.size(); ++i) expect_sample(source, i, dataset.samples[i]);
 
-  ASSERT_EQ(source.fields().size(), 3u);
+  ASSERT_EQ(source.fields().size(), 4u);
+  EXPECT_EQ(source.fields()[3].name, "meta_present");
+  EXPECT_EQ(source.fields()[3].dtype, at::kBool);
   EXPECT_EQ(source.fields()[0].name, "image");
   EXPECT_TRUE(source.fields()[0].variable());
   EXPECT_EQ(source.fields()[1].decoder, "label");
@@ -220,9 +227,10 @@ TEST(TarShardSource, ConcurrentReadsDeliverExactlyTheWrittenBytes) {
           const EncodedSample sample = source.read(index);
           const Expected& expected = dataset.samples[index];
           const auto json = expected.members.find("json");
-          const bool same = sample.key == expected.key && bytes_of(sample.fields[0]) == expected.members.at("jpg") &&
-                            bytes_of(sample.fields[1]) == expected.members.at("cls") &&
-                            bytes_of(sample.fields[2]) == (json == expected.members.end() ? "" : json->second);
+          const bool same =
+              sample.key == expected.key && bytes_of(sample.fields[0]) == expected.members.at("jpg") &&
+              bytes_of(sample.fields[1]) == expected.members.at("cls") &&
+              optional_bytes(sample.fields[2]) == (json == expected.members.end() ? "absent" : json->second);
           mismatches += same ? 0 : 1;
           ++reads;
         }
@@ -281,12 +289,13 @@ TEST(TarShardSource, RejectsUnusableShardsAndFields) {
   expect_contains(make(dataset.paths, {TarField{"a", "jpg"}, TarField{"a", "cls"}}), {"field 'a' appears twice"});
   expect_contains(make(dataset.paths, {TarField{"", "jpg"}}), {"a field has no name"});
   expect_contains(make(dataset.paths, {TarField{"a", ""}}), {"field 'a' has no extension"});
-  expect_contains(make(dataset.paths, {TarField{"a", "jpg", at::kByte, {3, -1}}}), {"field 'a'", "first dim"});
+  expect_contains(make(dataset.paths, {TarField{"a", "jpg", at::kByte, {3, -2}}}), {"field 'a'", "sizes are >= 0"});
   expect_contains(make(dataset.paths, {TarField{"a", "jpg", at::kByte, {3}, 5}}), {"field 'a'", "max_length"});
-  // An optional field no shard has is allowed: every sample gets empty bytes.
+  // An optional field no shard has is allowed: every sample lacks it.
   const TarShardSource source(TarShardOptions{
       dataset.paths, {TarField{"a", "jpg"}, TarField{"b", "png", at::kByte, {kVariableLength}, {}, "raw", true}}});
-  EXPECT_EQ(source.read(4).fields[1].numel(), 0);
+  EXPECT_FALSE(source.read(4).fields[1].defined());
+  EXPECT_FALSE(source.read(4).fields[2].item<bool>());
 }
 
 TEST(TarShardSource, ExpandsBraceRangesAndListsAsWebDatasetDoes) {
@@ -393,9 +402,45 @@ TEST(TarShardSource, ReadsShardsWrittenByPythonsTarfileIdentically) {
     std::map<std::string, std::string> by_extension(want.members.begin(), want.members.end());
     EXPECT_EQ(bytes_of(sample.fields[0]), by_extension["jpg"]);
     EXPECT_EQ(labels.decode(sample.fields[1], source.fields()[1]).item<int64_t>(), std::stoll(by_extension["cls"]));
-    EXPECT_EQ(bytes_of(sample.fields[2]), by_extension["seg.png"]);
-    EXPECT_EQ(bytes_of(sample.fields[3]), by_extension["json"]);
+    // An optional field is followed by its flag; a member a sample lacks is absent (undefined).
+    ASSERT_EQ(sample.fields.size(), 6u);
+    EXPECT_EQ(source.fields()[3].name, "mask_present");
+    EXPECT_EQ(source.fields()[5].name, "meta_present");
+    for (const auto& [field, extension] : {std::pair<size_t, std::string>{2, "seg.png"}, {4, "json"}}) {
+      const bool present = by_extension.count(extension) != 0;
+      EXPECT_EQ(sample.fields[field + 1].item<bool>(), present) << extension;
+      EXPECT_EQ(sample.fields[field].defined(), present) << extension;
+      if (present) EXPECT_EQ(bytes_of(sample.fields[field]), by_extension[extension]);
+    }
   }
+}
+
+TEST(TarShardSource, ReadsTheFirstOfAFieldsExtensionsThatASampleHas) {
+  const TempDir dir("ferry_tar_alternatives");
+  const std::string path = dir / "mixed.tar";
+  {
+    TarWriter writer;
+    writer.add("a.jpg", "A-jpg");
+    writer.add("b.png", "B-png");
+    writer.add("c.webp", "C-webp");
+    writer.add("c.jpg", "C-jpg");
+    writer.add("d.txt", "D-txt");
+    TarWriter::write_file(path, writer.finish());
+  }
+  const TarShardSource source(TarShardOptions{
+      {path}, {TarField{.name = "image", .extension = "JPG", .optional = true, .alternatives = {".png", "webp"}}}});
+  const std::vector<std::string> expected = {"A-jpg", "B-png", "C-jpg", ""};
+  for (uint64_t i = 0; i < source.size(); ++i) {
+    const EncodedSample sample = source.read(i);
+    EXPECT_EQ(sample.fields[0].defined() ? bytes_of(sample.fields[0]) : "", expected[i]) << i;
+    EXPECT_EQ(sample.fields[1].item<bool>(), !expected[i].empty()) << i;
+    EXPECT_EQ(source.key(i), sample.key);
+  }
+  // Without optional, a sample with none of them is an error naming all of them.
+  const TarShardSource required(
+      TarShardOptions{{path}, {TarField{.name = "image", .extension = "jpg", .alternatives = {"png", "webp"}}}});
+  const std::string message = error_of([&] { required.read(3); });
+  expect_contains(message, {"has no '.jpg', '.png' or '.webp' member for field 'image'"});
 }
 
 // ---- the "label" decoder ----------------------------------------------------------------------------
