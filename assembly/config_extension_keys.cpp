@@ -302,6 +302,17 @@ void ConfigReader::read_source(const Node& node) {
   if (!keys) return;
   config_.source.keys = std::move(*keys);
   source_read_ = true;
+  // A field's `device: host` is collate.host's, said where the field is.
+  if (kind->decoded_fields) {
+    for (const DecodedField& field : kind->decoded_fields(config_.source.keys)) {
+      const KeyValue* device = field.keys != nullptr ? field.keys->find("device") : nullptr;
+      std::vector<std::string>& host = config_.pipeline.collate.host;
+      if (device != nullptr && device->text() == "host" &&
+          std::find(host.begin(), host.end(), field.name) == host.end()) {
+        host.push_back(field.name);
+      }
+    }
+  }
   if (!kind->check) return;
   KeyProblems found;
   try {

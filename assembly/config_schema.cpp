@@ -47,7 +47,8 @@ const std::vector<ConfigKey>& config_keys() {
        "{shuffle: true, seed: 1}"},
       {"sampler.shuffle", "boolean", "false",
        "Visit a different permutation of the samples every epoch, derived from (seed, epoch).", "true"},
-      {"sampler.seed", "integer", "0", "Seed of the shuffle, and of random crops (`crop: random`).", "1234"},
+      {"sampler.seed", "integer", "0",
+       "Seed of the shuffle, and of random crops and flips (`crop: random`, `random_resized`, `flip`).", "1234"},
       {"sampler.epochs", "integer >= 1", "1", "Passes over the data.", "3"},
       {"sampler.drop_last", "boolean", "false", "Drop the last batch of an epoch when it is smaller than batch_size.",
        "true"},
@@ -155,7 +156,7 @@ const std::vector<ConfigKey>& config_keys() {
       // cache
       {"cache", "mapping", "",
        "The dataset cache: samples decoded once are kept, and later epochs gather their batches from there (no read, "
-       "decode, pack or copy from the host). Every field must decode the same way each epoch: no `crop: random`.",
+       "decode, pack or copy from the host). Every field must decode the same way each epoch: no random crop or flip.",
        "{memory: managed}"},
       {"cache.memory", "one of: off, managed, device, host", "off",
        "Where the cache lives. managed: CUDA managed memory on the delivery GPU, which `cache_to()` can move to the "

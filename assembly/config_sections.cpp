@@ -221,11 +221,12 @@ void ConfigReader::read_collate(const Node& node) {
     const auto add = [&](const Node& item, const std::string& at) {
       const auto text = scalar(item, at, what);
       if (!text) return;
-      if (text->empty() || std::find(into.begin(), into.end(), *text) != into.end()) {
-        expected(at, item, text->empty() ? what : "each field once");
+      if (text->empty()) {
+        expected(at, item, what);
         return;
       }
-      into.push_back(*text);
+      // Once each; a field whose own mapping says `device: host` may be named here too.
+      if (std::find(into.begin(), into.end(), *text) == into.end()) into.push_back(*text);
     };
     if (value->IsSequence()) {
       for (size_t i = 0; i < value->size(); ++i) add((*value)[i], key + "[" + std::to_string(i) + "]");

@@ -6,9 +6,9 @@ torchvision's GPU decoder, on the same files, cores and device, in one run.
         --out gpu-results/augment [--threads 1,4,16] [--images 8192] [--quick]
 
 Needs a Python with torch, torchvision and numpy. The recipe is configs/imagenet-train.yaml's: a
-random-resized crop of the whole image to 224 x 224 (scale 0.08..1, ratio 3/4..4/3), a horizontal flip
-with probability 0.5, values scaled to [0, 1] and normalized with ImageNet's mean and std, delivered on
-the device as bfloat16 NCHW batches of 256 with their labels. Two datasets, made with `ferry make-dataset images` when --data lacks them:
+random-resized crop of the whole image to 224 x 224 (scale 0.08..1, ratio 3/4..4/3), a horizontal
+flip with probability 0.5, values scaled to [0, 1] and normalized with ImageNet's mean and std,
+delivered on the device as bfloat16 NCHW batches of 256 with their labels. Two datasets, made with `ferry make-dataset images` when --data lacks them:
 256 x 256 JPEGs and ImageNet-like ones (`--image-size imagenet`: mostly 500 x 375), q90.
 
 For each T in --threads (not above the cores this process may use):

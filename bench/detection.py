@@ -9,9 +9,10 @@ The dataset (made in --data when missing, with Pillow): JPEGs whose longer side 
 each with 0..50 boxes and their labels in the sample's `.json` ({"boxes": [[x1, y1, x2, y2], ...],
 "labels": [...]}), in tar shards of 512 samples. Both loaders make the same training-ready batch of 32:
 a random-resized crop of the whole image to 512 x 512 (scale 0.3..1, ratio 3/4..4/3), a horizontal flip
-with probability 0.5, the boxes moved with the image, clipped, and dropped with their labels where less
-than a quarter of their area stays; uint8 images [32, 512, 512, 3] (NHWC, ferry) or [32, 3, 512, 512]
-(torchvision), and each sample's boxes and labels, all on the device.
+with probability 0.5, the boxes moved with the image, clipped, and dropped with their labels where too
+little stays (ferry: under a quarter of the box's area; torchvision v2 has no such rule, so
+SanitizeBoundingBoxes drops those under 1 square pixel); uint8 images [32, 512, 512, 3] (NHWC, ferry)
+or [32, 3, 512, 512] (torchvision), and each sample's boxes and labels, all on the device.
 
   ferry cpu   decode.threads W: libjpeg-turbo on W threads, the crop's resample and the boxes there too;
   ferry gpu   the same with the jpeg decoder's device: gpu (nvJPEG's hardware decoder, the crop's resample
@@ -68,7 +69,8 @@ def make_dataset(root, samples):
     """Tar shards of JPEGs (longer side 300..1333) with their boxes; returns the shard paths."""
     from PIL import Image
     os.makedirs(root, exist_ok=True)
-    shards = [os.path.join(root, f"detection-{s:04d}.tar") for s in range((samples + SHARD_SAMPLES - 1) // SHARD_SAMPLES)]
+    count = (samples + SHARD_SAMPLES - 1) // SHARD_SAMPLES
+    shards = [os.path.join(root, f"detection-{s:04d}.tar") for s in range(count)]
     stamp = os.path.join(root, f"made-{samples}")
     if os.path.exists(stamp):
         return shards

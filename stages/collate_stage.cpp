@@ -66,8 +66,8 @@ CollateStage::CollateStage(std::vector<FieldSpec> fields, const CollateOptions& 
     const bool varies_inside =
         std::count(spec.shape.begin(), spec.shape.end(), kVariableLength) > (spec.variable() ? 1 : 0);
     if (varies_inside && !list_[f]) {
-      throw Error("collate: field '" + spec.name + "' varies in more than its first size, so its samples neither " +
-                  "stack nor pad: deliver it as a list (collate.lists: [" + spec.name + "])");
+      throw Error("collate: field '" + spec.name + "' varies in a size other than its first, so its samples " +
+                  "neither stack nor pad: deliver it as a list (collate.lists: [" + spec.name + "])");
     }
     first_output_.push_back(names.size());
     names.push_back(spec.name);
@@ -195,7 +195,8 @@ at::Tensor CollateStage::collate_on_host(size_t f, const std::vector<std::shared
   auto* base = static_cast<std::byte*>(out.data_ptr());
   const size_t element = c10::elementSize(field.dtype);
   for (size_t s = 0; s < samples.size(); ++s) {
-    const at::Tensor tensor = samples[s]->fields.at(f).contiguous();
+    // A field decoded on the GPU (Note [GPU JPEG decode]) comes back to the host first.
+    const at::Tensor tensor = samples[s]->fields.at(f).cpu().contiguous();
     const size_t bytes = tensor.nbytes();
     std::byte* slot = base + s * field.slot_bytes;
     if (bytes != 0) std::memcpy(slot, tensor.data_ptr(), bytes);

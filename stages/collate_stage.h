@@ -33,7 +33,6 @@ class CollateStage : public BatchStage {
   CollateStage(std::vector<FieldSpec> fields, const CollateOptions& options, size_t min_alignment);
   std::string_view name() const override { return "collate"; }
   void run(BatchWork& work, const std::atomic<bool>& stop) override;
-  /// Cached samples (Note [dataset cache]) take their shapes from `cache`. Before the pipeline starts.
   /// Cached samples (Note [dataset cache]) take their shapes from `cache`; a plan keeps no list or host
   /// field (plan_dataset_cache()). Before the pipeline starts.
   void use_cache(std::shared_ptr<const DatasetCache> cache) { cache_ = std::move(cache); }

@@ -69,9 +69,11 @@ void check_decoded(const at::Tensor& tensor, const FieldSpec& spec, const Maker&
                   std::to_string(*spec.max_length));
     }
     if (count > 1 && varying > *spec.max_length) {
-      throw Error("decoded shape " + sizes_text(tensor.sizes()) + " has " + std::to_string(varying) +
-                  " pixels, more than max_pixels " + std::to_string(*spec.max_length) +
-                  " (a resize_shorter makes images smaller)");
+      throw Error("decoded shape " + sizes_text(tensor.sizes()) + " holds " + std::to_string(varying) +
+                  " in its sizes that vary (their product), more than the field's bound " +
+                  std::to_string(*spec.max_length) +
+                  " (max_pixels of an image; a resize_shorter makes images "
+                  "smaller)");
     }
   }
 }
@@ -269,6 +271,11 @@ bool DecodeStage::defer(SampleWork& work, size_t i, const at::Tensor& encoded) {
   const DecodeContext context{work.plan->epoch, work.index()};
   const detail::ImageWindow window = detail::plan_image_window("JPEG", header.height, header.width, jpeg->options(),
                                                                detail::CropSource{&context, data, bytes.numel()}, spec);
+  // An image of its own size over max_pixels: the CPU decoder says so, naming the sample.
+  if (spec.max_length && spec.shape.size() == 3 && spec.shape[0] == kVariableLength &&
+      window.out_h() * window.out_w() > *spec.max_length) {
+    return false;
+  }
   auto pending = std::make_unique<PendingImage>();
   pending->field = i;
   pending->encoded = bytes;
@@ -346,7 +353,8 @@ void DecodeStage::run_pending(const std::vector<SampleWork*>& samples,
     }
     // The hardware could not decode it: the CPU decoder tries, and says what is wrong if it cannot either.
     try {
-      decode_into(sample, i, pending.encoded);
+      // The companions were made with the window (defer()), and the transforms have run since.
+      decode_into(sample, i, pending.encoded, /*with_companions=*/false);
       cpu_images_.fetch_add(1, std::memory_order_relaxed);
     } catch (const std::exception& e) {
       sample.fields[i] = at::Tensor();
@@ -440,9 +448,10 @@ void DecodeStage::run(SampleWork& work) {
   if (!transforms_.list.empty()) transform(work, encoded.key);
 }
 
-void DecodeStage::decode_into(SampleWork& work, size_t i, const at::Tensor& encoded) const {
+void DecodeStage::decode_into(SampleWork& work, size_t i, const at::Tensor& encoded, bool with_companions) const {
   const FieldSpec& spec = source_->fields()[i];
-  const auto [first, count] = companions_[i];
+  const auto first = companions_[i].first;
+  const size_t count = with_companions ? companions_[i].second : 0;
   if (!encoded.defined()) {  // a field the sample lacks (EncodedSample): zeros, its companions too
     for (size_t f = 0; f < count + 1; ++f) {
       const FieldSpec& zeroed = f == 0 ? spec : decoded_[first + f - 1];

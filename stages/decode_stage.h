@@ -83,8 +83,9 @@ class DecodeStage : public SampleStage {
   /// run() for field `i` of a GPU-routed sample: pending (true) or to be decoded on the CPU (false).
   bool defer(SampleWork& work, size_t i, const at::Tensor& encoded);
 
-  /// Decodes field `i` of `work` from `encoded` on the CPU, with its companions, and checks them.
-  void decode_into(SampleWork& work, size_t i, const at::Tensor& encoded) const;
+  /// Decodes field `i` of `work` from `encoded` on the CPU, with its companions unless told not to, and
+  /// checks them.
+  void decode_into(SampleWork& work, size_t i, const at::Tensor& encoded, bool with_companions = true) const;
 
   /// Runs the transforms on a decoded sample and checks what they made against fields_.
   void transform(SampleWork& work, const std::string& key) const;

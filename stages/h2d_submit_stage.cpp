@@ -62,6 +62,11 @@ std::optional<H2DSubmitStage::Augmented> H2DSubmitStage::augmented(const BatchWo
   const std::optional<size_t> field = layout.schema->find(augment_->options().field);
   if (!field) throw Error("augment: the batch has no field '" + augment_->options().field + "'");
   const FieldLayout& image = layout.fields[*field];
+  if (image.host || !image.list_offsets.empty()) {
+    throw Error("augment: field '" + augment_->options().field + "' is delivered " +
+                (image.host ? "on the host (collate.host)" : "as a list (collate.lists)") +
+                "; the augmentation works on a batch of images stacked on the device");
+  }
   const auto batch = static_cast<int64_t>(work.info.sample_indices.size());
   const std::vector<int64_t> expected = {batch, augment_->image_height(), augment_->image_width(), 3};
   if (image.dtype != at::kByte || image.shape != expected) {

@@ -14,8 +14,8 @@ struct ImageDecodeOptions {
   /// The crop, in pixels. Both 0: no crop; both > 0 otherwise.
   int64_t crop_height = 0;
   int64_t crop_width = 0;
-  /// kCenter: the middle of the (resized) image, offsets rounded down (torchvision's CenterCrop rounds
-  /// them to nearest: see Note [image geometry]). kRandom: a place drawn at random in the (resized)
+  /// kCenter: the middle of the (resized) image, offsets rounded as torchvision's CenterCrop rounds
+  /// them (to nearest, ties to even: Note [image geometry]). kRandom: a place drawn at random in the (resized)
   /// image (Note [random crop]). kRandomResized: torchvision's RandomResizedCrop: a window of the whole
   /// image whose area share is drawn from [scale_min, scale_max] and aspect ratio (width / height)
   /// log-uniformly from [ratio_min, ratio_max], resized to crop_height x crop_width (resize_shorter 0).

@@ -37,8 +37,8 @@ namespace {
 // by an ulp, and now and then that moves a rounded weight and a pixel by one level. The tables are
 // therefore built here, on the host, also for a device kernel.
 //
-// Skipping a pass whose axis copies whole pixels (scale 1, an integer offset) gives the same bytes,
-// since its taps are then a single weight of exactly 1 << 22 among zeros.
+// A pass whose axis copies whole pixels (scale 1, an integer offset) leaves them as they are, since its
+// taps are then a single weight of exactly 1 << 22 among zeros: the decoders skip such a resample.
 
 constexpr int32_t kOne = int32_t{1} << kResampleWeightBits;
 constexpr int32_t kHalf = kOne >> 1;
@@ -58,11 +58,11 @@ double cubic(double x, double a) {
 }
 
 // Where an axis' output samples sit: output i is centred on begin + (i + 0.5) * scale.
-struct AxisWindow {
+struct FilterAxis {
   double begin = 0, scale = 0;
 };
 
-AxisWindow axis_window(int64_t in_size, double box_begin, double box_end, int64_t out_size, bool antialias) {
+FilterAxis axis_window(int64_t in_size, double box_begin, double box_end, int64_t out_size, bool antialias) {
   if (in_size < 1 || out_size < 1 || in_size > std::numeric_limits<int32_t>::max() ||
       out_size > std::numeric_limits<int32_t>::max()) {
     throw std::invalid_argument("resample: sizes must be 1.." + std::to_string(std::numeric_limits<int32_t>::max()) +
@@ -78,9 +78,6 @@ AxisWindow axis_window(int64_t in_size, double box_begin, double box_end, int64_
   const float span = end - begin;  // in float, as Pillow subtracts
   return {begin, static_cast<double>(span) / static_cast<double>(out_size)};
 }
-
-// True when the axis' taps would be the identity with an offset: each output pixel one source pixel.
-bool copies_whole_pixels(const AxisWindow& w) { return w.scale == 1.0 && w.begin == std::floor(w.begin); }
 
 // Rounds Pillow's way (normalize_coeffs_8bpc): half away from zero, truncating.
 int32_t to_fixed(double weight) {
@@ -98,7 +95,7 @@ void shrink_to_widest(ResampleTaps& taps, int64_t stride) {
 }
 
 // Pillow's precompute_coeffs() and normalize_coeffs_8bpc(), expression for expression.
-ResampleTaps pillow_taps(int64_t in_size, const AxisWindow& w, int64_t out_size, Interpolation interpolation) {
+ResampleTaps pillow_taps(int64_t in_size, const FilterAxis& w, int64_t out_size, Interpolation interpolation) {
   const bool bicubic = interpolation == Interpolation::kBicubic;
   const double filterscale = std::max(w.scale, 1.0);
   const double support = (bicubic ? 2.0 : 1.0) * filterscale;
@@ -138,7 +135,7 @@ ResampleTaps pillow_taps(int64_t in_size, const AxisWindow& w, int64_t out_size,
 // torch's upsample_bilinear2d / upsample_bicubic2d (align_corners=False): a fixed 2 or 4 taps around
 // the source position, and where they fall outside the image, its edge pixel instead (torch clamps the
 // index), so the weights fold onto the edge.
-ResampleTaps torch_taps(int64_t in_size, const AxisWindow& w, int64_t out_size, Interpolation interpolation) {
+ResampleTaps torch_taps(int64_t in_size, const FilterAxis& w, int64_t out_size, Interpolation interpolation) {
   const bool bicubic = interpolation == Interpolation::kBicubic;
   const int32_t width = bicubic ? 4 : 2;
   ResampleTaps taps;
@@ -174,21 +171,9 @@ ResampleTaps torch_taps(int64_t in_size, const AxisWindow& w, int64_t out_size, 
   return taps;
 }
 
-ResampleTaps make_taps(int64_t in_size, const AxisWindow& w, int64_t out_size, Interpolation interpolation,
+ResampleTaps make_taps(int64_t in_size, const FilterAxis& w, int64_t out_size, Interpolation interpolation,
                        bool antialias) {
   return antialias ? pillow_taps(in_size, w, out_size, interpolation) : torch_taps(in_size, w, out_size, interpolation);
-}
-
-// Output i is source pixel begin + i alone: for a flip of an axis that is otherwise a copy.
-ResampleTaps copy_taps(int64_t begin, int64_t out_size) {
-  ResampleTaps taps;
-  const auto n = static_cast<size_t>(out_size);
-  taps.first.resize(n);
-  taps.count.assign(n, 1);
-  taps.weights.assign(n, kOne);
-  taps.max_taps = 1;
-  for (size_t i = 0; i < n; ++i) taps.first[i] = static_cast<int32_t>(begin + static_cast<int64_t>(i));
-  return taps;
 }
 
 inline uint8_t clip8(int32_t sum) { return static_cast<uint8_t>(std::clamp(sum >> kResampleWeightBits, 0, 255)); }
@@ -413,43 +398,6 @@ ResampleTaps resample_taps(int64_t in_size, double box_begin, double box_end, in
                            Interpolation interpolation, bool antialias) {
   return make_taps(in_size, axis_window(in_size, box_begin, box_end, out_size, antialias), out_size, interpolation,
                    antialias);
-}
-
-void resample_rgb(const uint8_t* src, int64_t src_h, int64_t src_w, int64_t src_stride, const ResampleBox& box,
-                  uint8_t* out, int64_t out_h, int64_t out_w, Interpolation interpolation, bool antialias, bool flip) {
-  const AxisWindow cols = axis_window(src_w, box.left, box.right, out_w, antialias);
-  const AxisWindow rows = axis_window(src_h, box.top, box.bottom, out_h, antialias);
-  if (src == nullptr || out == nullptr || src_stride < src_w * 3) {
-    throw std::invalid_argument("resample: null image, or rows " + std::to_string(src_stride) +
-                                " bytes apart, fewer than 3 x " + std::to_string(src_w));
-  }
-  const int64_t out_values = out_w * 3;
-  const bool copy_cols = copies_whole_pixels(cols), copy_rows = copies_whole_pixels(rows);
-  const auto col0 = static_cast<int64_t>(cols.begin), row0 = static_cast<int64_t>(rows.begin);
-
-  if (copy_cols && !flip) {
-    const uint8_t* window = src + col0 * 3;
-    if (copy_rows) {
-      for (int64_t y = 0; y < out_h; ++y) {
-        std::memcpy(out + y * out_values, window + (row0 + y) * src_stride, static_cast<size_t>(out_values));
-      }
-      return;
-    }
-    const ResampleTaps v = make_taps(src_h, rows, out_h, interpolation, antialias);
-    for (int64_t y = 0; y < out_h; ++y) {
-      vertical_row(window + v.first[y] * src_stride, src_stride, v.weights.data() + y * v.max_taps, v.count[y],
-                   out_values, out + y * out_values);
-    }
-    return;
-  }
-
-  const ResampleTaps h = copy_cols ? copy_taps(col0, out_w) : make_taps(src_w, cols, out_w, interpolation, antialias);
-  if (copy_rows) {
-    HorizontalPass horizontal(h, flip);
-    for (int64_t y = 0; y < out_h; ++y) horizontal.run(src + (row0 + y) * src_stride, out + y * out_values);
-    return;
-  }
-  two_passes(src, src_stride, make_taps(src_h, rows, out_h, interpolation, antialias), h, out, flip);
 }
 
 void resample_rgb_taps(const uint8_t* src, int64_t src_stride, const ResampleTaps& rows, const ResampleTaps& columns,

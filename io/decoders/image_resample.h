@@ -15,14 +15,6 @@ enum class Interpolation { kBilinear, kBicubic };
 /// of uint8 values times weights, plus 1 << 21, shifted right by 22 and clamped to 0..255 is a pixel.
 inline constexpr int kResampleWeightBits = 22;
 
-/// A window of the source image, in source pixels (fractions allowed, as Pillow's `box`): what the
-/// output covers. Pixels outside the window but inside the image still feed the output's edge pixels,
-/// as in Pillow; to resize a crop as if it were the whole image (torchvision's resized_crop: crop, then
-/// resize), pass the crop as the source image instead.
-struct ResampleBox {
-  double left = 0, top = 0, right = 0, bottom = 0;
-};
-
 /// One axis' filter: output coordinate i is the sum over t < count[i] of
 /// source[first[i] + t] * weights[i * max_taps + t], in units of 1 << kResampleWeightBits. Taps never
 /// leave the source (0 <= first[i], first[i] + count[i] <= in_size); weights past count[i] are 0;
@@ -42,7 +34,7 @@ struct ResampleTaps {
 /// a = -0.75) taps at any scale, the image's edge pixels repeated past its borders (this aliases when
 /// shrinking, as torch does).
 ///
-/// Either way resample_rgb() rounds to uint8 between its passes, as Pillow does and torch's float
+/// Either way resample_rgb_taps() rounds to uint8 between its passes, as Pillow does and torch's float
 /// interpolate does not: against torch, bilinear is within 1 level; bicubic is within 1 on smooth
 /// content, but its overshoot at hard edges is clipped after the first pass, so there it can differ
 /// by tens of levels (as Pillow differs from torch).
@@ -52,22 +44,12 @@ struct ResampleTaps {
 ResampleTaps resample_taps(int64_t in_size, double box_begin, double box_end, int64_t out_size,
                            Interpolation interpolation, bool antialias);
 
-/// Resizes the `box` of `src` (uint8 [src_h][src_w][3], rows `src_stride` bytes apart) to out_h x out_w
-/// into `out` (out_h rows of out_w * 3 bytes, contiguous); `flip` mirrors the output left to right (as
-/// resizing, then flipping). With antialias, the bytes are Pillow's: Image.resize((out_w, out_h),
-/// resample, box, reducing_gap=None).
-///
-/// Two passes, horizontal then vertical, each rounded to uint8; the horizontal pass runs only on the
-/// source rows the vertical pass reads, and a pass whose axis is a whole-pixel copy is skipped. Requires
-/// what resample_taps() does for both axes and src_stride >= src_w * 3; throws std::invalid_argument
-/// otherwise. Allocates its scratch (the tap tables and at most out_w x src_h pixels); thread-safe.
-void resample_rgb(const uint8_t* src, int64_t src_h, int64_t src_w, int64_t src_stride, const ResampleBox& box,
-                  uint8_t* out, int64_t out_h, int64_t out_w, Interpolation interpolation, bool antialias, bool flip);
-
-/// The same from tap tables made by resample_taps() (or a slice of them: the rows and columns of a crop
-/// of the resized image), for an image whose rows are `src_stride` bytes apart and hold every pixel the
-/// taps read: `out` gets rows.first.size() rows of columns.first.size() pixels. Allocates its scratch;
-/// thread-safe.
+/// Resamples an image (uint8 RGB, rows `src_stride` bytes apart, holding every pixel the taps read) through
+/// tap tables made by resample_taps() (or a slice of them: the rows and columns of a crop of the resized
+/// image) into `out`: rows.first.size() rows of columns.first.size() pixels, contiguous, mirrored left to
+/// right with `flip`. Two passes, horizontal then vertical, each rounded to uint8 as Pillow rounds; the
+/// horizontal pass runs only on the source rows the vertical pass reads. With antialiased taps of a whole
+/// axis, the bytes are Pillow's Image.resize(reducing_gap=None). Allocates its scratch; thread-safe.
 void resample_rgb_taps(const uint8_t* src, int64_t src_stride, const ResampleTaps& rows, const ResampleTaps& columns,
                        uint8_t* out, bool flip);
 

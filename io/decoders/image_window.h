@@ -62,7 +62,7 @@ struct ImageWindow {
   int64_t out_w() const noexcept { return columns.count; }
 };
 
-/// Throws ferry::Error for a decoder named `name` (of `kind`: "jpeg", "png") with an empty name,
+/// Throws ferry::Error for a decoder named `name` (of `kind`: "jpeg", "png", "webp") with an empty name,
 /// negative sizes, a crop with one side 0 and the other not, or crop parameters out of range.
 void check_image_options(const ImageDecodeOptions& options, std::string_view kind, const std::string& name);
 
@@ -70,8 +70,8 @@ void check_image_options(const ImageDecodeOptions& options, std::string_view kin
 /// images of their own size), as `decoder` makes.
 void check_image_field(const FieldSpec& spec, std::string_view decoder);
 
-/// `encoded` as contiguous bytes for the `decoder` ("jpeg", "png") of `format` ("JPEG", "PNG") files,
-/// after check_image_field(spec, decoder). Throws ferry::Error unless they are non-empty uint8 data.
+/// `encoded` as contiguous bytes for the `decoder` ("jpeg", "png", "webp") of `format` ("JPEG", "PNG",
+/// "WebP") files, after check_image_field(spec, decoder). Throws ferry::Error unless they are non-empty uint8 data.
 at::Tensor encoded_image_bytes(const at::Tensor& encoded, const FieldSpec& spec, std::string_view decoder,
                                std::string_view format);
 

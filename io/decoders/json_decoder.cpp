@@ -708,7 +708,7 @@ at::Tensor JsonDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec)
   const auto* data = static_cast<const char*>(bytes.data_ptr());
   int64_t size = bytes.numel();
   int64_t offset = 0;
-  if (!tokens_.empty() || !pointer_.empty()) {  // Note [JSON pointers]
+  if (!pointer_.empty()) {  // Note [JSON pointers]
     const auto [begin, end] = Locator(data, size, tokens_).find(pointer_);
     offset = begin;
     size = end - begin;

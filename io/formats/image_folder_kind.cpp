@@ -114,9 +114,10 @@ SourceKind image_folder_source_kind() {
                detail::max_pixels_key(),
                {.name = "decoder",
                 .type = Type::kDecoder,
-                .description = "How a file's bytes become the image: jpeg, png, image (JPEG or PNG, told apart by "
-                               "their bytes: for folders that mix them), raw (the file's bytes as stored), or one your "
-                               "program or a plugin registers. The mapping also takes the decoder's own keys.",
+                .description =
+                    "How a file's bytes become the image: jpeg, png, webp, image (JPEG, PNG or WebP, told apart by "
+                    "their bytes: for folders that mix them), raw (the file's bytes as stored), or one your "
+                    "program or a plugin registers. The mapping also takes the decoder's own keys.",
                 .default_value = "jpeg",
                 .example = "raw"},
            },

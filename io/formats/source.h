@@ -21,10 +21,12 @@ inline constexpr int64_t kVariableLength = -1;
 struct FieldSpec {
   std::string name;
   at::ScalarType dtype = at::kByte;
-  /// Per-sample shape. A variable-length field has shape[0] == kVariableLength and the fixed rest.
+  /// Per-sample shape. A variable-length field has shape[0] == kVariableLength and the fixed rest; a
+  /// field whose other sizes vary too (an image of its own size, [kVariableLength, kVariableLength, 3])
+  /// is delivered as a list (CollateOptions::lists).
   std::vector<int64_t> shape;
-  /// Largest length of a variable-length field; unset when not known (pool.slab_bytes must then be
-  /// set, as the largest batch is unknown).
+  /// The largest product of the sizes that vary (a variable-length field's length, an image's pixels);
+  /// unset when not known (pool.slab_bytes must then be set, as the largest batch is unknown).
   std::optional<int64_t> max_length;
   /// Name of the decoder (see DecoderRegistry) that turns this field's encoded bytes into a tensor.
   std::string decoder = "raw";

@@ -51,7 +51,8 @@ std::vector<KeySpec> member_keys() {
                         "bytes of any length", "[64, 64, 3]"),
       {.name = "max_length",
        .type = Type::kInteger,
-       .description = "Longest first dimension of a variable-length field: lets `pool.slab_size` be auto.",
+       .description = "Longest first dimension of a variable-length field (for [null, null, 3] images, see "
+                      "max_pixels): lets `pool.slab_size` be auto.",
        .default_value = "none",
        .example = "4096",
        .min = 1,
@@ -65,6 +66,13 @@ std::vector<KeySpec> member_keys() {
            "takes the decoder's own keys (docs/config.md, Decoders).",
        .default_value = "raw",
        .example = "raw"},
+      {.name = "device",
+       .type = Type::kChoice,
+       .description = "host: the field stays on the host, a CPU tensor of its own (ids, keys as bytes; as "
+                      "`collate.host`). cpu, gpu, auto: where the jpeg decoder decodes (its `device` key).",
+       .default_value = "the batch's device",
+       .example = "host",
+       .choices = {"host", "cpu", "gpu", "auto"}},
       {.name = "optional",
        .type = Type::kBoolean,
        .description = "A sample without this member is no error: the field is zeros (a variable-length one empty), "
@@ -175,13 +183,17 @@ void check_image_extensions(const KeyValue& field, const std::string& decoder,
     // The format is the last part: "seg.png" (a tar member) and ".png" (an image folder's) are PNGs.
     const size_t dot = extension.rfind('.');
     const std::string shown = dot == std::string::npos ? extension : extension.substr(dot + 1);
-    const bool png = equal_ignoring_case(shown, "png");
-    const bool jpeg = equal_ignoring_case(shown, "jpg") || equal_ignoring_case(shown, "jpeg");
-    if ((decoder == "jpeg" && png) || (decoder == "png" && jpeg)) {
+    // The format an extension names, where it names an image format.
+    const std::string format = equal_ignoring_case(shown, "png")                                         ? "png"
+                               : equal_ignoring_case(shown, "jpg") || equal_ignoring_case(shown, "jpeg") ? "jpeg"
+                               : equal_ignoring_case(shown, "webp")                                      ? "webp"
+                                                                                                         : "";
+    const bool image_decoder = decoder == "jpeg" || decoder == "png" || decoder == "webp";
+    if (image_decoder && !format.empty() && format != decoder) {
       const KeyValue* named = field.find("decoder");
       problems.add(field.key() + ".decoder", named != nullptr ? *named : field,
-                   "the " + decoder + " decoder cannot read ." + shown + " files; use decoder: " +
-                       (png ? "png" : "jpeg") + ", or decoder: image, which reads JPEG and PNG files alike");
+                   "the " + decoder + " decoder cannot read ." + shown + " files; use decoder: " + format +
+                       ", or decoder: image, which reads JPEG, PNG and WebP files alike");
       return;
     }
   }
@@ -247,7 +259,9 @@ SourceKind tar_source_kind() {
         members << field.name << ":" << field.extension;
         for (const std::string& alternative : field.alternatives) members << "|" << alternative;
         members << ":" << dtype_name(field.dtype) << ":" << field.decoder << (field.optional ? ":optional" : "")
-                << detail::image_order_text(member) << ";";
+                << detail::image_order_text(member);
+        if (const KeyValue* select = member.find("select")) members << ":select=" << select->text();
+        members << ";";
       }
     }
     order["source.members"] = members.str();
@@ -260,20 +274,24 @@ SourceKind tar_source_kind() {
         if (member.at("name").text() == field) extension = extensions_of(member).front();
       }
     }
-    const bool png = extension == "png";
-    const bool image = png || extension == "jpg" || extension == "jpeg";
+    const std::string image_decoder = extension == "png"                          ? "png"
+                                      : extension == "webp"                       ? "webp"
+                                      : extension == "jpg" || extension == "jpeg" ? "jpeg"
+                                                                                  : "";
+    const bool image = !image_decoder.empty();
     const std::string member = "{name: " + field + ", extension: " + extension;
     const std::string unknown = "field '" + field +
                                 "' is variable-length with no max_length, so the largest batch (and the pinned "
                                 "slab it needs) is unknown: ";
-    return std::optional<KeyProblem>(KeyProblem{
-        "source.members", "",
-        unknown + "in source.members, " +
-            (image ? "give it a decoder and a fixed shape, e.g. " + member + ", decoder: " + (png ? "png" : "jpeg") +
-                         ", shape: [224, 224, 3], resize_shorter: 256}, or a max_length (its longest first dimension)"
-                   : "give it a max_length (its longest first dimension), e.g. " + member +
-                         ", max_length: 65536}, or a decoder with a fixed shape") +
-            "; or set pool.slab_size"});
+    return std::optional<KeyProblem>(
+        KeyProblem{"source.members", "",
+                   unknown + "in source.members, " +
+                       (image ? "give it a decoder and a fixed shape, e.g. " + member + ", decoder: " + image_decoder +
+                                    ", shape: [224, 224, 3], resize_shorter: 256}, or for images of their own size a "
+                                    "max_pixels (shape: [null, null, 3])"
+                              : "give it a max_length (its longest first dimension), e.g. " + member +
+                                    ", max_length: 65536}, or a decoder with a fixed shape") +
+                       "; or set pool.slab_size"});
   };
   return kind;
 }

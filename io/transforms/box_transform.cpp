@@ -75,7 +75,9 @@ class BoxTransform : public Transform {
     const double top = w[0], left = w[1], height = w[2], width = w[3];
     const bool flip = w[4] != 0;
     const double image_h = w[5], image_w = w[6], out_h = w[7], out_w = w[8];
-    const double scale_x = out_w / width, scale_y = out_h / height;
+    // An empty window is an image the sample lacked (an optional member: zeros): nothing to show a box.
+    const bool no_image = !(height > 0 && width > 0 && out_h > 0 && out_w > 0);
+    const double scale_x = no_image ? 0.0 : out_w / width, scale_y = no_image ? 0.0 : out_h / height;
     // Which rows survive: the same for every box field (they hold the same objects) and the followers.
     std::vector<int64_t> kept;
     int64_t rows = -1;
@@ -126,24 +128,23 @@ class BoxTransform : public Transform {
         out[4 * i + 2] = x2;
         out[4 * i + 3] = y2;
       }
-      if (kept.empty() && name == boxes_.front()) {
+      if (name == boxes_.front()) {
         for (int64_t i = 0; i < count; ++i) {
-          if (keep_all_ || visible[static_cast<size_t>(i)]) kept.push_back(i);
+          if (!no_image && (keep_all_ || visible[static_cast<size_t>(i)])) kept.push_back(i);
         }
       }
       sample.set(name, moved.to(sample.at(name).scalar_type()));
     }
-    if (rows < 0 || static_cast<int64_t>(kept.size()) == rows) return;
-    const at::Tensor index = at::tensor(kept, at::kLong);
-    for (const std::string& name : boxes_) sample.set(name, sample.at(name).index_select(0, index));
     for (const std::string& name : follow_) {
-      const at::Tensor& values = sample.at(name);
-      if (values.size(0) != rows) {
-        throw Error("field '" + name + "' follows the boxes but holds " + std::to_string(values.size(0)) +
+      if (sample.at(name).size(0) != rows) {
+        throw Error("field '" + name + "' follows the boxes but holds " + std::to_string(sample.at(name).size(0)) +
                     " rows for " + std::to_string(rows) + " boxes");
       }
-      sample.set(name, values.index_select(0, index));
     }
+    if (static_cast<int64_t>(kept.size()) == rows) return;
+    const at::Tensor index = at::tensor(kept, at::kLong);
+    for (const std::string& name : boxes_) sample.set(name, sample.at(name).index_select(0, index));
+    for (const std::string& name : follow_) sample.set(name, sample.at(name).index_select(0, index));
   }
 
  private:

@@ -19,10 +19,6 @@ constexpr uint64_t mix64(uint64_t z) noexcept {
 /// generated data, shuffles and random crops must not depend on where they run.
 constexpr uint64_t splitmix64(uint64_t& state) noexcept { return mix64(state += kGoldenGamma); }
 
-}  // namespace ferry
-
-namespace ferry {
-
 /// The random numbers of one sample's choice (a crop, a flip): a splitmix64 stream keyed by (seed,
 /// epoch, sample index, which choice), so that every choice is the same on every run, after a resume
 /// and whichever thread or device makes it, and the choices of a sample are independent of each other.

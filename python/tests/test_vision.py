@@ -164,15 +164,17 @@ def test_random_resized_crops_and_flips_are_torchvisions_for_the_window_each_sam
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or tv is None, reason="needs a GPU and torchvision")
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
 @pytest.mark.parametrize("recipe", ["validation", "random_resized"])
-def test_the_gpu_decoders_images_are_torchvisions_on_the_same_gpu_decoded_images(tmp_path, recipe):
+def test_the_gpu_decoders_images_are_torchvisions_on_the_same_gpu_decoded_images(tmp_path, recipe, interpolation):
     from torchvision.io import decode_jpeg
     shard, _ = make_images(tmp_path, count=32, seed=9)
     with tarfile.open(shard) as tar:
         files = {int(m.name.split(".")[0]): tar.extractfile(m).read() for m in tar if m.name.endswith(".jpg")}
     image = ({"shape": [48, 40, 3], "resize_shorter": 52, "crop": "center"} if recipe == "validation" else
              {"shape": [40, 40, 3], "crop": "random_resized", "flip": 0.5})
-    batches = run(tar_config(shard, {**image, "window": True, "device": "gpu"}))
+    batches = run(tar_config(shard, {**image, "window": True, "device": "gpu", "interpolation": interpolation}))
+    mode = tv.InterpolationMode.BILINEAR if interpolation == "bilinear" else tv.InterpolationMode.BICUBIC
     pairs = []
     for label, got, window in zip(samples_of(batches, "label"), samples_of(batches, "image"),
                                   samples_of(batches, "image_window")):
@@ -180,14 +182,16 @@ def test_the_gpu_decoders_images_are_torchvisions_on_the_same_gpu_decoded_images
         decoded = decode_jpeg(torch.frombuffer(bytearray(files[int(label)]), dtype=torch.uint8), device="cuda")
         top, left, height, width, flip, _, _, out_h, out_w = window.tolist()
         if recipe == "validation":
-            made = tv.center_crop(tv.resize(decoded, [52], antialias=True), [int(out_h), int(out_w)])
+            made = tv.center_crop(tv.resize(decoded, [52], interpolation=mode, antialias=True),
+                                  [int(out_h), int(out_w)])
         else:
             made = tv.resized_crop(decoded, int(top), int(left), int(height), int(width), [int(out_h), int(out_w)],
-                                   antialias=True)
+                                   interpolation=mode, antialias=True)
             made = made.flip(-1) if flip else made
         pairs.append((got.numpy(), made.permute(1, 2, 0).cpu().numpy()))
     mean, within, worst = agreement(pairs)
-    print(f"GPU decoder, {recipe}, bilinear: mean |diff| {mean:.4f}, within 2 levels {within:.5%}, max {worst}")
+    print(f"GPU decoder, {recipe}, {interpolation}: mean |diff| {mean:.4f}, within 2 levels {within:.5%}, "
+          f"max {worst}")
     assert mean <= 0.5 and within >= 0.999
 
 
@@ -202,7 +206,10 @@ def test_crops_and_flips_repeat_on_every_run_and_change_with_the_epoch(tmp_path)
     assert not torch.equal(epoch0, epoch1)
 
 
-def test_boxes_follow_the_crop_and_flip_and_the_labels_follow_the_boxes(tmp_path):
+@pytest.mark.parametrize("decode", ["cpu", "gpu"])
+def test_boxes_follow_the_crop_and_flip_and_the_labels_follow_the_boxes(tmp_path, decode):
+    if decode == "gpu" and not torch.cuda.is_available():
+        pytest.skip("no GPU: the GPU decoder's windows are checked on a GPU machine")
     rng = np.random.default_rng(8)
     samples, truth = [], []
     for i in range(40):
@@ -220,7 +227,7 @@ def test_boxes_follow_the_crop_and_flip_and_the_labels_follow_the_boxes(tmp_path
     write_shard(shard, samples)
     config = {"source": {"kind": "tar", "shards": [str(shard)], "members": [
         {"name": "image", "extension": "jpg", "decoder": "jpeg", "shape": [64, 64, 3], "crop": "random_resized",
-         "scale": [0.2, 1.0], "flip": 0.5, "window": True},
+         "scale": [0.2, 1.0], "flip": 0.5, "window": True, "device": decode},
         {"name": "boxes", "extension": "json", "decoder": "json", "select": "/boxes", "dtype": "float32",
          "shape": [None, 4], "max_length": 8},
         {"name": "labels", "extension": "json", "decoder": "json", "select": "/labels", "dtype": "int64",
@@ -403,7 +410,7 @@ def test_fields_that_neither_stack_nor_pad_are_refused_until_listed_and_lists_ne
     make_folder(tmp_path / "folder", np.random.default_rng(14), count=3)
     source = {"kind": "image_folder", "root": str(tmp_path / "folder"), "extensions": ["png"],
               "image": {"decoder": "png", "shape": [None, None, 3], "max_pixels": 4900}}
-    with pytest.raises(ferry.Error, match=r"varies in more than its first size.*collate.lists: \[image\]"):
+    with pytest.raises(ferry.Error, match=r"varies in a size other than its first.*collate.lists: \[image\]"):
         ferry.Pipeline({"source": source, "transfer": {"device": "cpu"}})
     with pytest.raises(ferry.Error, match="collate.lists: the samples have no field 'picture'"):
         ferry.Pipeline({"source": source, "collate": {"lists": ["image", "picture"]}, "transfer": {"device": "cpu"}})
@@ -412,10 +419,14 @@ def test_fields_that_neither_stack_nor_pad_are_refused_until_listed_and_lists_ne
                         "transfer": {"device": "cpu"}})
 
 
-def test_tar_samples_say_their_keys(tmp_path):
+def test_tar_samples_say_their_keys_and_a_member_may_stay_on_the_host(tmp_path):
     shard, _ = make_images(tmp_path, count=6)
-    with ferry.Pipeline({**tar_config(shard, {"shape": [16, 16, 3], "resize_shorter": 16}), "batch_size": 4,
-                         "sampler": {"shuffle": True, "seed": 2}, "transfer": {"device": "cpu"}}) as pipeline:
+    config = tar_config(shard, {"shape": [16, 16, 3], "resize_shorter": 16})
+    config["source"]["members"][1]["device"] = "host"  # the label: a CPU tensor whatever the batch's device
+    with ferry.Pipeline({**config, "batch_size": 4, "sampler": {"shuffle": True, "seed": 2},
+                         "transfer": {"device": DEVICE}}) as pipeline:
         for batch in pipeline:
+            assert batch["label"].device.type == "cpu"
+            assert str(batch["image"].device).startswith(DEVICE)
             assert batch.sample_keys == [f"{shard}:{int(label):06d}" for label in batch["label"]]
             assert pipeline.class_names == []

@@ -581,12 +581,12 @@ TEST(ConfigLoader, ResizeAndCropAreRefusedWhereTheJpegDecoderCannotApplyThem) {
       // A decoder of one format over files of the other fails on every sample: refused at once.
       {folder + "  extensions: [jpg, PNG]\n  image: {shape: [8, 8, 3]}\n",
        {"test.yaml:5:10: source.image.decoder: the jpeg decoder cannot read .PNG files; use decoder: png, or "
-        "decoder: image, which reads JPEG and PNG files alike"}},
+        "decoder: image, which reads JPEG, PNG and WebP files alike"}},
       {"source:\n  kind: tar\n  shards: " + a_shard() +
            "\n  members:\n"
            "    - {name: image, extension: jpeg, decoder: png, shape: [8, 8, 3]}\n",
        {"test.yaml:5:47: source.members[0].decoder: the png decoder cannot read .jpeg files; use decoder: jpeg, or "
-        "decoder: image, which reads JPEG and PNG files alike"}},
+        "decoder: image, which reads JPEG, PNG and WebP files alike"}},
   };
   for (const auto& [yaml, expected] : cases) {
     SCOPED_TRACE(yaml);
@@ -868,8 +868,8 @@ TEST(ConfigDocs, EveryKeyOfTheBuiltInExtensionsIsAcceptedWithItsExample) {
   }
   for (const auto& decoder : DecoderRegistry::global().kinds()) {
     const std::string base = "source: {kind: tar, shards: [data/shard-000.tar], members: [{name: image, extension: " +
-                             std::string(decoder->name == "png" ? "png" : "jpg") + ", decoder: " + decoder->name +
-                             ", shape: [8, 8, 3]}]}\n";
+                             std::string(decoder->name == "png" || decoder->name == "webp" ? decoder->name : "jpg") +
+                             ", decoder: " + decoder->name + ", shape: [8, 8, 3]}]}\n";
     for (const auto& [path, example] : key_examples(decoder->keys, "source.members.0.")) {
       const std::string set = path + "=" + example;
       // The random-resized crop's ranges go with that crop.

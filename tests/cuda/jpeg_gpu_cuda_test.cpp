@@ -170,6 +170,7 @@ TEST_F(JpegGpuCuda, ResamplesBitForBitAsTheCpuPathFromTheSameDecodedPixels) {
     const at::Tensor gpu = gpu_decode(nvjpeg, jpeg, options, spec, context, &error);
     ASSERT_EQ(error, "") << "round " << round;
     const at::Tensor full = gpu_decode(nvjpeg, jpeg, {}, image_spec(height, width), context, &error);
+    ASSERT_EQ(error, "") << "round " << round << ", the whole image";
     const auto* data = jpeg.data_ptr<uint8_t>();
     const detail::ImageWindow window = detail::plan_image_window(
         "JPEG", height, width, options, detail::CropSource{&context, data, jpeg.numel()}, spec);

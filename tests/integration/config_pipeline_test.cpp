@@ -720,7 +720,7 @@ TEST(ConfigPipeline, ATarFieldWithNoMaximumIsNamedWithWhatToGiveIt) {
     EXPECT_EQ(problem.key, "source.members");
     EXPECT_EQ(problem.location, file.path() + ":2:3");
     for (const char* part : {"field 'jpg' is variable-length with no max_length", "extension: jpg, decoder: jpeg",
-                             "or a max_length", "or set pool.slab_size"}) {
+                             "or for images of their own size a max_pixels", "or set pool.slab_size"}) {
       EXPECT_NE(problem.message.find(part), std::string::npos) << "no '" << part << "' in: " << problem.message;
     }
   }

@@ -51,33 +51,6 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
 
-at::Tensor reference_resize(const at::Tensor& image, int64_t out_h, int64_t out_w) {
-  const int64_t in_h = image.size(0), in_w = image.size(1);
-  const auto src = image.accessor<uint8_t, 3>();
-  at::Tensor out = at::empty({out_h, out_w, 3}, at::kByte);
-  auto dst = out.accessor<uint8_t, 3>();
-  const auto coordinate = [](int64_t i, int64_t in, int64_t resized) {
-    const double at =
-        std::max((static_cast<double>(i) + 0.5) * static_cast<double>(in) / static_cast<double>(resized) - 0.5, 0.0);
-    const int64_t lo = std::min(static_cast<int64_t>(at), in - 1);
-    return std::make_pair(lo, std::min(at - static_cast<double>(lo), 1.0));
-  };
-  for (int64_t y = 0; y < out_h; ++y) {
-    const auto [y0, fy] = coordinate(y, in_h, out_h);
-    const int64_t y1 = std::min(y0 + 1, in_h - 1);
-    for (int64_t x = 0; x < out_w; ++x) {
-      const auto [x0, fx] = coordinate(x, in_w, out_w);
-      const int64_t x1 = std::min(x0 + 1, in_w - 1);
-      for (int64_t c = 0; c < 3; ++c) {
-        const double v = (1 - fy) * ((1 - fx) * src[y0][x0][c] + fx * src[y0][x1][c]) +
-                         fy * ((1 - fx) * src[y1][x0][c] + fx * src[y1][x1][c]);
-        dst[y][x][c] = static_cast<uint8_t>(std::lround(v));
-      }
-    }
-  }
-  return out;
-}
-
 namespace {
 
 // One axis of reference_resample(): out x in weights.

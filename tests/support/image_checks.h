@@ -11,10 +11,6 @@ namespace ferry::testing {
 /// look like to an encoder, while the noise makes every image (and every crop of it) different.
 at::Tensor test_image(int64_t height, int64_t width, int channels, uint64_t seed, int noise = 6);
 
-/// The reference resize, written the obvious way: each output pixel of a uint8 HWC RGB image from its
-/// four neighbours at pixel centres (align_corners=False), in double precision, the whole image.
-at::Tensor reference_resize(const at::Tensor& image, int64_t out_h, int64_t out_w);
-
 /// The antialiased resize, written the obvious way in double precision: per output pixel, the source
 /// pixels under a triangle (bilinear) or a = -0.5 cubic (bicubic) filter widened by the shrink factor,
 /// weights normalized, columns first and each pass rounded to uint8, as Pillow defines it. The whole
