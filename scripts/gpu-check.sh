@@ -9,7 +9,7 @@
 # .deps (ignored by git) is for a GPU machine that lacks some of ferry's Debian dependencies: .deps/debs
 # holds their .deb files (libtbb-dev and its libraries, libconcurrentqueue-dev, libturbojpeg0-dev,
 # libturbojpeg0, libwebp-dev and libwebp7, libjemalloc2, libjemalloc-dev: `apt-get download` them on a
-# Debian 12 machine; ../shared/device/prepare.sh with FERRY_EXTRA_DEBS="libwebp-dev libwebp7"), and
+# Debian 12 machine), and
 # .deps/device-env.sh unpacks them and exports CMAKE_PREFIX_PATH (with the CUDA-enabled torch's
 # torch.utils.cmake_prefix_path), LD_LIBRARY_PATH and CPATH. A machine that has them needs neither.
 #
