@@ -12,6 +12,7 @@ namespace ferry::detail {
 
 SourceKind synthetic_source_kind();
 SourceKind megatron_source_kind();
+SourceKind tokens_source_kind();
 SourceKind tar_source_kind();
 SourceKind image_folder_source_kind();
 /// Defined in io/workers/, which runs user Python code in worker processes.

@@ -7,6 +7,7 @@ namespace ferry {
 SourceRegistry::SourceRegistry() {
   add(detail::synthetic_source_kind());
   add(detail::megatron_source_kind());
+  add(detail::tokens_source_kind());
   add(detail::tar_source_kind());
   add(detail::image_folder_source_kind());
   add(detail::python_source_kind());

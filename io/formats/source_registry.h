@@ -24,7 +24,7 @@ struct DecodedField {
 };
 
 /// A kind of source that a config names (`source: {kind: NAME, ...}`): its keys, its checks and how to
-/// make it. Every built-in kind (synthetic, megatron, tar, image_folder) is one, registered in
+/// make it. Every built-in kind (synthetic, megatron, tokens, tar, image_folder, python) is one, registered in
 /// SourceRegistry like a program's or a plugin's own: the config loader knows none of them by name.
 ///
 /// Only `name`, `keys` and `make` (or `make_in`) are required; each hook is optional and says what it defaults to.
@@ -72,7 +72,7 @@ struct SourceKind {
 /// never removed, so a looked-up kind stays valid.
 class SourceRegistry {
  public:
-  /// A registry with the built-in kinds: synthetic, megatron, tar, image_folder, python.
+  /// A registry with the built-in kinds: synthetic, megatron, tokens, tar, image_folder, python.
   SourceRegistry();
   static SourceRegistry& global();
 

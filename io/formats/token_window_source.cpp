@@ -1,98 +1,310 @@
 #include "ferry/io/formats/token_window_source.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
-#include <optional>
 #include <utility>
 
 #include <ATen/ops/empty.h>
+#include <torch/version.h>
 
+#include "ferry/io/util/dtype_names.h"
+#include "ferry/io/util/regular_file.h"
+#include "ferry/io/util/splitmix64.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
 
 // Note [uint16 tokens]
 // ~~~~~~~~~~~~~~~~~~~~
-// Megatron stores tokens as uint16 whenever the vocabulary has fewer than 65500 entries, and
-// keeping them 2 bytes wide through the host-to-device copy halves the bytes moved; the consumer
-// widens them on the device (an embedding wants int32/int64 anyway). That needs a libtorch that has
-// a uint16 tensor type: at::kUInt16 exists from libtorch 2.3 on. On an older libtorch (Debian's
-// 1.13, on the CPU build machine) there is no dtype that holds 0..65535 in 2 bytes — int16 would
-// turn ids above 32767 negative — so read() widens each window to int32 on the CPU instead, and the
-// field says int32. Which one a build does is decided once, at compile time, by
-// indexed_dtype_scalar_type() (nullopt for uint16 = widen); fields()[0].dtype and widens_uint16()
-// tell at run time. Every other integer dtype is delivered as stored.
+// Megatron stores tokens as uint16 whenever the vocabulary has fewer than 65500 entries (nanoGPT's
+// train.bin too), and keeping them 2 bytes wide through the host-to-device copy halves the bytes
+// moved; the consumer widens them on the device (an embedding wants int32/int64 anyway). That needs a
+// libtorch that has a uint16 tensor type: at::kUInt16 exists from libtorch 2.3 on. On an older
+// libtorch (Debian's 1.13, on the CPU build machine) there is no dtype that holds 0..65535 in 2 bytes
+// — int16 would turn ids above 32767 negative — so read() widens each window to int32 on the CPU
+// instead, and the field says int32 (uint32 tokens likewise to int64). Which one a build does is
+// decided once, at compile time (stored_scalar_type()); fields()[0].dtype and widens_uint16() tell at
+// run time. Every other integer dtype is delivered as stored. An `output_dtype` (int64 for
+// cross_entropy's targets) converts on the CPU while copying the window, as nanoGPT's get_batch does.
+
+namespace {
+
+struct TypeInfo {
+  TokenType type;
+  std::string_view name;
+  size_t size;
+};
+constexpr TypeInfo kTypes[] = {
+    {TokenType::kUInt8, "uint8", 1}, {TokenType::kInt8, "int8", 1},     {TokenType::kUInt16, "uint16", 2},
+    {TokenType::kInt16, "int16", 2}, {TokenType::kUInt32, "uint32", 4}, {TokenType::kInt32, "int32", 4},
+    {TokenType::kInt64, "int64", 8},
+};
+
+const TypeInfo& info(TokenType type) noexcept {
+  for (const TypeInfo& each : kTypes) {
+    if (each.type == type) return each;
+  }
+  return kTypes[0];
+}
+
+// The libtorch type holding the stored bytes as they are, or nullopt where this libtorch has none.
+std::optional<at::ScalarType> stored_scalar_type(TokenType type) noexcept {
+  switch (type) {
+    case TokenType::kUInt8: return at::kByte;
+    case TokenType::kInt8: return at::kChar;
+    case TokenType::kInt16: return at::kShort;
+    case TokenType::kInt32: return at::kInt;
+    case TokenType::kInt64: return at::kLong;
+    case TokenType::kUInt16:
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+      return at::kUInt16;
+#else
+      return std::nullopt;
+#endif
+    case TokenType::kUInt32:
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+      return at::kUInt32;
+#else
+      return std::nullopt;
+#endif
+  }
+  return std::nullopt;
+}
+
+std::optional<TokenType> token_type_of(IndexedDtype dtype) noexcept {
+  switch (dtype) {
+    case IndexedDtype::kUInt8: return TokenType::kUInt8;
+    case IndexedDtype::kInt8: return TokenType::kInt8;
+    case IndexedDtype::kInt16: return TokenType::kInt16;
+    case IndexedDtype::kUInt16: return TokenType::kUInt16;
+    case IndexedDtype::kInt32: return TokenType::kInt32;
+    case IndexedDtype::kInt64: return TokenType::kInt64;
+    case IndexedDtype::kFloat32:
+    case IndexedDtype::kFloat64: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// Copies `count` tokens stored as From to `to` as To.
+template <typename From, typename To>
+void convert(const std::byte* from, std::byte* to, uint64_t count) {
+  for (uint64_t i = 0; i < count; ++i) {
+    From value;
+    std::memcpy(&value, from + i * sizeof(From), sizeof(From));
+    const auto converted = static_cast<To>(value);
+    std::memcpy(to + i * sizeof(To), &converted, sizeof(To));
+  }
+}
+
+template <typename To>
+void convert_from(TokenType type, const std::byte* from, std::byte* to, uint64_t count) {
+  switch (type) {
+    case TokenType::kUInt8: return convert<uint8_t, To>(from, to, count);
+    case TokenType::kInt8: return convert<int8_t, To>(from, to, count);
+    case TokenType::kUInt16: return convert<uint16_t, To>(from, to, count);
+    case TokenType::kInt16: return convert<int16_t, To>(from, to, count);
+    case TokenType::kUInt32: return convert<uint32_t, To>(from, to, count);
+    case TokenType::kInt32: return convert<int32_t, To>(from, to, count);
+    case TokenType::kInt64: return convert<int64_t, To>(from, to, count);
+  }
+}
+
+// `count` tokens from `from` as a uint8 tensor of `output`'s bytes (what the raw decoder views).
+at::Tensor tokens_as(TokenType type, at::ScalarType output, const std::byte* from, uint64_t count) {
+  const size_t width = c10::elementSize(output);
+  at::Tensor out = at::empty({static_cast<int64_t>(count * width)}, at::kByte);
+  auto* to = static_cast<std::byte*>(out.data_ptr());
+  if (stored_scalar_type(type) == output) {
+    std::memcpy(to, from, count * width);
+    return out;
+  }
+  switch (output) {
+    case at::kLong: convert_from<int64_t>(type, from, to, count); break;
+    case at::kInt: convert_from<int32_t>(type, from, to, count); break;
+    default: throw Error("token windows: no conversion to " + dtype_name(output));
+  }
+  return out;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Maps a flat token file read-only, whole; `bytes` is its size.
+std::shared_ptr<const std::byte> map_tokens(const std::string& path, size_t& bytes) {
+  std::string why;  // a FIFO is refused, not waited on
+  const int fd = detail::open_regular_file(path, why);
+  if (fd < 0) throw Error("tokens source: cannot open " + path + ": " + why);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat status {};
+  if (::fstat(fd, &status) != 0) throw Error("tokens source: cannot stat " + path + ": " + errno_text());
+  if (!S_ISREG(status.st_mode)) throw Error("tokens source: " + path + " is not a regular file");
+  bytes = static_cast<size_t>(status.st_size);
+  if (bytes == 0) return nullptr;
+  void* data = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (data == MAP_FAILED) {
+    throw Error("tokens source: cannot map " + path + " (" + std::to_string(bytes) + " bytes): " + errno_text());
+  }
+  // Windows are read at random offsets: read-ahead of whole neighbourhoods would mostly be wasted.
+  ::madvise(data, bytes, MADV_RANDOM);
+  const size_t length = bytes;
+  return std::shared_ptr<const std::byte>(static_cast<const std::byte*>(data), [length](const std::byte* mapped) {
+    ::munmap(const_cast<std::byte*>(mapped), length);
+  });
+}
+
+}  // namespace
+
+std::string_view token_type_name(TokenType type) noexcept { return info(type).name; }
+size_t token_type_size(TokenType type) noexcept { return info(type).size; }
+std::optional<TokenType> token_type_named(std::string_view name) noexcept {
+  for (const TypeInfo& each : kTypes) {
+    if (each.name == name) return each.type;
+  }
+  return std::nullopt;
+}
 
 TokenWindowSource::TokenWindowSource(TokenWindowOptions options) : options_(std::move(options)) {
-  const std::string where = "megatron source '" + options_.prefix + "'";
-  if (options_.prefix.empty()) throw Error("megatron source: no dataset prefix given");
-  if (options_.seq_len <= 0) throw Error(where + ": seq_len must be > 0, found " + std::to_string(options_.seq_len));
-  dataset_ = std::make_unique<const IndexedDataset>(options_.prefix);
-
-  const IndexedDtype dtype = dataset_->dtype();
-  if (dtype == IndexedDtype::kFloat32 || dtype == IndexedDtype::kFloat64) {
-    throw Error("megatron source: " + dataset_->idx_path() + " at byte offset 17: dtype " +
-                std::string(indexed_dtype_name(dtype)) + " is not a token id type (integers only)");
+  const bool megatron = !options_.prefix.empty();
+  if (megatron == !options_.path.empty()) {
+    throw Error(megatron ? "token windows: both a Megatron prefix and a token file given"
+                         : "megatron source: no dataset prefix given");
   }
-  const std::optional<at::ScalarType> scalar = dataset_->scalar_type();
-  widen_ = !scalar.has_value();  // uint16 on a libtorch without at::kUInt16: Note [uint16 tokens]
+  const std::string where =
+      megatron ? "megatron source '" + options_.prefix + "'" : "tokens source '" + options_.path + "'";
+  if (options_.seq_len <= 0) throw Error(where + ": seq_len must be > 0, found " + std::to_string(options_.seq_len));
+  if (!options_.split.empty()) {
+    if (options_.split.size() != 2 || options_.split[0].empty() || options_.split[0] == options_.split[1]) {
+      throw Error(where + ": split names two different fields, inputs and targets");
+    }
+    if (!options_.add_extra_token) {
+      throw Error(where + ": split needs add_extra_token (targets are the inputs one token later)");
+    }
+  }
+
+  if (megatron) {
+    dataset_ = std::make_shared<const IndexedDataset>(options_.prefix);
+    const std::optional<TokenType> type = token_type_of(dataset_->dtype());
+    if (!type) {
+      throw Error("megatron source: " + dataset_->idx_path() + " at byte offset 17: dtype " +
+                  std::string(indexed_dtype_name(dataset_->dtype())) + " is not a token id type (integers only)");
+    }
+    type_ = *type;
+    total_ = dataset_->total_tokens();
+    tokens_ = total_ == 0 ? nullptr : dataset_->token_bytes(0, total_).data();
+    file_ = dataset_->bin_path();
+  } else {
+    type_ = options_.type;
+    size_t bytes = 0;
+    mapped_ = map_tokens(options_.path, bytes);
+    const size_t width = token_type_size(type_);
+    if (bytes % width != 0) {
+      throw Error("tokens source: " + options_.path + " holds " + std::to_string(bytes) +
+                  " bytes, not a whole number of " + std::string(token_type_name(type_)) + " tokens (" +
+                  std::to_string(width) + " bytes each): is dtype right? The last " + std::to_string(bytes % width) +
+                  " bytes, from byte offset " + std::to_string(bytes - bytes % width) + ", are left over");
+    }
+    tokens_ = mapped_.get();
+    total_ = bytes / width;
+    file_ = options_.path;
+  }
+
+  const std::optional<at::ScalarType> stored = stored_scalar_type(type_);
+  at::ScalarType output;
+  if (options_.output_dtype) {
+    output = *options_.output_dtype;
+    if (output != at::kLong && output != at::kInt && output != stored) {
+      throw Error(where + ": output_dtype " + dtype_name(output) + " is not int32, int64 or the stored " +
+                  std::string(token_type_name(type_)));
+    }
+  } else {
+    output = stored ? *stored : (type_ == TokenType::kUInt16 ? at::kInt : at::kLong);  // Note [uint16 tokens]
+    widen_ = !stored.has_value();
+  }
 
   const uint64_t extra = options_.add_extra_token ? 1 : 0;
-  const uint64_t total = dataset_->total_tokens();
   // Compared in uint64: seq_len + extra cannot overflow there, and passing bounds window_ by total.
-  if (static_cast<uint64_t>(options_.seq_len) + extra > total) {
-    throw Error(where + ": " + std::to_string(total) + " tokens are fewer than one window of seq_len " +
+  if (static_cast<uint64_t>(options_.seq_len) + extra > total_) {
+    throw Error(where + ": " + std::to_string(total_) + " tokens are fewer than one window of seq_len " +
                 std::to_string(options_.seq_len) + (extra ? " + 1" : ""));
   }
   window_ = options_.seq_len + static_cast<int64_t>(extra);
-  samples_ = (total - extra) / static_cast<uint64_t>(options_.seq_len);
+  strided_ = (total_ - extra) / static_cast<uint64_t>(options_.seq_len);
+  samples_ = options_.windows == TokenWindows::kRandom && options_.samples > 0 ? options_.samples : strided_;
 
-  FieldSpec tokens;
-  tokens.name = "tokens";
-  tokens.dtype = widen_ ? at::kInt : *scalar;
-  tokens.shape = {window_};
-  tokens.decoder = "raw";
-  fields_.push_back(std::move(tokens));
+  if (options_.split.empty()) {
+    fields_.push_back(FieldSpec{.name = "tokens", .dtype = output, .shape = {window_}, .decoder = "raw"});
+  } else {
+    for (const std::string& name : options_.split) {
+      fields_.push_back(FieldSpec{.name = name, .dtype = output, .shape = {options_.seq_len}, .decoder = "raw"});
+    }
+  }
+}
+
+uint64_t TokenWindowSource::first_token(uint64_t epoch, uint64_t index) const {
+  if (options_.windows == TokenWindows::kStrided) return index * static_cast<uint64_t>(options_.seq_len);
+  // Uniform over the total - window + 1 starts, by a 64 x 64 -> 128-bit multiply (no modulo bias to
+  // speak of: at most 2^-20 relative for 2^44 tokens).
+  uint64_t state = SampleContext{.seed = options_.seed, .epoch = epoch, .index = index}.random_seed();
+  const uint64_t starts = total_ - static_cast<uint64_t>(window_) + 1;
+  __extension__ typedef unsigned __int128 Wide;  // __extension__: GCC and Clang have it; -Wpedantic knows
+  return static_cast<uint64_t>((static_cast<Wide>(splitmix64(state)) * starts) >> 64);
+}
+
+std::string TokenWindowSource::file_key(uint64_t first) const {
+  return file_ + ":" + std::to_string(first * token_type_size(type_));
 }
 
 std::string TokenWindowSource::key(uint64_t index) const {
-  return dataset_->bin_path() + ":" +
-         std::to_string(index * static_cast<uint64_t>(options_.seq_len) * dataset_->itemsize());
+  if (options_.windows == TokenWindows::kRandom) return file_ + ":window " + std::to_string(index);
+  return file_key(first_token(0, index));
 }
 
 EncodedSample TokenWindowSource::read(uint64_t index) const {
+  return read_sample(index, SampleContext{.seed = options_.seed, .epoch = 0, .index = index});
+}
+
+EncodedSample TokenWindowSource::read_sample(uint64_t index, const SampleContext& context) const {
   if (index >= samples_) {
     throw Error(describe() + ": sample " + std::to_string(index) + " is beyond its " + std::to_string(samples_) +
                 " samples");
   }
-  const uint64_t first = index * static_cast<uint64_t>(options_.seq_len);
-  const std::span<const std::byte> bytes = dataset_->token_bytes(first, static_cast<uint64_t>(window_));
+  return read_window(index, first_token(context.epoch, index));
+}
 
+EncodedSample TokenWindowSource::read_window(uint64_t index, uint64_t first) const {
+  const size_t width = token_type_size(type_);
+  const std::byte* from = tokens_ + first * width;
   EncodedSample sample;
   sample.index = index;
-  sample.key = dataset_->bin_path() + ":" + std::to_string(first * dataset_->itemsize());
-  if (widen_) {
-    at::Tensor out = at::empty({window_ * static_cast<int64_t>(sizeof(int32_t))}, at::kByte);
-    auto* to = static_cast<std::byte*>(out.data_ptr());
-    for (int64_t i = 0; i < window_; ++i) {
-      uint16_t narrow;
-      std::memcpy(&narrow, bytes.data() + i * 2, sizeof(narrow));
-      const int32_t wide = narrow;
-      std::memcpy(to + i * 4, &wide, sizeof(wide));
-    }
-    sample.fields.push_back(std::move(out));
+  sample.key = file_key(first);
+  const at::ScalarType output = fields_[0].dtype;
+  if (options_.split.empty()) {
+    sample.fields.push_back(tokens_as(type_, output, from, static_cast<uint64_t>(window_)));
   } else {
-    at::Tensor out = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
-    std::memcpy(out.data_ptr(), bytes.data(), bytes.size());
-    sample.fields.push_back(std::move(out));
+    const auto length = static_cast<uint64_t>(options_.seq_len);
+    sample.fields.push_back(tokens_as(type_, output, from, length));
+    sample.fields.push_back(tokens_as(type_, output, from + width, length));
   }
   return sample;
 }
 
 std::string TokenWindowSource::describe() const {
-  std::string dtype(indexed_dtype_name(dataset_->dtype()));
-  if (widen_) dtype += " as int32";
-  return "megatron(" + options_.prefix + ", " + std::to_string(dataset_->total_tokens()) + " tokens, " + dtype +
-         ", seq_len=" + std::to_string(options_.seq_len) + (options_.add_extra_token ? "" : ", no extra token") + ")";
+  std::string type(token_type_name(type_));
+  const at::ScalarType output = fields_[0].dtype;
+  if (stored_scalar_type(type_) != output) type += " as " + dtype_name(output);
+  std::string text = (dataset_ ? "megatron(" + options_.prefix : "tokens(" + options_.path) + ", " +
+                     std::to_string(total_) + " tokens, " + type + ", seq_len=" + std::to_string(options_.seq_len);
+  if (!options_.add_extra_token) text += ", no extra token";
+  if (options_.windows == TokenWindows::kRandom) text += ", " + std::to_string(samples_) + " random windows";
+  if (!options_.split.empty()) text += ", split " + options_.split[0] + "/" + options_.split[1];
+  return text + ")";
 }
 
 }  // namespace ferry

@@ -75,7 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ferry::fuzz::refused_or_ok([&] {
     const ferry::TokenWindowSource source(ferry::TokenWindowOptions{
         .prefix = prefix, .seq_len = trailer[4] | (trailer[5] << 8), .add_extra_token = (trailer[6] & 1) != 0});
-    const uint64_t itemsize = source.dataset().itemsize();
+    const uint64_t itemsize = ferry::token_type_size(source.stored());
     const uint8_t* bin = data + idx_bytes;
     for (const uint64_t i : {uint64_t{0}, source.size() / 2, source.size() - 1}) {
       const ferry::EncodedSample sample = source.read(i);

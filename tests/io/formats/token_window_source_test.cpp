@@ -67,21 +67,20 @@ std::vector<int64_t> decoded_tokens(const TokenWindowSource& source, const Encod
   const auto* bytes = static_cast<const std::byte*>(tensor.data_ptr());
   const size_t element = c10::elementSize(spec.dtype);
   std::vector<int64_t> values(static_cast<size_t>(tensor.numel()));
-  const IndexedDtype on_disk = source.dataset().dtype();
   for (size_t i = 0; i < values.size(); ++i) {
     const std::byte* at = bytes + i * element;
-    if (source.widens_uint16() || on_disk == IndexedDtype::kInt32) {
+    if (spec.dtype == at::kInt) {
       int32_t v;
       std::memcpy(&v, at, 4);
       values[i] = v;
-    } else if (on_disk == IndexedDtype::kUInt16) {
+    } else if (spec.dtype == at::kLong) {
+      std::memcpy(&values[i], at, 8);
+    } else if (spec.dtype == at::kByte) {
+      values[i] = static_cast<uint8_t>(*at);
+    } else if (element == 2 && source.stored() == TokenType::kUInt16) {
       uint16_t v;
       std::memcpy(&v, at, 2);
       values[i] = v;
-    } else if (on_disk == IndexedDtype::kInt64) {
-      std::memcpy(&values[i], at, 8);
-    } else if (on_disk == IndexedDtype::kUInt8) {
-      values[i] = static_cast<uint8_t>(*at);
     } else {
       ADD_FAILURE() << "dtype not handled by this test";
     }
@@ -196,8 +195,8 @@ TEST(TokenWindowSource, OneFieldOfTheWindowsShapeDecodedRaw) {
   EXPECT_EQ(sample.fields[0].scalar_type(), at::kByte);
   EXPECT_EQ(sample.fields[0].dim(), 1);
   EXPECT_EQ(sample.fields[0].numel(), 17 * 4);
-  EXPECT_EQ(source.describe(), "megatron(" + dir / "d" + ", " + std::to_string(source.dataset().total_tokens()) +
-                                   " tokens, int32, seq_len=16)");
+  EXPECT_EQ(source.describe(),
+            "megatron(" + dir / "d" + ", " + std::to_string(source.total_tokens()) + " tokens, int32, seq_len=16)");
 }
 
 TEST(TokenWindowSource, ConcurrentReadsMatchSerialReads) {
@@ -252,6 +251,183 @@ TEST(TokenWindowSource, RefusesBadOptionsTooFewTokensAndFloatDatasets) {
     EXPECT_NE(std::string(e.what()).find(dir / "d.idx at byte offset 17"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("float32"), std::string::npos) << e.what();
   }
+}
+
+// A flat token file of `tokens` random values stored as T; returns them.
+template <typename T>
+std::vector<int64_t> write_flat(const std::string& path, std::mt19937_64& rng, size_t tokens) {
+  std::vector<T> stored(tokens);
+  std::vector<int64_t> values(tokens);
+  for (size_t i = 0; i < tokens; ++i) {
+    stored[i] = static_cast<T>(rng());
+    values[i] = static_cast<int64_t>(stored[i]);
+  }
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(stored.data()), static_cast<std::streamsize>(tokens * sizeof(T)));
+  return values;
+}
+
+// Field `field` of `sample` read back as int64 values (the field's dtype: int32 or int64).
+std::vector<int64_t> values_of(const TokenWindowSource& source, const EncodedSample& sample, size_t field) {
+  const FieldSpec& spec = source.fields().at(field);
+  const at::Tensor tensor = RawDecoder().decode(sample.fields.at(field), spec);
+  EXPECT_EQ(tensor.sizes(), at::IntArrayRef(spec.shape));
+  const at::Tensor wide = tensor.to(at::kLong);
+  const auto* data = wide.data_ptr<int64_t>();
+  return {data, data + wide.numel()};
+}
+
+TEST(TokenWindowSource, EveryStridedWindowOfAFlatFileInEveryStoredAndOutputType) {
+  TempDir dir;
+  std::mt19937_64 rng(5);
+  struct Case {
+    TokenType type;
+    std::vector<int64_t> values;
+  };
+  std::vector<Case> cases;
+  const size_t tokens = 1000 + rng() % 500;
+  cases.push_back({TokenType::kUInt16, write_flat<uint16_t>(dir / "u16.bin", rng, tokens)});
+  cases.push_back({TokenType::kUInt32, write_flat<uint32_t>(dir / "u32.bin", rng, tokens)});
+  cases.push_back({TokenType::kInt32, write_flat<int32_t>(dir / "i32.bin", rng, tokens)});
+  cases.push_back({TokenType::kUInt8, write_flat<uint8_t>(dir / "u8.bin", rng, tokens)});
+  const char* names[] = {"u16.bin", "u32.bin", "i32.bin", "u8.bin"};
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (const std::optional<at::ScalarType> output :
+         std::vector<std::optional<at::ScalarType>>{at::kLong, at::kInt, std::nullopt}) {
+      const int64_t seq_len = 1 + static_cast<int64_t>(rng() % 97);
+      TokenWindowOptions options{.seq_len = seq_len, .path = dir / names[c], .type = cases[c].type};
+      options.output_dtype = output;
+      const TokenWindowSource source(options);
+      SCOPED_TRACE(source.describe());
+      if (output) {
+        EXPECT_EQ(source.fields()[0].dtype, *output);
+      }
+      ASSERT_EQ(source.size(), (tokens - 1) / static_cast<uint64_t>(seq_len));
+      std::vector<int64_t> expected = cases[c].values;
+      if (output == at::kInt && cases[c].type == TokenType::kUInt32) {
+        for (int64_t& value : expected) value = static_cast<int32_t>(static_cast<uint32_t>(value));
+      }
+      for (uint64_t i = 0; i < source.size(); ++i) {
+        const EncodedSample sample = source.read(i);
+        EXPECT_EQ(sample.key, source.key(i));
+        EXPECT_EQ(sample.key, dir / names[c] + ":" +
+                                  std::to_string(i * static_cast<uint64_t>(seq_len) * token_type_size(cases[c].type)));
+        if (source.widens_uint16() || (!output && cases[c].type == TokenType::kUInt16)) continue;
+        ASSERT_EQ(values_of(source, sample, 0), slice(expected, i * static_cast<uint64_t>(seq_len), seq_len + 1))
+            << "window " << i;
+      }
+    }
+  }
+}
+
+TEST(TokenWindowSource, SplitGivesInputsAndTargetsOneTokenApart) {
+  TempDir dir;
+  std::mt19937_64 rng(6);
+  const std::vector<int64_t> values = write_flat<uint16_t>(dir / "t.bin", rng, 5000);
+  for (const TokenWindows windows : {TokenWindows::kStrided, TokenWindows::kRandom}) {
+    const TokenWindowSource source({.seq_len = 128,
+                                    .path = dir / "t.bin",
+                                    .windows = windows,
+                                    .seed = 3,
+                                    .output_dtype = at::kLong,
+                                    .split = {"x", "y"}});
+    ASSERT_EQ(source.fields().size(), 2u);
+    EXPECT_EQ(source.fields()[0].name, "x");
+    EXPECT_EQ(source.fields()[1].name, "y");
+    EXPECT_EQ(source.fields()[1].shape, (std::vector<int64_t>{128}));
+    for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+      for (uint64_t i = 0; i < source.size(); ++i) {
+        const EncodedSample sample = source.read_sample(i, {.seed = 3, .epoch = epoch, .index = i});
+        const uint64_t first = source.first_token(epoch, i);
+        ASSERT_EQ(values_of(source, sample, 0), slice(values, first, 128));
+        ASSERT_EQ(values_of(source, sample, 1), slice(values, first + 1, 128));
+      }
+    }
+  }
+  EXPECT_THROW(TokenWindowSource({.seq_len = 8, .add_extra_token = false, .path = dir / "t.bin", .split = {"x", "y"}}),
+               Error);
+  EXPECT_THROW(TokenWindowSource({.seq_len = 8, .path = dir / "t.bin", .split = {"x", "x"}}), Error);
+}
+
+TEST(TokenWindowSource, RandomWindowsAreDrawnFromSeedEpochAndIndexAndCoverTheFile) {
+  TempDir dir;
+  std::mt19937_64 rng(7);
+  const std::vector<int64_t> values = write_flat<uint16_t>(dir / "t.bin", rng, 300);
+  const TokenWindowOptions options{
+      .seq_len = 16, .path = dir / "t.bin", .windows = TokenWindows::kRandom, .samples = 4000, .seed = 11};
+  const TokenWindowSource source(options);
+  EXPECT_FALSE(source.same_every_epoch());
+  EXPECT_EQ(source.size(), 4000u);
+  std::vector<int> starts(300, 0);
+  size_t moved = 0;
+  for (uint64_t i = 0; i < source.size(); ++i) {
+    const uint64_t first = source.first_token(0, i);
+    ASSERT_LE(first, 300u - 17u);
+    ++starts[first];
+    EXPECT_EQ(first, TokenWindowSource(options).first_token(0, i));  // the same draw from another instance
+    if (source.first_token(1, i) != first) ++moved;
+    const EncodedSample sample = source.read_sample(i, {.seed = 11, .epoch = 0, .index = i});
+    EXPECT_EQ(sample.key, dir / "t.bin:" + std::to_string(first * 2));
+    ASSERT_EQ(values_of(source, sample, 0), slice(values, first, 17));
+  }
+  // Every one of the 284 starts, the first and the last among them, is drawn (4000 draws: each is
+  // missed with probability (283/284)^4000 ~ 1e-6).
+  for (size_t first = 0; first <= 300 - 17; ++first) EXPECT_GT(starts[first], 0) << first;
+  EXPECT_GT(moved, 3900u);  // another epoch, other windows
+  TokenWindowOptions reseeded = options;
+  reseeded.seed = 12;
+  EXPECT_NE(TokenWindowSource(reseeded).first_token(0, 0) + TokenWindowSource(reseeded).first_token(0, 1),
+            source.first_token(0, 0) + source.first_token(0, 1));
+}
+
+TEST(TokenWindowSource, FilesOfMoreThan2To31TokensAreReadToTheirEnd) {
+  // A sparse file of 2^31 + 4096 uint16 tokens (4 GiB on paper, a few pages on disk): zeros, then
+  // known tokens in the last 4096.
+  TempDir dir;
+  const std::string path = dir / "big.bin";
+  const uint64_t total = (uint64_t{1} << 31) + 4096;
+  std::vector<uint16_t> tail(4096);
+  for (size_t i = 0; i < tail.size(); ++i) tail[i] = static_cast<uint16_t>(i * 7 + 1);
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.seekp(static_cast<std::streamoff>((total - tail.size()) * 2));
+    out.write(reinterpret_cast<const char*>(tail.data()), static_cast<std::streamsize>(tail.size() * 2));
+    ASSERT_TRUE(out.good());
+  }
+  const TokenWindowSource source({.seq_len = 1024, .path = path, .output_dtype = at::kLong});
+  EXPECT_EQ(source.total_tokens(), total);
+  EXPECT_EQ(source.size(), (total - 1) / 1024);
+  const uint64_t last = source.size() - 1;
+  const uint64_t first = last * 1024;
+  const std::vector<int64_t> window = values_of(source, source.read(last), 0);
+  for (uint64_t t = 0; t < 1025; ++t) {
+    const uint64_t at = first + t;
+    const int64_t expected = at < total - tail.size() ? 0 : tail[at - (total - tail.size())];
+    ASSERT_EQ(window[t], expected) << "token " << at;
+  }
+  EXPECT_EQ(source.key(last), path + ":" + std::to_string(first * 2));
+
+  const TokenWindowSource random(
+      {.seq_len = 1024, .path = path, .windows = TokenWindows::kRandom, .samples = 100000, .seed = 1});
+  uint64_t highest = 0;
+  for (uint64_t i = 0; i < random.size(); ++i) highest = std::max(highest, random.first_token(0, i));
+  EXPECT_GT(highest, total - total / 1000);  // starts are drawn over all of it, not over 31 bits
+}
+
+TEST(TokenWindowSource, RefusesAFileThatIsNotAWholeNumberOfTokens) {
+  TempDir dir;
+  std::ofstream(dir / "odd.bin", std::ios::binary).write("abcdefg", 7);
+  try {
+    const TokenWindowSource source({.seq_len = 1, .path = dir / "odd.bin", .type = TokenType::kUInt16});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(dir / "odd.bin"), std::string::npos) << what;
+    EXPECT_NE(what.find("7 bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("byte offset 6"), std::string::npos) << what;
+  }
+  EXPECT_EQ(TokenWindowSource({.seq_len = 1, .path = dir / "odd.bin", .type = TokenType::kUInt8}).size(), 6u);
+  EXPECT_THROW(TokenWindowSource({.seq_len = 1, .path = dir / "missing.bin"}), Error);
 }
 
 }  // namespace
