@@ -6,31 +6,21 @@
 #include <sstream>
 
 #include "ferry/io/decoders/decoder_registry.h"
+#include "ferry/io/formats/mixture_source.h"
 #include "ferry/io/formats/source_registry.h"
+#include "ferry/io/samplers/mixture_sampler.h"
 #include "ferry/io/samplers/sequential_sampler.h"
 #include "ferry/io/samplers/shard_shuffle_sampler.h"
 #include "ferry/io/samplers/sharded_sampler.h"
 #include "ferry/io/samplers/shuffled_sampler.h"
 #include "ferry/io/transforms/transform_registry.h"
 #include "ferry/io/util/dataset_paths.h"
+#include "ferry/io/util/splitmix64.h"
 #include "ferry/pipeline/cuda_device.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
 namespace {
-
-// What a key's value says about the order, where a kind gives no order() of its own: a path as the file
-// it names (two spellings of one dataset are one order), anything else as written.
-std::string order_text(const KeyValue& value, const KeySpec& spec) {
-  if (spec.type == KeySpec::Type::kPath && value.is_scalar()) return detail::real_path(value.text());
-  if (spec.type == KeySpec::Type::kList && !spec.item.empty() && spec.item.front().type == KeySpec::Type::kPath &&
-      value.is_list()) {
-    std::string paths;
-    for (const KeyValue& item : value.items()) paths += detail::real_path(item.text()) + ";";
-    return paths;
-  }
-  return value.yaml();
-}
 
 std::shared_ptr<const SourceKind> kind_of(const SourceConfig& source) {
   std::shared_ptr<const SourceKind> kind = SourceRegistry::global().find(source.kind);
@@ -101,21 +91,7 @@ std::map<std::string, std::string> batch_order(const Config& config, const Place
   const SourceConfig& source = config.source;
   order["source.kind"] = source.kind;
   order["source.size"] = std::to_string(made.size());
-  const std::shared_ptr<const SourceKind> kind = kind_of(source);
-  if (kind->order) {
-    for (auto& [key, value] : kind->order(source.keys, made)) order[key] = std::move(value);
-  } else {
-    for (const auto& [name, value] : source.keys.entries()) {
-      if (const KeySpec* spec = [&]() -> const KeySpec* {
-            for (const KeySpec& key : kind->keys) {
-              if (key.name == name) return &key;
-            }
-            return nullptr;
-          }()) {
-        order["source." + name] = order_text(value, *spec);
-      }
-    }
-  }
+  for (auto& [key, value] : source_order(*kind_of(source), source.keys, made)) order[key] = std::move(value);
   // Transforms change what a sample holds; none (the usual case) records nothing, as before they existed.
   if (!config.transforms.empty()) {
     std::string transforms;
@@ -162,10 +138,7 @@ MakeContext make_context(const Config& config) {
 }
 
 std::shared_ptr<const Source> make_source(const SourceConfig& source, const MakeContext& context) {
-  const std::shared_ptr<const SourceKind> kind = kind_of(source);
-  std::shared_ptr<const Source> made = kind->make ? kind->make(source.keys) : kind->make_in(source.keys, context);
-  if (!made) throw Error("source kind '" + source.kind + "' made no source (null)");
-  return made;
+  return make_source_of(*kind_of(source), source.keys, context);
 }
 
 FieldDecoders make_field_decoders(const Config& config, const Source& source) {
@@ -211,20 +184,37 @@ SampleTransforms make_transforms(const Config& config) {
   return transforms;
 }
 
-std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement,
-                                            const Source& source) {
-  std::shared_ptr<const Sampler> order;
+namespace {
+
+// The order of one source's samples for all ranks together: shard by shard through a shuffle buffer, a
+// permutation, or in order.
+std::shared_ptr<const Sampler> order_of(const SamplerConfig& sampler, const Source& source, uint64_t seed) {
   std::vector<uint64_t> shards =
       sampler.shuffle && sampler.shuffle_buffer > 0 ? source.shard_sizes() : std::vector<uint64_t>{};
   if (!shards.empty()) {
-    order = std::make_shared<ShardShuffleSampler>(
-        std::move(shards),
-        ShardShuffleSampler::Options{sampler.seed, static_cast<size_t>(sampler.shuffle_buffer), true});
-  } else if (sampler.shuffle) {
-    order = std::make_shared<ShuffledSampler>(source.size(), sampler.seed);
-  } else {
-    order = std::make_shared<SequentialSampler>(source.size());
+    return std::make_shared<ShardShuffleSampler>(
+        std::move(shards), ShardShuffleSampler::Options{seed, static_cast<size_t>(sampler.shuffle_buffer), true});
   }
+  if (sampler.shuffle) return std::make_shared<ShuffledSampler>(source.size(), seed);
+  return std::make_shared<SequentialSampler>(source.size());
+}
+
+}  // namespace
+
+std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement,
+                                            const Source& source) {
+  // A mixture deals its parts' samples to the ranks itself (Note [mixture order]); each part has an
+  // order of its own, seeded apart so that two parts of one size are not shuffled alike.
+  if (const auto* mixture = dynamic_cast<const MixtureSource*>(&source)) {
+    std::vector<MixtureSampler::Part> parts;
+    for (size_t k = 0; k < mixture->parts().size(); ++k) {
+      const uint64_t seed = mix64(sampler.seed + kGoldenGamma * (k + 1));
+      parts.push_back({order_of(sampler, *mixture->parts()[k].source, seed), mixture->offset(k)});
+    }
+    return std::make_shared<MixtureSampler>(mixture->schedule(), std::move(parts), mixture->epoch_samples(),
+                                            placement.rank, placement.world_size, sampler.drop_remainder);
+  }
+  std::shared_ptr<const Sampler> order = order_of(sampler, source, sampler.seed);
   if (placement.world_size == 1) return order;
   return std::make_shared<ShardedSampler>(
       std::move(order), placement.rank, placement.world_size,

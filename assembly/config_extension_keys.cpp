@@ -162,6 +162,7 @@ std::optional<KeyValue> ConfigReader::read_keyed(const Node& node, const std::st
     }
     case Type::kMapping: return read_keyed_mapping(node, key, spec.keys);
     case Type::kAny: return read_any(node, key);
+    case Type::kSource: return read_source_mapping(node, key);
   }
   return std::nullopt;
 }
@@ -271,40 +272,74 @@ void ConfigReader::read_plugins(const Node& node) {
   }
 }
 
-void ConfigReader::read_source(const Node& node) {
+std::optional<KeyValue> ConfigReader::read_source_mapping(const Node& node, const std::string& key) {
   const SourceRegistry& registry = SourceRegistry::global();
   const std::vector<std::string> kinds = registry.names();
   if (!node.IsMap()) {
-    expected("source", node, "a mapping of keys (kind, and the kind's own)");
-    return;
+    expected(key, node, "a mapping of keys (kind, and the kind's own)");
+    return std::nullopt;
   }
-  const auto kind_node = child(node, "kind");
-  if (!kind_node) {
-    problem("source.kind", node, "missing required key (one of: " + list_text(kinds) + ")");
-    return;
+  std::string name;
+  if (const auto kind_node = child(node, "kind")) {
+    const auto chosen = choice(*kind_node, key + ".kind", kinds);
+    if (!chosen) return std::nullopt;
+    name = *chosen;
+  } else {
+    // `kind` may be left out where a key only one kind requires says which (`mix:` is a mixture).
+    std::vector<std::string> implied;
+    for (const auto& kind : registry.kinds()) {
+      for (const KeySpec& spec : kind->keys) {
+        if (spec.required && child(node, spec.name)) {
+          implied.push_back(kind->name);
+          break;
+        }
+      }
+    }
+    if (implied.size() != 1) {
+      problem(key + ".kind", node, "missing required key (one of: " + list_text(kinds) + ")");
+      return std::nullopt;
+    }
+    name = implied.front();
   }
-  const auto name = choice(*kind_node, "source.kind", kinds);
-  if (!name) return;
-  config_.source.kind = *name;
-  const std::shared_ptr<const SourceKind> kind = registry.find(*name);
+  const std::shared_ptr<const SourceKind> kind = registry.find(name);
   // Another kind's key is a mistake worth naming.
   std::vector<std::string> own{"kind"};
-  for (const KeySpec& key : kind->keys) own.push_back(key.name);
-  const auto foreign = [&](const std::string& key) -> std::optional<std::string> {
+  for (const KeySpec& spec : kind->keys) own.push_back(spec.name);
+  const auto foreign = [&](const std::string& other_key) -> std::optional<std::string> {
     for (const auto& other : registry.kinds()) {
-      if (other->name != *name && has_key(other->keys, key)) {
-        return "not a key of source kind '" + *name + "' (its keys: " + list_text(own) + ")";
+      if (other->name != name && has_key(other->keys, other_key)) {
+        return "not a key of source kind '" + name + "' (its keys: " + list_text(own) + ")";
       }
     }
     return std::nullopt;
   };
-  std::optional<KeyValue> keys = read_keyed_mapping(node, "source", kind->keys, {"kind"}, foreign);
-  if (!keys) return;
-  config_.source.keys = std::move(*keys);
+  std::optional<KeyValue> keys = read_keyed_mapping(node, key, kind->keys, {"kind"}, foreign);
+  if (!keys) return std::nullopt;
+  if (kind->check) {
+    KeyProblems found;
+    try {
+      kind->check(*keys, found);
+    } catch (const std::exception& e) {
+      problem(key, node, "source kind '" + name + "': " + cause_of(e));
+    }
+    add(found);
+  }
+  std::vector<std::pair<std::string, KeyValue>> entries{
+      {"kind", KeyValue::scalar(name, key + ".kind", location(key, node))}};
+  for (const auto& entry : keys->entries()) entries.push_back(entry);
+  return KeyValue::mapping(std::move(entries), key, location(key, node));
+}
+
+void ConfigReader::read_source(const Node& node) {
+  const std::optional<KeyValue> read = read_source_mapping(node, "source");
+  if (!read) return;
+  auto [kind_made, keys] = source_kind_of(*read);
+  config_.source.kind = kind_made->name;
+  config_.source.keys = std::move(keys);
   source_read_ = true;
   // A field's `device: host` is collate.host's, said where the field is.
-  if (kind->decoded_fields) {
-    for (const DecodedField& field : kind->decoded_fields(config_.source.keys)) {
+  if (kind_made->decoded_fields) {
+    for (const DecodedField& field : kind_made->decoded_fields(config_.source.keys)) {
       const KeyValue* device = field.keys != nullptr ? field.keys->find("device") : nullptr;
       std::vector<std::string>& host = config_.pipeline.collate.host;
       if (device != nullptr && device->text() == "host" &&
@@ -313,14 +348,6 @@ void ConfigReader::read_source(const Node& node) {
       }
     }
   }
-  if (!kind->check) return;
-  KeyProblems found;
-  try {
-    kind->check(config_.source.keys, found);
-  } catch (const std::exception& e) {
-    problem("source", node, "source kind '" + *name + "': " + cause_of(e));
-  }
-  add(found);
 }
 
 void ConfigReader::read_transforms(const Node& node) {

@@ -112,6 +112,10 @@ class ConfigReader {
   std::optional<KeyValue> read_integer(const Node& node, const std::string& key, const KeySpec& spec);
   void read_plugins(const Node& node);
   void read_source(const Node& node);
+  /// A source mapping at `key` (`source`, or a mixture's part): its kind (named, or the one kind whose
+  /// required key it holds) and that kind's keys, checked as the kind checks them. Returns the keys with
+  /// `kind` among them; nullopt after adding problems.
+  std::optional<KeyValue> read_source_mapping(const Node& node, const std::string& key);
   void read_transforms(const Node& node);
 
   // ---- sections (config_sections.cpp) ----

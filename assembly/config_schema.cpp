@@ -20,7 +20,7 @@ const std::vector<ConfigKey>& config_keys() {
       {"source.kind", "source kind name", "required",
        "The reader: `synthetic` makes deterministic samples from (seed, index), nothing to download; `megatron` reads "
        "a Megatron-LM indexed token dataset (`.bin` + `.idx`); `tokens` a flat file of tokens (nanoGPT's `train.bin`); "
-       "`tar` reads WebDataset-style tar shards; `image_folder` "
+       "`mix` mixes sources by weight; `tar` reads WebDataset-style tar shards; `image_folder` "
        "reads a folder of image files, one sub-folder per class (torchvision's ImageFolder layout); `python` runs a "
        "map-style dataset of yours in worker processes (docs/python-data.md); or a kind your program or a plugin "
        "registers. Each kind takes its own keys beside `kind` (Source kinds, below).",

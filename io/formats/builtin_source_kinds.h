@@ -17,6 +17,8 @@ SourceKind tar_source_kind();
 SourceKind image_folder_source_kind();
 /// Defined in io/workers/, which runs user Python code in worker processes.
 SourceKind python_source_kind();
+/// A weighted mixture of sources (`source: {mix: [{weight, source}, ...]}`), in mixture_kind.cpp.
+SourceKind mixture_source_kind();
 
 /// A decoder of one image format named for files of another (png files through jpeg) fails on every
 /// sample: said now, at the `decoder` of `field` (the mapping that names it), with the decoder that reads

@@ -91,4 +91,13 @@ class SourceRegistry {
   detail::KindRegistry<SourceKind> kinds_{"source kind", "kind"};
 };
 
+/// A source mapping that names its kind among its keys (a mixture's part, as the config loader checked
+/// it): the kind and the other keys. Throws ferry::Error for a kind that is not registered.
+std::pair<std::shared_ptr<const SourceKind>, KeyValue> source_kind_of(const KeyValue& source);
+/// The source `kind` makes of `keys` (its make or make_in); throws ferry::Error where it makes none.
+std::shared_ptr<const Source> make_source_of(const SourceKind& kind, const KeyValue& keys, const MakeContext& context);
+/// What decides which sample is which, as "source.<key>" entries: SourceKind::order, or each key as
+/// written, a path as the absolute path it names (two spellings of one dataset are one order).
+std::map<std::string, std::string> source_order(const SourceKind& kind, const KeyValue& keys, const Source& made);
+
 }  // namespace ferry

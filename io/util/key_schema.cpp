@@ -70,6 +70,7 @@ std::string KeySpec::expected_text() const {
       return "a mapping of keys (" + names + ")";
     }
     case Type::kAny: return "a value";
+    case Type::kSource: return "a source mapping (kind and its keys)";
   }
   return "a value";
 }
@@ -91,6 +92,7 @@ std::string KeySpec::type_description() const {
     }
     case Type::kMapping: return "mapping";
     case Type::kAny: return "any value";
+    case Type::kSource: return "source";
   }
   return "value";
 }

@@ -29,6 +29,7 @@ struct KeySpec {
     kList,     // a list of `item`s; min/max bound its length
     kMapping,  // a mapping of `keys`
     kAny,      // any YAML value (scalar, list, mapping), passed on as written: the extension reads it
+    kSource,   // a source: `kind` and that kind's keys, checked as `source:` is (a mixture's parts)
   };
 
   std::string name;

@@ -109,3 +109,152 @@ def test_a_file_that_is_not_a_whole_number_of_tokens_is_a_config_error_at_its_ke
         ferry.Pipeline(token_config(tmp_path / "odd.bin", split=["x", "y"], add_extra_token=False))
     with pytest.raises(ferry.ConfigError, match="samples counts random windows"):
         ferry.Pipeline(token_config(tmp_path / "odd.bin", samples=10))
+
+
+# ---- weighted mixtures -------------------------------------------------------------------------------
+
+
+def part_files(tmp_path, sizes, seq_len=4):
+    """Token files whose windows say where they come from: part k's tokens are 10^6 k + their number,
+    so a window's first token names its part and its strided window number."""
+    paths = []
+    for k, size in enumerate(sizes):
+        path = tmp_path / f"part{k}.bin"
+        (np.arange(size * seq_len + 1, dtype=np.uint32) + 1000000 * k).tofile(path)
+        paths.append(str(path))
+    return paths
+
+
+def mixture(paths, weights, seq_len=4, **keys):
+    return {"source": {"mix": [{"weight": w, "source": {"kind": "tokens", "path": p, "dtype": "uint32", "seq_len": seq_len}}
+                               for w, p in zip(weights, paths)], **keys}}
+
+
+def picks(pipeline, seq_len=4):
+    """(part, window number) of every delivered sample, in order."""
+    out = []
+    for batch in pipeline.batches():
+        first = batch["tokens"][:, 0].cpu().tolist()
+        out += [(token // 1000000, token % 1000000 // seq_len) for token in first]
+    return out
+
+
+def megatron_order(weights, size):
+    """Megatron-LM's blending order, written from its description: the weights normalized (numpy
+    float64, twice: by the dataset builder and again by BlendedDataset), then at each sample the first
+    dataset with the largest weight x max(sample, 1) - samples taken so far."""
+    w = np.array(weights, dtype=np.float64)
+    w = w / np.sum(w)
+    w = np.array(w.tolist(), dtype=np.float64)
+    w = w / np.sum(w)
+    taken = [0] * len(w)
+    order = []
+    for i in range(size):
+        x = max(float(i), 1.0)
+        errors = [w[k] * x - float(taken[k]) for k in range(len(w))]
+        k = errors.index(max(errors))
+        order.append((k, taken[k]))
+        taken[k] += 1
+    return order
+
+
+@pytest.mark.parametrize("weights", [[0.7, 0.3], [0.5, 0.3, 0.2], [0.6, 0.3, 0.1], [0.45, 0.35, 0.2], [3, 1, 1, 0.25]])
+def test_every_window_holds_each_sources_share(tmp_path, weights):
+    paths = part_files(tmp_path, [400] * len(weights))
+    config = {**mixture(paths, weights), "batch_size": 16}
+    with ferry.Pipeline(config, overrides={"decode.threads": 2}) as pipeline:
+        parts = [part for part, _ in picks(pipeline)]
+    shares = np.array(weights, dtype=np.float64) / sum(weights)
+    assert len(parts) == 400 * len(weights)
+    span = int(np.ceil(1 / shares.min()))
+    for start in range(len(parts) - span + 1):
+        counts = np.bincount(parts[start:start + span], minlength=len(weights))
+        target = shares * span
+        assert np.all(np.abs(counts - target) <= 1 + 1e-9), (start, counts, target)
+    # and each part's windows come in its own order, none twice, until it runs out and starts again
+    with ferry.Pipeline(config) as pipeline:
+        seen = picks(pipeline)
+    for k in range(len(weights)):
+        numbers = [n for part, n in seen if part == k]
+        assert numbers == [i % 400 for i in range(len(numbers))]
+
+
+@pytest.mark.parametrize("weights", [[0.6, 0.3, 0.1], [2, 1], [0.01, 0.99], [5, 3, 1, 1, 0.5, 0.2, 7]])
+def test_megatron_mode_is_megatrons_blending_order_sample_for_sample(tmp_path, weights):
+    sizes = [5000] * len(weights)
+    paths = part_files(tmp_path, sizes)
+    config = {**mixture(paths, weights, mode="megatron", samples=3000), "batch_size": 32}
+    with ferry.Pipeline(config) as pipeline:
+        assert picks(pipeline) == megatron_order(weights, 3000)
+
+
+def test_a_source_weighted_above_its_size_is_upsampled_in_a_new_order_each_pass(tmp_path):
+    paths = part_files(tmp_path, [10, 1000])
+    config = {**mixture(paths, [0.5, 0.5], samples=400), "batch_size": 20, "sampler": {"shuffle": True, "seed": 5}}
+    with ferry.Pipeline(config) as pipeline:
+        seen = picks(pipeline)
+    small = [n for part, n in seen if part == 0]
+    assert len(small) == 200
+    passes = [small[i:i + 10] for i in range(0, 200, 10)]
+    assert all(sorted(p) == list(range(10)) for p in passes)  # every pass is the whole source once
+    assert len({tuple(p) for p in passes}) > 10                # in another order each time
+    large = [n for part, n in seen if part == 1]
+    assert len(set(large)) == len(large) == 200                # the large one: no repeats
+
+
+def test_ranks_share_each_source_once_and_each_rank_gets_the_shares(tmp_path):
+    paths = part_files(tmp_path, [300, 300, 300])
+    weights = [0.5, 0.3, 0.2]
+    for world in [1, 2, 3, 4]:
+        union = []
+        for rank in range(world):
+            config = {**mixture(paths, weights, samples=600), "batch_size": 10,
+                      "sampler": {"shuffle": True, "seed": 1, "rank": rank, "world_size": world}}
+            with ferry.Pipeline(config) as pipeline:
+                mine = picks(pipeline)
+            counts = np.bincount([part for part, _ in mine], minlength=3)
+            assert np.all(np.abs(counts - np.array(weights) * len(mine)) <= 1), (world, rank, counts)
+            union += mine
+        for k in range(3):
+            numbers = [n for part, n in union if part == k]
+            assert len(numbers) == len(set(numbers)), (world, k)  # no window twice (each source has enough)
+
+
+def test_a_mixture_resumes_exactly_and_refuses_a_state_from_another_mixture(tmp_path):
+    paths = part_files(tmp_path, [200, 300])
+    config = {**mixture(paths, [0.7, 0.3]), "batch_size": 8, "sampler": {"shuffle": True, "seed": 2, "epochs": 2}}
+    with ferry.Pipeline(config) as pipeline:
+        everything = picks(pipeline)
+    with ferry.Pipeline(config) as first:
+        head = []
+        for batch in first.batches():
+            head += [(t // 1000000, t % 1000000 // 4) for t in batch["tokens"][:, 0].tolist()]
+            if len(head) >= 96:
+                break
+        state = first.state_dict()
+    with ferry.Pipeline(config, state=state) as resumed:
+        assert head + picks(resumed) == everything
+    other = {**mixture(paths, [0.6, 0.4]), "batch_size": 8, "sampler": {"shuffle": True, "seed": 2, "epochs": 2}}
+    with pytest.raises(ferry.Error, match=r"source.mix\[0\].weight"):
+        ferry.Pipeline(other, state=state)
+
+
+def test_bad_mixtures_are_config_errors_at_their_keys(tmp_path):
+    paths = part_files(tmp_path, [10, 10])
+    (tmp_path / "images").mkdir()
+    for weights, message in [([-1, 1], r"mix\[0\].weight.*>= 0"), ([0, 0], "every weight is 0"),
+                             (["heavy", 1], r"mix\[0\].weight")]:
+        with pytest.raises(ferry.ConfigError, match=message):
+            ferry.Pipeline(mixture(paths, weights))
+    different = mixture(paths, [1, 1])
+    different["source"]["mix"][1]["source"]["split"] = ["x", "y"]
+    with pytest.raises(ferry.ConfigError, match=r"source.mix\[1\].source.*same fields.*\[x, y\].*\[tokens\]"):
+        ferry.Pipeline(different)
+    (tmp_path / "mix.yaml").write_text(
+        "source:\n  mix:\n    - weight: 1\n      source: {kind: tokens, path: %s, seq_len: 4}\n"
+        "    - weight: 1\n      source: {kind: tokens, path: %s, dtype: uint32, seq_len: 4, output_dtype: int32}\n" % tuple(paths))
+    with pytest.raises(ferry.Error, match=r"fields differ.*tokens: int64 \[5\].*tokens: int32 \[5\]"):
+        ferry.Pipeline(tmp_path / "mix.yaml")
+    with pytest.raises(ferry.ConfigError, match=r"mix.yaml:6:\d+: source.mix\[1\].source.output_dtype: expected one"):
+        (tmp_path / "mix.yaml").write_text((tmp_path / "mix.yaml").read_text().replace("dtype: int32", "dtype: int31"))
+        ferry.Pipeline(tmp_path / "mix.yaml")
