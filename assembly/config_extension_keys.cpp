@@ -285,11 +285,18 @@ std::optional<KeyValue> ConfigReader::read_source_mapping(const Node& node, cons
     if (!chosen) return std::nullopt;
     name = *chosen;
   } else {
-    // `kind` may be left out where a key only one kind requires says which (`mix:` is a mixture).
+    // `kind` may be left out for a kind made of other sources, named by the key that holds them
+    // (`source: {mix: [...]}`); any other source says its kind.
+    const auto holds_sources = [](const KeySpec& spec) {
+      return spec.type == KeySpec::Type::kSource ||
+             (spec.type == KeySpec::Type::kList && !spec.item.empty() &&
+              std::any_of(spec.item.front().keys.begin(), spec.item.front().keys.end(),
+                          [](const KeySpec& inner) { return inner.type == KeySpec::Type::kSource; }));
+    };
     std::vector<std::string> implied;
     for (const auto& kind : registry.kinds()) {
       for (const KeySpec& spec : kind->keys) {
-        if (spec.required && child(node, spec.name)) {
+        if (spec.required && holds_sources(spec) && child(node, spec.name)) {
           implied.push_back(kind->name);
           break;
         }

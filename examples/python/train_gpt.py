@@ -32,9 +32,9 @@ if not files:
 config = {
     "source": {"mix": [
         {"weight": 0.7, "source": {"kind": "tokens", "path": files[0], "dtype": "uint16", "seq_len": seq_len,
-                                   "windows": "random", "split": ["x", "y"]}},
+                                   "windows": "random", "samples": steps * 32, "split": ["x", "y"]}},
         {"weight": 0.3, "source": {"kind": "tokens", "path": files[1], "dtype": "uint16", "seq_len": seq_len,
-                                   "windows": "random", "split": ["x", "y"]}},
+                                   "windows": "random", "samples": steps * 32, "split": ["x", "y"]}},
     ], "samples": steps * 32},
     "batch_size": 32,
     "sampler": {"seed": 1},

@@ -43,6 +43,27 @@ void check_mixture(const KeyValue& mixture, KeyProblems& problems) {
   const std::vector<PartKeys> parts = parts_of(mixture);
   std::optional<std::vector<FieldSpec>> first;
   for (size_t k = 0; k < parts.size(); ++k) {
+    if (parts[k].kind->name == "mix") {
+      problems.add(*parts[k].source,
+                   "a mixture inside a mixture: list its sources here, with their weights multiplied");
+      continue;
+    }
+    // The first source's decoders decode every source's fields: the others must ask for the same.
+    if (k > 0 && parts[k].kind->decoded_fields && parts[0].kind->decoded_fields) {
+      const auto decoded = [](const PartKeys& part) {
+        std::string text;
+        for (const DecodedField& field : part.kind->decoded_fields(*part.source)) {
+          text += field.name + ": " + field.decoder + (field.keys != nullptr ? " " + field.keys->yaml() : "") + "; ";
+        }
+        return text;
+      };
+      if (decoded(parts[k]) != decoded(parts[0])) {
+        problems.add(*parts[k].source,
+                     "a mixture's sources decode their fields alike (one decoder each): this one "
+                     "decodes " +
+                         decoded(parts[k]) + "the first " + decoded(parts[0]));
+      }
+    }
     if (!parts[k].kind->fields) continue;
     const std::vector<FieldSpec> fields = parts[k].kind->fields(*parts[k].source);
     if (!first) {
