@@ -159,11 +159,6 @@ void window_order(const TokenWindowOptions& options, std::map<std::string, std::
   }
 }
 
-std::string resolved(const std::string& path) {
-  char buffer[PATH_MAX];
-  return ::realpath(path.c_str(), buffer) != nullptr ? std::string(buffer) : path;
-}
-
 }  // namespace
 
 TokenWindowOptions token_window_options(const KeyValue& source, uint64_t seed) {
@@ -253,7 +248,7 @@ SourceKind tokens_source_kind() {
   kind.order = [](const KeyValue& source, const Source&) {
     const TokenWindowOptions tokens = token_window_options(source, 0);
     std::map<std::string, std::string> order;
-    order["source.path"] = resolved(tokens.path);
+    order["source.path"] = detail::real_path(tokens.path);
     order["source.dtype"] = std::string(token_type_name(tokens.type));
     window_order(tokens, order);
     return order;

@@ -53,12 +53,6 @@ uint64_t MixtureSampler::index(uint64_t epoch, uint64_t position) const {
   return part.offset + part.order->index(stream / size, stream % size);
 }
 
-std::vector<uint64_t> MixtureSampler::streams(uint64_t epoch, uint64_t position) const {
-  std::vector<uint64_t> taken = schedule_->counts(epoch * epoch_size_ + position);
-  for (uint64_t& count : taken) count *= world_size_;
-  return taken;
-}
-
 std::string MixtureSampler::describe() const {
   std::string text = "mixture(" + schedule_->describe() + ", rank=" + std::to_string(rank_) + "/" +
                      std::to_string(world_size_) + ", [";

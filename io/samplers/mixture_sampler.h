@@ -38,10 +38,6 @@ class MixtureSampler : public Sampler {
   std::string describe() const override;
   bool same_samples_every_epoch() const override { return false; }
 
-  /// Where rank 0's position `position` of `epoch` is in each part's stream of samples (the samples of
-  /// the part all ranks took before it).
-  std::vector<uint64_t> streams(uint64_t epoch, uint64_t position) const;
-
  private:
   std::shared_ptr<const MixtureSchedule> schedule_;
   std::vector<Part> parts_;
