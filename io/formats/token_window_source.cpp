@@ -1,11 +1,5 @@
 #include "ferry/io/formats/token_window_source.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -13,7 +7,7 @@
 #include <torch/version.h>
 
 #include "ferry/io/util/dtype_names.h"
-#include "ferry/io/util/regular_file.h"
+#include "ferry/io/util/mapped_file.h"
 #include "ferry/io/util/splitmix64.h"
 #include "ferry/pipeline/error.h"
 
@@ -131,34 +125,6 @@ at::Tensor tokens_as(TokenType type, at::ScalarType output, const std::byte* fro
   return out;
 }
 
-std::string errno_text() { return std::strerror(errno); }
-
-// Maps a flat token file read-only, whole; `bytes` is its size.
-std::shared_ptr<const std::byte> map_tokens(const std::string& path, size_t& bytes) {
-  std::string why;  // a FIFO is refused, not waited on
-  const int fd = detail::open_regular_file(path, why);
-  if (fd < 0) throw Error("tokens source: cannot open " + path + ": " + why);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat status {};
-  if (::fstat(fd, &status) != 0) throw Error("tokens source: cannot stat " + path + ": " + errno_text());
-  if (!S_ISREG(status.st_mode)) throw Error("tokens source: " + path + " is not a regular file");
-  bytes = static_cast<size_t>(status.st_size);
-  if (bytes == 0) return nullptr;
-  void* data = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-  if (data == MAP_FAILED) {
-    throw Error("tokens source: cannot map " + path + " (" + std::to_string(bytes) + " bytes): " + errno_text());
-  }
-  // Windows are read at random offsets: read-ahead of whole neighbourhoods would mostly be wasted.
-  ::madvise(data, bytes, MADV_RANDOM);
-  const size_t length = bytes;
-  return std::shared_ptr<const std::byte>(static_cast<const std::byte*>(data), [length](const std::byte* mapped) {
-    ::munmap(const_cast<std::byte*>(mapped), length);
-  });
-}
-
 }  // namespace
 
 std::string_view token_type_name(TokenType type) noexcept { return info(type).name; }
@@ -202,7 +168,8 @@ TokenWindowSource::TokenWindowSource(TokenWindowOptions options) : options_(std:
   } else {
     type_ = options_.type;
     size_t bytes = 0;
-    mapped_ = map_tokens(options_.path, bytes);
+    // Windows are read at random offsets (shuffled, or drawn at random).
+    mapped_ = detail::map_file(options_.path, "tokens source", detail::MappedAccess::kRandom, bytes);
     const size_t width = token_type_size(type_);
     if (bytes % width != 0) {
       throw Error("tokens source: " + options_.path + " holds " + std::to_string(bytes) +
