@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "ferry/assembly/rank_resume.h"
 #include "ferry/io/decoders/decoder_registry.h"
 #include "ferry/io/formats/mixture_source.h"
 #include "ferry/io/formats/source_registry.h"
@@ -219,6 +220,17 @@ std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const 
   return std::make_shared<ShardedSampler>(
       std::move(order), placement.rank, placement.world_size,
       sampler.drop_remainder ? ShardedSampler::Remainder::kDrop : ShardedSampler::Remainder::kPad);
+}
+
+std::shared_ptr<const Sampler> make_resumed_sampler(const SamplerConfig& sampler, const Placement& placement,
+                                                    const Source& source, const ShardedSampler::Resume& resume) {
+  if (dynamic_cast<const MixtureSource*>(&source) != nullptr) {
+    throw Error("a mixture resumes on the number of ranks that saved it only");
+  }
+  std::shared_ptr<const Sampler> order = order_of(sampler, source, sampler.seed);
+  return std::make_shared<ShardedSampler>(
+      std::move(order), placement.rank, placement.world_size,
+      sampler.drop_remainder ? ShardedSampler::Remainder::kDrop : ShardedSampler::Remainder::kPad, resume);
 }
 
 }  // namespace ferry

@@ -11,6 +11,7 @@
 #include "ferry/assembly/config_error.h"
 #include "ferry/assembly/config_loader.h"
 #include "ferry/assembly/pipeline_state_loader.h"
+#include "ferry/assembly/rank_resume.h"
 #include "ferry/io/decoders/decoder_registry.h"
 #include "ferry/io/decoders/nvjpeg_decoder.h"
 #include "ferry/io/formats/source_registry.h"
@@ -331,11 +332,13 @@ PipelinePart configured_part(const Config& config, const Placement& placement, c
   if (resume) {
     // Another order would deliver other samples under the same batch numbers: refuse, key by key.
     // Both ways: a key only the saved run had (a setting this config leaves at its default) differs too.
+    // Which ranks share the order is not such a key: resume_on_ranks() deals the rest to these.
     std::vector<ConfigProblem> problems;
     std::map<std::string, std::string> keys = resume->order;
     keys.insert(options.order.begin(), options.order.end());
     for (const auto& entry : keys) {
       const std::string& key = entry.first;
+      if (rank_order_key(key)) continue;
       const auto saved = resume->order.find(key);
       const auto now = options.order.find(key);
       const std::string before = saved == resume->order.end() ? "(not recorded)" : saved->second;
@@ -348,11 +351,15 @@ PipelinePart configured_part(const Config& config, const Placement& placement, c
     }
     if (!problems.empty()) throw ConfigError(std::move(problems));
   }
-  std::shared_ptr<const Sampler> sampler = make_sampler(placed.sampler, placement, *source);
+  std::optional<RankResume> moved;
+  if (resume) moved = resume_on_ranks(*resume, placed, options, placement, *source);
+  std::shared_ptr<const Sampler> sampler =
+      moved && moved->sampler ? make_resumed_sampler(placed.sampler, placement, *source, *moved->sampler)
+                              : make_sampler(placed.sampler, placement, *source);
   if (resume) {
-    check_resume_state(*resume, options, *sampler);
-    options.first_batch = resume->next_batch;
-    options.start = resume->next;
+    const PipelineState& state = moved ? moved->state : *resume;
+    options.first_batch = state.next_batch;
+    options.start = state.next;
   }
   const FieldDecoders field_decoders = make_field_decoders(placed, *source);
   PipelinePart part;
@@ -408,19 +415,6 @@ PipelineGroup make_pipeline_group(const Config& config, std::shared_ptr<const So
                                   const std::vector<PipelineState>& resume) {
   if (!source) throw Error("make_pipeline_group: no source (pass what check_config() returned)");
   const std::vector<std::string> devices = group_devices(config);
-  if (!resume.empty() && resume.size() != devices.size()) {
-    const std::string origin = resume.front().origin.empty() ? "the saved state" : resume.front().origin;
-    throw ConfigError(
-        {{origin, "devices",
-          "the saved state holds " + std::to_string(resume.size()) + " device" + (resume.size() == 1 ? "'s" : "s'") +
-              " states, and this config feeds " + std::to_string(devices.size()) + " (" +
-              [&] {
-                std::string list;
-                for (const std::string& device : devices) list += (list.empty() ? "" : ", ") + device;
-                return list;
-              }() +
-              "): resume with the same transfer.devices"}});
-  }
   std::vector<Placement> placements;
   for (size_t d = 0; d < devices.size(); ++d) placements.push_back(group_placement(config, d));
   // Each device's part on a thread of its own: a GPU decoder takes about half a second to make on its
@@ -429,7 +423,11 @@ PipelineGroup make_pipeline_group(const Config& config, std::shared_ptr<const So
   std::vector<std::exception_ptr> failures(devices.size());
   auto make_part = [&](size_t d) {
     try {
-      const std::optional<PipelineState> state = resume.empty() ? std::nullopt : std::optional(resume[d]);
+      // States of another number of devices: every device resumes from the first device's, as every rank
+      // may from rank 0's (Note [resuming on other ranks]).
+      const std::optional<PipelineState> state = resume.empty()                    ? std::nullopt
+                                                 : resume.size() == devices.size() ? std::optional(resume[d])
+                                                                                   : std::optional(resume.front());
       made[d].emplace(configured_part(config, placements[d], config.devices.empty() ? "" : devices[d], source, state));
     } catch (...) {
       failures[d] = std::current_exception();

@@ -55,9 +55,9 @@ Placement group_placement(const Config& config, size_t device);
 /// A pipeline per device of group_devices(config), decoding on one shared pool of decode.threads (auto:
 /// this process's share of the cores, as for one device), over `source` (check_config(config)'s). Without
 /// transfer.devices, a group of one: the pipeline make_pipeline(config, source) makes. With `resume` (a saved
-/// PipelineGroup::state(), one state per device) it starts at the states' step. Throws ConfigError for an
-/// invalid config, or a state of another order (naming each key) or of another number of devices, and
-/// ferry::Error.
+/// PipelineGroup::state(), one state per device) it starts at the states' step; states of another number of
+/// devices or ranks resume from the first one's (the rest of its epoch dealt to these devices). Throws
+/// ConfigError for an invalid config, or a state of another order (naming each key), and ferry::Error.
 PipelineGroup make_pipeline_group(const Config& config, std::shared_ptr<const Source> source,
                                   const std::vector<PipelineState>& resume = {});
 /// check_config(), then the same.

@@ -52,8 +52,8 @@ void unknown_keys(const YAML::Node& map, const std::set<std::string>& known, con
   for (const auto& entry : map) {
     const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "?";
     if (!known.count(key)) {
-      problems.push_back({at(origin, entry.first), prefix + printable(key, 40),
-                          "unknown key in a saved state (expected one of: " + [&] {
+      problems.push_back({at(origin, entry.first),
+                          prefix + printable(key, 40), "unknown key in a saved state (expected one of: " + [&] {
                             std::string list;
                             for (const std::string& name : known) list += (list.empty() ? "" : ", ") + name;
                             return list;
@@ -110,13 +110,17 @@ PipelineState state_from(const YAML::Node& root, const std::string& origin, std:
       problems.push_back(
           {at(origin, *next), "next", "expected {\"epoch\": N, \"batch\": N, \"position\": N} (whole numbers)"});
     } else {
-      unknown_keys(*next, {"batch", "epoch", "position"}, origin, "next.", problems);
+      unknown_keys(*next, {"batch", "consumed", "epoch", "position"}, origin, "next.", problems);
       const auto epoch = whole(child(*next, "epoch"), *next, "next.epoch", "expected a whole number (an epoch)");
       const auto batch =
           whole(child(*next, "batch"), *next, "next.batch", "expected a whole number (a batch of the epoch)");
       const auto position = whole(child(*next, "position"), *next, "next.position",
                                   "expected a whole number (a position in the epoch's sample order)");
       if (epoch && batch && position) state.next = BatchCursor{*epoch, *batch, *position};
+      if (child(*next, "consumed")) {
+        state.consumed = whole(child(*next, "consumed"), *next, "next.consumed",
+                               "expected a whole number (samples of the epoch all ranks took)");
+      }
     }
   }
   if (const std::optional<YAML::Node> last = child(root, "last_delivered")) {
@@ -148,11 +152,12 @@ PipelineState state_from(const YAML::Node& root, const std::string& origin, std:
 PipelineState parse_pipeline_state(std::string_view text, const std::string& origin) {
   const YAML::Node root = load_state_text(text, origin);
   if (format_of(root) != "ferry-state") {
-    const std::string hint = format_of(root) == "ferry-states"
-                                 ? " (this is the state of a group of devices: resume it with the same transfer.devices)"
-                                 : "";
-    throw ConfigError({{at(origin, root), "format",
-                        "not a saved pipeline state (expected \"format\": \"ferry-state\")" + hint}});
+    const std::string hint =
+        format_of(root) == "ferry-states"
+            ? " (this is the state of a group of devices: resume it with the same transfer.devices)"
+            : "";
+    throw ConfigError(
+        {{at(origin, root), "format", "not a saved pipeline state (expected \"format\": \"ferry-state\")" + hint}});
   }
   std::vector<ConfigProblem> problems;
   PipelineState state = state_from(root, origin, problems);
@@ -200,8 +205,9 @@ std::vector<PipelineState> parse_pipeline_states(std::string_view text, const st
   // device, rather than when the resumed run's devices deliver different batches.
   if (problems.empty()) {
     const auto step = [](const PipelineState& state) {
-      return state.next ? "batch " + std::to_string(state.next->index) + " of epoch " + std::to_string(state.next->epoch)
-                        : "batch " + std::to_string(state.next_batch) + " of the run";
+      return state.next
+                 ? "batch " + std::to_string(state.next->index) + " of epoch " + std::to_string(state.next->epoch)
+                 : "batch " + std::to_string(state.next_batch) + " of the run";
     };
     for (size_t d = 1; d < states.size(); ++d) {
       const bool same_cursor = !states[d].next == !states.front().next &&
@@ -209,12 +215,11 @@ std::vector<PipelineState> parse_pipeline_states(std::string_view text, const st
                                                     states[d].next->index == states.front().next->index));
       if (states[d].next_batch != states.front().next_batch || !same_cursor) {
         const YAML::Node node = (*devices)[d];
-        problems.push_back({at(origin, child(node, "next_batch").value_or(node)),
-                            "devices[" + std::to_string(d) + "].next_batch",
-                            "device " + std::to_string(d) + " is at " + step(states[d]) + " but device 0 at " +
-                                step(states.front()) +
-                                ": the devices of a group take every step together, so a state ferry saved has "
-                                "them all at one (was the file edited, or pieced together from two runs?)"});
+        problems.push_back(
+            {at(origin, child(node, "next_batch").value_or(node)), "devices[" + std::to_string(d) + "].next_batch",
+             "device " + std::to_string(d) + " is at " + step(states[d]) + " but device 0 at " + step(states.front()) +
+                 ": the devices of a group take every step together, so a state ferry saved has "
+                 "them all at one (was the file edited, or pieced together from two runs?)"});
       }
     }
   }
@@ -231,7 +236,7 @@ std::vector<PipelineState> load_pipeline_states(const std::string& path) {
   return parse_pipeline_states(read_text_file(path, size_t{1} << 20, "saved pipeline state"), path);
 }
 
-void check_resume_state(const PipelineState& state, const PipelineOptions& options, const Sampler& sampler) {
+void check_resume_state(const PipelineState& state, const EngineOptions& options, const Sampler& sampler) {
   struct {
     uint64_t batch_size, epoch_samples, batches_per_epoch, epochs, max_batches;
     bool drop_last, refill;
@@ -261,6 +266,11 @@ void check_resume_state(const PipelineState& state, const PipelineOptions& optio
   }
   if (state.next) {
     const BatchCursor& next = *state.next;
+    // Whether all ranks together took other samples than this rank's position says: a run resumed on
+    // another number of ranks, dealing the rest of its first epoch (Note [resuming on other ranks]);
+    // resume_on_ranks() checks where such a position must be.
+    const bool anchored = state.consumed && next.position <= run.epoch_samples &&
+                          *state.consumed != sampler.consumed_before(next.epoch, next.position);
     // Where batch next.index starts without skips: index x batch_size, or the end of what the epoch
     // plans (all its samples; under drop_last only whole batches).
     const uint64_t planned = run.drop_last ? saturating_product(per_epoch, run.batch_size) : run.epoch_samples;
@@ -275,27 +285,26 @@ void check_resume_state(const PipelineState& state, const PipelineOptions& optio
     } else if (next.position > run.epoch_samples) {
       refuse("next.position", text(next.position) + " is past the " + text(run.epoch_samples) +
                                   " samples of an epoch (this rank's share)");
-    } else if (!run.refill && next.epoch < run.epochs && next.position != earliest) {
+    } else if (!anchored && !run.refill && next.epoch < run.epochs && next.position != earliest) {
       // Without on_error: skip every batch takes exactly batch_size positions. (A cursor at the end of
       // an epoch, next.batch = its batches, means the next epoch's start.)
       refuse("next.position", text(next.position) + " does not fit next.batch " + text(next.index) + ": batch " +
                                   text(next.index) + " of batches of " + text(run.batch_size) + " starts at " +
                                   text(earliest));
     } else if (run.refill && next.position < earliest) {
-      refuse("next.position", text(next.position) + " is before where batch " + text(next.index) +
-                                  " can start (" + text(earliest) + ": batches of " + text(run.batch_size) + ")");
+      refuse("next.position", text(next.position) + " is before where batch " + text(next.index) + " can start (" +
+                                  text(earliest) + ": batches of " + text(run.batch_size) + ")");
     } else {
       // Batches before this epoch's: exactly epoch x per_epoch without skips, at most that with them
       // (skips shorten epochs).
       const uint64_t most = saturating_product(next.epoch, per_epoch) + next.index;
-      if (!run.refill && state.next_batch != most) {
+      if (!run.refill && state.next_batch != most) {  // resumed on other ranks too: counted as these ranks do
         refuse("next_batch", text(state.next_batch) + " does not fit next (epoch " + text(next.epoch) + ", batch " +
                                  text(next.index) + "): with " + text(per_epoch) + " batches an epoch it is " +
                                  text(most));
       } else if (run.refill && (state.next_batch > most || state.next_batch < next.index)) {
         refuse("next_batch", text(state.next_batch) + " does not fit next (epoch " + text(next.epoch) + ", batch " +
-                                 text(next.index) + "): it must be between " + text(next.index) + " and " +
-                                 text(most));
+                                 text(next.index) + "): it must be between " + text(next.index) + " and " + text(most));
       }
     }
   }
@@ -304,8 +313,8 @@ void check_resume_state(const PipelineState& state, const PipelineOptions& optio
   } else if (state.last_epoch) {
     if (state.next_batch == 0) refuse("last_delivered", "is set, but next_batch is 0 (nothing was delivered)");
     if (*state.last_index >= per_epoch) {
-      refuse("last_delivered.batch", text(*state.last_index) + " is past the " + text(per_epoch) +
-                                         " batches of an epoch");
+      refuse("last_delivered.batch",
+             text(*state.last_index) + " is past the " + text(per_epoch) + " batches of an epoch");
     }
     if (state.next) {
       const BatchCursor& next = *state.next;

@@ -6,8 +6,8 @@
 
 #include "ferry/assembly/config_error.h"
 #include "ferry/io/samplers/sampler.h"
+#include "ferry/pipeline/engine_options.h"
 #include "ferry/pipeline/pipeline_state.h"
-#include "ferry/stages/pipeline_options.h"
 
 namespace ferry {
 
@@ -28,6 +28,6 @@ std::vector<PipelineState> parse_pipeline_states(std::string_view text, const st
 /// skip may have moved positions ahead); last_delivered the batch before next. Throws ConfigError
 /// naming the state's origin and each key that is off, so a hand-edited or mismatched state is
 /// refused instead of resuming misaligned or delivering nothing.
-void check_resume_state(const PipelineState& state, const PipelineOptions& options, const Sampler& sampler);
+void check_resume_state(const PipelineState& state, const EngineOptions& options, const Sampler& sampler);
 
 }  // namespace ferry

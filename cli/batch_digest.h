@@ -22,6 +22,9 @@ class BatchDigest {
   /// Throws ferry::Error when the file cannot be created.
   BatchDigest(const std::string& path, uint64_t first_batch);
   void add(const Batch& batch);
+  /// Where the run's batches start once the pipeline is made: a state resumed on another number of
+  /// ranks starts at another batch than the one it was saved at.
+  void set_first_batch(uint64_t first_batch) noexcept { first_batch_ = first_batch; }
   /// Flushes the file; throws ferry::Error when what was written did not reach it (a full disk).
   void finish();
 

@@ -17,10 +17,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <sstream>
 #include <future>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -391,8 +391,9 @@ int run(const std::vector<std::string_view>& args) {
                options.batch_size, devices.c_str(), ferry::build_description().c_str());
   if (!resume.empty()) {
     std::fprintf(stderr, "ferry: resuming %s at batch %llu of the run\n", parsed.resume->c_str(),
-                 static_cast<unsigned long long>(resume.front().next_batch));
+                 static_cast<unsigned long long>(options.first_batch));
   }
+  if (digest) digest->set_first_batch(options.first_batch);
 
   std::atomic<bool> done{false};
   std::thread watcher = ferry::detail::start_thread("the thread that watches for Ctrl-C", [&] {

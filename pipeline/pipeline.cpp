@@ -50,6 +50,7 @@ PipelineState Pipeline::state() const {
     state.last_epoch = last->epoch;
     state.last_index = last->index;
   }
+  if (state.next) state.consumed = graph_->consumed_before(*state.next);
   return state;
 }
 

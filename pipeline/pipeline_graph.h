@@ -102,6 +102,10 @@ class PipelineGraph {
     BatchCursor next;  // where the batch after it starts
   };
   std::optional<Delivered> last_delivered() const;
+  /// The batch source's BatchSource::consumed_before(). Thread-safe.
+  std::optional<uint64_t> consumed_before(const BatchCursor& cursor) const {
+    return stages_.batches->consumed_before(cursor.epoch, cursor.position);
+  }
   /// The arena threads a pipeline needs: `decode_threads` decode tasks, `gpu_groups` tasks waiting on the
   /// GPU decoder (SampleStage::gpu_groups()) and the serial nodes.
   static size_t arena_slots(size_t decode_threads, size_t gpu_groups) noexcept;

@@ -188,6 +188,7 @@ std::vector<PipelineState> PipelineGroup::state() const {
       state.last_epoch = last->epoch;
       state.last_index = last->index;
     }
+    if (state.next) state.consumed = pipelines_[d].graph_->consumed_before(*state.next);
     states.push_back(std::move(state));
   }
   return states;

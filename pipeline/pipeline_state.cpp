@@ -31,7 +31,9 @@ std::string PipelineState::to_json() const {
   out << "{\n  \"format\": \"ferry-state\",\n  \"version\": 1,\n  \"next_batch\": " << next_batch;
   if (next) {
     out << ",\n  \"next\": {\"epoch\": " << next->epoch << ", \"batch\": " << next->index
-        << ", \"position\": " << next->position << "}";
+        << ", \"position\": " << next->position;
+    if (consumed) out << ", \"consumed\": " << *consumed;
+    out << "}";
   }
   if (last_epoch && last_index)
     out << ",\n  \"last_delivered\": {\"epoch\": " << *last_epoch << ", \"batch\": " << *last_index << "}";

@@ -30,6 +30,10 @@ struct PipelineState {
   /// Where next_batch starts in its epoch. Unset: at next_batch x batch_size over whole epochs
   /// (states saved before the cursor existed; with no sample skipped the two agree).
   std::optional<BatchCursor> next;
+  /// Samples of next's epoch that all ranks together took before it (Sampler::consumed_before()),
+  /// so that a run on another number of ranks deals the rest. Unset: next.position x the saved
+  /// world size (states saved before it was recorded).
+  std::optional<uint64_t> consumed;
   /// The last delivered batch's epoch and index within it (for people reading the file).
   std::optional<uint64_t> last_epoch;
   std::optional<uint64_t> last_index;
@@ -38,7 +42,7 @@ struct PipelineState {
   std::string origin;
 
   /// One JSON object: {"format": "ferry-state", "version": 1, "next_batch": ...,
-  /// "next": {"epoch": ..., "batch": ..., "position": ...}, ...}.
+  /// "next": {"epoch": ..., "batch": ..., "position": ..., "consumed": ...}, ...}.
   std::string to_json() const;
 };
 

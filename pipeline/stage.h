@@ -32,6 +32,13 @@ class BatchSource {
     (void)position;
     return std::nullopt;
   }
+  /// Samples of `epoch`'s order that all ranks together took before this rank's `position`
+  /// (Sampler::consumed_before), saved with the state; nullopt when this source cannot say.
+  virtual std::optional<uint64_t> consumed_before(uint64_t epoch, uint64_t position) const {
+    (void)epoch;
+    (void)position;
+    return std::nullopt;
+  }
 };
 
 /// A stage that works on one sample at a time, called concurrently for different samples (up to

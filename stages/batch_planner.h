@@ -42,6 +42,9 @@ class BatchPlanner : public BatchSource {
   std::optional<BatchPlan> next() override;
   /// The sampler's sample at `position` (modulo the epoch's size) of `epoch`. Thread-safe.
   std::optional<uint64_t> sample_at(uint64_t epoch, uint64_t position) const override;
+  std::optional<uint64_t> consumed_before(uint64_t epoch, uint64_t position) const override {
+    return sampler_->consumed_before(epoch, position);
+  }
 
   /// Batches in a whole epoch.
   uint64_t batches_per_epoch() const noexcept;

@@ -1,5 +1,6 @@
 #include "ferry/io/samplers/mixture_sampler.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "ferry/pipeline/error.h"
@@ -21,7 +22,11 @@ namespace ferry {
 
 MixtureSampler::MixtureSampler(std::shared_ptr<const MixtureSchedule> schedule, std::vector<Part> parts,
                                uint64_t samples, uint64_t rank, uint64_t world_size, bool drop_remainder)
-    : schedule_(std::move(schedule)), parts_(std::move(parts)), rank_(rank), world_size_(world_size) {
+    : schedule_(std::move(schedule)),
+      parts_(std::move(parts)),
+      rank_(rank),
+      world_size_(world_size),
+      samples_(samples) {
   if (!schedule_) throw Error("mixture sampler: no schedule");
   if (parts_.size() != schedule_->sources()) {
     throw Error("mixture sampler: " + std::to_string(parts_.size()) + " parts for a schedule of " +
@@ -51,6 +56,12 @@ uint64_t MixtureSampler::index(uint64_t epoch, uint64_t position) const {
   const uint64_t size = sizes_[pick.source];
   const Part& part = parts_[pick.source];
   return part.offset + part.order->index(stream / size, stream % size);
+}
+
+uint64_t MixtureSampler::consumed_before(uint64_t epoch, uint64_t position) const {
+  (void)epoch;
+  // position <= epoch_size_ <= samples_ / world_size_ + 1, so the product does not overflow.
+  return std::min(samples_, position * world_size_);
 }
 
 std::string MixtureSampler::describe() const {

@@ -37,6 +37,8 @@ class MixtureSampler : public Sampler {
   /// e.g. "mixture(smooth(0.7, 0.3), rank=0/2, [shuffled(size=10, seed=3), sequential(size=5)])".
   std::string describe() const override;
   bool same_samples_every_epoch() const override { return false; }
+  /// position x world_size, at most the epoch's samples: every rank is at the same position.
+  uint64_t consumed_before(uint64_t epoch, uint64_t position) const override;
 
  private:
   std::shared_ptr<const MixtureSchedule> schedule_;
@@ -44,6 +46,7 @@ class MixtureSampler : public Sampler {
   std::vector<uint64_t> sizes_;  // each part's epoch_size()
   uint64_t rank_;
   uint64_t world_size_;
+  uint64_t samples_;
   uint64_t epoch_size_;
 };
 

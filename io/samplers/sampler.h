@@ -23,6 +23,12 @@ class Sampler {
   virtual bool same_order_every_epoch() const { return false; }
   /// Whether every epoch visits the same set of samples, in whatever order.
   virtual bool same_samples_every_epoch() const { return true; }
+  /// Samples of `epoch`'s order that all ranks together took before this rank's `position`: where a
+  /// run resumed on another number of ranks goes on from. One rank's order: `position` itself.
+  virtual uint64_t consumed_before(uint64_t epoch, uint64_t position) const {
+    (void)epoch;
+    return position;
+  }
 };
 
 }  // namespace ferry

@@ -163,8 +163,8 @@ py::object PythonPipeline::to_python(const BatchGroup& step) const {
     // weakly: a batch kept after close() must not keep a python source's worker processes running.
     key_source_ = source;
     key_of_ = py::cpp_function([weak = std::weak_ptr<const Source>(source)](const py::bytes& raw) {
-      const std::shared_ptr<const Source> source = weak.lock();
-      if (!source) {
+      const std::shared_ptr<const Source> alive = weak.lock();
+      if (!alive) {
         throw Error(
             "ferry.Batch.sample_keys: the pipeline that made this batch was closed (or restarted): ask "
             "for a batch's keys before close()");
@@ -173,7 +173,7 @@ py::object PythonPipeline::to_python(const BatchGroup& step) const {
       std::vector<uint64_t> indices(bytes.size() / sizeof(uint64_t));
       std::memcpy(indices.data(), bytes.data(), indices.size() * sizeof(uint64_t));
       py::list keys(indices.size());
-      for (size_t i = 0; i < indices.size(); ++i) keys[i] = py::str(source->key(indices[i]));
+      for (size_t i = 0; i < indices.size(); ++i) keys[i] = py::str(alive->key(indices[i]));
       return keys;
     });
   }
@@ -322,6 +322,7 @@ std::vector<PipelineState> PythonPipeline::delivered_state(std::vector<PipelineS
     for (PipelineState& state : states) {
       state.next_batch -= 1;
       state.next = BatchCursor{*pending_epoch_, 0, 0};
+      state.consumed = 0;
       state.last_epoch.reset();
       state.last_index.reset();
     }

@@ -234,7 +234,7 @@ def test_a_state_saved_between_epochs_resumes_at_the_next_epoch(after_close):
         state = None if after_close else first.state_dict()
     state = state or first.state_dict()
     assert len(head) == 9 and state["next_batch"] == 9
-    assert state["next"] == {"epoch": 1, "batch": 0, "position": 0}
+    assert state["next"] == {"epoch": 1, "batch": 0, "position": 0, "consumed": 0}
     with ferry.Pipeline(config, state=state) as resumed:
         assert resumed.epoch == 1 and len(resumed) == 9
         assert head + [bytes_digest(b) for b in resumed] == everything

@@ -60,9 +60,10 @@ def test_a_group_state_resumes_exactly(stop):
     with ferry.Pipeline(config, overrides=devices(3)) as full:
         everything = [[bytes_digest(b) for b in step] for step in full.batches()]
     with ferry.Pipeline(config, overrides={**devices(3), "decode.threads": 1}) as first:
-        head = []
+        head, taken = [], []
         for step in first.batches():
             head.append([bytes_digest(b) for b in step])
+            taken.append([(b.epoch, i) for b in step for i in b.sample_indices])
             if len(head) == stop:
                 break
         state = first.state_dict()
@@ -71,8 +72,17 @@ def test_a_group_state_resumes_exactly(stop):
     with ferry.Pipeline(config, overrides=devices(3), state=state) as resumed:
         assert resumed.total_batches == len(everything) - stop
         assert head + [[bytes_digest(b) for b in step] for step in resumed.batches()] == everything
-    with pytest.raises(ferry.ConfigError, match="holds 3 devices' states"):
-        ferry.Pipeline(config, overrides=devices(2), state=state)
+    # On two devices, each from the first device's state: the rest of the epoch dealt to them, every
+    # sample of it once (one padding sample apart), then the next epoch as two devices deal it.
+    epoch = state["devices"][0]["next"]["epoch"]
+    with ferry.Pipeline(config, overrides=devices(2), state=state) as two:
+        rest = [(b.epoch, i) for step in two.batches() for b in step for i in b.sample_indices]
+    mine = [i for step in taken for e, i in step if e == epoch] + [i for e, i in rest if e == epoch]
+    assert set(mine) == set(range(203)) and len(mine) - 203 in (0, 1)
+    if epoch == 0:
+        with ferry.Pipeline(config, overrides=devices(2)) as fresh:
+            later = [(b.epoch, i) for step in fresh.batches() for b in step for i in b.sample_indices if b.epoch]
+        assert [r for r in rest if r[0] == 1] == later
 
 
 def test_a_loop_that_stops_early_leaves_the_rest_of_its_epoch_for_every_device():

@@ -453,11 +453,11 @@ TEST(FerryResume, AGroupOfDevicesResumesBitForBitAndReportsEachDevice) {
     ASSERT_TRUE(second.status.is(0)) << second.status << both(second);
     EXPECT_EQ(resume::read_file(dir / "a.txt") + resume::read_file(dir / "b.txt"), expected);
   }
-  // Another number of devices is refused, naming why.
+  // Another number of devices resumes each from the first device's state (python/tests checks the samples).
   const Result other =
       ferry(resume::shuffled_run({"--set", "transfer.devices=[cpu, cpu]", "--resume", dir / "state.json"}));
-  EXPECT_FALSE(other.status.is(0)) << both(other);
-  EXPECT_TRUE(contains(other.err, "holds 3 devices' states, and this config feeds 2")) << both(other);
+  EXPECT_TRUE(other.status.is(0)) << both(other);
+  EXPECT_TRUE(contains(other.err, "resuming")) << both(other);
 }
 
 // The same for every dataset kind, each made by `ferry make-dataset`, shuffled, with what makes the

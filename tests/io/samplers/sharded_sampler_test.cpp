@@ -177,12 +177,73 @@ TEST(ShardedSampler, RejectsBadArgumentsNamingThem) {
   EXPECT_TRUE(testing::error_names([&] { ShardedSampler(nullptr, 0, 1, Remainder::kPad); }, "inner"));
 }
 
+// W ranks took the first p x W positions; W' ranks resumed at the positions that leave each of them
+// its share of the rest take, together, every remaining position once (pad: and the first ones again
+// to even the last round), and epochs after it as without a resume point.
+TEST(ShardedSampler, AResumePointDealsTheRestOfTheEpochToOtherRanksExactlyOnce) {
+  std::mt19937_64 rng(kTestSeed);
+  for (const uint64_t n : {1, 2, 7, 10, 97, 256}) {
+    for (const uint64_t world : {1, 2, 3, 4}) {
+      for (const uint64_t new_world : {1, 2, 3, 5, 8}) {
+        for (const Remainder remainder : {Remainder::kPad, Remainder::kDrop}) {
+          const auto inner = std::make_shared<ShuffledSampler>(n, rng());
+          const ShardedSampler saved(inner, 0, world, remainder);
+          for (uint64_t p = 0; p < saved.epoch_size(); ++p) {
+            const uint64_t consumed = saved.consumed_before(0, p);
+            if (consumed >= n) continue;
+            SCOPED_TRACE("n=" + std::to_string(n) + " W=" + std::to_string(world) + " W'=" + std::to_string(new_world) +
+                         " p=" + std::to_string(p));
+            std::map<uint64_t, int> seen;
+            for (uint64_t global = 0; global < consumed; ++global) ++seen[inner->index(0, global)];
+            const uint64_t left = n - consumed;
+            const uint64_t mine = remainder == Remainder::kPad ? (left + new_world - 1) / new_world : left / new_world;
+            for (uint64_t rank = 0; rank < new_world; ++rank) {
+              const ShardedSampler plain(inner, rank, new_world, remainder);
+              const uint64_t start = plain.epoch_size() - mine;
+              const ShardedSampler resumed(inner, rank, new_world, remainder,
+                                           ShardedSampler::Resume{0, consumed, start});
+              for (uint64_t q = start; q < resumed.epoch_size(); ++q) ++seen[resumed.index(0, q)];
+              EXPECT_EQ(resumed.consumed_before(0, resumed.epoch_size()), std::min(n, consumed + mine * new_world));
+              for (uint64_t q = 0; q < resumed.epoch_size(); ++q) EXPECT_EQ(resumed.index(1, q), plain.index(1, q));
+            }
+            const uint64_t missing = remainder == Remainder::kDrop ? left % new_world : 0;
+            EXPECT_EQ(seen.size(), n - missing);
+            uint64_t twice = 0;  // deliveries past the first
+            for (const auto& entry : seen) twice += entry.second - 1;
+            EXPECT_EQ(twice, remainder == Remainder::kPad ? mine * new_world - left : 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ShardedSampler, AResumePointOnTheSameRanksIsTheSamplersOwnOrder) {
+  const auto inner = std::make_shared<ShuffledSampler>(101, 7);
+  for (const Remainder remainder : {Remainder::kPad, Remainder::kDrop}) {
+    for (uint64_t rank = 0; rank < 4; ++rank) {
+      const ShardedSampler plain(inner, rank, 4, remainder);
+      for (uint64_t p = 0; p < plain.epoch_size(); ++p) {
+        const ShardedSampler resumed(inner, rank, 4, remainder, ShardedSampler::Resume{0, p * 4, p});
+        for (uint64_t q = p; q < plain.epoch_size(); ++q) ASSERT_EQ(resumed.index(0, q), plain.index(0, q));
+      }
+    }
+  }
+  EXPECT_TRUE(testing::error_names(
+      [&] {
+        ShardedSampler(inner, 0, 2, Remainder::kPad, ShardedSampler::Resume{0, 101, 0});
+      },
+      "resume point"));
+}
+
 TEST(ShardedSampler, DescribesRankRemainderAndInner) {
   const auto inner = std::make_shared<ShuffledSampler>(10, 3);
   EXPECT_EQ(ShardedSampler(inner, 1, 4, Remainder::kPad).describe(),
             "sharded(rank=1/4, pad, shuffled(size=10, seed=3))");
   EXPECT_EQ(ShardedSampler(inner, 0, 2, Remainder::kDrop).describe(),
             "sharded(rank=0/2, drop, shuffled(size=10, seed=3))");
+  EXPECT_EQ(ShardedSampler(inner, 0, 2, Remainder::kDrop, ShardedSampler::Resume{1, 4, 3}).describe(),
+            "sharded(rank=0/2, drop, resumed at epoch 1 after 4, shuffled(size=10, seed=3))");
 }
 
 }  // namespace
