@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""bench/language_data.py: language-model batches on the device, ferry beside nanoGPT's get_batch and torch's
+DataLoader on the same token file, and a weighted mixture of Megatron-LM datasets beside its sources alone,
+in one run.
+
+    PYTHONPATH=build/gpu/python python3 bench/language_data.py --ferry build/gpu/cli/ferry \\
+        --data build/gpu/bench-data/language --out gpu-results/language [--workers 4] [--quick]
+
+Random windows (the rows "windows"): a flat uint16 file of --tokens tokens (made in --data when missing),
+batches of 32 windows of seq_len + 1 tokens at uniform random offsets, split into x and y (int64), on the
+device:
+  get_batch   nanoGPT's own: np.memmap opened per batch, torch.randint offsets, torch.stack of
+              the slices .astype(np.int64), pin_memory() and .to(device, non_blocking=True);
+  DataLoader  num_workers W, a map-style Dataset drawing each window from its index, pin_memory, then
+              .to(device, non_blocking=True);
+  ferry       source kind tokens, windows: random, split: [x, y], decode.threads W.
+
+Mixture (the rows "mixture"): three Megatron-LM indexed datasets (`ferry make-dataset tokens`), strided
+windows of 2048 tokens, shuffled, batches of 32: each dataset alone, and the three mixed 0.5/0.3/0.2;
+the mixture's cost is 1 - its rate / the mean rate of its sources alone (goal: at most 5%).
+
+Rates are tokens / wall time over the batches after a tenth as many untimed ones (the loader's start),
+to a device synchronize after the last batch.
+Prints the tables, writes OUT/language_data.json and, with matplotlib, OUT/language_data.png. --quick:
+small sizes for a CPU machine (device cpu).
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.utils.data
+
+import ferry
+
+BATCH = 32
+
+
+def log(message):
+    print(f"language_data: {message}", file=sys.stderr, flush=True)
+
+
+def token_file(folder, tokens):
+    path = os.path.join(folder, f"train-{tokens}.bin")
+    if not os.path.exists(path):
+        log(f"writing {tokens} uint16 tokens to {path}")
+        rng = np.random.default_rng(0)
+        with open(path + ".part", "wb") as f:
+            left = tokens
+            while left:
+                chunk = min(left, 1 << 26)
+                rng.integers(0, 50257, chunk, dtype=np.uint16).tofile(f)
+                left -= chunk
+        os.replace(path + ".part", path)
+    return path
+
+
+def megatron_datasets(ferry_command, folder, documents):
+    prefixes = []
+    for k in range(3):
+        prefix = os.path.join(folder, f"megatron-{k}-{documents}")
+        if not os.path.exists(prefix + ".idx"):
+            log(f"making {prefix}")
+            subprocess.run([ferry_command, "make-dataset", "tokens", prefix, "--documents", str(documents), "--seed",
+                            str(k)], check=True, capture_output=True)
+        prefixes.append(prefix)
+    return prefixes
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(device, batches, step):
+    """Tokens / s of `batches` calls of step() (each returning the tokens it delivered), after a tenth as
+    many untimed ones: the steady rate, without the loader's start (workers, threads, pinned memory)."""
+    for _ in range(max(1, batches // 10)):
+        step()
+    synchronize(device)
+    start = time.perf_counter()
+    tokens = 0
+    for _ in range(batches):
+        tokens += step()
+    synchronize(device)
+    return tokens / (time.perf_counter() - start)
+
+
+def get_batch_rate(path, seq_len, device, batches):
+    # nanoGPT's train.py get_batch, as written there.
+    def step():
+        data = np.memmap(path, dtype=np.uint16, mode="r")
+        ix = torch.randint(len(data) - seq_len, (BATCH,))
+        x = torch.stack([torch.from_numpy((data[i:i + seq_len]).astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy((data[i + 1:i + 1 + seq_len]).astype(np.int64)) for i in ix])
+        if device.type == "cuda":
+            x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+        return x.numel()
+    return timed(device, batches, step)
+
+
+class RandomWindows(torch.utils.data.Dataset):
+    def __init__(self, path, seq_len, length):
+        self.path, self.seq_len, self.length, self.data = path, seq_len, length, None
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, index):
+        if self.data is None:  # opened in the worker
+            self.data = np.memmap(self.path, dtype=np.uint16, mode="r")
+        start = int(np.random.default_rng(index).integers(0, len(self.data) - self.seq_len))
+        window = torch.from_numpy(self.data[start:start + self.seq_len + 1].astype(np.int64))
+        return window[:-1], window[1:]
+
+
+def dataloader_rate(path, seq_len, workers, device, batches):
+    loader = torch.utils.data.DataLoader(RandomWindows(path, seq_len, (batches + batches // 10 + 1) * BATCH),
+                                         batch_size=BATCH,
+                                         num_workers=workers, pin_memory=device.type == "cuda",
+                                         persistent_workers=False, prefetch_factor=4)
+    it = iter(loader)
+
+    def step():
+        x, y = next(it)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        return x.numel()
+    return timed(device, batches, step)
+
+
+def ferry_rate(config, device, batches, tokens_of):
+    pipeline = ferry.Pipeline(config, overrides={"transfer.device": str(device)})
+    with pipeline:
+        it = iter(pipeline.batches())
+
+        def step():
+            return tokens_of(next(it))
+        return timed(device, batches, step)
+
+
+def windows_config(path, seq_len, workers, batches):
+    return {"source": {"kind": "tokens", "path": path, "dtype": "uint16", "seq_len": seq_len, "windows": "random",
+                       "samples": (batches + batches // 10 + 1) * BATCH, "split": ["x", "y"]},
+            "batch_size": BATCH, "decode": {"threads": workers}}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ferry", required=True, help="the ferry command (for make-dataset)")
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--workers", default="4")
+    parser.add_argument("--tokens", type=int, default=1 << 29)
+    parser.add_argument("--batches", type=int, default=2000)
+    parser.add_argument("--documents", type=int, default=100000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.tokens, args.batches, args.documents, args.repeats, args.workers = 1 << 22, 40, 2000, 1, "2"
+    device = torch.device(args.device)
+    cores = len(os.sched_getaffinity(0))
+    workers = [w for w in (int(x) for x in args.workers.split(",")) if w <= cores] or [cores]
+    os.makedirs(args.data, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    path = token_file(args.data, args.tokens)
+    rows = []
+
+    def measure(table, name, w, seq_len, rate_of):
+        rates = []
+        for _ in range(args.repeats):
+            rates.append(rate_of())
+        rows.append({"table": table, "loader": name, "workers": w, "seq_len": seq_len,
+                     "tokens_per_second": float(np.median(rates)), "runs": rates})
+        log(f"{table} {name} w={w} seq_len={seq_len}: {np.median(rates) / 1e6:.1f} M tokens/s")
+
+    for seq_len in (1024, 2048):
+        measure("windows", "get_batch", 1, seq_len, lambda: get_batch_rate(path, seq_len, device, args.batches))
+        for w in workers:
+            measure("windows", "DataLoader", w, seq_len,
+                    lambda: dataloader_rate(path, seq_len, w, device, args.batches))
+            measure("windows", "ferry", w, seq_len,
+                    lambda: ferry_rate(windows_config(path, seq_len, w, args.batches), device, args.batches,
+                                       lambda b: b["x"].numel()))
+
+    prefixes = megatron_datasets(args.ferry, args.data, args.documents)
+    sources = [{"kind": "megatron", "prefix": p, "seq_len": 2048} for p in prefixes]
+    w = workers[-1]
+
+    def megatron_config(source):
+        return {"source": source, "batch_size": BATCH, "decode": {"threads": w},
+                "sampler": {"shuffle": True, "seed": 1, "epochs": 100}}
+    for k, source in enumerate(sources):
+        measure("mixture", f"source {k} alone", w, 2048,
+                lambda: ferry_rate(megatron_config(source), device, args.batches, lambda b: b["tokens"].numel()))
+    mixture = {"mix": [{"weight": weight, "source": s} for weight, s in zip((0.5, 0.3, 0.2), sources)]}
+    measure("mixture", "mixture 0.5/0.3/0.2", w, 2048,
+            lambda: ferry_rate(megatron_config(mixture), device, args.batches, lambda b: b["tokens"].numel()))
+
+    print(f"\nlanguage-model batches of {BATCH}, torch {torch.__version__}, device {device}, {cores} cores, "
+          f"{platform.node()}, medians of {args.repeats} runs of {args.batches} batches")
+    print(f"{'rows':<8} {'loader':<20} {'workers':>7} {'seq_len':>7} {'M tokens/s':>11} {'vs':>16}")
+    for r in rows:
+        if r["table"] == "windows":
+            base = next(b for b in rows if b["table"] == "windows" and b["loader"] == "get_batch"
+                        and b["seq_len"] == r["seq_len"])
+            r["ratio"] = r["tokens_per_second"] / base["tokens_per_second"]
+            versus = f"{r['ratio']:.2f}x get_batch"
+        else:
+            alone = [b["tokens_per_second"] for b in rows if b["table"] == "mixture" and b["loader"].endswith("alone")]
+            r["ratio"] = r["tokens_per_second"] / float(np.mean(alone))
+            versus = f"{r['ratio']:.3f}x mean alone"
+        print(f"{r['table']:<8} {r['loader']:<20} {r['workers']:>7} {r['seq_len']:>7} "
+              f"{r['tokens_per_second'] / 1e6:>11.1f} {versus:>16}")
+    mixed = next(r for r in rows if r["loader"].startswith("mixture"))
+    print(f"mixture cost: {100 * (1 - mixed['ratio']):.1f}% (goal: at most 5%)")
+    with open(os.path.join(args.out, "language_data.json"), "w") as f:
+        json.dump({"batch": BATCH, "device": str(device), "cores": cores, "torch": torch.__version__,
+                   "host": platform.node(), "rows": rows}, f, indent=2)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return
+    figure, axis = plt.subplots(figsize=(7, 4))
+    labels = [f"{r['loader']}\n{r['seq_len']}" + (f" w{r['workers']}" if r["loader"] != "get_batch" else "")
+              for r in rows]
+    axis.bar(range(len(rows)), [r["tokens_per_second"] / 1e6 for r in rows],
+             color=["tab:blue" if r["table"] == "windows" else "tab:orange" for r in rows])
+    axis.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=7)
+    axis.set_ylabel("M tokens / s")
+    axis.set_title(f"language-model batches of {BATCH}, {device}")
+    figure.tight_layout()
+    figure.savefig(os.path.join(args.out, "language_data.png"), dpi=120)
+
+
+if __name__ == "__main__":
+    main()
