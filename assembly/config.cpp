@@ -200,6 +200,14 @@ std::shared_ptr<const Sampler> order_of(const SamplerConfig& sampler, const Sour
   return std::make_shared<SequentialSampler>(source.size());
 }
 
+// This rank's share of `order` (all ranks' order of one source), from `resume` on in its epoch.
+std::shared_ptr<const Sampler> share_of(std::shared_ptr<const Sampler> order, const SamplerConfig& sampler,
+                                        const Placement& placement, std::optional<ShardedSampler::Resume> resume) {
+  return std::make_shared<ShardedSampler>(
+      std::move(order), placement.rank, placement.world_size,
+      sampler.drop_remainder ? ShardedSampler::Remainder::kDrop : ShardedSampler::Remainder::kPad, resume);
+}
+
 }  // namespace
 
 std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const Placement& placement,
@@ -217,9 +225,7 @@ std::shared_ptr<const Sampler> make_sampler(const SamplerConfig& sampler, const 
   }
   std::shared_ptr<const Sampler> order = order_of(sampler, source, sampler.seed);
   if (placement.world_size == 1) return order;
-  return std::make_shared<ShardedSampler>(
-      std::move(order), placement.rank, placement.world_size,
-      sampler.drop_remainder ? ShardedSampler::Remainder::kDrop : ShardedSampler::Remainder::kPad);
+  return share_of(std::move(order), sampler, placement, std::nullopt);
 }
 
 std::shared_ptr<const Sampler> make_resumed_sampler(const SamplerConfig& sampler, const Placement& placement,
@@ -227,10 +233,7 @@ std::shared_ptr<const Sampler> make_resumed_sampler(const SamplerConfig& sampler
   if (dynamic_cast<const MixtureSource*>(&source) != nullptr) {
     throw Error("a mixture resumes on the number of ranks that saved it only");
   }
-  std::shared_ptr<const Sampler> order = order_of(sampler, source, sampler.seed);
-  return std::make_shared<ShardedSampler>(
-      std::move(order), placement.rank, placement.world_size,
-      sampler.drop_remainder ? ShardedSampler::Remainder::kDrop : ShardedSampler::Remainder::kPad, resume);
+  return share_of(order_of(sampler, source, sampler.seed), sampler, placement, resume);
 }
 
 }  // namespace ferry

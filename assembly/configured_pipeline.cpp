@@ -338,9 +338,13 @@ PipelinePart configured_part(const Config& config, const Placement& placement, c
     keys.insert(options.order.begin(), options.order.end());
     for (const auto& entry : keys) {
       const std::string& key = entry.first;
-      if (rank_order_key(key)) continue;
       const auto saved = resume->order.find(key);
       const auto now = options.order.find(key);
+      // One rank records no remainder: it has none to keep.
+      if (rank_order_key(key) ||
+          (key == "sampler.remainder" && (saved == resume->order.end() || now == options.order.end()))) {
+        continue;
+      }
       const std::string before = saved == resume->order.end() ? "(not recorded)" : saved->second;
       const std::string value = now == options.order.end() ? "(not set)" : now->second;
       if (before != value) {

@@ -154,7 +154,7 @@ PipelineState parse_pipeline_state(std::string_view text, const std::string& ori
   if (format_of(root) != "ferry-state") {
     const std::string hint =
         format_of(root) == "ferry-states"
-            ? " (this is the state of a group of devices: resume it with the same transfer.devices)"
+            ? " (this is the state of a group of devices: resume it with transfer.devices)"
             : "";
     throw ConfigError(
         {{at(origin, root), "format", "not a saved pipeline state (expected \"format\": \"ferry-state\")" + hint}});

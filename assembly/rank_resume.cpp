@@ -32,9 +32,7 @@ namespace ferry {
 // again on yet another number of ranks. A mixture deals its parts' streams in rounds of its own
 // (Note [mixture order]) and resumes on the number of ranks that saved it only.
 
-bool rank_order_key(const std::string& key) {
-  return key == "sampler.rank" || key == "sampler.world_size" || key == "sampler.remainder";
-}
+bool rank_order_key(const std::string& key) { return key == "sampler.rank" || key == "sampler.world_size"; }
 
 namespace {
 
@@ -62,9 +60,11 @@ Placed place(uint64_t samples, uint64_t consumed, uint64_t world, bool drop_rema
     placed.index = placed.per_epoch - mine / batch;
     placed.position = placed.index * batch;
   } else {
-    // Under refill (one rank, on_error: skip) the planner plans the whole epoch and collate cuts.
+    // Under refill (one rank, on_error: skip) the planner plans the whole epoch and collate cuts; a batch
+    // then starts no earlier than index x batch_size.
     placed.position = share - mine;
-    placed.index = placed.per_epoch - std::min(placed.per_epoch, ceil_div(mine, batch));
+    placed.index =
+        std::min(placed.per_epoch - std::min(placed.per_epoch, ceil_div(mine, batch)), placed.position / batch);
   }
   return placed;
 }
@@ -115,6 +115,11 @@ std::optional<RankResume> resume_on_ranks(const PipelineState& saved, const Conf
   if (consumed > samples) {
     refuse("next.consumed", text(consumed) + " is past the " + text(samples) + " samples of an epoch");
   }
+  if (consumed != usual && saved_options.refills()) {
+    // One rank refilling batches after skips stands at the position all ranks (it alone) took.
+    refuse("next.consumed", text(consumed) + " does not fit next.position " + text(at.position) +
+                                ": a state of one rank under on_error: skip has them equal");
+  }
   if (consumed != usual && !saved_options.refills() && at.epoch < options.epochs) {
     // A run resumed on other ranks stands where the rest of the epoch fills the end of each rank's share
     // (below, in the saved run's terms): its position follows from next.consumed.
@@ -137,8 +142,9 @@ std::optional<RankResume> resume_on_ranks(const PipelineState& saved, const Conf
   out.state.last_index.reset();
   BatchCursor next{at.epoch, 0, 0};
   const uint64_t per_epoch = place(samples, 0, world, config.sampler.drop_remainder, options).per_epoch;
-  if (at.epoch == options.epochs || consumed == samples) {
-    if (at.epoch < options.epochs) next.epoch += 1;
+  if (at.epoch == options.epochs || consumed == samples || consumed == 0) {
+    // An epoch's start (or the run's end) is the same place on any number of ranks.
+    if (at.epoch < options.epochs && consumed == samples) next.epoch += 1;
     out.state.consumed = 0;
   } else {
     const Placed placed = place(samples, consumed, world, config.sampler.drop_remainder, options);

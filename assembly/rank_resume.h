@@ -14,8 +14,8 @@
 
 namespace ferry {
 
-/// Keys of a state's order that may differ from the resuming run's: which rank saved it, among how
-/// many, and how their epochs ended.
+/// Keys of a state's order that may differ from the resuming run's: which rank saved it, among how many.
+/// (sampler.remainder too where one side has a single rank, which records none.)
 bool rank_order_key(const std::string& key);
 
 /// A saved state moved to the ranks of the run that resumes it.

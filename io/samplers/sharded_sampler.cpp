@@ -41,12 +41,12 @@ uint64_t ShardedSampler::index(uint64_t epoch, uint64_t position) const {
                 "): position " + std::to_string(position) + " of epoch " + std::to_string(epoch) +
                 " is outside the epoch of " + std::to_string(epoch_size_) + " samples");
   }
-  // The global position is base + rank_. base < n always (position < ceil(n / W); resumed, the
-  // positions left hold at most the samples left), but base + rank_ may pass n (padding) or even
-  // 2^64, so compare before adding.
+  // The global position is base + rank_, past the epoch's end wrapping to its start (padding). base < n
+  // but in a resumed epoch, whose positions past the rest it deals (read only to replace a skipped sample
+  // under drop_last) pass n; base + rank_ may pass n or even 2^64, so compare before adding.
   uint64_t base = position * world_size_;
   if (resume_ && epoch == resume_->epoch && position >= resume_->position) {
-    base = resume_->consumed + (position - resume_->position) * world_size_;
+    base = (resume_->consumed + (position - resume_->position) * world_size_) % inner_size_;
   }
   const uint64_t room = inner_size_ - base;  // > 0
   const uint64_t inner_position = rank_ < room ? base + rank_ : (rank_ - room) % inner_size_;

@@ -130,3 +130,19 @@ def test_a_mixture_resumes_on_the_ranks_that_saved_it_only(tmp_path):
     with pytest.raises(ferry.ConfigError, match=r"sampler.world_size.*2 ranks.*has 3.*same number|"
                                                 r"sampler.world_size.*mixture resumes on the number of ranks"):
         run(config, 0, 3, state=state)
+
+
+def test_states_that_do_not_fit_are_refused_naming_the_key(tmp_path):
+    config = token_data(tmp_path)
+    _, state = run(config, 0, 2, stop=3, **{"sampler.remainder": "pad"})
+    with pytest.raises(ferry.ConfigError, match="sampler.remainder"):  # another end of the epoch
+        run(config, 0, 3, state=state, **{"sampler.remainder": "drop"})
+    resumed = [run(config, rank, 3, state=state, stop=1) for rank in range(3)]
+    edited = dict(resumed[0][1], next=dict(resumed[0][1]["next"], position=resumed[0][1]["next"]["position"] + 1))
+    with pytest.raises(ferry.ConfigError, match="next.position"):  # no longer where the rest starts
+        run(config, 0, 3, state=edited)
+    skipping = {**config, "decode": {"on_error": "skip"}}
+    _, alone = run(skipping, 0, 1, stop=3)
+    edited = dict(alone, next=dict(alone["next"], consumed=40))
+    with pytest.raises(ferry.ConfigError, match="next.consumed"):
+        run(skipping, 0, 2, state=edited)

@@ -206,6 +206,7 @@ TEST(Resume, StatesThatDoNotFitTheConfigAreRefusedNamingTheFileAndTheKey) {
     PipelineState edited = saved;
     edited.next_batch = next_batch;
     edited.next = next;
+    edited.consumed.reset();  // taken as next.position x the ranks, as in states saved before it was recorded
     edited.last_epoch.reset();
     edited.last_index.reset();
     return edited;

@@ -218,6 +218,18 @@ TEST(ShardedSampler, AResumePointDealsTheRestOfTheEpochToOtherRanksExactlyOnce) 
   }
 }
 
+// Under drop_last a resumed rank plans only the whole batches of the rest, but a skipped sample's
+// replacement may read any position of the epoch: each is a sample, wrapping past the epoch's end.
+TEST(ShardedSampler, EveryPositionOfAResumedEpochIsASample) {
+  const auto inner = std::make_shared<ShuffledSampler>(97, 3);
+  for (const Remainder remainder : {Remainder::kPad, Remainder::kDrop}) {
+    for (uint64_t rank = 0; rank < 4; ++rank) {
+      const ShardedSampler resumed(inner, rank, 4, remainder, ShardedSampler::Resume{0, 20, 4});
+      for (uint64_t q = 0; q < resumed.epoch_size(); ++q) EXPECT_LT(resumed.index(0, q), 97u) << q;
+    }
+  }
+}
+
 TEST(ShardedSampler, AResumePointOnTheSameRanksIsTheSamplersOwnOrder) {
   const auto inner = std::make_shared<ShuffledSampler>(101, 7);
   for (const Remainder remainder : {Remainder::kPad, Remainder::kDrop}) {
