@@ -60,6 +60,7 @@ def main():
         with open(state) as f:
             saved = json.load(f)
     with ferry.Pipeline(config, state=saved) as batches:
+        torch.manual_seed(0)  # the same start on every run (DDP gives every rank rank 0's weights)
         model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 2))
         if args.resume and model_path:
             model.load_state_dict(torch.load(model_path, map_location="cpu"))  # rank 0 saved it from its GPU
@@ -71,6 +72,7 @@ def main():
         first = batches.epoch
         for epoch in range(first, batches.epochs):
             seen = []
+            right = total = 0  # the epoch's accuracy, batch by batch as the model learns
             for batch in batches:
                 x = batch["features"]
                 y = (x[:, :32].sum(1) > x[:, 32:].sum(1)).long()
@@ -79,6 +81,8 @@ def main():
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
+                right += int((logits.argmax(1) == y).sum())
+                total += len(y)
                 seen += batch.sample_indices
                 taken += 1
                 if log:
@@ -90,7 +94,7 @@ def main():
                 break
             if not (args.resume and epoch == first):  # a resumed epoch's first part came before
                 check_epoch(epoch, seen, rank, world, args.samples, batches.device)
-        accuracy = (logits.argmax(1) == y).float().mean().item()
+        accuracy = right / max(total, 1)  # over the last epoch: a last batch of a few samples says little
         if args.stop_after and state:
             with open(state, "w") as f:
                 json.dump(batches.state_dict(), f)
