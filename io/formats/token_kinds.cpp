@@ -66,6 +66,24 @@ std::vector<KeySpec> window_keys(const std::string& seq_len_default, const std::
        .item = {{.name = "", .type = Type::kString, .min = 1, .expected = "a field name"}},
        .expected = "two field names, e.g. [x, y]",
        .type_text = "[inputs, targets] names"},
+      {.name = "document_ids",
+       .type = Type::kBoolean,
+       .description = "Also the field `document_ids`: int64 per input token, 0 for the window's first document and "
+                      "one more at each document start (for an attention mask that keeps packed documents apart).",
+       .default_value = "false",
+       .example = "true"},
+      {.name = "position_ids",
+       .type = Type::kBoolean,
+       .description = "Also the field `position_ids`: int64 per input token, its position in its document (0 at the "
+                      "window's start and at each document start), as Megatron-LM's reset_position_ids.",
+       .default_value = "false",
+       .example = "true"},
+      {.name = "eod_token",
+       .type = Type::kInteger,
+       .description = "The end-of-document token (GPT-2's 50256): a document starts after each. A Megatron dataset "
+                      "without it uses its own documents (its .idx).",
+       .default_value = "none",
+       .example = "50256"},
   };
 }
 
@@ -75,6 +93,9 @@ std::vector<FieldSpec> window_fields(const KeyValue& source) {
     for (const KeyValue& name : split->items()) fields.push_back(FieldSpec{.name = name.text()});
   } else {
     fields.push_back(FieldSpec{.name = "tokens"});
+  }
+  for (const char* ids : {"document_ids", "position_ids"}) {
+    if (source.boolean_or(ids, false)) fields.push_back(FieldSpec{.name = ids});
   }
   return fields;
 }
@@ -87,6 +108,12 @@ void check_windows(const KeyValue& source, KeyProblems& problems) {
     if (!source.boolean_or("add_extra_token", true)) {
       problems.add(*split, "split needs add_extra_token: true (targets are the inputs one token later)");
     }
+  }
+  const bool ids = source.boolean_or("document_ids", false) || source.boolean_or("position_ids", false);
+  if (ids && source.find("eod_token") == nullptr && source.has("path")) {
+    const KeyValue* key = source.find("document_ids") != nullptr ? source.find("document_ids") : source.find("position_ids");
+    problems.add(*key, "a token file has no documents of its own: give eod_token, the token that ends each (GPT-2's "
+                       "50256)");
   }
   if (const KeyValue* samples = source.find("samples");
       samples != nullptr && source.text_or("windows", "") != "random") {
@@ -177,6 +204,9 @@ TokenWindowOptions token_window_options(const KeyValue& source, uint64_t seed) {
   if (const KeyValue* split = source.find("split")) {
     for (const KeyValue& name : split->items()) options.split.push_back(name.text());
   }
+  options.document_ids = source.boolean_or("document_ids", false);
+  options.position_ids = source.boolean_or("position_ids", false);
+  if (const KeyValue* eod = source.find("eod_token")) options.eod_token = eod->integer();
   return options;
 }
 

@@ -212,6 +212,50 @@ TokenWindowSource::TokenWindowSource(TokenWindowOptions options) : options_(std:
       fields_.push_back(FieldSpec{.name = name, .dtype = output, .shape = {options_.seq_len}, .decoder = "raw"});
     }
   }
+  if ((options_.document_ids || options_.position_ids) && !megatron && !options_.eod_token) {
+    throw Error(where + ": document_ids and position_ids need eod_token, the token that ends each document");
+  }
+  const int64_t inputs = options_.split.empty() ? window_ : options_.seq_len;
+  for (const bool* wanted : {&options_.document_ids, &options_.position_ids}) {
+    if (!*wanted) continue;
+    const char* name = wanted == &options_.document_ids ? "document_ids" : "position_ids";
+    fields_.push_back(FieldSpec{.name = name, .dtype = at::kLong, .shape = {inputs}, .decoder = "raw"});
+  }
+}
+
+// Note [packed documents]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A window of the token stream holds the end of one document, whole documents, and the start of
+// another: packed, no token spent on padding. So that a model can keep documents apart (a block-
+// diagonal attention mask, positions that restart), the window can come with, per input token,
+// `document_ids` (0 for the window's first document, +1 at each document start) and `position_ids`
+// (0 at the window's start and at each document start, +1 per token), as Megatron-LM's
+// reset_position_ids and reset_attention_mask compute them from the end-of-document token. Documents
+// are a Megatron dataset's own (its .idx), or end after each `eod_token`.
+void TokenWindowSource::document_starts(uint64_t first, uint64_t count, std::vector<uint64_t>& starts) const {
+  starts.clear();
+  if (options_.eod_token) {
+    thread_local std::vector<int64_t> tokens;
+    tokens.resize(count);
+    convert_from<int64_t>(type_, tokens_ + first * token_type_size(type_), reinterpret_cast<std::byte*>(tokens.data()),
+                          count);
+    for (uint64_t at = 0; at + 1 < count; ++at) {
+      if (tokens[at] == *options_.eod_token) starts.push_back(at + 1);
+    }
+    return;
+  }
+  // The last document that starts at or before `first`, then each one after it inside the window.
+  uint64_t low = 0;
+  uint64_t high = dataset_->document_count();
+  while (high - low > 1) {
+    const uint64_t middle = low + (high - low) / 2;
+    (dataset_->document_tokens(middle).first <= first ? low : high) = middle;
+  }
+  for (uint64_t d = low + 1; d < dataset_->document_count(); ++d) {
+    const uint64_t start = dataset_->document_tokens(d).first;
+    if (start >= first + count) break;
+    if (start > first && (starts.empty() || starts.back() != start - first)) starts.push_back(start - first);
+  }
 }
 
 uint64_t TokenWindowSource::first_token(uint64_t epoch, uint64_t index) const {
@@ -258,6 +302,29 @@ EncodedSample TokenWindowSource::read_window(uint64_t index, uint64_t first) con
     const auto length = static_cast<uint64_t>(options_.seq_len);
     sample.fields.push_back(tokens_as(type_, output, from, length));
     sample.fields.push_back(tokens_as(type_, output, from + width, length));
+  }
+  if (options_.document_ids || options_.position_ids) {
+    const auto count = static_cast<uint64_t>(options_.split.empty() ? window_ : options_.seq_len);
+    thread_local std::vector<uint64_t> starts;
+    document_starts(first, count, starts);
+    at::Tensor documents = at::empty({static_cast<int64_t>(count * sizeof(int64_t))}, at::kByte);
+    at::Tensor positions = at::empty({static_cast<int64_t>(count * sizeof(int64_t))}, at::kByte);
+    auto* document = reinterpret_cast<int64_t*>(documents.data_ptr());
+    auto* position = reinterpret_cast<int64_t*>(positions.data_ptr());
+    size_t next = 0;
+    int64_t current = 0;
+    uint64_t start = 0;
+    for (uint64_t at = 0; at < count; ++at) {
+      if (next < starts.size() && starts[next] == at) {
+        ++current;
+        start = at;
+        ++next;
+      }
+      document[at] = current;
+      position[at] = static_cast<int64_t>(at - start);
+    }
+    if (options_.document_ids) sample.fields.push_back(documents);
+    if (options_.position_ids) sample.fields.push_back(positions);
   }
   return sample;
 }

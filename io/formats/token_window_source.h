@@ -58,6 +58,13 @@ struct TokenWindowOptions {
   /// Two field names: inputs (the window's first seq_len tokens) and targets (its last seq_len, one
   /// token later), each contiguous; needs add_extra_token. Empty: one field `tokens` of the window.
   std::vector<std::string> split;
+  /// Packed documents (Note [packed documents]): the fields `document_ids` and `position_ids`, int64
+  /// per token of the inputs (the split's first field, or the window).
+  bool document_ids = false;
+  bool position_ids = false;
+  /// The end-of-document token, after which a new document starts; unset: a Megatron dataset's own
+  /// documents (a token file then has no documents, and asks for it).
+  std::optional<int64_t> eod_token;
 };
 
 /// The options of a config's `source: {kind: megatron, ...}` or `{kind: tokens, ...}` mapping, as the
@@ -73,7 +80,8 @@ TokenWindowOptions token_window_options(const KeyValue& source, uint64_t seed);
 /// uniformly from [0, total - window] with (seed, epoch, i), so windows overlap anywhere and a run,
 /// a resume and any thread count draw the same ones; size() is `samples`.
 ///
-/// Fields: "tokens" of shape {window}, or the two `split` fields of shape {seq_len}; decoder "raw".
+/// Fields: "tokens" of shape {window}, or the two `split` fields of shape {seq_len}; decoder "raw";
+/// then `document_ids` and `position_ids` where asked.
 /// read() copies (and converts, for an output dtype other than the stored one) straight from the
 /// mapped file. Offsets are 64-bit: files of more than 2^31 tokens are read like small ones. Float
 /// datasets are refused.
@@ -113,6 +121,8 @@ class TokenWindowSource : public Source {
 
  private:
   EncodedSample read_window(uint64_t index, uint64_t first) const;
+  /// Where documents start in the `count` tokens from `first`: offsets in (0, count), ascending.
+  void document_starts(uint64_t first, uint64_t count, std::vector<uint64_t>& starts) const;
   std::string file_key(uint64_t first) const;
 
   TokenWindowOptions options_;

@@ -1,6 +1,8 @@
 """Language-model data: flat token files (nanoGPT's train.bin) cut into strided or random windows,
 inputs and targets split, every token checked against the file."""
 
+import struct
+
 import numpy as np
 import pytest
 import torch
@@ -109,6 +111,70 @@ def test_a_file_that_is_not_a_whole_number_of_tokens_is_a_config_error_at_its_ke
         ferry.Pipeline(token_config(tmp_path / "odd.bin", split=["x", "y"], add_extra_token=False))
     with pytest.raises(ferry.ConfigError, match="samples counts random windows"):
         ferry.Pipeline(token_config(tmp_path / "odd.bin", samples=10))
+
+
+# ---- packed documents ---------------------------------------------------------------------------------
+
+
+def write_megatron(prefix, documents):
+    """A Megatron-LM indexed dataset (MMIDIDX, uint16) of `documents`, each a list of sequences."""
+    sequences = [np.asarray(seq, dtype=np.uint16) for doc in documents for seq in doc]
+    np.concatenate(sequences).tofile(f"{prefix}.bin")
+    lengths = np.array([len(seq) for seq in sequences], dtype=np.int32)
+    pointers = (np.concatenate([[0], np.cumsum(lengths[:-1])]) * 2).astype(np.int64)
+    indices = np.concatenate([[0], np.cumsum([len(doc) for doc in documents])]).astype(np.int64)
+    with open(f"{prefix}.idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, len(sequences), len(indices)))
+        f.write(lengths.tobytes() + pointers.tobytes() + indices.tobytes())
+
+
+def packed_ids(starts_new_document):
+    """document_ids and position_ids of a window, from whether each token starts a document."""
+    documents, positions, current, start = [], [], 0, 0
+    for at, new in enumerate(starts_new_document):
+        if at > 0 and new:
+            current, start = current + 1, at
+        documents.append(current)
+        positions.append(at - start)
+    return documents, positions
+
+
+@pytest.mark.parametrize("kind", ["tokens", "megatron"])
+def test_packed_windows_give_each_tokens_document_and_position(tmp_path, kind):
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 40, 120)
+    lengths[7] = lengths[8] = 0  # empty documents start nothing
+    eod = 50256
+    documents = [list(rng.integers(0, 50000, n)) + [eod] if n else [] for n in lengths]
+    stream = np.array([t for doc in documents for t in doc], dtype=np.uint16)
+    starts = np.zeros(len(stream), dtype=bool)
+    starts[np.cumsum([len(doc) for doc in documents])[:-1]] = True  # the token after each document's end
+    if kind == "tokens":
+        stream.tofile(tmp_path / "train.bin")
+        source = {"kind": "tokens", "path": str(tmp_path / "train.bin"), "eod_token": eod}
+    else:
+        # Documents of one and of two sequences: ids follow documents, not sequences.
+        write_megatron(tmp_path / "web", [[doc[:len(doc) // 2], doc[len(doc) // 2:]] if i % 3 == 0 else [doc]
+                                         for i, doc in enumerate(documents)])
+        source = {"kind": "megatron", "prefix": str(tmp_path / "web")}
+    seq_len = 37
+    source.update(seq_len=seq_len, split=["x", "y"], document_ids=True, position_ids=True, windows="random", samples=90)
+    with ferry.Pipeline({"source": source, "batch_size": 9}, overrides={"decode.threads": 3}) as pipeline:
+        for batch in pipeline:
+            assert set(batch) == {"x", "y", "document_ids", "position_ids"}
+            for row, key in enumerate(batch.sample_keys):
+                x = batch["x"][row].cpu().numpy()
+                first = next(s for s in range(len(stream) - seq_len) if np.array_equal(stream[s:s + seq_len], x))
+                want_documents, want_positions = packed_ids(starts[first:first + seq_len])
+                assert batch["document_ids"][row].tolist() == want_documents, key
+                assert batch["position_ids"][row].tolist() == want_positions, key
+                assert batch["document_ids"].dtype == batch["position_ids"].dtype == torch.int64
+
+
+def test_packed_ids_of_a_token_file_need_its_end_of_document_token(tmp_path):
+    token_file(tmp_path / "train.bin", 1000)
+    with pytest.raises(ferry.ConfigError, match="give eod_token"):
+        ferry.Pipeline(token_config(tmp_path / "train.bin", seq_len=16, position_ids=True))
 
 
 # ---- weighted mixtures -------------------------------------------------------------------------------
