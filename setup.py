@@ -71,6 +71,11 @@ class CMakeBuild(build_ext):
         target = pathlib.Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(built, target)
+        # The sentencepiece module, beside the extension where ferry looks for it (a build without
+        # libsentencepiece-dev makes none).
+        module = build_dir / "lib" / "libferry_sentencepiece.so"
+        if module.exists():
+            shutil.copy2(module, target.parent / module.name)
 
 
 setup(version=project_version(), ext_modules=[CMakeExtension()], cmdclass={"build_ext": CMakeBuild})

@@ -19,6 +19,13 @@ Mixture (the rows "mixture"): three Megatron-LM indexed datasets (`ferry make-da
 windows of 2048 tokens, shuffled, batches of 32: each dataset alone, and the three mixed 0.5/0.3/0.2;
 the mixture's cost is 1 - its rate / the mean rate of its sources alone (goal: at most 5%).
 
+Text (the rows "text"): JSON-lines files of --texts documents of made-up words (short ones, as captions,
+cut or padded to 77 ids; long ones, as web pages, cut to 1024), tokenized by a sentencepiece model
+trained on them, batches of 32 int64 rows on the device:
+  DataLoader  num_workers W, a map-style Dataset reading line i (its offset found once, as ferry does),
+              json.loads, the sentencepiece Python module's encode, cut and padded, pin_memory;
+  ferry       source kind jsonl, the sentencepiece decoder, decode.threads W (goal: 3x DataLoader).
+
 Rates are tokens / wall time over the batches after a tenth as many untimed ones (the loader's start),
 to a device synchronize after the last batch.
 Prints the tables, writes OUT/language_data.json and, with matplotlib, OUT/language_data.png. --quick:
@@ -70,6 +77,82 @@ def megatron_datasets(ferry_command, folder, documents):
                             str(k)], check=True, capture_output=True)
         prefixes.append(prefix)
     return prefixes
+
+
+WORDS = None
+
+
+def text_files(folder, texts):
+    """Two JSON-lines files of `texts` documents of made-up words (a Zipf draw over 20000 of them), short
+    (5-40 words) and long (300-1500 words), and a sentencepiece model of 4000 pieces trained on them."""
+    import sentencepiece as spm
+    rng = np.random.default_rng(3)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    words = ["".join(rng.choice(letters, n)) for n in rng.integers(2, 11, 20000)]
+    paths = {}
+    for kind, (low, high) in {"short": (5, 40), "long": (300, 1500)}.items():
+        path = os.path.join(folder, f"text-{kind}-{texts}.jsonl")
+        paths[kind] = path
+        if os.path.exists(path):
+            continue
+        log(f"writing {texts} {kind} documents to {path}")
+        with open(path + ".part", "w") as f:
+            for n in rng.integers(low, high, texts):
+                picks = np.minimum(rng.zipf(1.3, n), len(words)) - 1
+                f.write(json.dumps({"text": " ".join(words[i] for i in picks)}) + "\n")
+        os.replace(path + ".part", path)
+    model = os.path.join(folder, f"text-{texts}.model")
+    if not os.path.exists(model):
+        log(f"training {model}")
+        spm.SentencePieceTrainer.train(input=paths["short"], model_prefix=model[:-len(".model")], vocab_size=4000,
+                                       input_sentence_size=20000, shuffle_input_sentence=True, minloglevel=2)
+    return paths, model
+
+
+class JsonlTexts(torch.utils.data.Dataset):
+    """Line i of a JSON-lines file, its "text" tokenized by the sentencepiece module, cut and padded to
+    `length` ids: what a DataLoader pipeline does with text."""
+
+    def __init__(self, path, model, length, samples):
+        with open(path, "rb") as f:
+            data = f.read()
+        self.offsets = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+        self.offsets = np.concatenate([[0], self.offsets[:-1] + 1])
+        self.path, self.model, self.length, self.samples = path, model, length, samples
+        self.file = self.processor = None
+
+    def __len__(self):
+        return self.samples
+
+    def __getitem__(self, index):
+        if self.file is None:  # opened in the worker
+            import sentencepiece as spm
+            self.file = open(self.path, "rb")
+            self.processor = spm.SentencePieceProcessor(model_file=self.model)
+        self.file.seek(int(self.offsets[index % len(self.offsets)]))
+        ids = self.processor.encode(json.loads(self.file.readline())["text"])[:self.length]
+        out = torch.zeros(self.length, dtype=torch.int64)
+        out[:len(ids)] = torch.tensor(ids, dtype=torch.int64)
+        return out
+
+
+def text_dataloader_rate(path, model, length, workers, device, batches):
+    dataset = JsonlTexts(path, model, length, (batches + batches // 10 + 1) * BATCH)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, shuffle=True, num_workers=workers,
+                                         pin_memory=device.type == "cuda", prefetch_factor=4)
+    it = iter(loader)
+
+    def step():
+        ids = next(it).to(device, non_blocking=True)
+        return ids.numel()
+    return timed(device, batches, step)
+
+
+def text_config(path, model, length, workers):
+    field = {"name": "ids", "key": "text", "decoder": "sentencepiece", "model": model, "dtype": "int64",
+             "shape": [length]}
+    return {"source": {"kind": "jsonl", "files": path, "fields": [field]}, "batch_size": BATCH,
+            "decode": {"threads": workers}, "sampler": {"shuffle": True, "epochs": 1000}}
 
 
 def synchronize(device):
@@ -159,17 +242,20 @@ def main():
     parser.add_argument("--tokens", type=int, default=1 << 29)
     parser.add_argument("--batches", type=int, default=2000)
     parser.add_argument("--documents", type=int, default=100000)
+    parser.add_argument("--texts", type=int, default=200000, help="documents per JSON-lines file")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tables", default="windows,mixture,text", help="which tables to measure")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
         args.tokens, args.batches, args.documents, args.repeats, args.workers = 1 << 22, 40, 2000, 1, "2"
+        args.texts = 3000
     device = torch.device(args.device)
     cores = len(os.sched_getaffinity(0))
     workers = [w for w in (int(x) for x in args.workers.split(",")) if w <= cores] or [cores]
     os.makedirs(args.data, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
-    path = token_file(args.data, args.tokens)
+    tables = set(args.tables.split(","))
     rows = []
 
     def measure(table, name, w, seq_len, rate_of):
@@ -180,7 +266,8 @@ def main():
                      "tokens_per_second": float(np.median(rates)), "runs": rates})
         log(f"{table} {name} w={w} seq_len={seq_len}: {np.median(rates) / 1e6:.1f} M tokens/s")
 
-    for seq_len in (1024, 2048):
+    for seq_len in (1024, 2048) if "windows" in tables else ():
+        path = token_file(args.data, args.tokens)
         measure("windows", "get_batch", 1, seq_len, lambda: get_batch_rate(path, seq_len, device, args.batches))
         for w in workers:
             measure("windows", "DataLoader", w, seq_len,
@@ -189,19 +276,30 @@ def main():
                     lambda: ferry_rate(windows_config(path, seq_len, w, args.batches), device, args.batches,
                                        lambda b: b["x"].numel()))
 
-    prefixes = megatron_datasets(args.ferry, args.data, args.documents)
-    sources = [{"kind": "megatron", "prefix": p, "seq_len": 2048} for p in prefixes]
-    w = workers[-1]
+    if "mixture" in tables:
+        prefixes = megatron_datasets(args.ferry, args.data, args.documents)
+        sources = [{"kind": "megatron", "prefix": p, "seq_len": 2048} for p in prefixes]
+        w = workers[-1]
 
-    def megatron_config(source):
-        return {"source": source, "batch_size": BATCH, "decode": {"threads": w},
-                "sampler": {"shuffle": True, "seed": 1, "epochs": 100}}
-    for k, source in enumerate(sources):
-        measure("mixture", f"source {k} alone", w, 2048,
-                lambda: ferry_rate(megatron_config(source), device, args.batches, lambda b: b["tokens"].numel()))
-    mixture = {"mix": [{"weight": weight, "source": s} for weight, s in zip((0.5, 0.3, 0.2), sources)]}
-    measure("mixture", "mixture 0.5/0.3/0.2", w, 2048,
-            lambda: ferry_rate(megatron_config(mixture), device, args.batches, lambda b: b["tokens"].numel()))
+        def megatron_config(source):
+            return {"source": source, "batch_size": BATCH, "decode": {"threads": w},
+                    "sampler": {"shuffle": True, "seed": 1, "epochs": 100}}
+        for k, source in enumerate(sources):
+            measure("mixture", f"source {k} alone", w, 2048,
+                    lambda: ferry_rate(megatron_config(source), device, args.batches, lambda b: b["tokens"].numel()))
+        mixture = {"mix": [{"weight": weight, "source": s} for weight, s in zip((0.5, 0.3, 0.2), sources)]}
+        measure("mixture", "mixture 0.5/0.3/0.2", w, 2048,
+                lambda: ferry_rate(megatron_config(mixture), device, args.batches, lambda b: b["tokens"].numel()))
+
+    if "text" in tables:
+        texts, model = text_files(args.data, args.texts)
+        for kind, length in (("short", 77), ("long", 1024)):
+            for w in workers:
+                measure("text", f"DataLoader {kind}", w, length,
+                        lambda: text_dataloader_rate(texts[kind], model, length, w, device, args.batches))
+                measure("text", f"ferry {kind}", w, length,
+                        lambda: ferry_rate(text_config(texts[kind], model, length, w), device, args.batches,
+                                           lambda b: b["ids"].numel()))
 
     print(f"\nlanguage-model batches of {BATCH}, torch {torch.__version__}, device {device}, {cores} cores, "
           f"{platform.node()}, medians of {args.repeats} runs of {args.batches} batches")
@@ -212,14 +310,23 @@ def main():
                         and b["seq_len"] == r["seq_len"])
             r["ratio"] = r["tokens_per_second"] / base["tokens_per_second"]
             versus = f"{r['ratio']:.2f}x get_batch"
+        elif r["table"] == "text":
+            kind = r["loader"].split()[-1]
+            base = next(b for b in rows if b["table"] == "text" and b["loader"] == f"DataLoader {kind}"
+                        and b["workers"] == r["workers"])
+            r["ratio"] = r["tokens_per_second"] / base["tokens_per_second"]
+            versus = f"{r['ratio']:.2f}x DataLoader"
         else:
             alone = [b["tokens_per_second"] for b in rows if b["table"] == "mixture" and b["loader"].endswith("alone")]
             r["ratio"] = r["tokens_per_second"] / float(np.mean(alone))
             versus = f"{r['ratio']:.3f}x mean alone"
         print(f"{r['table']:<8} {r['loader']:<20} {r['workers']:>7} {r['seq_len']:>7} "
               f"{r['tokens_per_second'] / 1e6:>11.1f} {versus:>16}")
-    mixed = next(r for r in rows if r["loader"].startswith("mixture"))
-    print(f"mixture cost: {100 * (1 - mixed['ratio']):.1f}% (goal: at most 5%)")
+    for r in rows:
+        if r["table"] == "text" and r["loader"].startswith("ferry"):
+            print(f"text {r['loader']} w={r['workers']}: {r['ratio']:.2f}x DataLoader (goal: at least 3x)")
+    for mixed in (r for r in rows if r["loader"].startswith("mixture")):
+        print(f"mixture cost: {100 * (1 - mixed['ratio']):.1f}% (goal: at most 5%)")
     with open(os.path.join(args.out, "language_data.json"), "w") as f:
         json.dump({"batch": BATCH, "device": str(device), "cores": cores, "torch": torch.__version__,
                    "host": platform.node(), "rows": rows}, f, indent=2)
@@ -234,7 +341,7 @@ def main():
     labels = [f"{r['loader']}\n{r['seq_len']}" + (f" w{r['workers']}" if r["loader"] != "get_batch" else "")
               for r in rows]
     axis.bar(range(len(rows)), [r["tokens_per_second"] / 1e6 for r in rows],
-             color=["tab:blue" if r["table"] == "windows" else "tab:orange" for r in rows])
+             color=[{"windows": "tab:blue", "mixture": "tab:orange", "text": "tab:green"}[r["table"]] for r in rows])
     axis.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=7)
     axis.set_ylabel("M tokens / s")
     axis.set_title(f"language-model batches of {BATCH}, {device}")

@@ -50,6 +50,18 @@ if(CMAKE_CXX_FLAGS MATCHES "-fsanitize=thread")
 endif()
 find_package(yaml-cpp REQUIRED)
 find_package(PNG REQUIRED)  # libpng, for the "png" decoder (Debian: libpng-dev)
+# simdjson, for the "jsonl" source (Debian: libsimdjson-dev).
+find_package(simdjson REQUIRED CONFIG)
+# libsentencepiece, for the "sentencepiece" decoder (Debian: libsentencepiece-dev). Optional: without it
+# the decoder says so when a config names it. Only the module io/decoders/sentencepiece_module.cpp links it.
+find_path(FERRY_SENTENCEPIECE_INCLUDE_DIR sentencepiece_processor.h)
+find_library(FERRY_SENTENCEPIECE_LIBRARY sentencepiece)
+if(FERRY_SENTENCEPIECE_INCLUDE_DIR AND FERRY_SENTENCEPIECE_LIBRARY)
+  message(STATUS "ferry: sentencepiece: ${FERRY_SENTENCEPIECE_LIBRARY}")
+else()
+  set(FERRY_SENTENCEPIECE_LIBRARY "")
+  message(STATUS "ferry: sentencepiece: not found (Debian: libsentencepiece-dev): the sentencepiece decoder is left out")
+endif()
 if(FERRY_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

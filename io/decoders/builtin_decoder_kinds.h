@@ -8,11 +8,15 @@
 
 namespace ferry::detail {
 
+/// raw, with truncate and pad_value (raw_decoder.cpp).
+DecoderKind raw_decoder_kind();
 DecoderKind jpeg_decoder_kind();
 DecoderKind png_decoder_kind();
 DecoderKind webp_decoder_kind();
 DecoderKind image_decoder_kind();
 /// json, with its `select` pointer (json_decoder.cpp).
 DecoderKind json_decoder_kind();
+/// sentencepiece, with its model and BOS/EOS/padding keys (sentencepiece_decoder.cpp).
+DecoderKind sentencepiece_decoder_kind();
 
 }  // namespace ferry::detail

@@ -3,13 +3,12 @@
 #include "ferry/io/decoders/builtin_decoder_kinds.h"
 #include "ferry/io/decoders/label_decoder.h"
 #include "ferry/io/decoders/npy_decoder.h"
-#include "ferry/io/decoders/raw_decoder.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
 
 DecoderRegistry::DecoderRegistry() {
-  add(std::make_shared<RawDecoder>());
+  add(detail::raw_decoder_kind());
   add(detail::jpeg_decoder_kind());
   add(detail::png_decoder_kind());
   add(detail::webp_decoder_kind());
@@ -17,6 +16,7 @@ DecoderRegistry::DecoderRegistry() {
   add(std::make_shared<NpyDecoder>());
   add(std::make_shared<LabelDecoder>());
   add(detail::json_decoder_kind());
+  add(detail::sentencepiece_decoder_kind());
 }
 
 DecoderRegistry& DecoderRegistry::global() {

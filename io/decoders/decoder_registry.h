@@ -49,7 +49,7 @@ struct DecoderKind {
 class DecoderRegistry {
  public:
   /// A registry with the built-in decoders: raw, jpeg, png, webp, image (JPEG, PNG or WebP, by the
-  /// bytes), npy, label, json.
+  /// bytes), npy, label, json, sentencepiece.
   DecoderRegistry();
   /// The process-wide registry that configs and make_pipeline() use; add your own decoders to it.
   static DecoderRegistry& global();

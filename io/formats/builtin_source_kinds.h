@@ -14,6 +14,8 @@ SourceKind synthetic_source_kind();
 SourceKind megatron_source_kind();
 SourceKind tokens_source_kind();
 SourceKind tar_source_kind();
+/// JSON-lines files (jsonl_kind.cpp).
+SourceKind jsonl_source_kind();
 SourceKind image_folder_source_kind();
 /// Defined in io/workers/, which runs user Python code in worker processes.
 SourceKind python_source_kind();

@@ -11,6 +11,7 @@ SourceRegistry::SourceRegistry() {
   add(detail::megatron_source_kind());
   add(detail::tokens_source_kind());
   add(detail::tar_source_kind());
+  add(detail::jsonl_source_kind());
   add(detail::image_folder_source_kind());
   add(detail::python_source_kind());
   add(detail::mixture_source_kind());

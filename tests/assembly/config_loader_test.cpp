@@ -17,6 +17,7 @@
 #include <ferry/io/decoders/image_decoder.h>
 #include <ferry/io/decoders/jpeg_decoder.h>
 #include <ferry/io/decoders/png_decoder.h>
+#include <ferry/io/decoders/sentencepiece_model.h>
 #include <ferry/io/formats/image_folder_source.h>
 #include <ferry/io/formats/indexed_dataset_writer.h>
 #include <ferry/io/formats/source_registry.h>
@@ -775,6 +776,9 @@ class TokenDatasetFolder {
     ::mkdir((folder_ + "/data/images").c_str(), 0755);
     ::mkdir((folder_ + "/data/images/cat").c_str(), 0755);
     std::ofstream(folder_ + "/data/images/cat/0.jpg") << "not really a jpeg";
+    std::ofstream(folder_ + "/data/text.jsonl") << "{\"text\": \"the cat sat on the mat\"}\n";
+    std::ifstream model(FERRY_SENTENCEPIECE_TEST_MODEL, std::ios::binary);
+    std::ofstream(folder_ + "/tokenizer.model", std::ios::binary) << model.rdbuf();
     char previous[4096];
     previous_ = ::getcwd(previous, sizeof previous) != nullptr ? previous : "/";
     EXPECT_EQ(::chdir(folder_.c_str()), 0);
@@ -782,7 +786,8 @@ class TokenDatasetFolder {
   ~TokenDatasetFolder() {
     // POSIX calls: std::filesystem crashed a test built with g++ 13 against a libtorch of another libstdc++.
     if (::chdir(previous_.c_str()) != 0) ADD_FAILURE() << "cannot return to " << previous_;
-    for (const char* file : {"/data/tokens.bin", "/data/tokens.idx", "/data/shard-000.tar", "/data/images/cat/0.jpg"}) {
+    for (const char* file : {"/data/tokens.bin", "/data/tokens.idx", "/data/shard-000.tar", "/data/images/cat/0.jpg",
+                             "/data/text.jsonl", "/tokenizer.model"}) {
       ::unlink((folder_ + file).c_str());
     }
     ::rmdir((folder_ + "/data/images/cat").c_str());
@@ -850,6 +855,7 @@ TEST(ConfigDocs, EveryKeyOfTheBuiltInExtensionsIsAcceptedWithItsExample) {
       {"synthetic", kMinimal},
       {"megatron", "source: {kind: megatron, prefix: data/tokens}\n"},
       {"tokens", "source: {kind: tokens, path: data/tokens.bin}\n"},
+      {"jsonl", "source: {kind: jsonl, files: [data/text.jsonl], fields: [{name: text, max_length: 64}]}\n"},
       {"mix", "source: {mix: [{weight: 1, source: {kind: megatron, prefix: data/tokens}}]}\n"},
       {"tar",
        "source: {kind: tar, shards: [data/shard-000.tar], members: [{name: image, extension: jpg, shape: [8, 8, "
@@ -869,13 +875,25 @@ TEST(ConfigDocs, EveryKeyOfTheBuiltInExtensionsIsAcceptedWithItsExample) {
       if (path == "source.samples" && (kind->name == "megatron" || kind->name == "tokens")) {
         sets.push_back("source.windows=random");
       }
+      // A token file's documents end at eod_token.
+      if ((path == "source.document_ids" || path == "source.position_ids") && kind->name == "tokens") {
+        sets.push_back("source.eod_token=50256");
+      }
+      // The sentencepiece model is loaded by the check: not in a sanitizer build (Note [sentencepiece module]).
+      if (example.find("sentencepiece") != std::string::npos && SentencePieceModel::unavailable()) continue;
       EXPECT_EQ(problems_of(bases.at(kind->name), sets), "") << "--set " << set;
     }
   }
   for (const auto& decoder : DecoderRegistry::global().kinds()) {
-    const std::string base = "source: {kind: tar, shards: [data/shard-000.tar], members: [{name: image, extension: " +
-                             std::string(decoder->name == "png" || decoder->name == "webp" ? decoder->name : "jpg") +
-                             ", decoder: " + decoder->name + ", shape: [8, 8, 3]}]}\n";
+    if (decoder->name == "sentencepiece" && SentencePieceModel::unavailable()) continue;
+    const std::string field = decoder->name == "sentencepiece"
+                                  ? "{name: text, extension: txt, decoder: sentencepiece, model: tokenizer.model, "
+                                    "dtype: int64, shape: [8]}"
+                                  : "{name: image, extension: " +
+                                        std::string(decoder->name == "png" || decoder->name == "webp" ? decoder->name
+                                                                                                     : "jpg") +
+                                        ", decoder: " + decoder->name + ", shape: [8, 8, 3]}";
+    const std::string base = "source: {kind: tar, shards: [data/shard-000.tar], members: [" + field + "]}\n";
     for (const auto& [path, example] : key_examples(decoder->keys, "source.members.0.")) {
       const std::string set = path + "=" + example;
       // The random-resized crop's ranges go with that crop.

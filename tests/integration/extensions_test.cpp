@@ -228,7 +228,7 @@ TEST(Extensions, TheirKeysAreCheckedLikeBuiltInOnes) {
        "test.yaml:2:21: transforms[0].kind: expected one of drop, rename, boxes, python, mix, found 'mxi' (did you "
        "mean 'mix'?)"},
       {"source: {kind: countin, samples: 2}\n",
-       "test.yaml:1:16: source.kind: expected one of synthetic, megatron, tokens, tar, image_folder, python, mix, "
+       "test.yaml:1:16: source.kind: expected one of synthetic, megatron, tokens, tar, jsonl, image_folder, python, mix, "
        "counting, found "
        "'countin' "
        "(did you mean 'counting'?)"},

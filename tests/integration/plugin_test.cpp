@@ -210,7 +210,7 @@ TEST(Plugins, BadPluginsAreRefusedWithTheirReasonAndRegisterNothing) {
   EXPECT_NE(problems.find("p.yaml:2:5: plugins[0]: plugin '" + bad_plugin("not_a_plugin") + "' is not a ferry plugin"),
             std::string::npos)
       << problems;
-  EXPECT_NE(problems.find("source.kind: expected one of synthetic, megatron, tokens, tar, image_folder"), std::string::npos)
+  EXPECT_NE(problems.find("source.kind: expected one of synthetic, megatron, tokens, tar, jsonl, image_folder"), std::string::npos)
       << problems;
 }
 

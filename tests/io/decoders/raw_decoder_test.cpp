@@ -1,5 +1,8 @@
 #include <ferry/io/decoders/raw_decoder.h>
 
+#include <algorithm>
+#include <utility>
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -72,6 +75,39 @@ TEST(RawDecoder, ExplainsBytesThatDoNotFit) {
                Error);
 }
 
+TEST(RawDecoder, CutsAndPadsRowsWhereAsked) {
+  // Rows of 3 int32 values, 1 to 7 of them, against a field of 4 rows and one of at most 4.
+  const FieldSpec fixed{"x", at::kInt, {4, 3}, std::nullopt, "raw"};
+  const FieldSpec variable{"x", at::kInt, {kVariableLength, 3}, 4, "raw"};
+  const RawDecoder both(RawDecoder::Options{.truncate = true, .pad_value = -7});
+  for (int64_t rows = 0; rows <= 7; ++rows) {
+    const at::Tensor original = at::arange(rows * 3, at::kInt).view({rows, 3}) + 100;
+    const at::Tensor decoded = both.decode(bytes_of(original), fixed);
+    ASSERT_EQ(decoded.sizes(), (std::vector<int64_t>{4, 3})) << rows;
+    const int64_t kept = std::min<int64_t>(rows, 4);
+    EXPECT_TRUE(decoded.slice(0, 0, kept).equal(original.slice(0, 0, kept))) << rows;
+    EXPECT_TRUE((decoded.slice(0, kept) == -7).all().item<bool>()) << rows;
+    const at::Tensor cut = both.decode(bytes_of(original), variable);
+    EXPECT_TRUE(cut.equal(original.slice(0, 0, kept))) << rows;
+  }
+  // Without the options, what does not fit is an error saying which option takes it.
+  for (const auto& [rows, advice] : {std::pair<int64_t, const char*>{2, "pad_value"}, {6, "truncate"}}) {
+    try {
+      RawDecoder().decode(bytes_of(at::zeros({rows, 3}, at::kInt)), fixed);
+      FAIL() << rows;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(advice), std::string::npos) << e.what();
+    }
+  }
+  // Past max_length without truncate: left to the decode stage, which names max_length.
+  EXPECT_EQ(RawDecoder().decode(bytes_of(at::zeros({6, 3}, at::kInt)), variable).size(0), 6);
+  // The registry makes the configured decoder from a field's keys.
+  DecoderRegistry registry;
+  const KeyValue keys = KeyValue::mapping({{"truncate", KeyValue::scalar("true")}});
+  const auto made = registry.make("raw", DecoderArgs{variable, keys, 0});
+  EXPECT_EQ(made->decode(bytes_of(at::zeros({6, 3}, at::kInt)), variable).size(0), 4);
+}
+
 TEST(DecoderRegistry, FindsBuiltInsAndNamesTheKnownOnesWhenAsked) {
   DecoderRegistry registry;
   EXPECT_EQ(registry.find("raw")->name(), "raw");
@@ -81,7 +117,7 @@ TEST(DecoderRegistry, FindsBuiltInsAndNamesTheKnownOnesWhenAsked) {
   } catch (const Error& e) {
     EXPECT_STREQ(
         e.what(),
-        "ferry: unknown decoder 'jpeg2000'; registered decoders: raw, jpeg, png, webp, image, npy, label, json");
+        "ferry: unknown decoder 'jpeg2000'; registered decoders: raw, jpeg, png, webp, image, npy, label, json, sentencepiece");
   }
   EXPECT_THROW(registry.add(std::make_shared<RawDecoder>()), Error);
 }

@@ -1,0 +1,147 @@
+#include "ferry/io/decoders/sentencepiece_model.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "ferry/io/util/dataset_paths.h"
+#include "ferry/pipeline/error.h"
+
+// Note [sentencepiece module]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Debian's libsentencepiece (0.1.97) is built with its own copy of protobuf-lite and exports its
+// symbols; Debian's libtorch loads libprotobuf.so.32. A program linking both gets one protobuf's
+// symbols bound to the other's code and crashes in static initialisation, before main. So ferry does
+// not link sentencepiece: a small module, libferry_sentencepiece.so (sentencepiece_module.cpp), links
+// it and offers a C interface, and the first model loaded opens that module with RTLD_DEEPBIND, which
+// binds the module and libsentencepiece to their own symbols first, and RTLD_LOCAL, which keeps them
+// out of everyone else's lookups. The module is looked for, in order: $FERRY_SENTENCEPIECE_MODULE;
+// beside the binary holding ferry's code (the Python package's folder); where `cmake --install` puts
+// it; where the .deb puts it; where the build made it. The sanitizers' runtimes refuse RTLD_DEEPBIND, so sanitizer builds
+// have no sentencepiece (their tests skip, saying so).
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define FERRY_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define FERRY_SANITIZED 1
+#endif
+#endif
+
+namespace ferry {
+namespace {
+
+constexpr const char* kModuleName = "libferry_sentencepiece.so";
+
+struct Module {
+  FerrySentencePieceLoad load = nullptr;
+  FerrySentencePieceFree free = nullptr;
+  FerrySentencePieceEncode encode = nullptr;
+  std::string error;  // why there is none, when load is null
+};
+
+bool is_file(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
+std::vector<std::string> module_candidates() {
+  std::vector<std::string> candidates;
+  if (const char* chosen = std::getenv("FERRY_SENTENCEPIECE_MODULE"); chosen != nullptr && *chosen != '\0') {
+    candidates.emplace_back(chosen);
+  }
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<const void*>(&module_candidates), &info) != 0 && info.dli_fname != nullptr) {
+    const std::string binary = detail::absolute_path(info.dli_fname);
+    candidates.push_back(binary.substr(0, binary.rfind('/') + 1) + kModuleName);
+  }
+#ifdef FERRY_SENTENCEPIECE_MODULE_INSTALLED
+  candidates.emplace_back(FERRY_SENTENCEPIECE_MODULE_INSTALLED);
+#endif
+#ifdef FERRY_SENTENCEPIECE_MODULE_PACKAGED
+  candidates.emplace_back(FERRY_SENTENCEPIECE_MODULE_PACKAGED);
+#endif
+#ifdef FERRY_SENTENCEPIECE_MODULE_BUILT
+  candidates.emplace_back(FERRY_SENTENCEPIECE_MODULE_BUILT);
+#endif
+  return candidates;
+}
+
+Module open_module() {
+  Module module;
+#if defined(FERRY_SANITIZED)
+  module.error = "a sanitizer build of ferry cannot load sentencepiece (the sanitizers refuse RTLD_DEEPBIND, which "
+                 "keeps libsentencepiece's protobuf apart from libtorch's): use a release build";
+  return module;
+#elif !defined(FERRY_SENTENCEPIECE_MODULE_BUILT)
+  module.error = "this ferry was built without sentencepiece (Debian: apt-get install libsentencepiece-dev, then "
+                 "build ferry again)";
+  return module;
+#else
+  std::string tried;
+  for (const std::string& path : module_candidates()) {
+    tried += (tried.empty() ? "" : ", ") + path;
+    if (!is_file(path)) continue;
+    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (handle == nullptr) {
+      const char* why = ::dlerror();
+      module.error = "cannot load " + path + ": " + (why != nullptr ? why : "unknown error");
+      return module;
+    }
+    module.load = reinterpret_cast<FerrySentencePieceLoad>(::dlsym(handle, "ferry_sentencepiece_load"));
+    module.free = reinterpret_cast<FerrySentencePieceFree>(::dlsym(handle, "ferry_sentencepiece_free"));
+    module.encode = reinterpret_cast<FerrySentencePieceEncode>(::dlsym(handle, "ferry_sentencepiece_encode"));
+    if (module.load == nullptr || module.free == nullptr || module.encode == nullptr) {
+      module = Module{};
+      module.error = path + " is not ferry's sentencepiece module (it lacks ferry_sentencepiece_load/free/encode)";
+    }
+    // Kept open for the process's life: models made from it may live until exit.
+    return module;
+  }
+  module.error = "ferry's sentencepiece module (" + std::string(kModuleName) + ") is not installed: looked for " +
+                 tried + " (FERRY_SENTENCEPIECE_MODULE names it)";
+  return module;
+#endif
+}
+
+const Module& module() {
+  static const Module opened = open_module();
+  return opened;
+}
+
+}  // namespace
+
+std::optional<std::string> SentencePieceModel::unavailable() {
+  const Module& opened = module();
+  if (opened.load != nullptr) return std::nullopt;
+  return opened.error;
+}
+
+std::shared_ptr<const SentencePieceModel> SentencePieceModel::load(const std::string& path) {
+  if (const auto why = unavailable()) throw Error("sentencepiece model '" + path + "': " + *why);
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    throw Error("sentencepiece model: " + detail::missing_text(path, "file"));
+  }
+  if (!S_ISREG(info.st_mode)) throw Error("sentencepiece model '" + path + "' is not a regular file");
+  FerrySentencePieceIds ids;
+  char error[512] = {};
+  void* handle = module().load(path.c_str(), &ids, error, sizeof(error));
+  if (handle == nullptr) {
+    throw Error("'" + path + "' is not a sentencepiece model (" + error + ")");
+  }
+  return std::shared_ptr<const SentencePieceModel>(new SentencePieceModel(path, handle, ids));
+}
+
+SentencePieceModel::~SentencePieceModel() { module().free(handle_); }
+
+int64_t SentencePieceModel::encode(std::string_view text, int32_t* out, int64_t capacity) const {
+  char error[512] = {};
+  const int64_t count = module().encode(handle_, text.data(), text.size(), out, capacity, error, sizeof(error));
+  if (count < 0) throw Error("sentencepiece (" + path_ + "): " + error);
+  return count;
+}
+
+}  // namespace ferry

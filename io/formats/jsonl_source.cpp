@@ -1,0 +1,165 @@
+#include "ferry/io/formats/jsonl_source.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <ATen/ops/empty.h>
+#include <simdjson.h>
+
+#include "ferry/io/util/mapped_file.h"
+#include "ferry/pipeline/error.h"
+
+namespace ferry {
+namespace {
+
+bool blank(const char* begin, const char* end) {
+  return std::all_of(begin, end, [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
+}
+
+at::Tensor bytes_of(std::string_view text) {
+  at::Tensor bytes = at::empty({static_cast<int64_t>(text.size())}, at::TensorOptions().dtype(at::kByte));
+  if (!text.empty()) std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
+  return bytes;
+}
+
+}  // namespace
+
+JsonlSource::JsonlSource(JsonlOptions options) : options_(std::move(options)) {
+  if (options_.files.empty()) throw Error("jsonl source: no files");
+  if (options_.fields.empty()) throw Error("jsonl source: no fields");
+  for (const JsonlField& field : options_.fields) {
+    fields_.push_back(FieldSpec{.name = field.name,
+                                .dtype = field.dtype,
+                                .shape = field.shape,
+                                .max_length = field.max_length,
+                                .decoder = field.decoder});
+  }
+  for (const std::string& path : options_.files) {
+    File file;
+    file.path = path;
+    file.data = detail::map_file(path, "jsonl source", detail::MappedAccess::kRandom, file.bytes);
+    file.first = size_;
+    const char* data = reinterpret_cast<const char*>(file.data.get());
+    const char* end = data + file.bytes;
+    uint64_t blanks = 0;
+    for (const char* line = data; line < end;) {
+      const auto* newline = static_cast<const char*>(std::memchr(line, '\n', static_cast<size_t>(end - line)));
+      const char* line_end = newline != nullptr ? newline : end;
+      // Blank lines (a trailing one, say) are no samples; keys still give the file's line numbers.
+      if (*line != '{' && blank(line, line_end)) {
+        ++blanks;
+        if (file.blanks.empty() || file.blanks.back().first != file.starts.size()) {
+          file.blanks.emplace_back(file.starts.size(), blanks);
+        } else {
+          file.blanks.back().second = blanks;
+        }
+      } else {
+        file.starts.push_back(static_cast<uint64_t>(line - data));
+      }
+      line = line_end + 1;
+    }
+    size_ += file.starts.size();
+    files_.push_back(std::move(file));
+  }
+  if (size_ == 0) throw Error("jsonl source: the files hold no lines");
+}
+
+const JsonlSource::File& JsonlSource::file_of(uint64_t index) const {
+  if (index >= size_) {
+    throw Error("jsonl source: sample " + std::to_string(index) + " is past the last (" + std::to_string(size_) +
+                " lines)");
+  }
+  const auto after = std::upper_bound(files_.begin(), files_.end(), index,
+                                      [](uint64_t wanted, const File& file) { return wanted < file.first; });
+  return *(after - 1);
+}
+
+std::string JsonlSource::key(uint64_t index) const {
+  const File& file = file_of(index);
+  const uint64_t local = index - file.first;
+  // The blank lines before it: those counted at the last sample at or before this one.
+  uint64_t blanks = 0;
+  const auto after = std::upper_bound(file.blanks.begin(), file.blanks.end(), local,
+                                      [](uint64_t wanted, const auto& gap) { return wanted < gap.first; });
+  if (after != file.blanks.begin()) blanks = (after - 1)->second;
+  return file.path + ":" + std::to_string(local + blanks + 1);
+}
+
+EncodedSample JsonlSource::read(uint64_t index) const {
+  const File& file = file_of(index);
+  const char* data = reinterpret_cast<const char*>(file.data.get());
+  const uint64_t start = file.starts[index - file.first];
+  const auto* newline = static_cast<const char*>(std::memchr(data + start, '\n', file.bytes - start));
+  size_t length = (newline != nullptr ? static_cast<size_t>(newline - data) : file.bytes) - start;
+  if (length > 0 && data[start + length - 1] == '\r') --length;
+
+  // simdjson reads up to SIMDJSON_PADDING bytes past the text: the line is copied into a buffer with
+  // room for them (the mapping may end right after it).
+  thread_local simdjson::ondemand::parser parser;
+  thread_local std::string buffer;
+  buffer.assign(data + start, length);
+  buffer.resize(length + simdjson::SIMDJSON_PADDING);
+  EncodedSample sample;
+  sample.index = index;
+  sample.key = key(index);
+  auto failed = [&](const std::string& what) { return Error(sample.key + ": " + what); };
+
+  simdjson::ondemand::document document;
+  simdjson::ondemand::object object;
+  if (auto error = parser.iterate(buffer.data(), length, buffer.size()).get(document)) {
+    throw failed(std::string("not JSON (") + simdjson::error_message(error) + ")");
+  }
+  if (auto error = document.get_object().get(object)) {
+    throw failed(std::string("a line must be a JSON object (") + simdjson::error_message(error) + ")");
+  }
+  sample.fields.reserve(options_.fields.size());
+  for (const JsonlField& field : options_.fields) {
+    // Fields of one member share its bytes: simdjson unescapes a string into a buffer the size of the
+    // line, so a second get_string() of the same member could run past it.
+    const auto same = std::find_if(options_.fields.begin(), options_.fields.end(),
+                                   [&](const JsonlField& other) { return other.key == field.key; });
+    if (same != options_.fields.begin() + static_cast<std::ptrdiff_t>(sample.fields.size())) {
+      sample.fields.push_back(sample.fields[static_cast<size_t>(same - options_.fields.begin())]);
+      continue;
+    }
+    simdjson::ondemand::value value;
+    if (auto error = object.find_field_unordered(field.key).get(value)) {
+      if (error == simdjson::NO_SUCH_FIELD) throw failed("no member '" + field.key + "' (field '" + field.name + "')");
+      throw failed("member '" + field.key + "': " + simdjson::error_message(error));
+    }
+    simdjson::ondemand::json_type type{};
+    std::string_view text;
+    simdjson::error_code error = value.type().get(type);
+    if (!error) {
+      simdjson::ondemand::array array;
+      simdjson::ondemand::object inner;
+      switch (type) {
+        case simdjson::ondemand::json_type::string: error = value.get_string().get(text); break;
+        case simdjson::ondemand::json_type::array:
+          error = value.get_array().get(array);
+          if (!error) error = array.raw_json().get(text);
+          break;
+        case simdjson::ondemand::json_type::object:
+          error = value.get_object().get(inner);
+          if (!error) error = inner.raw_json().get(text);
+          break;
+        default: text = value.raw_json_token(); break;
+      }
+    }
+    if (error) throw failed("member '" + field.key + "': " + simdjson::error_message(error));
+    if (type != simdjson::ondemand::json_type::string) {
+      while (!text.empty() && std::strchr(" \t\r\n", text.back()) != nullptr) text.remove_suffix(1);
+    }
+    sample.fields.push_back(bytes_of(text));
+  }
+  return sample;
+}
+
+std::string JsonlSource::describe() const {
+  std::string fields;
+  for (const JsonlField& field : options_.fields) fields += (fields.empty() ? "" : ", ") + field.name;
+  return "jsonl(" + std::to_string(files_.size()) + (files_.size() == 1 ? " file, " : " files, ") +
+         std::to_string(size_) + " lines, fields=" + fields + ")";
+}
+
+}  // namespace ferry
