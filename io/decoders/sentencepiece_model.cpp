@@ -34,6 +34,16 @@ namespace ferry {
 namespace {
 
 constexpr const char* kModuleName = "libferry_sentencepiece.so";
+#ifdef FERRY_SANITIZED
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#ifdef FERRY_SENTENCEPIECE_MODULE_BUILT
+constexpr bool kModuleBuilt = true;
+#else
+constexpr bool kModuleBuilt = false;
+#endif
 
 struct Module {
   FerrySentencePieceLoad load = nullptr;
@@ -71,15 +81,16 @@ std::vector<std::string> module_candidates() {
 
 Module open_module() {
   Module module;
-#if defined(FERRY_SANITIZED)
-  module.error = "a sanitizer build of ferry cannot load sentencepiece (the sanitizers refuse RTLD_DEEPBIND, which "
-                 "keeps libsentencepiece's protobuf apart from libtorch's): use a release build";
-  return module;
-#elif !defined(FERRY_SENTENCEPIECE_MODULE_BUILT)
-  module.error = "this ferry was built without sentencepiece (Debian: apt-get install libsentencepiece-dev, then "
-                 "build ferry again)";
-  return module;
-#else
+  if (kSanitized) {
+    module.error = "a sanitizer build of ferry cannot load sentencepiece (the sanitizers refuse RTLD_DEEPBIND, which "
+                   "keeps libsentencepiece's protobuf apart from libtorch's): use a release build";
+    return module;
+  }
+  if (!kModuleBuilt) {
+    module.error = "this ferry was built without sentencepiece (Debian: apt-get install libsentencepiece-dev, then "
+                   "build ferry again)";
+    return module;
+  }
   std::string tried;
   for (const std::string& path : module_candidates()) {
     tried += (tried.empty() ? "" : ", ") + path;
@@ -103,7 +114,6 @@ Module open_module() {
   module.error = "ferry's sentencepiece module (" + std::string(kModuleName) + ") is not installed: looked for " +
                  tried + " (FERRY_SENTENCEPIECE_MODULE names it)";
   return module;
-#endif
 }
 
 const Module& module() {
