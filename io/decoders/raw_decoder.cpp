@@ -1,8 +1,10 @@
 #include "ferry/io/decoders/raw_decoder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include <ATen/ops/full.h>
 
@@ -27,6 +29,18 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   }
   out << "]";
   return out.str();
+}
+
+// The values an integer dtype holds, as doubles (int64's to within its doubles).
+std::pair<double, double> integer_range(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kBool: return {0, 1};
+    case at::kByte: return {0, 255};
+    case at::kChar: return {-128, 127};
+    case at::kShort: return {-32768, 32767};
+    case at::kInt: return {-2147483648.0, 2147483647.0};
+    default: return {-9223372036854775808.0, 9223372036854775807.0};
+  }
 }
 
 }  // namespace
@@ -65,10 +79,10 @@ at::Tensor RawDecoder::decode(const at::Tensor& encoded, const FieldSpec& spec) 
     const bool cut = options_.truncate && !shape.empty() && whole_rows && rows > shape[0];
     const bool pad = options_.pad_value && !shape.empty() && whole_rows && rows < shape[0];
     if (!cut && !pad) {
-      const std::string advice = shape.empty()                    ? ""
-                                 : !whole_rows                    ? ""
-                                 : rows > shape[0]                ? "; the raw decoder's truncate: true cuts longer ones"
-                                                                  : "; the raw decoder's pad_value fills up shorter ones";
+      const std::string advice = shape.empty()     ? ""
+                                 : !whole_rows     ? ""
+                                 : rows > shape[0] ? "; the raw decoder's truncate: true cuts longer ones"
+                                                   : "; the raw decoder's pad_value fills up shorter ones";
       throw Error("field '" + spec.name + "': " + std::to_string(numel) + " elements do not make shape " +
                   shape_text(spec.shape) + " (" + std::to_string(elements) + " elements)" + advice);
     }
@@ -127,17 +141,31 @@ DecoderKind raw_decoder_kind() {
     return std::make_shared<const RawDecoder>(options);
   };
   kind.check = [](const KeyValue& field, KeyProblems& problems) {
+    // Without a shape a field is bytes of any length: rows of one byte.
     const KeyValue* shape = field.find("shape");
-    const bool rows = shape != nullptr && !shape->items().empty();
+    const bool rows = shape == nullptr || !shape->items().empty();
     for (const char* key : {"truncate", "pad_value"}) {
       if (const KeyValue* value = field.find(key); value != nullptr && !rows) {
-        problems.add(*value, std::string(key) + " works on rows: give the field a shape with a first dimension, e.g. "
-                                                "[1024] or [null]");
+        problems.add(*value, std::string(key) +
+                                 " works on rows: give the field a shape with a first dimension, e.g. "
+                                 "[1024] or [null]");
       }
     }
-    if (const KeyValue* pad = field.find("pad_value"); pad != nullptr && rows && shape->items()[0].is_null()) {
-      problems.add(*pad, "pad_value fills a fixed length; a [null] field keeps its own (collate.pad_values pads "
-                         "a batch)");
+    const KeyValue* pad = field.find("pad_value");
+    if (pad != nullptr && rows && (shape == nullptr || shape->items()[0].is_null())) {
+      problems.add(*pad,
+                   "pad_value fills a fixed length; a [null] field keeps its own (collate.pad_values pads "
+                   "a batch)");
+    } else if (pad != nullptr) {
+      // The value must be one of the dtype's, or every short sample fails in the fill.
+      const at::ScalarType dtype = parse_dtype(field.text_or("dtype", "uint8"));
+      if (at::isIntegralType(dtype, /*includeBool=*/true)) {
+        const double value = pad->number();
+        const auto [low, high] = integer_range(dtype);
+        if (value != std::floor(value) || value < low || value > high) {
+          problems.add(*pad, "pad_value " + pad->text() + " is not a " + dtype_name(dtype) + " value");
+        }
+      }
     }
   };
   return kind;

@@ -65,7 +65,8 @@ at::Tensor SentencePieceDecoder::decode(const at::Tensor& encoded, const FieldSp
   body.resize(static_cast<size_t>(std::min<int64_t>(room, std::max<int64_t>(text.size(), 16))));
   int64_t count = model_->encode(text, body.data(), static_cast<int64_t>(body.size()));
   if (count > static_cast<int64_t>(body.size()) && static_cast<int64_t>(body.size()) < room) {
-    // More ids than bytes (rare: a model with byte fallback on unusual text): again, with room for all.
+    // More ids than bytes (a text of one-byte words: each gets its word-start piece too): again, with
+    // room for all.
     body.resize(static_cast<size_t>(std::min(room, count)));
     count = model_->encode(text, body.data(), static_cast<int64_t>(body.size()));
   }
@@ -133,8 +134,9 @@ DecoderKind sentencepiece_decoder_kind() {
                    std::string("the sentencepiece decoder makes int32 or int64 ids: give the field dtype: int64") +
                        (dtype != nullptr ? ", found " + dtype->text() : ""));
     }
+    // Without a shape, a field of any length ([null]), as the sources give it.
     const KeyValue* shape = field.find("shape");
-    const bool one_dim = shape != nullptr && shape->items().size() == 1;
+    const bool one_dim = shape == nullptr || shape->items().size() == 1;
     if (!one_dim) {
       problems.add(shape != nullptr ? *shape : field,
                    "the sentencepiece decoder makes ids of shape [L] (cut and padded to L) or [null] (cut to "
@@ -152,7 +154,8 @@ DecoderKind sentencepiece_decoder_kind() {
       problems.add(*model_key, e.cause());
       return;
     }
-    const int64_t specials = (field.boolean_or("add_bos", false) ? 1 : 0) + (field.boolean_or("add_eos", false) ? 1 : 0);
+    const int64_t specials =
+        (field.boolean_or("add_bos", false) ? 1 : 0) + (field.boolean_or("add_eos", false) ? 1 : 0);
     for (const bool bos : {true, false}) {
       const KeyValue* value = field.find(bos ? "add_bos" : "add_eos");
       const int32_t id = bos ? model->ids().bos : model->ids().eos;
@@ -161,7 +164,7 @@ DecoderKind sentencepiece_decoder_kind() {
                                  " piece (trained with " + (bos ? "bos_id" : "eos_id") + "=-1)");
       }
     }
-    if (one_dim && !shape->items()[0].is_null() && shape->items()[0].integer() < specials) {
+    if (shape != nullptr && one_dim && !shape->items()[0].is_null() && shape->items()[0].integer() < specials) {
       problems.add(*shape, "a length of " + shape->items()[0].text() + " leaves no room for the BOS and EOS ids");
     }
   };

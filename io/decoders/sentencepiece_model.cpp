@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <vector>
@@ -18,9 +19,10 @@
 // it and offers a C interface, and the first model loaded opens that module with RTLD_DEEPBIND, which
 // binds the module and libsentencepiece to their own symbols first, and RTLD_LOCAL, which keeps them
 // out of everyone else's lookups. The module is looked for, in order: $FERRY_SENTENCEPIECE_MODULE;
-// beside the binary holding ferry's code (the Python package's folder); where `cmake --install` puts
-// it; where the .deb puts it; where the build made it. The sanitizers' runtimes refuse RTLD_DEEPBIND, so sanitizer builds
-// have no sentencepiece (their tests skip, saying so).
+// beside the binary holding ferry's code (the Python package's folder); for a program of the build
+// tree, where the build made it; lib/ferry/ beside the program's bin/ (an installed tree, wherever it
+// went); where `cmake --install` and the .deb put it; where the build made it. The sanitizers' runtimes refuse
+// RTLD_DEEPBIND, so sanitizer builds have no sentencepiece (their tests skip, saying so).
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define FERRY_SANITIZED 1
@@ -57,21 +59,34 @@ bool is_file(const std::string& path) {
   return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
+// The folder of `path`, with its trailing '/'.
+std::string folder_of(const std::string& path) { return path.substr(0, path.rfind('/') + 1); }
+
 std::vector<std::string> module_candidates() {
   std::vector<std::string> candidates;
   if (const char* chosen = std::getenv("FERRY_SENTENCEPIECE_MODULE"); chosen != nullptr && *chosen != '\0') {
     candidates.emplace_back(chosen);
   }
+  // Beside the shared object holding this code (the Python package's extension); dladdr names a
+  // program only as it was started, so the program is found through /proc/self/exe.
   Dl_info info{};
   if (::dladdr(reinterpret_cast<const void*>(&module_candidates), &info) != 0 && info.dli_fname != nullptr) {
-    const std::string binary = detail::absolute_path(info.dli_fname);
-    candidates.push_back(binary.substr(0, binary.rfind('/') + 1) + kModuleName);
+    candidates.push_back(folder_of(detail::absolute_path(info.dli_fname)) + kModuleName);
   }
-#ifdef FERRY_SENTENCEPIECE_MODULE_INSTALLED
-  candidates.emplace_back(FERRY_SENTENCEPIECE_MODULE_INSTALLED);
+  char program[4096];
+  const ssize_t length = ::readlink("/proc/self/exe", program, sizeof(program) - 1);
+  const std::string program_folder = length > 0 ? folder_of(std::string(program, static_cast<size_t>(length))) : "";
+#ifdef FERRY_SENTENCEPIECE_MODULE_BUILT
+  // A program of the build tree loads the module built with it, not an older installed one.
+  if (!program_folder.empty() && program_folder.starts_with(FERRY_SENTENCEPIECE_BUILD_DIR "/")) {
+    candidates.emplace_back(FERRY_SENTENCEPIECE_MODULE_BUILT);
+  }
 #endif
-#ifdef FERRY_SENTENCEPIECE_MODULE_PACKAGED
-  candidates.emplace_back(FERRY_SENTENCEPIECE_MODULE_PACKAGED);
+#ifdef FERRY_SENTENCEPIECE_MODULE_RELATIVE
+  // An installed program, wherever the tree was installed to (--prefix, DESTDIR, the .deb): bin/../lib/ferry.
+  if (!program_folder.empty()) candidates.push_back(program_folder + "../" FERRY_SENTENCEPIECE_MODULE_RELATIVE);
+  candidates.emplace_back(FERRY_SENTENCEPIECE_MODULE_INSTALLED);
+  candidates.emplace_back("/usr/" FERRY_SENTENCEPIECE_MODULE_RELATIVE);
 #endif
 #ifdef FERRY_SENTENCEPIECE_MODULE_BUILT
   candidates.emplace_back(FERRY_SENTENCEPIECE_MODULE_BUILT);
@@ -82,13 +97,15 @@ std::vector<std::string> module_candidates() {
 Module open_module() {
   Module module;
   if (kSanitized) {
-    module.error = "a sanitizer build of ferry cannot load sentencepiece (the sanitizers refuse RTLD_DEEPBIND, which "
-                   "keeps libsentencepiece's protobuf apart from libtorch's): use a release build";
+    module.error =
+        "a sanitizer build of ferry cannot load sentencepiece (the sanitizers refuse RTLD_DEEPBIND, which "
+        "keeps libsentencepiece's protobuf apart from libtorch's): use a release build";
     return module;
   }
   if (!kModuleBuilt) {
-    module.error = "this ferry was built without sentencepiece (Debian: apt-get install libsentencepiece-dev, then "
-                   "build ferry again)";
+    module.error =
+        "this ferry was built without sentencepiece (Debian: apt-get install libsentencepiece-dev, then "
+        "build ferry again)";
     return module;
   }
   std::string tried;
@@ -117,8 +134,9 @@ Module open_module() {
 }
 
 const Module& module() {
-  static const Module opened = open_module();
-  return opened;
+  // Never destroyed: a model held by a static (Python's, a registry's) is freed after static destructors.
+  static const Module* const opened = new Module(open_module());
+  return *opened;
 }
 
 }  // namespace

@@ -58,9 +58,8 @@ __attribute__((visibility("default"))) void ferry_sentencepiece_free(void* model
 }
 
 __attribute__((visibility("default"))) int64_t ferry_sentencepiece_encode(const void* model, const char* text,
-                                                                          size_t size, int32_t* ids,
-                                                                          int64_t capacity, char* error,
-                                                                          size_t error_size) {
+                                                                          size_t size, int32_t* ids, int64_t capacity,
+                                                                          char* error, size_t error_size) {
   try {
     // Encode() is const and keeps no state: the decode threads share one processor.
     thread_local std::vector<int> pieces;

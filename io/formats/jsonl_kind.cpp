@@ -44,8 +44,8 @@ std::vector<KeySpec> field_keys() {
        .default_value = "uint8",
        .example = "int64",
        .choices = dtype_names()},
-      detail::shape_key("Shape after decoding: [1024] for ids cut and padded to 1024, [null] for any length.",
-                        "[null]", "[1024]"),
+      detail::shape_key("Shape after decoding: [1024] for ids cut and padded to 1024, [null] for any length.", "[null]",
+                        "[1024]"),
       {.name = "max_length",
        .type = Type::kInteger,
        .description = "Longest length of a [null] field: the sentencepiece decoder cuts to it; lets `pool.slab_size` "
@@ -144,7 +144,8 @@ SourceKind jsonl_source_kind() {
        .description = "The fields of a sample: which member feeds each, and how it decodes.",
        .default_value = "required",
        .required = true,
-       .example = "[{name: tokens, key: text, dtype: int64, shape: [1024], decoder: sentencepiece, model: tokenizer.model}]",
+       .example =
+           "[{name: tokens, key: text, dtype: int64, shape: [1024], decoder: sentencepiece, model: tokenizer.model}]",
        .min = 1,
        .item = {{.type = Type::kMapping, .keys = field_keys()}},
        .expected = "a list of fields ({name, key, dtype, shape, max_length, decoder})",
@@ -190,8 +191,8 @@ SourceKind jsonl_source_kind() {
         "source.fields", "",
         "field '" + field +
             "' is variable-length with no max_length, so the largest batch (and the pinned slab it needs) is "
-            "unknown: in source.fields, give it a max_length, e.g. {name: " + field +
-            ", max_length: 2048}, or a fixed shape ([1024]); or set pool.slab_size"});
+            "unknown: in source.fields, give it a max_length, e.g. {name: " +
+            field + ", max_length: 2048}, or a fixed shape ([1024]); or set pool.slab_size"});
   };
   return kind;
 }

@@ -12,6 +12,8 @@
 namespace ferry {
 namespace {
 
+constexpr size_t kKeptLineBytes = size_t{1} << 20;
+
 bool blank(const char* begin, const char* end) {
   return std::all_of(begin, end, [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
 }
@@ -37,7 +39,8 @@ JsonlSource::JsonlSource(JsonlOptions options) : options_(std::move(options)) {
   for (const std::string& path : options_.files) {
     File file;
     file.path = path;
-    file.data = detail::map_file(path, "jsonl source", detail::MappedAccess::kRandom, file.bytes);
+    // Read ahead: the first thing done with the mapping is the scan for lines, start to end.
+    file.data = detail::map_file(path, "jsonl source", detail::MappedAccess::kSequential, file.bytes);
     file.first = size_;
     const char* data = reinterpret_cast<const char*>(file.data.get());
     const char* end = data + file.bytes;
@@ -56,12 +59,17 @@ JsonlSource::JsonlSource(JsonlOptions options) : options_(std::move(options)) {
       } else {
         file.starts.push_back(static_cast<uint64_t>(line - data));
       }
-      line = line_end + 1;
+      if (newline == nullptr) break;
+      line = newline + 1;
     }
     size_ += file.starts.size();
     files_.push_back(std::move(file));
   }
-  if (size_ == 0) throw Error("jsonl source: the files hold no lines");
+  if (size_ == 0) {
+    std::string files;
+    for (const std::string& path : options_.files) files += (files.empty() ? "" : ", ") + path;
+    throw Error("jsonl source: no lines in " + files);
+  }
 }
 
 const JsonlSource::File& JsonlSource::file_of(uint64_t index) const {
@@ -151,6 +159,21 @@ EncodedSample JsonlSource::read(uint64_t index) const {
       while (!text.empty() && std::strchr(" \t\r\n", text.back()) != nullptr) text.remove_suffix(1);
     }
     sample.fields.push_back(bytes_of(text));
+  }
+  // ondemand reads only the members asked for: the line must still be one whole object, with nothing
+  // after it ({"a": 1}{"a": 2} or a line cut short are errors, not a sample).
+  document.rewind();
+  std::string_view whole;
+  simdjson::error_code error = document.get_object().get(object);
+  if (!error) error = object.raw_json().get(whole);
+  if (error) throw failed(std::string("not one JSON object (") + simdjson::error_message(error) + ")");
+  if (!blank(whole.data() + whole.size(), buffer.data() + length)) {
+    throw failed("text after the object, at byte " + std::to_string(whole.data() + whole.size() - buffer.data()));
+  }
+  // A parser keeps room for the longest line it saw: after a very long one, a thread gives it back.
+  if (buffer.capacity() > kKeptLineBytes) {
+    buffer = std::string();
+    parser = simdjson::ondemand::parser();
   }
   return sample;
 }

@@ -111,9 +111,11 @@ void check_windows(const KeyValue& source, KeyProblems& problems) {
   }
   const bool ids = source.boolean_or("document_ids", false) || source.boolean_or("position_ids", false);
   if (ids && source.find("eod_token") == nullptr && source.has("path")) {
-    const KeyValue* key = source.find("document_ids") != nullptr ? source.find("document_ids") : source.find("position_ids");
-    problems.add(*key, "a token file has no documents of its own: give eod_token, the token that ends each (GPT-2's "
-                       "50256)");
+    const KeyValue* key =
+        source.find("document_ids") != nullptr ? source.find("document_ids") : source.find("position_ids");
+    problems.add(*key,
+                 "a token file has no documents of its own: give eod_token, the token that ends each (GPT-2's "
+                 "50256)");
   }
   if (const KeyValue* samples = source.find("samples");
       samples != nullptr && source.text_or("windows", "") != "random") {

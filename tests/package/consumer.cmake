@@ -54,6 +54,14 @@ function(check_tree prefix)
   expect_files("${prefix}" include/ferry/ferry.h include/ferry/build_config.h include/ferry/pipeline/pipeline.h
                include/ferry/assembly/config_loader.h include/ferry/copy/async_copy_handle.h bin/ferry
                share/ferry/configs/demo.yaml)
+  # The sentencepiece module, where the installed command looks for it (lib/ferry beside bin/), when the
+  # build made one.
+  if(EXISTS "${BUILD}/lib/libferry_sentencepiece.so")
+    file(GLOB module "${prefix}/lib*/ferry/libferry_sentencepiece.so")
+    if(NOT module)
+      message(FATAL_ERROR "not installed: ${prefix}/lib*/ferry/libferry_sentencepiece.so")
+    endif()
+  endif()
   foreach(internal IN ITEMS pipeline/pipeline_graph.h pipeline/bounded_queue.h stages/parallel_copy.h
                             copy/copy_worker.h io/formats/indexed_dataset_format.h)
     if(EXISTS "${prefix}/include/ferry/${internal}")

@@ -115,9 +115,9 @@ TEST(DecoderRegistry, FindsBuiltInsAndNamesTheKnownOnesWhenAsked) {
     registry.find("jpeg2000");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_STREQ(
-        e.what(),
-        "ferry: unknown decoder 'jpeg2000'; registered decoders: raw, jpeg, png, webp, image, npy, label, json, sentencepiece");
+    EXPECT_STREQ(e.what(),
+                 "ferry: unknown decoder 'jpeg2000'; registered decoders: raw, jpeg, png, webp, image, npy, label, "
+                 "json, sentencepiece");
   }
   EXPECT_THROW(registry.add(std::make_shared<RawDecoder>()), Error);
 }

@@ -37,7 +37,7 @@ std::pair<std::string, std::string> random_string(std::mt19937& rng) {
       case 0: utf8 += '"', json += "\\\""; break;
       case 1: utf8 += '\\', json += "\\\\"; break;
       case 2: utf8 += '\n', json += "\\n"; break;
-      case 3: utf8 += "\xc3\xa9", json += (rng() % 2 ? "\\u00e9" : "\xc3\xa9"); break;                       // é
+      case 3: utf8 += "\xc3\xa9", json += (rng() % 2 ? "\\u00e9" : "\xc3\xa9"); break;                         // é
       case 4: utf8 += "\xf0\x9f\x98\x80", json += (rng() % 2 ? "\\ud83d\\ude00" : "\xf0\x9f\x98\x80"); break;  // 😀
       default: {
         const char c = static_cast<char>('a' + rng() % 26);
@@ -117,13 +117,14 @@ TEST(JsonlSource, BadLinesAreErrorsNamingTheFileAndLine) {
   testing::TempDir dir("ferry_jsonl_test");
   {
     std::ofstream out(dir / "bad.jsonl");
-    out << "{\"text\": \"fine\"}\n\n[1, 2]\n{\"other\": 1}\n{\"text\": \"cut\n";
+    out << "{\"text\": \"fine\"}\n\n[1, 2]\n{\"other\": 1}\n{\"text\": \"cut\n{\"text\": \"a\"}{\"text\": \"b\"}\n"
+        << "{\"text\": \"a\", \"n\":\n";
   }
   JsonlOptions options;
   options.files = {dir / "bad.jsonl"};
   options.fields = {{.name = "text", .key = "text"}};
   const JsonlSource source(options);
-  ASSERT_EQ(source.size(), 4u);
+  ASSERT_EQ(source.size(), 6u);
   EXPECT_EQ(bytes_of(source.read(0).fields[0]), "fine");
   auto message = [&](uint64_t index) {
     try {
@@ -136,6 +137,8 @@ TEST(JsonlSource, BadLinesAreErrorsNamingTheFileAndLine) {
   EXPECT_NE(message(1).find("bad.jsonl:3: a line must be a JSON object"), std::string::npos) << message(1);
   EXPECT_NE(message(2).find("bad.jsonl:4: no member 'text' (field 'text')"), std::string::npos) << message(2);
   EXPECT_NE(message(3).find("bad.jsonl:5:"), std::string::npos) << message(3);
+  EXPECT_NE(message(4).find("bad.jsonl:6: text after the object, at byte 13"), std::string::npos) << message(4);
+  EXPECT_NE(message(5).find("bad.jsonl:7:"), std::string::npos) << message(5);
   EXPECT_NE(message(9).find("past the last"), std::string::npos) << message(9);
 
   {
