@@ -21,8 +21,11 @@
 // out of everyone else's lookups. The module is looked for, in order: $FERRY_SENTENCEPIECE_MODULE;
 // beside the binary holding ferry's code (the Python package's folder); for a program of the build
 // tree, where the build made it; lib/ferry/ beside the program's bin/ (an installed tree, wherever it
-// went); where `cmake --install` and the .deb put it; where the build made it. The sanitizers' runtimes refuse
-// RTLD_DEEPBIND, so sanitizer builds have no sentencepiece (their tests skip, saying so).
+// went); where `cmake --install` and the .deb put it; where the build made it. The sanitizers'
+// runtimes refuse RTLD_DEEPBIND, so sanitizer builds have no sentencepiece (their tests skip, saying
+// so). DEEPBIND also binds the module's malloc to glibc's where the program's is another (jemalloc):
+// on Ubuntu 24.04's glibc such a program crashes in the module (Debian 12's does not), which a
+// hidden-visibility static libsentencepiece, needing no DEEPBIND, would end.
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define FERRY_SANITIZED 1
