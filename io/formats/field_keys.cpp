@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "ferry/io/formats/source.h"
+#include "ferry/io/formats/tar_shard_source.h"
 
 namespace ferry::detail {
 
@@ -50,6 +51,14 @@ std::string image_order_text(const KeyValue& field) {
     if (const KeyValue* value = field.find(key)) text += std::string(":") + key + "=" + value->yaml();
   }
   return text;
+}
+
+std::vector<std::string> expanded_paths(const KeyValue& paths) {
+  std::vector<std::string> expanded;
+  for (const KeyValue& pattern : paths.items()) {
+    for (std::string& path : TarShardSource::expand_braces(pattern.text())) expanded.push_back(std::move(path));
+  }
+  return expanded;
 }
 
 }  // namespace ferry::detail

@@ -18,6 +18,9 @@ KeySpec shape_key(std::string description, std::string default_value, std::strin
 /// `max_pixels`: the bound of an image field of [null, null, 3] (FieldSpec::max_length).
 KeySpec max_pixels_key();
 
+/// The paths a list of paths names (tar `shards`, jsonl `files`), `{000..009}` ranges expanded, in order.
+std::vector<std::string> expanded_paths(const KeyValue& paths);
+
 /// A shape as the key gives it, null sizes as kVariableLength.
 std::vector<int64_t> shape_of(const KeyValue& shape);
 

@@ -64,14 +64,6 @@ std::vector<KeySpec> field_keys() {
   };
 }
 
-std::vector<std::string> expanded_files(const KeyValue& files) {
-  std::vector<std::string> paths;
-  for (const KeyValue& pattern : files.items()) {
-    for (std::string& file : TarShardSource::expand_braces(pattern.text())) paths.push_back(std::move(file));
-  }
-  return paths;
-}
-
 JsonlField field_of(const KeyValue& mapping) {
   JsonlField field;
   field.name = mapping.at("name").text();
@@ -85,7 +77,7 @@ JsonlField field_of(const KeyValue& mapping) {
 
 JsonlOptions jsonl_options(const KeyValue& source) {
   JsonlOptions options;
-  options.files = expanded_files(source.at("files"));
+  options.files = detail::expanded_paths(source.at("files"));
   for (const KeyValue& field : source.at("fields").items()) options.fields.push_back(field_of(field));
   return options;
 }
@@ -172,7 +164,7 @@ SourceKind jsonl_source_kind() {
   kind.order = [](const KeyValue& source, const Source&) {
     std::map<std::string, std::string> order;
     std::string files;
-    for (const std::string& file : expanded_files(source.at("files"))) files += real_path(file) + ";";
+    for (const std::string& file : detail::expanded_paths(source.at("files"))) files += real_path(file) + ";";
     order["source.files"] = files;
     std::ostringstream fields;
     for (const KeyValue& mapping : source.at("fields").items()) {

@@ -82,15 +82,6 @@ std::vector<KeySpec> member_keys() {
   };
 }
 
-// The shards a `shards` value names, braces expanded ({000..009}), in order.
-std::vector<std::string> expanded_shards(const KeyValue& shards) {
-  std::vector<std::string> paths;
-  for (const KeyValue& pattern : shards.items()) {
-    for (std::string& shard : TarShardSource::expand_braces(pattern.text())) paths.push_back(std::move(shard));
-  }
-  return paths;
-}
-
 // A member's `extension`: one or a list.
 std::vector<std::string> extensions_of(const KeyValue& member) {
   std::vector<std::string> extensions;
@@ -168,7 +159,7 @@ TarField member_of(const KeyValue& member) {
 
 TarShardOptions tar_options(const KeyValue& source) {
   TarShardOptions options;
-  options.shards = expanded_shards(source.at("shards"));
+  options.shards = detail::expanded_paths(source.at("shards"));
   if (const KeyValue* members = source.find("members")) {
     for (const KeyValue& member : members->items()) options.fields.push_back(member_of(member));
   }
@@ -250,7 +241,7 @@ SourceKind tar_source_kind() {
   kind.order = [](const KeyValue& source, const Source&) {
     std::map<std::string, std::string> order;
     std::string shards;
-    for (const std::string& shard : expanded_shards(source.at("shards"))) shards += real_path(shard) + ";";
+    for (const std::string& shard : detail::expanded_paths(source.at("shards"))) shards += real_path(shard) + ";";
     order["source.shards"] = shards;
     std::ostringstream members;
     if (const KeyValue* list = source.find("members")) {
