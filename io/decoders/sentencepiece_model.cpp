@@ -16,16 +16,17 @@
 // symbols; Debian's libtorch loads libprotobuf.so.32. A program linking both gets one protobuf's
 // symbols bound to the other's code and crashes in static initialisation, before main. So ferry does
 // not link sentencepiece: a small module, libferry_sentencepiece.so (sentencepiece_module.cpp), links
-// it and offers a C interface, and the first model loaded opens that module with RTLD_DEEPBIND, which
-// binds the module and libsentencepiece to their own symbols first, and RTLD_LOCAL, which keeps them
-// out of everyone else's lookups. The module is looked for, in order: $FERRY_SENTENCEPIECE_MODULE;
-// beside the binary holding ferry's code (the Python package's folder); for a program of the build
-// tree, where the build made it; lib/ferry/ beside the program's bin/ (an installed tree, wherever it
-// went); where `cmake --install` and the .deb put it; where the build made it. The sanitizers'
-// runtimes refuse RTLD_DEEPBIND, so sanitizer builds have no sentencepiece (their tests skip, saying
-// so). DEEPBIND also binds the module's malloc to glibc's where the program's is another (jemalloc):
-// on Ubuntu 24.04's glibc such a program crashes in the module (Debian 12's does not), which a
-// hidden-visibility static libsentencepiece, needing no DEEPBIND, would end.
+// it and offers a C interface, and the first model loaded opens that module with RTLD_LOCAL, which
+// keeps its symbols out of everyone else's lookups. Where a protobuf is already in the process's
+// global scope (a program linking Debian's libtorch), the module is opened with RTLD_DEEPBIND too,
+// which binds it and libsentencepiece to their own symbols first. DEEPBIND is not used otherwise
+// (pip's libtorch hides its protobuf): it also binds the module's malloc to glibc's where the program's
+// is another (jemalloc), and on Ubuntu 24.04's glibc such a program crashes in the module; and the
+// sanitizers' runtimes refuse it, so a sanitizer build has sentencepiece only where no protobuf is
+// global. The module is looked for, in order: $FERRY_SENTENCEPIECE_MODULE; beside the binary holding
+// ferry's code (the Python package's folder); for a program of the build tree, where the build made
+// it; lib/ferry/ beside the program's bin/ (an installed tree, wherever it went); where `cmake
+// --install` and the .deb put it; where the build made it.
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define FERRY_SANITIZED 1
@@ -97,12 +98,20 @@ std::vector<std::string> module_candidates() {
   return candidates;
 }
 
+// Whether a protobuf is in the process's global scope, where libsentencepiece's own copy would bind
+// to it. Every protobuf since 3.0 defines both.
+bool protobuf_is_global() {
+  return ::dlsym(RTLD_DEFAULT, "_ZN6google8protobuf23ShutdownProtobufLibraryEv") != nullptr ||
+         ::dlsym(RTLD_DEFAULT, "_ZN6google8protobuf8internal13VerifyVersionEiiPKc") != nullptr;
+}
+
 Module open_module() {
   Module module;
-  if (kSanitized) {
+  const bool deep_bind = protobuf_is_global();
+  if (kSanitized && deep_bind) {
     module.error =
-        "a sanitizer build of ferry cannot load sentencepiece (the sanitizers refuse RTLD_DEEPBIND, which "
-        "keeps libsentencepiece's protobuf apart from libtorch's): use a release build";
+        "a sanitizer build of ferry cannot load sentencepiece beside the protobuf this program has loaded "
+        "(keeping the two apart needs RTLD_DEEPBIND, which the sanitizers refuse): use a release build";
     return module;
   }
   if (!kModuleBuilt) {
@@ -115,7 +124,7 @@ Module open_module() {
   for (const std::string& path : module_candidates()) {
     tried += (tried.empty() ? "" : ", ") + path;
     if (!is_file(path)) continue;
-    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | (deep_bind ? RTLD_DEEPBIND : 0));
     if (handle == nullptr) {
       const char* why = ::dlerror();
       module.error = "cannot load " + path + ": " + (why != nullptr ? why : "unknown error");

@@ -16,7 +16,7 @@ namespace ferry {
 class SentencePieceModel {
  public:
   /// Why no model can be loaded in this process (ferry built without sentencepiece, the module not
-  /// found, a sanitizer build), or nullopt.
+  /// found, a sanitizer build beside a global protobuf), or nullopt.
   static std::optional<std::string> unavailable();
 
   /// Loads the model at `path`. Throws ferry::Error naming the path: no such file, not a model, or

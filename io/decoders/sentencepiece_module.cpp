@@ -2,9 +2,9 @@
 //
 // Why a module and not a link: Debian's libsentencepiece carries its own copy of protobuf-lite and
 // exports its symbols, and libtorch loads another protobuf; linked into one program, the two copies'
-// symbols interpose and the program crashes before main. Loaded on its own (RTLD_LOCAL, RTLD_DEEPBIND),
-// this module and libsentencepiece resolve their symbols among themselves first (Note [sentencepiece
-// module] in sentencepiece_model.cpp). Only plain C types cross the boundary.
+// symbols interpose and the program crashes before main. Loaded on its own (RTLD_LOCAL, and
+// RTLD_DEEPBIND where another protobuf is global), this module and libsentencepiece keep their symbols
+// among themselves (Note [sentencepiece module] in sentencepiece_model.cpp). Only plain C types cross the boundary.
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>

@@ -34,7 +34,7 @@ def model(tmp_path_factory):
     spm.SentencePieceTrainer.train(input=str(folder / "corpus.txt"), model_prefix=str(folder / "m"),
                                    vocab_size=64, minloglevel=2)
     path = folder / "m.model"
-    # A build without libsentencepiece, or a sanitizer build, has no sentencepiece module: it says so.
+    # A build without libsentencepiece, or a sanitizer build beside a global protobuf, has no sentencepiece: it says so.
     (folder / "probe.jsonl").write_text('{"text": "a"}\n')
     probe = {"source": {"kind": "jsonl", "files": str(folder / "probe.jsonl"), "fields": [
         {"name": "ids", "key": "text", "decoder": "sentencepiece", "model": str(path), "dtype": "int64", "shape": [4]}]}}
