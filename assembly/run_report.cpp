@@ -183,8 +183,8 @@ void append_body(std::string& text, const PipelineStats& stats) {
     }
   }
   for (const UserCodeStats& code : stats.user_code) {
-    const std::string where = code.processes > 0 ? plural(code.processes, "worker process", "worker processes")
-                                                  : "the decode threads";
+    const std::string where =
+        code.processes > 0 ? plural(code.processes, "worker process", "worker processes") : "the decode threads";
     // Worker processes take groups of samples a request: how many a round trip carried.
     const std::string requests =
         code.processes > 0 ? " in " + plural(code.requests, "request", "requests") : std::string();
@@ -192,6 +192,14 @@ void append_body(std::string& text, const PipelineStats& stats) {
     appendf(text, "  user code  %s on %s: %s%s, busy %.3f s (%.0f%%)%s\n", code.what.c_str(), where.c_str(),
             plural(code.calls, "sample", "samples").c_str(), requests.c_str(), code.busy_seconds, 100.0 * busy,
             code.replaced ? (", " + plural(code.replaced, "worker", "workers") + " replaced").c_str() : "");
+  }
+  // A mixture: the share of the samples each part gave, beside the share its weight asks for.
+  uint64_t mixed = 0;
+  for (const SourcePartStats& part : stats.source_parts) mixed += part.samples;
+  for (const SourcePartStats& part : stats.source_parts) {
+    appendf(text, "  mixture    %s: %s, %.1f%% (weight %.1f%%)\n", part.what.c_str(),
+            plural(part.samples, "sample", "samples").c_str(),
+            100.0 * per(static_cast<double>(part.samples), static_cast<double>(mixed)), 100.0 * part.weight);
   }
   if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {
     appendf(text, "  cache      %s memory on %s: %s of %s, %s kept%s\n", cache.memory.c_str(), cache.location.c_str(),
@@ -573,6 +581,24 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
           .value(code.busy_share(stats.elapsed_seconds, stats.decode_threads))
           .key("replaced")
           .value(code.replaced)
+          .end_object();
+    }
+    json.end_array();
+  }
+  if (!stats.source_parts.empty()) {
+    uint64_t mixed = 0;
+    for (const SourcePartStats& part : stats.source_parts) mixed += part.samples;
+    json.key("source_parts").begin_array();
+    for (const SourcePartStats& part : stats.source_parts) {
+      json.begin_object()
+          .key("source")
+          .value(part.what)
+          .key("weight")
+          .value(part.weight)
+          .key("samples")
+          .value(part.samples)
+          .key("share")
+          .value(per(static_cast<double>(part.samples), static_cast<double>(mixed)))
           .end_object();
     }
     json.end_array();

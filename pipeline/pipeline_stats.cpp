@@ -123,8 +123,8 @@ double PipelineStats::consumer_wait_share() const { return share(consumer_wait_s
 double PipelineStats::waited_for_consumer_share() const { return share(ready_queue.full_seconds, elapsed_seconds); }
 
 double UserCodeStats::busy_share(double elapsed_seconds, size_t decode_threads) const noexcept {
-  return share(busy_seconds, elapsed_seconds * static_cast<double>(std::max<size_t>(
-                                                   1, processes > 0 ? processes : decode_threads)));
+  return share(busy_seconds,
+               elapsed_seconds * static_cast<double>(std::max<size_t>(1, processes > 0 ? processes : decode_threads)));
 }
 
 std::string bottleneck_summary(const PipelineStats& stats) {
@@ -167,7 +167,8 @@ std::string bottleneck_summary(const PipelineStats& stats) {
   if (code_share >= kSaturated && code_share >= consumer && (decode_top || code_share >= top_share)) {
     if (code->processes == 0) {
       return code->what + " is the bottleneck: it kept the " + threads_text(stats.decode_threads) + " of decode " +
-             percent(code_share) + " busy, taking turns with the GIL (decode.workers: a number runs it in worker "
+             percent(code_share) +
+             " busy, taking turns with the GIL (decode.workers: a number runs it in worker "
              "processes, side by side)";
     }
     return code->what + " is the bottleneck: its " + std::to_string(code->processes) + " worker process" +
@@ -347,6 +348,9 @@ PipelineStats merged_stats(const std::vector<PipelineStats>& devices) {
     if (gpu.auto_choice != one.gpu_decode.auto_choice) gpu.auto_choice = "mixed";
     gpu.auto_cpu_images_per_second += one.gpu_decode.auto_cpu_images_per_second;
     gpu.auto_gpu_images_per_second += one.gpu_decode.auto_gpu_images_per_second;
+    for (size_t k = 0; k < all.source_parts.size() && k < one.source_parts.size(); ++k) {
+      all.source_parts[k].samples += one.source_parts[k].samples;
+    }
     // user_code: the devices' pipelines share the source and transforms, and so their workers; the first
     // device's, `all`'s already, says it all.
     all.skipped_samples += one.skipped_samples;

@@ -66,6 +66,14 @@ struct UserCodeStats {
   double busy_share(double elapsed_seconds, size_t decode_threads) const noexcept;
 };
 
+/// One of the sources a mixed source draws from (source: {mix: [...]}), and how many of the run's samples
+/// came from it.
+struct SourcePartStats {
+  std::string what;      // the part's Source::describe()
+  double weight = 0.0;   // its weight over the weights' sum: the share it should have
+  uint64_t samples = 0;  // samples decoded from it (from the dataset cache too); skipped ones not
+};
+
 /// Where one stage's time went. Each stage has `threads` threads for the whole run, so its
 /// capacity is wall time x threads, and every second of capacity is one of three kinds:
 ///
@@ -229,6 +237,8 @@ struct PipelineStats {
 
   /// User code the decode stage runs: the source's, then each transform's (empty without any).
   std::vector<UserCodeStats> user_code;
+  /// A mixed source's parts, in the config's order (empty for any other source).
+  std::vector<SourcePartStats> source_parts;
 
   uint64_t skipped_samples = 0;        // all samples skipped so far
   std::vector<SkippedSample> skipped;  // the first kMaxListedSkips of them

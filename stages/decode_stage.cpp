@@ -94,6 +94,8 @@ DecodeStage::DecodeStage(std::shared_ptr<const Source> source, const DecoderRegi
                          const FieldDecoders& instances, SampleTransforms transforms)
     : source_(std::move(source)), transforms_(std::move(transforms)) {
   if (!source_) throw Error("decode stage: no source");
+  parts_ = source_->mixed_parts();
+  part_samples_ = std::make_unique<std::atomic<uint64_t>[]>(parts_.size());
   const auto& specs = source_->fields();
   const auto has_field = [&](std::string_view field) {
     return std::any_of(specs.begin(), specs.end(), [&](const FieldSpec& spec) { return spec.name == field; });
@@ -385,6 +387,16 @@ std::vector<UserCodeStats> DecodeStage::user_code() const {
   return all;
 }
 
+std::vector<SourcePartStats> DecodeStage::source_parts() const {
+  std::vector<SourcePartStats> parts = parts_;
+  for (size_t k = 0; k < parts.size(); ++k) parts[k].samples = part_samples_[k].load(std::memory_order_relaxed);
+  return parts;
+}
+
+void DecodeStage::count_part(uint64_t index) {
+  if (!parts_.empty()) part_samples_[source_->part_of(index)].fetch_add(1, std::memory_order_relaxed);
+}
+
 void DecodeStage::prepare(const std::vector<SampleWork*>& samples) {
   std::vector<SampleWork*> reading;
   std::vector<SampleContext> contexts;
@@ -406,6 +418,7 @@ void DecodeStage::prepare(const std::vector<SampleWork*>& samples) {
 void DecodeStage::run(SampleWork& work) {
   if (cache_ && cache_->contains(work.index())) {
     work.cached = true;
+    count_part(work.index());
     return;
   }
   const std::vector<FieldSpec>& specs = source_->fields();
@@ -446,6 +459,7 @@ void DecodeStage::run(SampleWork& work) {
     for (size_t i = 0; i < specs.size(); ++i) decode_field(i);
   }
   if (!transforms_.list.empty()) transform(work, encoded.key);
+  count_part(work.index());
 }
 
 void DecodeStage::decode_into(SampleWork& work, size_t i, const at::Tensor& encoded, bool with_companions) const {

@@ -43,6 +43,7 @@ class DecodeStage : public SampleStage {
   void prepare(const std::vector<SampleWork*>& samples) override;
   /// The source's, then each transform's.
   std::vector<UserCodeStats> user_code() const override;
+  std::vector<SourcePartStats> source_parts() const override;
   std::string sample_key(uint64_t index) const override { return source_->key(index); }
   std::vector<std::string> class_names() const override { return source_->class_names(); }
   /// The fields of the samples it hands on: the source's and its decoders' companions (an image's
@@ -87,6 +88,9 @@ class DecodeStage : public SampleStage {
   /// checks them.
   void decode_into(SampleWork& work, size_t i, const at::Tensor& encoded, bool with_companions = true) const;
 
+  /// Counts sample `index` for the part of a mixed source it comes from.
+  void count_part(uint64_t index);
+
   /// Runs the transforms on a decoded sample and checks what they made against fields_.
   void transform(SampleWork& work, const std::string& key) const;
 
@@ -104,7 +108,9 @@ class DecodeStage : public SampleStage {
   std::vector<bool> on_gpu_;  // per field
   GpuShare share_ = GpuShare::kNone;
   std::atomic<uint64_t> gpu_images_{0};
-  std::atomic<uint64_t> cpu_images_{0};  // of GPU fields
+  std::atomic<uint64_t> cpu_images_{0};                    // of GPU fields
+  std::vector<SourcePartStats> parts_;                     // a mixed source's (Source::mixed_parts)
+  std::unique_ptr<std::atomic<uint64_t>[]> part_samples_;  // samples decoded from each of parts_
 };
 
 }  // namespace ferry

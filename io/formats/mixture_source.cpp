@@ -111,6 +111,14 @@ std::string MixtureSource::describe() const {
   return text + ")";
 }
 
+std::vector<SourcePartStats> MixtureSource::mixed_parts() const {
+  double total = 0;
+  for (const MixturePart& part : parts_) total += part.weight;
+  std::vector<SourcePartStats> parts;
+  for (const MixturePart& part : parts_) parts.push_back({part.source->describe(), part.weight / total, 0});
+  return parts;
+}
+
 std::vector<uint64_t> MixtureSource::reads() const {
   std::vector<uint64_t> counts(parts_.size());
   for (size_t k = 0; k < counts.size(); ++k) counts[k] = reads_[k].load(std::memory_order_relaxed);

@@ -49,8 +49,9 @@ class MixtureSource : public Source {
   const std::vector<MixturePart>& parts() const noexcept { return parts_; }
   /// The index of part k's first sample.
   uint64_t offset(size_t part) const noexcept { return offsets_[part]; }
+  std::vector<SourcePartStats> mixed_parts() const override;
   /// Which part index belongs to.
-  size_t part_of(uint64_t index) const;
+  size_t part_of(uint64_t index) const override;
   const std::shared_ptr<const MixtureSchedule>& schedule() const noexcept { return schedule_; }
   /// Positions in one epoch (before a data-parallel run deals them out).
   uint64_t epoch_samples() const noexcept { return samples_; }

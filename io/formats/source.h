@@ -107,6 +107,14 @@ class Source {
   /// What its code did so far, where it runs beside the pipeline's threads (worker processes); nullopt
   /// otherwise. Thread-safe.
   virtual std::optional<UserCodeStats> user_code() const { return std::nullopt; }
+  /// The sources this one draws from by weight (a mixture), in order, each with its weight's share and
+  /// samples 0; empty for any other source. The decode stage counts each part's samples for the report.
+  virtual std::vector<SourcePartStats> mixed_parts() const { return {}; }
+  /// Which of mixed_parts() the sample `index` comes from; only asked where there are some.
+  virtual size_t part_of(uint64_t index) const {
+    (void)index;
+    return 0;
+  }
   /// Reads the samples `contexts` name (their index each), one result each, in order: a sample that
   /// cannot be read fails alone. By default, read_sample() for each.
   virtual std::vector<ReadResult> read_samples(const std::vector<SampleContext>& contexts) const {

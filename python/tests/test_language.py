@@ -268,6 +268,24 @@ def test_a_source_weighted_above_its_size_is_upsampled_in_a_new_order_each_pass(
     assert len(set(large)) == len(large) == 200                # the large one: no repeats
 
 
+def test_the_report_gives_each_sources_samples_and_share_from_the_dataset_cache_too(tmp_path):
+    paths = part_files(tmp_path, [300, 100])
+    config = {**mixture(paths, [3, 1], samples=200), "batch_size": 10, "cache": {"memory": "host"},
+              "transfer": {"device": "cpu"}, "sampler": {"shuffle": True, "seed": 4, "epochs": 3}}
+    with ferry.Pipeline(config) as pipeline:
+        counts = np.bincount([part for part, _ in picks(pipeline)], minlength=2)
+        report = pipeline.stats()
+    assert report["cache"]["hits"] > 0  # later epochs come from the cache, and count all the same
+    parts = report["source_parts"]
+    assert [p["samples"] for p in parts] == counts.tolist() == [450, 150]
+    assert [p["weight"] for p in parts] == [0.75, 0.25]
+    assert [p["share"] for p in parts] == [0.75, 0.25]
+    assert parts[0]["source"].startswith("tokens(") and paths[0] in parts[0]["source"]
+    single = {"source": {"kind": "tokens", "path": paths[0], "dtype": "uint32", "seq_len": 4}, "batch_size": 10}
+    with ferry.Pipeline(single) as pipeline:
+        assert "source_parts" not in pipeline.stats()
+
+
 def test_ranks_share_each_source_once_and_each_rank_gets_the_shares(tmp_path):
     paths = part_files(tmp_path, [300, 300, 300])
     weights = [0.5, 0.3, 0.2]

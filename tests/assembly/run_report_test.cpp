@@ -511,6 +511,41 @@ TEST(RunReport, UserCodeHasALineAndAnEntryEachOnlyWhenThereIsSome) {
   EXPECT_EQ(report_text("t", RunInfo{}, stats).find("user code"), std::string::npos);
 }
 
+TEST(RunReport, AMixtureGivesEachPartsSamplesAndShareBesideItsWeight) {
+  PipelineStats stats = full_stats();
+  stats.source_parts = {{"tokens(a.bin, 1000 windows)", 0.7, 720}, {"megatron(b, 500 sequences)", 0.3, 280}};
+  const std::string report = json_of(RunInfo{}, stats);
+  const Json json = JsonReader::parse(report);
+  const Json& parts = json["source_parts"];
+  ASSERT_EQ(parts.items.size(), 2u);
+  EXPECT_EQ(parts[0]["source"].text, "tokens(a.bin, 1000 windows)");
+  EXPECT_DOUBLE_EQ(parts[0]["weight"].number(), 0.7);
+  EXPECT_EQ(parts[0]["samples"].u64(), 720u);
+  EXPECT_DOUBLE_EQ(parts[0]["share"].number(), 0.72);
+  EXPECT_DOUBLE_EQ(parts[1]["share"].number(), 0.28);
+  EXPECT_EQ(check_schema(report, "report_source_parts.json"), 0);
+  const std::string text = report_text("t", RunInfo{}, stats);
+  EXPECT_NE(text.find("mixture    tokens(a.bin, 1000 windows): 720 samples, 72.0% (weight 70.0%)\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("mixture    megatron(b, 500 sequences): 280 samples, 28.0% (weight 30.0%)\n"), std::string::npos)
+      << text;
+
+  // A group's devices add up; nothing yet is a share of 0, not a division by zero.
+  PipelineStats other = stats;
+  other.source_parts[0].samples = 80;
+  other.source_parts[1].samples = 120;
+  const PipelineStats merged = merged_stats({stats, other});
+  ASSERT_EQ(merged.source_parts.size(), 2u);
+  EXPECT_EQ(merged.source_parts[0].samples, 800u);
+  EXPECT_EQ(merged.source_parts[1].samples, 400u);
+  for (SourcePartStats& part : stats.source_parts) part.samples = 0;
+  EXPECT_DOUBLE_EQ(JsonReader::parse(json_of(RunInfo{}, stats))["source_parts"][0]["share"].number(), 0.0);
+
+  stats.source_parts.clear();
+  EXPECT_EQ(json_of(RunInfo{}, stats).find("\"source_parts\""), std::string::npos);
+  EXPECT_EQ(report_text("t", RunInfo{}, stats).find("mixture"), std::string::npos);
+}
+
 TEST(RunReport, GpuDecodingHasLinesAndAnObjectOnlyWhenAJpegFieldUsesTheGpu) {
   PipelineStats stats = full_stats();
   stats.elapsed_seconds = 4.0;
