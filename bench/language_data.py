@@ -24,7 +24,10 @@ cut or padded to 77 ids; long ones, as web pages, cut to 1024), tokenized by a s
 trained on them, batches of 32 int64 rows on the device:
   DataLoader  num_workers W, a map-style Dataset reading line i (its offset found once, as ferry does),
               json.loads, the sentencepiece Python module's encode, cut and padded, pin_memory;
-  ferry       source kind jsonl, the sentencepiece decoder, decode.threads W (goal: 3x DataLoader).
+  ferry       source kind jsonl, the sentencepiece decoder, decode.threads W (goal: 3x DataLoader);
+  encode alone  the sentencepiece Python module's encode of each whole text, cut, in one thread with no
+              loader: what the DataLoader's workers do, each (ferry encodes only the start it keeps,
+              Note [encoding only what is kept]).
 
 Rates are tokens / wall time over the batches after a tenth as many untimed ones (the loader's start),
 to a device synchronize after the last batch.
@@ -146,6 +149,16 @@ def text_dataloader_rate(path, model, length, workers, device, batches):
         ids = next(it).to(device, non_blocking=True)
         return ids.numel()
     return timed(device, batches, step)
+
+
+def encode_alone_rate(path, model, length, batches):
+    import sentencepiece as spm
+    processor = spm.SentencePieceProcessor(model_file=model)
+    with open(path, encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for _, line in zip(range(batches * BATCH), f)]
+    start = time.perf_counter()
+    ids = sum(len(processor.encode(text)[:length]) for text in texts)
+    return ids / (time.perf_counter() - start)
 
 
 def text_config(path, model, length, workers):
@@ -294,6 +307,8 @@ def main():
     if "text" in tables:
         texts, model = text_files(args.data, args.texts)
         for kind, length in (("short", 77), ("long", 1024)):
+            measure("text", f"encode alone {kind}", 1, length,
+                    lambda: encode_alone_rate(texts[kind], model, length, args.batches))
             for w in workers:
                 measure("text", f"DataLoader {kind}", w, length,
                         lambda: text_dataloader_rate(texts[kind], model, length, w, device, args.batches))
@@ -310,6 +325,9 @@ def main():
                         and b["seq_len"] == r["seq_len"])
             r["ratio"] = r["tokens_per_second"] / base["tokens_per_second"]
             versus = f"{r['ratio']:.2f}x get_batch"
+        elif r["table"] == "text" and r["loader"].startswith("encode alone"):
+            r["ratio"] = 1.0
+            versus = "one thread"
         elif r["table"] == "text":
             kind = r["loader"].split()[-1]
             base = next(b for b in rows if b["table"] == "text" and b["loader"] == f"DataLoader {kind}"

@@ -64,10 +64,10 @@ at::Tensor SentencePieceDecoder::decode(const at::Tensor& encoded, const FieldSp
   const int64_t room = bound - specials;
   body.resize(static_cast<size_t>(std::min<int64_t>(room, std::max<int64_t>(text.size(), 16))));
   int64_t count = model_->encode(text, body.data(), static_cast<int64_t>(body.size()));
-  if (count > static_cast<int64_t>(body.size()) && static_cast<int64_t>(body.size()) < room) {
+  while (count > static_cast<int64_t>(body.size()) && static_cast<int64_t>(body.size()) < room) {
     // More ids than bytes (a text of one-byte words: each gets its word-start piece too): again, with
-    // room for all.
-    body.resize(static_cast<size_t>(std::min(room, count)));
+    // room for more (a count above the room given may be short of the text's: SentencePieceModel::encode).
+    body.resize(static_cast<size_t>(std::min(room, std::max<int64_t>(count, 2 * static_cast<int64_t>(body.size())))));
     count = model_->encode(text, body.data(), static_cast<int64_t>(body.size()));
   }
   const int64_t kept = std::min(count, room);

@@ -31,7 +31,9 @@ class SentencePieceModel {
   /// Its vocabulary size and special ids (-1 where it has none).
   const FerrySentencePieceIds& ids() const noexcept { return ids_; }
   /// The ids of UTF-8 `text`: writes the first `capacity` of them to `out` and returns how many the
-  /// whole text has. Thread-safe. Throws ferry::Error for what sentencepiece refuses.
+  /// whole text has, or, where only the text's start was encoded, a number above `capacity` that may be
+  /// short of it (Note [encoding only what is kept]). Thread-safe. Throws ferry::Error for what
+  /// sentencepiece refuses.
   int64_t encode(std::string_view text, int32_t* out, int64_t capacity) const;
 
  private:

@@ -19,7 +19,45 @@
 
 #include "ferry/io/decoders/sentencepiece_module.h"
 
+// Note [encoding only what is kept]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A field of L ids keeps the first L ids of a text; a web page cut to 1024 ids has thousands more, and
+// encoding them all costs in proportion. Where no piece of the model holds the word-start mark U+2581
+// anywhere but at its start (models trained with split_by_whitespace, sentencepiece's default, and
+// without treat_whitespace_as_suffix or whitespace-only pieces), no piece spans a space, so the ids of a
+// text's start cut before a space are the first ids of the whole text's. A long text is then encoded from
+// such a start: enough bytes for the ids wanted at the bytes per id seen so far, cut before a space
+// between two ASCII characters (so that no normalization rule of the model spans the cut), and twice as
+// many where that gave too few. A text with no such space, or shorter than the ids wanted, is encoded
+// whole.
+
 namespace {
+
+constexpr std::string_view kWordStart = "\xe2\x96\x81";  // U+2581, sentencepiece's mark for a space
+
+struct Model {
+  sentencepiece::SentencePieceProcessor processor;
+  bool cuts_before_spaces = false;  // a text's start may be encoded alone (Note [encoding only what is kept])
+};
+
+// Whether every piece has the word-start mark at its start only, if at all.
+bool pieces_start_words_only(const sentencepiece::SentencePieceProcessor& processor) {
+  for (int id = 0; id < processor.GetPieceSize(); ++id) {
+    if (processor.IsControl(id) || processor.IsUnknown(id)) continue;
+    if (processor.IdToPiece(id).find(kWordStart, 1) != std::string::npos) return false;
+  }
+  return true;
+}
+
+bool ascii_letter(char c) { return c > ' ' && c < 0x7f; }
+
+// The last space before `limit` whose neighbours are ASCII characters other than spaces; 0 if none.
+size_t cut_before(std::string_view text, size_t limit) {
+  for (size_t i = std::min(limit, text.size() - 1); i > 0; --i) {
+    if (text[i] == ' ' && ascii_letter(text[i - 1]) && ascii_letter(text[i + 1])) return i;
+  }
+  return 0;
+}
 
 void set_error(char* error, size_t error_size, const std::string& text) {
   if (error == nullptr || error_size == 0) return;
@@ -33,18 +71,20 @@ extern "C" {
 __attribute__((visibility("default"))) void* ferry_sentencepiece_load(const char* path, FerrySentencePieceIds* ids,
                                                                       char* error, size_t error_size) {
   try {
-    auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
-    const auto status = processor->Load(path);
+    auto model = std::make_unique<Model>();
+    sentencepiece::SentencePieceProcessor& processor = model->processor;
+    const auto status = processor.Load(path);
     if (!status.ok()) {
       set_error(error, error_size, status.ToString());
       return nullptr;
     }
-    ids->vocab_size = processor->GetPieceSize();
-    ids->bos = processor->bos_id();
-    ids->eos = processor->eos_id();
-    ids->pad = processor->pad_id();
-    ids->unk = processor->unk_id();
-    return processor.release();
+    ids->vocab_size = processor.GetPieceSize();
+    ids->bos = processor.bos_id();
+    ids->eos = processor.eos_id();
+    ids->pad = processor.pad_id();
+    ids->unk = processor.unk_id();
+    model->cuts_before_spaces = pieces_start_words_only(processor);
+    return model.release();
   } catch (const std::exception& e) {
     set_error(error, error_size, e.what());
   } catch (...) {
@@ -53,9 +93,7 @@ __attribute__((visibility("default"))) void* ferry_sentencepiece_load(const char
   return nullptr;
 }
 
-__attribute__((visibility("default"))) void ferry_sentencepiece_free(void* model) {
-  delete static_cast<sentencepiece::SentencePieceProcessor*>(model);
-}
+__attribute__((visibility("default"))) void ferry_sentencepiece_free(void* model) { delete static_cast<Model*>(model); }
 
 __attribute__((visibility("default"))) int64_t ferry_sentencepiece_encode(const void* model, const char* text,
                                                                           size_t size, int32_t* ids, int64_t capacity,
@@ -63,13 +101,31 @@ __attribute__((visibility("default"))) int64_t ferry_sentencepiece_encode(const 
   try {
     // Encode() is const and keeps no state: the decode threads share one processor.
     thread_local std::vector<int> pieces;
-    pieces.clear();
-    const auto* processor = static_cast<const sentencepiece::SentencePieceProcessor*>(model);
-    const auto status = processor->Encode(absl::string_view(text, size), &pieces);
-    if (!status.ok()) {
-      set_error(error, error_size, status.ToString());
-      return -1;
+    thread_local double bytes_per_id = 4.0;  // as seen in this thread's texts so far
+    const auto* chosen = static_cast<const Model*>(model);
+    const std::string_view whole(text, size);
+    const auto encode = [&](std::string_view part) {
+      pieces.clear();
+      const auto status = chosen->processor.Encode(absl::string_view(part.data(), part.size()), &pieces);
+      if (!status.ok()) set_error(error, error_size, status.ToString());
+      if (!pieces.empty()) bytes_per_id = static_cast<double>(part.size()) / static_cast<double>(pieces.size());
+      return status.ok();
+    };
+    const auto wanted = static_cast<size_t>(std::max<int64_t>(capacity, 0)) + 1;  // ids that show the text is cut
+    bool done = false;
+    const double guess = static_cast<double>(wanted) * bytes_per_id * 1.25 + 16;  // bytes for `wanted` ids
+    if (chosen->cuts_before_spaces && wanted < size && guess < static_cast<double>(size)) {
+      for (auto limit = static_cast<size_t>(guess); limit < size; limit *= 2) {
+        const size_t cut = cut_before(whole, limit);
+        if (cut == 0) break;
+        if (!encode(whole.substr(0, cut))) return -1;
+        if (pieces.size() >= wanted) {
+          done = true;
+          break;
+        }
+      }
     }
+    if (!done && !encode(whole)) return -1;
     const auto count = static_cast<int64_t>(pieces.size());
     std::copy_n(pieces.begin(), std::min(count, capacity), ids);
     return count;

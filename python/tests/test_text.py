@@ -92,6 +92,43 @@ def test_jsonl_text_is_the_modules_ids_cut_and_padded(tmp_path, model, length, b
     assert sorted(seen) == sorted(texts)
 
 
+LONG_WORDS = WORDS + ["e\u0301", "\u0301", "a\u00a0b", "\u3000", "Ｆｕｌｌ", "ﬁne", "x  y", "end.\nnext", "(1)", "-", "\u2581"]
+
+
+@pytest.mark.parametrize("trainer", [{}, {"treat_whitespace_as_suffix": True}, {"split_by_whitespace": False},
+                                     {"allow_whitespace_only_pieces": True, "remove_extra_whitespaces": False}])
+def test_long_texts_cut_short_are_the_modules_first_ids_for_models_trained_any_way(tmp_path, trainer):
+    # Only the start of a long text is encoded where the model allows: its ids must still be the first ids of
+    # the whole text's, whatever the model, the characters about the cut and the length kept.
+    rng = random.Random(7)
+    texts = [" ".join(rng.choice(LONG_WORDS) for _ in range(rng.randrange(50, 400))) for _ in range(120)]
+    (tmp_path / "corpus.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(tmp_path / "corpus.txt"), model_prefix=str(tmp_path / "m"),
+                                   vocab_size=100, hard_vocab_limit=False, minloglevel=2, **trainer)
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "m.model"))
+    write_jsonl(tmp_path / "long.jsonl", texts)
+    by_line = line_texts(tmp_path / "long.jsonl")
+    for shape, keys in [([1], {"pad_id": -1}), ([33], {"add_bos": True, "pad_id": -1}),
+                        ([300], {"add_eos": True, "pad_id": -1}), ([None], {"max_length": 90})]:
+        field = spm_field(tmp_path / "m.model", dtype="int64", shape=shape, **keys)
+        config = {"source": {"kind": "jsonl", "files": str(tmp_path / "long.jsonl"), "fields": [field]},
+                  "batch_size": 8, "decode": {"threads": 2}}
+        if shape[0] is None:
+            config["collate"] = {"pad_values": {"ids": -1}}
+        length = shape[0] or keys["max_length"]
+        rows = 0
+        with ferry.Pipeline(config) as pipeline:
+            for batch in pipeline:
+                lengths = batch["ids_lengths"].tolist() if shape[0] is None else [length] * len(batch.sample_keys)
+                for row, kept, key in zip(batch["ids"].cpu().tolist(), lengths, batch.sample_keys):
+                    text = by_line[int(key.rsplit(":", 1)[1])]
+                    want = expected_ids(sp, text, length, keys.get("add_bos", False), keys.get("add_eos", False),
+                                        pad=-1 if shape[0] else None)
+                    assert row[:kept] == want and all(i == -1 for i in row[kept:]), (trainer, shape, key)
+                    rows += 1
+        assert rows == len(texts)
+
+
 def test_tar_text_members_of_any_length_are_cut_to_max_length(tmp_path, model):
     path, sp = model
     texts = random_texts(150, 7)
