@@ -20,8 +20,8 @@ windows of 2048 tokens, shuffled, batches of 32: each dataset alone, and the thr
 the mixture's cost is 1 - its rate / the mean rate of its sources alone (goal: at most 5%).
 
 Text (the rows "text"): JSON-lines files of --texts documents of made-up words (short ones, as captions,
-cut or padded to 77 ids; long ones, as web pages, cut to 1024), tokenized by a sentencepiece model
-trained on them, batches of 32 int64 rows on the device:
+cut or padded to 77 ids; long ones, as web pages, cut to 1024; and a tenth as many books, 3000-10000 words,
+cut to 1024), tokenized by a sentencepiece model trained on them, batches of 32 int64 rows on the device:
   DataLoader  num_workers W, a map-style Dataset reading line i (its offset found once, as ferry does),
               json.loads, the sentencepiece Python module's encode, cut and padded, pin_memory;
   ferry       source kind jsonl, the sentencepiece decoder, decode.threads W (goal: 3x DataLoader);
@@ -86,21 +86,23 @@ WORDS = None
 
 
 def text_files(folder, texts):
-    """Two JSON-lines files of `texts` documents of made-up words (a Zipf draw over 20000 of them), short
-    (5-40 words) and long (300-1500 words), and a sentencepiece model of 4000 pieces trained on them."""
+    """JSON-lines files of `texts` documents of made-up words (a Zipf draw over 20000 of them), short (5-40
+    words) and long (300-1500 words), of texts / 10 books (3000-10000 words), and a sentencepiece model of
+    4000 pieces trained on the short ones."""
     import sentencepiece as spm
     rng = np.random.default_rng(3)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     words = ["".join(rng.choice(letters, n)) for n in rng.integers(2, 11, 20000)]
     paths = {}
-    for kind, (low, high) in {"short": (5, 40), "long": (300, 1500)}.items():
-        path = os.path.join(folder, f"text-{kind}-{texts}.jsonl")
+    for kind, (low, high, count) in {"short": (5, 40, texts), "long": (300, 1500, texts),
+                                     "book": (3000, 10000, max(texts // 10, 1))}.items():
+        path = os.path.join(folder, f"text-{kind}-{count}.jsonl")
         paths[kind] = path
         if os.path.exists(path):
             continue
-        log(f"writing {texts} {kind} documents to {path}")
+        log(f"writing {count} {kind} documents to {path}")
         with open(path + ".part", "w") as f:
-            for n in rng.integers(low, high, texts):
+            for n in rng.integers(low, high, count):
                 picks = np.minimum(rng.zipf(1.3, n), len(words)) - 1
                 f.write(json.dumps({"text": " ".join(words[i] for i in picks)}) + "\n")
         os.replace(path + ".part", path)
@@ -108,7 +110,8 @@ def text_files(folder, texts):
     if not os.path.exists(model):
         log(f"training {model}")
         spm.SentencePieceTrainer.train(input=paths["short"], model_prefix=model[:-len(".model")], vocab_size=4000,
-                                       input_sentence_size=20000, shuffle_input_sentence=True, minloglevel=2)
+                                       hard_vocab_limit=False, input_sentence_size=20000, shuffle_input_sentence=True,
+                                       minloglevel=2)
     return paths, model
 
 
@@ -156,8 +159,11 @@ def encode_alone_rate(path, model, length, batches):
     processor = spm.SentencePieceProcessor(model_file=model)
     with open(path, encoding="utf-8") as f:
         texts = [json.loads(line)["text"] for _, line in zip(range(batches * BATCH), f)]
-    start = time.perf_counter()
-    ids = sum(len(processor.encode(text)[:length]) for text in texts)
+    start, ids = time.perf_counter(), 0
+    for text in texts:  # for about two seconds: a book takes tens of milliseconds
+        ids += len(processor.encode(text)[:length])
+        if time.perf_counter() - start > 2:
+            break
     return ids / (time.perf_counter() - start)
 
 
@@ -258,6 +264,7 @@ def main():
     parser.add_argument("--texts", type=int, default=200000, help="documents per JSON-lines file")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tables", default="windows,mixture,text", help="which tables to measure")
+    parser.add_argument("--texts-kinds", default="short,long,book", help="which texts the text table measures")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
@@ -306,7 +313,9 @@ def main():
 
     if "text" in tables:
         texts, model = text_files(args.data, args.texts)
-        for kind, length in (("short", 77), ("long", 1024)):
+        lengths = {"short": 77, "long": 1024, "book": 1024}
+        for kind in args.texts_kinds.split(","):
+            length = lengths[kind]
             measure("text", f"encode alone {kind}", 1, length,
                     lambda: encode_alone_rate(texts[kind], model, length, args.batches))
             for w in workers:

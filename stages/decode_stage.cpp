@@ -1,7 +1,9 @@
 #include "ferry/stages/decode_stage.h"
 
 #include <algorithm>
+#include <functional>
 #include <sstream>
+#include <thread>
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -95,7 +97,7 @@ DecodeStage::DecodeStage(std::shared_ptr<const Source> source, const DecoderRegi
     : source_(std::move(source)), transforms_(std::move(transforms)) {
   if (!source_) throw Error("decode stage: no source");
   parts_ = source_->mixed_parts();
-  part_samples_ = std::make_unique<std::atomic<uint64_t>[]>(parts_.size());
+  part_samples_ = std::vector<Counter>(kCountShards * parts_.size());
   const auto& specs = source_->fields();
   const auto has_field = [&](std::string_view field) {
     return std::any_of(specs.begin(), specs.end(), [&](const FieldSpec& spec) { return spec.name == field; });
@@ -389,12 +391,16 @@ std::vector<UserCodeStats> DecodeStage::user_code() const {
 
 std::vector<SourcePartStats> DecodeStage::source_parts() const {
   std::vector<SourcePartStats> parts = parts_;
-  for (size_t k = 0; k < parts.size(); ++k) parts[k].samples = part_samples_[k].load(std::memory_order_relaxed);
+  for (size_t i = 0; i < part_samples_.size(); ++i) {
+    parts[i % parts.size()].samples += part_samples_[i].value.load(std::memory_order_relaxed);
+  }
   return parts;
 }
 
 void DecodeStage::count_part(uint64_t index) {
-  if (!parts_.empty()) part_samples_[source_->part_of(index)].fetch_add(1, std::memory_order_relaxed);
+  if (parts_.empty()) return;
+  thread_local const size_t shard = std::hash<std::thread::id>{}(std::this_thread::get_id()) % kCountShards;
+  part_samples_[shard * parts_.size() + source_->part_of(index)].value.fetch_add(1, std::memory_order_relaxed);
 }
 
 void DecodeStage::prepare(const std::vector<SampleWork*>& samples) {

@@ -108,9 +108,15 @@ class DecodeStage : public SampleStage {
   std::vector<bool> on_gpu_;  // per field
   GpuShare share_ = GpuShare::kNone;
   std::atomic<uint64_t> gpu_images_{0};
-  std::atomic<uint64_t> cpu_images_{0};                    // of GPU fields
-  std::vector<SourcePartStats> parts_;                     // a mixed source's (Source::mixed_parts)
-  std::unique_ptr<std::atomic<uint64_t>[]> part_samples_;  // samples decoded from each of parts_
+  std::atomic<uint64_t> cpu_images_{0};  // of GPU fields
+  std::vector<SourcePartStats> parts_;   // a mixed source's (Source::mixed_parts)
+  // Samples decoded from each of parts_, counted on kCountShards lines chosen by thread (shard x part),
+  // so that decode threads counting the same part do not take turns on one cache line.
+  static constexpr size_t kCountShards = 16;
+  struct alignas(64) Counter {
+    std::atomic<uint64_t> value{0};
+  };
+  std::vector<Counter> part_samples_;
 };
 
 }  // namespace ferry

@@ -25,11 +25,12 @@
 // encoding them all costs in proportion. Where no piece of the model holds the word-start mark U+2581
 // anywhere but at its start (models trained with split_by_whitespace, sentencepiece's default, and
 // without treat_whitespace_as_suffix or whitespace-only pieces), no piece spans a space, so the ids of a
-// text's start cut before a space are the first ids of the whole text's. A long text is then encoded from
-// such a start: enough bytes for the ids wanted at the bytes per id seen so far, cut before a space
-// between two ASCII characters (so that no normalization rule of the model spans the cut), and twice as
-// many where that gave too few. A text with no such space, or shorter than the ids wanted, is encoded
-// whole.
+// text's start cut before a space are the first ids of the whole text's. A text with at least twice the
+// bytes that the ids wanted take (at the bytes per id seen so far, and a quarter more) is encoded from
+// such a start, cut before a space between two ASCII characters (so that no normalization rule of the
+// model spans the cut); where that start gave too few ids, or has no such space, and for shorter texts,
+// the whole text is. A text of barely more ids than wanted gains nothing from its start, and the start
+// tried first costs at most half the whole.
 
 namespace {
 
@@ -112,20 +113,13 @@ __attribute__((visibility("default"))) int64_t ferry_sentencepiece_encode(const 
       return status.ok();
     };
     const auto wanted = static_cast<size_t>(std::max<int64_t>(capacity, 0)) + 1;  // ids that show the text is cut
-    bool done = false;
-    const double guess = static_cast<double>(wanted) * bytes_per_id * 1.25 + 16;  // bytes for `wanted` ids
-    if (chosen->cuts_before_spaces && wanted < size && guess < static_cast<double>(size)) {
-      for (auto limit = static_cast<size_t>(guess); limit < size; limit *= 2) {
-        const size_t cut = cut_before(whole, limit);
-        if (cut == 0) break;
-        if (!encode(whole.substr(0, cut))) return -1;
-        if (pieces.size() >= wanted) {
-          done = true;
-          break;
-        }
-      }
-    }
-    if (!done && !encode(whole)) return -1;
+    // A start of the text where it has at least twice the bytes that many ids take, else the whole.
+    const double start_bytes = static_cast<double>(wanted) * bytes_per_id * 1.25 + 16;
+    const size_t cut = chosen->cuts_before_spaces && 2 * start_bytes <= static_cast<double>(size)
+                           ? cut_before(whole, static_cast<size_t>(start_bytes))
+                           : 0;
+    if (cut > 0 && !encode(whole.substr(0, cut))) return -1;
+    if ((cut == 0 || pieces.size() < wanted) && !encode(whole)) return -1;
     const auto count = static_cast<int64_t>(pieces.size());
     std::copy_n(pieces.begin(), std::min(count, capacity), ids);
     return count;

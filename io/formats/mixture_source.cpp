@@ -65,7 +65,6 @@ MixtureSource::MixtureSource(std::vector<MixturePart> parts, MixtureSchedule::Mo
   }
   schedule_ = std::make_shared<const MixtureSchedule>(weights_of(parts_), mode);
   samples_ = samples > 0 ? samples : offsets_.back();
-  reads_ = std::make_unique<std::atomic<uint64_t>[]>(parts_.size());
 }
 
 size_t MixtureSource::part_of(uint64_t index) const {
@@ -78,7 +77,6 @@ size_t MixtureSource::part_of(uint64_t index) const {
 
 EncodedSample MixtureSource::read(uint64_t index) const {
   const size_t part = part_of(index);
-  reads_[part].fetch_add(1, std::memory_order_relaxed);
   EncodedSample sample = parts_[part].source->read(index - offsets_[part]);
   sample.index = index;
   return sample;
@@ -86,7 +84,6 @@ EncodedSample MixtureSource::read(uint64_t index) const {
 
 EncodedSample MixtureSource::read_sample(uint64_t index, const SampleContext& context) const {
   const size_t part = part_of(index);
-  reads_[part].fetch_add(1, std::memory_order_relaxed);
   SampleContext inner = context;
   inner.index = index - offsets_[part];
   EncodedSample sample = parts_[part].source->read_sample(inner.index, inner);
@@ -117,12 +114,6 @@ std::vector<SourcePartStats> MixtureSource::mixed_parts() const {
   std::vector<SourcePartStats> parts;
   for (const MixturePart& part : parts_) parts.push_back({part.source->describe(), part.weight / total, 0});
   return parts;
-}
-
-std::vector<uint64_t> MixtureSource::reads() const {
-  std::vector<uint64_t> counts(parts_.size());
-  for (size_t k = 0; k < counts.size(); ++k) counts[k] = reads_[k].load(std::memory_order_relaxed);
-  return counts;
 }
 
 }  // namespace ferry

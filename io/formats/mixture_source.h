@@ -1,6 +1,5 @@
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,8 +25,8 @@ struct MixturePart {
 /// many as the parts hold together, so a part weighted above its size's share is read more than once
 /// per epoch (upsampled) and one below it less.
 ///
-/// Owns: its parts' sources (shared). Immutable after construction but for the read counters; read() is
-/// as thread-safe as the parts' reads.
+/// Owns: its parts' sources (shared). Immutable after construction; read() is as thread-safe as the parts'
+/// reads.
 class MixtureSource : public Source {
  public:
   /// Throws ferry::Error for no parts, a part without a source or without samples, weights the schedule
@@ -55,15 +54,12 @@ class MixtureSource : public Source {
   const std::shared_ptr<const MixtureSchedule>& schedule() const noexcept { return schedule_; }
   /// Positions in one epoch (before a data-parallel run deals them out).
   uint64_t epoch_samples() const noexcept { return samples_; }
-  /// Samples read from each part so far (reads that failed included). Thread-safe.
-  std::vector<uint64_t> reads() const;
 
  private:
   std::vector<MixturePart> parts_;
   std::vector<uint64_t> offsets_;  // parts_.size() + 1 entries: each part's first index, then size()
   std::shared_ptr<const MixtureSchedule> schedule_;
   uint64_t samples_ = 0;
-  std::unique_ptr<std::atomic<uint64_t>[]> reads_;
 };
 
 }  // namespace ferry
