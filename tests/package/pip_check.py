@@ -35,5 +35,29 @@ copied = ferry.start_copy(data, "cpu").get()
 assert copied["meta"] == "shard-3"
 assert torch.equal(copied["a"], data["a"]) and torch.equal(copied["b"][0], data["b"][0])
 assert torch.equal(copied["b"][1], data["b"][1])
+# Text: the wheel carries the sentencepiece module beside the extension (when built with sentencepiece)
+# and loads it from there, with no environment variable to point at it.
+module = where.parent / "libferry_sentencepiece.so"
+if module.exists():
+    import json
+    import os
+    import tempfile
+    os.environ.pop("FERRY_SENTENCEPIECE_MODULE", None)
+    model = pathlib.Path(__file__).resolve().parents[1] / "data" / "sentencepiece-32.model"
+    with tempfile.TemporaryDirectory() as folder:
+        lines = pathlib.Path(folder) / "t.jsonl"
+        lines.write_text(json.dumps({"text": "the cat sat on a mat"}) + "\n")
+        field = {"name": "ids", "key": "text", "decoder": "sentencepiece", "model": str(model), "dtype": "int64",
+                 "shape": [12], "pad_id": -1}
+        with ferry.Pipeline({"source": {"kind": "jsonl", "files": str(lines), "fields": [field]}, "batch_size": 1,
+                             "transfer": {"device": "cpu"}}) as pipeline:
+            ids = next(iter(pipeline))["ids"][0].tolist()
+    try:
+        import sentencepiece
+        expected = sentencepiece.SentencePieceProcessor(model_file=str(model)).encode("the cat sat on a mat")
+        assert ids == expected + [-1] * (12 - len(expected)), (ids, expected)
+    except ImportError:
+        assert 0 < sum(i >= 0 for i in ids) < 12, ids
+    print(f"sentencepiece from the wheel's {module.name}: {ids}")
 print(f"pip-installed ferry {ferry.__version__} ({ferry.build_kind} build) from {where.parent}: "
       f"{len(batches)} batches as configured, start_copy of {len(data)} entries ok")
