@@ -1,9 +1,7 @@
 #include "ferry/stages/decode_stage.h"
 
 #include <algorithm>
-#include <functional>
 #include <sstream>
-#include <thread>
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -366,6 +364,13 @@ void DecodeStage::run_pending(const std::vector<SampleWork*>& samples,
                                                  errors[k] + " on the GPU; on the CPU: " + cause_of(e))));
     }
   }
+  // A sample whose images all decoded counts for its part of a mixture now; run() left it to this.
+  // (items holds each sample's images one after another.)
+  for (size_t k = 0; k < items.size(); ++k) {
+    SampleWork* sample = items[k].first;
+    if (k + 1 < items.size() && items[k + 1].first == sample) continue;
+    if (std::find(done.begin(), done.end(), sample) == done.end()) count_part(sample->index());
+  }
 }
 
 namespace {
@@ -399,7 +404,9 @@ std::vector<SourcePartStats> DecodeStage::source_parts() const {
 
 void DecodeStage::count_part(uint64_t index) {
   if (parts_.empty()) return;
-  thread_local const size_t shard = std::hash<std::thread::id>{}(std::this_thread::get_id()) % kCountShards;
+  // Each thread its own shard (round-robin as threads first count): hashes of thread ids may share low bits.
+  static std::atomic<size_t> threads{0};
+  thread_local const size_t shard = threads.fetch_add(1, std::memory_order_relaxed) % kCountShards;
   part_samples_[shard * parts_.size() + source_->part_of(index)].value.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -465,7 +472,7 @@ void DecodeStage::run(SampleWork& work) {
     for (size_t i = 0; i < specs.size(); ++i) decode_field(i);
   }
   if (!transforms_.list.empty()) transform(work, encoded.key);
-  count_part(work.index());
+  if (work.pending.empty()) count_part(work.index());  // else once its GPU images decode (run_pending)
 }
 
 void DecodeStage::decode_into(SampleWork& work, size_t i, const at::Tensor& encoded, bool with_companions) const {

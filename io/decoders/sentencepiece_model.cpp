@@ -18,14 +18,14 @@
 // not link sentencepiece: a small module, libferry_sentencepiece.so (sentencepiece_module.cpp), links
 // it and offers a C interface, and the first model loaded opens that module with RTLD_LOCAL, which
 // keeps its symbols out of everyone else's lookups. Where a protobuf is already in the process's
-// global scope (a program linking Debian's libtorch), the module is opened with RTLD_DEEPBIND too,
-// which binds it and libsentencepiece to their own symbols first. DEEPBIND is not used otherwise
-// (pip's libtorch hides its protobuf): it also binds the module's malloc to glibc's where the program's
-// is another (jemalloc), and on Ubuntu 24.04's glibc such a program crashes in the module; and the
-// sanitizers' runtimes refuse it, so a sanitizer build has sentencepiece only where no protobuf is
-// global. The module is looked for, in order: $FERRY_SENTENCEPIECE_MODULE; beside the binary holding
-// ferry's code (the Python package's folder); for a program of the build tree, where the build made
-// it; lib/ferry/ beside the program's bin/ (an installed tree, wherever it went); where `cmake
+// global scope (a program linking libtorch, Debian's or pip's: both export one), the module is opened
+// with RTLD_DEEPBIND too, which binds it and libsentencepiece to their own symbols first. DEEPBIND is
+// not used otherwise (Python loads torch and ferry's extension RTLD_LOCAL): it also binds the module's
+// direct malloc calls to glibc's where the program's is another (jemalloc), which a program on Ubuntu
+// 24.04 was once seen to crash in; and the sanitizers' runtimes refuse it, so a sanitizer build has
+// sentencepiece only where no protobuf is global. The module is looked for, in order: $FERRY_SENTENCEPIECE_MODULE;
+// beside the binary holding ferry's code (the Python package's folder); for a program of the build tree, where the
+// build made it; lib/ferry/ beside the program's bin/ (an installed tree, wherever it went); where `cmake
 // --install` and the .deb put it; where the build made it.
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -98,11 +98,16 @@ std::vector<std::string> module_candidates() {
   return candidates;
 }
 
-// Whether a protobuf is in the process's global scope, where libsentencepiece's own copy would bind
-// to it. Every protobuf since 3.0 defines both.
+// Whether a protobuf is in the process's global scope (the program, its libraries and those loaded
+// RTLD_GLOBAL: what the program's own handle sees), where libsentencepiece's own copy would bind to it.
+// Every protobuf since 3.0 defines both symbols.
 bool protobuf_is_global() {
-  return ::dlsym(RTLD_DEFAULT, "_ZN6google8protobuf23ShutdownProtobufLibraryEv") != nullptr ||
-         ::dlsym(RTLD_DEFAULT, "_ZN6google8protobuf8internal13VerifyVersionEiiPKc") != nullptr;
+  void* program = ::dlopen(nullptr, RTLD_NOW);
+  const bool global =
+      program != nullptr && (::dlsym(program, "_ZN6google8protobuf23ShutdownProtobufLibraryEv") != nullptr ||
+                             ::dlsym(program, "_ZN6google8protobuf8internal13VerifyVersionEiiPKc") != nullptr);
+  if (program != nullptr) ::dlclose(program);
+  return global;
 }
 
 Module open_module() {
@@ -132,10 +137,12 @@ Module open_module() {
     }
     module.load = reinterpret_cast<FerrySentencePieceLoad>(::dlsym(handle, "ferry_sentencepiece_load"));
     module.free = reinterpret_cast<FerrySentencePieceFree>(::dlsym(handle, "ferry_sentencepiece_free"));
-    module.encode = reinterpret_cast<FerrySentencePieceEncode>(::dlsym(handle, "ferry_sentencepiece_encode"));
+    module.encode = reinterpret_cast<FerrySentencePieceEncode>(::dlsym(handle, "ferry_sentencepiece_encode_start"));
     if (module.load == nullptr || module.free == nullptr || module.encode == nullptr) {
       module = Module{};
-      module.error = path + " is not ferry's sentencepiece module (it lacks ferry_sentencepiece_load/free/encode)";
+      module.error = path +
+                     " is not ferry's sentencepiece module (it lacks ferry_sentencepiece_load/free/encode_start: "
+                     "one of another ferry version?)";
     }
     // Kept open for the process's life: models made from it may live until exit.
     return module;

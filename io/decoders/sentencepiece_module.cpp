@@ -4,7 +4,8 @@
 // exports its symbols, and libtorch loads another protobuf; linked into one program, the two copies'
 // symbols interpose and the program crashes before main. Loaded on its own (RTLD_LOCAL, and
 // RTLD_DEEPBIND where another protobuf is global), this module and libsentencepiece keep their symbols
-// among themselves (Note [sentencepiece module] in sentencepiece_model.cpp). Only plain C types cross the boundary.
+// among themselves (Note [sentencepiece module] in sentencepiece_model.cpp). Only plain C types cross the
+// boundary.
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <sentencepiece_processor.h>
@@ -21,11 +23,13 @@
 
 // Note [encoding only what is kept]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A field of L ids keeps the first L ids of a text; a web page cut to 1024 ids has thousands more, and
-// encoding them all costs in proportion. Where no piece of the model holds the word-start mark U+2581
-// anywhere but at its start (models trained with split_by_whitespace, sentencepiece's default, and
-// without treat_whitespace_as_suffix or whitespace-only pieces), no piece spans a space, so the ids of a
-// text's start cut before a space are the first ids of the whole text's. A text with at least twice the
+// A field of L ids keeps the first L ids of a text; a book cut to 1024 ids has thousands more, and
+// encoding them all costs in proportion. Where no piece of the model holds the word-start mark U+2581 (or
+// a space) anywhere but at its start (models trained with split_by_whitespace, sentencepiece's default,
+// and without treat_whitespace_as_suffix or whitespace-only pieces), no piece spans a space; where the
+// model also normalizes with one of sentencepiece's built-in rules (no user-defined rule may rewrite
+// across a space) and marks spaces with U+2581, the ids of a text's start cut before a space are the
+// first ids of the whole text's. A text with at least twice the
 // bytes that the ids wanted take (at the bytes per id seen so far, and a quarter more) is encoded from
 // such a start, cut before a space between two ASCII characters (so that no normalization rule of the
 // model spans the cut); where that start gave too few ids, or has no such space, and for shorter texts,
@@ -41,21 +45,93 @@ struct Model {
   bool cuts_before_spaces = false;  // a text's start may be encoded alone (Note [encoding only what is kept])
 };
 
-// Whether every piece has the word-start mark at its start only, if at all.
+// Whether every piece has the word-start mark (or a space) at its start only, if at all.
 bool pieces_start_words_only(const sentencepiece::SentencePieceProcessor& processor) {
   for (int id = 0; id < processor.GetPieceSize(); ++id) {
     if (processor.IsControl(id) || processor.IsUnknown(id)) continue;
-    if (processor.IdToPiece(id).find(kWordStart, 1) != std::string::npos) return false;
+    const std::string& piece = processor.IdToPiece(id);
+    if (piece.find(kWordStart, 1) != std::string::npos || piece.find(' ', 1) != std::string::npos) return false;
   }
   return true;
 }
 
-bool ascii_letter(char c) { return c > ' ' && c < 0x7f; }
+// Reads a varint of protobuf's wire format at `at`, moving past it; false where it is cut short.
+bool read_varint(std::string_view data, size_t& at, uint64_t& value) {
+  value = 0;
+  for (int shift = 0; shift < 64 && at < data.size(); shift += 7) {
+    const auto byte = static_cast<uint8_t>(data[at++]);
+    value |= uint64_t{byte & 0x7fU} << shift;
+    if ((byte & 0x80U) == 0) return true;
+  }
+  return false;
+}
 
-// The last space before `limit` whose neighbours are ASCII characters other than spaces; 0 if none.
+// Calls visit(number, varint, bytes) for each field of a serialized protobuf message (bytes for a
+// length-delimited one, varint for a varint); false where the message is not well formed. Debian's
+// libsentencepiece-dev ships no generated headers for ModelProto, so its few fields read here are read
+// from the wire format.
+template <typename Visit>
+bool for_each_field(std::string_view message, Visit visit) {
+  size_t at = 0;
+  while (at < message.size()) {
+    uint64_t tag = 0;
+    uint64_t value = 0;
+    std::string_view bytes;
+    if (!read_varint(message, at, tag)) return false;
+    switch (tag & 7U) {
+      case 0:  // varint
+        if (!read_varint(message, at, value)) return false;
+        break;
+      case 1:  // 64 bits
+        if (message.size() - at < 8) return false;
+        at += 8;
+        break;
+      case 2:  // length-delimited
+        if (!read_varint(message, at, value) || value > message.size() - at) return false;
+        bytes = message.substr(at, value);
+        at += value;
+        break;
+      case 5:  // 32 bits
+        if (message.size() - at < 4) return false;
+        at += 4;
+        break;
+      default: return false;
+    }
+    visit(tag >> 3, value, bytes);
+  }
+  return true;
+}
+
+// Whether the model normalizes with a built-in rule set and marks spaces with U+2581: its ModelProto's
+// normalizer_spec (field 3) has a name (1) other than "user_defined" and escape_whitespaces (5, by
+// default true) set.
+bool normalizes_with_built_in_rules(const sentencepiece::SentencePieceProcessor& processor) {
+  const std::string model = processor.serialized_model_proto();
+  std::string_view spec;
+  if (!for_each_field(model, [&](uint64_t number, uint64_t, std::string_view bytes) {
+        if (number == 3) spec = bytes;
+      })) {
+    return false;
+  }
+  std::string_view name;
+  bool escapes_spaces = true;
+  if (!for_each_field(spec, [&](uint64_t number, uint64_t value, std::string_view bytes) {
+        if (number == 1) name = bytes;
+        if (number == 5) escapes_spaces = value != 0;
+      })) {
+    return false;
+  }
+  constexpr std::string_view kBuiltIn[] = {"nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity"};
+  return escapes_spaces && std::find(std::begin(kBuiltIn), std::end(kBuiltIn), name) != std::end(kBuiltIn);
+}
+
+bool ascii_visible(char c) { return c > ' ' && c < 0x7f; }
+
+// The last space before `limit` whose neighbours are visible ASCII characters; 0 if none.
 size_t cut_before(std::string_view text, size_t limit) {
-  for (size_t i = std::min(limit, text.size() - 1); i > 0; --i) {
-    if (text[i] == ' ' && ascii_letter(text[i - 1]) && ascii_letter(text[i + 1])) return i;
+  if (text.size() < 3) return 0;
+  for (size_t i = std::min(limit, text.size() - 2); i > 0; --i) {
+    if (text[i] == ' ' && ascii_visible(text[i - 1]) && ascii_visible(text[i + 1])) return i;
   }
   return 0;
 }
@@ -84,7 +160,7 @@ __attribute__((visibility("default"))) void* ferry_sentencepiece_load(const char
     ids->eos = processor.eos_id();
     ids->pad = processor.pad_id();
     ids->unk = processor.unk_id();
-    model->cuts_before_spaces = pieces_start_words_only(processor);
+    model->cuts_before_spaces = pieces_start_words_only(processor) && normalizes_with_built_in_rules(processor);
     return model.release();
   } catch (const std::exception& e) {
     set_error(error, error_size, e.what());
@@ -96,9 +172,10 @@ __attribute__((visibility("default"))) void* ferry_sentencepiece_load(const char
 
 __attribute__((visibility("default"))) void ferry_sentencepiece_free(void* model) { delete static_cast<Model*>(model); }
 
-__attribute__((visibility("default"))) int64_t ferry_sentencepiece_encode(const void* model, const char* text,
-                                                                          size_t size, int32_t* ids, int64_t capacity,
-                                                                          char* error, size_t error_size) {
+__attribute__((visibility("default"))) int64_t ferry_sentencepiece_encode_start(const void* model, const char* text,
+                                                                                size_t size, int32_t* ids,
+                                                                                int64_t capacity, char* error,
+                                                                                size_t error_size) {
   try {
     // Encode() is const and keeps no state: the decode threads share one processor.
     thread_local std::vector<int> pieces;

@@ -20,10 +20,11 @@ struct FerrySentencePieceIds {
 /// Loads the model file at `path`: a handle, or null with the reason in `error`.
 using FerrySentencePieceLoad = void* (*)(const char* path, FerrySentencePieceIds* ids, char* error, size_t error_size);
 using FerrySentencePieceFree = void (*)(void* model);
-/// Encodes `size` bytes of UTF-8 text: the number of ids, of which the first `capacity` are written to
-/// `ids`, or -1 with the reason in `error`. A count above `capacity` may fall short of the whole text's:
-/// where the model allows, only a start of the text long enough to fill `ids` is encoded (Note [encoding
-/// only what is kept] in sentencepiece_module.cpp). Thread-safe on one handle.
+/// ferry_sentencepiece_encode_start: encodes `size` bytes of UTF-8 text: the number of ids, of which the
+/// first `capacity` are written to `ids`, or -1 with the reason in `error`. A count above `capacity` may
+/// fall short of the whole text's: where the model allows, only a start of the text long enough to fill
+/// `ids` is encoded (Note [encoding only what is kept] in sentencepiece_module.cpp). Thread-safe on one
+/// handle.
 using FerrySentencePieceEncode = int64_t (*)(const void* model, const char* text, size_t size, int32_t* ids,
                                              int64_t capacity, char* error, size_t error_size);
 }
