@@ -8,9 +8,11 @@
 // boundary.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <string>
@@ -27,14 +29,14 @@
 // encoding them all costs in proportion. Where no piece of the model holds the word-start mark U+2581 (or
 // a space) anywhere but at its start (models trained with split_by_whitespace, sentencepiece's default,
 // and without treat_whitespace_as_suffix or whitespace-only pieces), no piece spans a space; where the
-// model also normalizes with one of sentencepiece's built-in rules (no user-defined rule may rewrite
-// across a space) and marks spaces with U+2581, the ids of a text's start cut before a space are the
-// first ids of the whole text's. A text with at least twice the
-// bytes that the ids wanted take (at the bytes per id seen so far, and a quarter more) is encoded from
-// such a start, cut before a space between two ASCII characters (so that no normalization rule of the
-// model spans the cut); where that start gave too few ids, or has no such space, and for shorter texts,
-// the whole text is. A text of barely more ids than wanted gains nothing from its start, and the start
-// tried first costs at most half the whole.
+// model also normalizes with one of sentencepiece's built-in rule sets (a user's rules may rewrite across
+// a space) and marks spaces with U+2581, the ids of a text's start cut before a space are the first ids
+// of the whole text's. A text with at least twice the bytes that the ids wanted take (at the bytes per id
+// seen so far, and a quarter more) is encoded from such a start, cut before a space between two visible
+// ASCII characters (so that no rule about combining marks or other spaces reaches across the cut); where
+// that start gave too few ids, or has no such space, and for shorter texts, the whole text is. A text of
+// barely more ids than wanted gains nothing from its start, and the start tried first costs at most half
+// the whole.
 
 namespace {
 
@@ -103,8 +105,8 @@ bool for_each_field(std::string_view message, Visit visit) {
 }
 
 // Whether the model normalizes with a built-in rule set and marks spaces with U+2581: its ModelProto's
-// normalizer_spec (field 3) has a name (1) other than "user_defined" and escape_whitespaces (5, by
-// default true) set.
+// normalizer_spec (field 3) has one of the built-in names (1; a user's rules are "user_defined") and
+// escape_whitespaces (5, by default true) set.
 bool normalizes_with_built_in_rules(const sentencepiece::SentencePieceProcessor& processor) {
   const std::string model = processor.serialized_model_proto();
   std::string_view spec;
