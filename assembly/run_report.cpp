@@ -64,6 +64,17 @@ __attribute__((format(printf, 2, 3))) void appendf(std::string& text, const char
 // NaN or infinity (JSON cannot hold them, and "inf samples/s" tells the user nothing).
 double per(double amount, double over) { return over > 0.0 && std::isfinite(over) ? amount / over : 0.0; }
 
+// Each part of a mixture's share of the samples the parts gave (0 before any), in order.
+std::vector<double> part_shares(const std::vector<SourcePartStats>& parts) {
+  uint64_t mixed = 0;
+  for (const SourcePartStats& part : parts) mixed += part.samples;
+  std::vector<double> shares;
+  for (const SourcePartStats& part : parts) {
+    shares.push_back(per(static_cast<double>(part.samples), static_cast<double>(mixed)));
+  }
+  return shares;
+}
+
 std::string plural(uint64_t count, const char* one, const char* many) {
   return std::to_string(count) + " " + (count == 1 ? one : many);
 }
@@ -194,12 +205,11 @@ void append_body(std::string& text, const PipelineStats& stats) {
             code.replaced ? (", " + plural(code.replaced, "worker", "workers") + " replaced").c_str() : "");
   }
   // A mixture: the share of the samples each part gave, beside the share its weight asks for.
-  uint64_t mixed = 0;
-  for (const SourcePartStats& part : stats.source_parts) mixed += part.samples;
-  for (const SourcePartStats& part : stats.source_parts) {
+  const std::vector<double> shares = part_shares(stats.source_parts);
+  for (size_t k = 0; k < shares.size(); ++k) {
+    const SourcePartStats& part = stats.source_parts[k];
     appendf(text, "  mixture    %s: %s, %.1f%% (weight %.1f%%)\n", part.what.c_str(),
-            plural(part.samples, "sample", "samples").c_str(),
-            100.0 * per(static_cast<double>(part.samples), static_cast<double>(mixed)), 100.0 * part.weight);
+            plural(part.samples, "sample", "samples").c_str(), 100.0 * shares[k], 100.0 * part.weight);
   }
   if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {
     appendf(text, "  cache      %s memory on %s: %s of %s, %s kept%s\n", cache.memory.c_str(), cache.location.c_str(),
@@ -586,10 +596,10 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
     json.end_array();
   }
   if (!stats.source_parts.empty()) {
-    uint64_t mixed = 0;
-    for (const SourcePartStats& part : stats.source_parts) mixed += part.samples;
+    const std::vector<double> shares = part_shares(stats.source_parts);
     json.key("source_parts").begin_array();
-    for (const SourcePartStats& part : stats.source_parts) {
+    for (size_t k = 0; k < shares.size(); ++k) {
+      const SourcePartStats& part = stats.source_parts[k];
       json.begin_object()
           .key("source")
           .value(part.what)
@@ -598,7 +608,7 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
           .key("samples")
           .value(part.samples)
           .key("share")
-          .value(per(static_cast<double>(part.samples), static_cast<double>(mixed)))
+          .value(shares[k])
           .end_object();
     }
     json.end_array();
