@@ -135,6 +135,7 @@ MakeContext make_context(const Config& config) {
                                                 : config.pipeline.resolved_decode_threads();
   context.timeout = config.workers.timeout;
   context.python = config.workers.python;
+  context.remote = config.remote;
   return context;
 }
 

@@ -15,6 +15,7 @@
 #include "ferry/io/transforms/transform.h"
 #include "ferry/io/util/key_schema.h"
 #include "ferry/io/util/kind_registry.h"
+#include "ferry/io/util/remote_options.h"
 #include "ferry/stages/pipeline_options.h"
 
 namespace ferry {
@@ -52,7 +53,7 @@ struct SamplerConfig {
 
 /// How user Python code runs (the python source kind, python transforms): in worker processes.
 struct WorkersConfig {
-  size_t count = 0;  // decode.workers: processes per pipeline; 0: as many as decode threads
+  size_t count = 0;      // decode.workers: processes per pipeline; 0: as many as decode threads
   bool threads = false;  // decode.workers: threads: on the decode threads of this process instead
   /// decode.timeout: how long one sample (or a worker's start) may take before its worker is stopped.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
@@ -91,6 +92,8 @@ struct Config {
   std::vector<std::string> devices;
   WorkersConfig workers;
   StatsConfig stats;
+  /// How remote, compressed and piped data is fetched and cached (`remote:`).
+  RemoteOptions remote;
 
   /// Where the config came from ("configs/demo.yaml", "<built-in demo>").
   std::string origin;

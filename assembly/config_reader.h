@@ -129,6 +129,9 @@ class ConfigReader {
   void read_devices(const Node& transfer, const Node& value);
   void read_transfer(const Node& node);
   void read_stats(const Node& node);
+  void read_remote(const Node& node);
+  /// A duration key of at least `min_ms`, or nullopt after a problem.
+  std::optional<std::chrono::milliseconds> duration(const Node& node, const std::string& key, int64_t min_ms);
 
   // ---- checks across sections (config_checks.cpp) ----
   void check_combinations();

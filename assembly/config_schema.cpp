@@ -207,6 +207,45 @@ const std::vector<ConfigKey>& config_keys() {
       {"stats.interval", "duration", "5s", "Time between plain progress lines.", "10s"},
       {"stats.report", "path or empty", "none",
        "Write the JSON report (docs/report.md) to this file at the end of `ferry run`.", "run-report.json"},
+      // remote
+      {"remote", "mapping", "",
+       "How shards given as http://, https://, s3:// URLs or `pipe:` commands, and compressed shards, are fetched and "
+       "kept (docs/remote-data.md).",
+       "{cache_dir: /scratch/ferry-cache, max_bytes: 200GiB}"},
+      {"remote.cache_dir", "folder path", "$XDG_CACHE_HOME/ferry (~/.cache/ferry)",
+       "Where fetched and decoded shards are kept. The ranks of one machine that name the same folder share it: each "
+       "shard is fetched once.",
+       "/scratch/ferry-cache"},
+      {"remote.max_bytes", "size or auto", "auto (half the free space of its disk)",
+       "The most the cache holds. Shards are dropped by when they are next needed (the furthest first); it must hold "
+       "one shard per decode thread.",
+       "200GiB"},
+      {"remote.prefetch", "integer in 0..4096", "8",
+       "Shards (or blocks) fetched ahead of the reading, in the order the run will read them.", "32"},
+      {"remote.connections", "integer in 1..256", "8", "Transfers at once; half of them fetch ahead.", "16"},
+      {"remote.block_size", "size >= 4KiB", "64MiB",
+       "A large remote file read at random (a Megatron .bin) is fetched and cached in blocks of this size.", "16MiB"},
+      {"remote.retries", "integer in 0..100", "5",
+       "Attempts after the first for a transfer that fails on the way (5xx, 429, a reset, a cut body, a stall), with "
+       "a backoff that doubles; a retry asks only for the bytes still missing.",
+       "10"},
+      {"remote.backoff", "duration", "200ms", "The first wait before a retry; it doubles each time, to at most 8 s.",
+       "1s"},
+      {"remote.timeout", "duration >= 1s", "30s",
+       "A transfer (or a `pipe:` command) that brings nothing for this long is given up and retried.", "60s"},
+      {"remote.connect_timeout", "duration", "10s", "The longest wait for a connection.", "3s"},
+      {"remote.ca_bundle", "PEM file path", "the system's",
+       "The certificate authorities HTTPS servers are checked against (a store with its own authority).",
+       "/etc/ssl/certs/ca-certificates.crt"},
+      {"remote.endpoint_url", "http(s) URL", "AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's, AWS",
+       "The address of an S3-compatible store; s3://BUCKET/KEY is then read as ENDPOINT/BUCKET/KEY.",
+       "http://127.0.0.1:9000"},
+      {"remote.region", "text", "AWS_REGION, AWS_DEFAULT_REGION, the profile's, us-east-1",
+       "The region S3 requests are signed for.", "eu-west-1"},
+      {"remote.profile", "text", "AWS_PROFILE, default",
+       "The profile of the shared AWS credentials and config files (~/.aws/credentials, ~/.aws/config).", "training"},
+      {"remote.anonymous", "boolean", "false",
+       "Send S3 requests unsigned (public buckets), whatever credentials there are.", "true"},
   };
   return keys;
 }

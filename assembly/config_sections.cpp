@@ -60,6 +60,7 @@ void ConfigReader::read_root(const Node& root) {
   if (const auto node = child(root, "cache")) read_cache(*node);
   if (const auto node = child(root, "augment")) read_augment(*node);
   if (const auto node = child(root, "stats")) read_stats(*node);
+  if (const auto node = child(root, "remote")) read_remote(*node);
 }
 
 void ConfigReader::read_sampler(const Node& node) {
@@ -512,6 +513,77 @@ void ConfigReader::read_stats(const Node& node) {
         stats.report_path = *path;
       }
     }
+  }
+}
+
+std::optional<std::chrono::milliseconds> ConfigReader::duration(const Node& node, const std::string& key,
+                                                                int64_t min_ms) {
+  const auto text = scalar(node, key, "a duration such as 30s or 500ms");
+  if (!text) return std::nullopt;
+  const auto parsed = parse_duration(*text);
+  if (!parsed || parsed->count() < min_ms) {
+    problem(key, node,
+            "expected a duration of at least " + std::to_string(min_ms) + "ms, such as 30s or 500ms, found '" +
+                printable(*text, 80) +
+                "': " + (parsed ? "shorter than " + std::to_string(min_ms) + "ms" : duration_problem(*text)));
+    return std::nullopt;
+  }
+  return parsed;
+}
+
+void ConfigReader::read_remote(const Node& node) {
+  if (!mapping(node, "remote", "remote")) return;
+  RemoteOptions& remote = config_.remote;
+  const auto text = [&](const char* name, std::string& into, const char* what) {
+    if (const auto value = child(node, name)) {
+      if (auto found = scalar(*value, std::string("remote.") + name, what)) into = *found;
+    }
+  };
+  text("cache_dir", remote.cache_dir, "a folder path");
+  text("ca_bundle", remote.ca_bundle, "a PEM file path");
+  text("endpoint_url", remote.endpoint_url, "an http:// or https:// URL");
+  text("region", remote.region, "an AWS region such as us-east-1");
+  text("profile", remote.profile, "a profile name");
+  if (!remote.endpoint_url.empty() && !remote.endpoint_url.starts_with("http://") &&
+      !remote.endpoint_url.starts_with("https://")) {
+    problem("remote.endpoint_url", *child(node, "endpoint_url"),
+            "expected an http:// or https:// URL, found '" + printable(remote.endpoint_url, 80) + "'");
+  }
+  if (!remote.ca_bundle.empty() && ::access(remote.ca_bundle.c_str(), R_OK) != 0) {
+    problem("remote.ca_bundle", *child(node, "ca_bundle"), "cannot read '" + remote.ca_bundle + "'");
+  }
+  if (const auto value = child(node, "max_bytes")) {
+    if (value->IsScalar() && value->Scalar() == "auto") {
+      note("remote.max_bytes", *value);
+    } else if (auto bytes = size(*value, "remote.max_bytes", 1, "auto or a size such as 200GiB")) {
+      remote.max_bytes = *bytes;
+    }
+  }
+  if (const auto value = child(node, "block_size")) {
+    if (auto bytes = size(*value, "remote.block_size", 4096, "a size of at least 4KiB, such as 64MiB"))
+      remote.block_bytes = *bytes;
+  }
+  if (const auto value = child(node, "prefetch")) {
+    if (auto count = integer(*value, "remote.prefetch", 0, 4096, "an integer in 0..4096")) remote.prefetch = *count;
+  }
+  if (const auto value = child(node, "connections")) {
+    if (auto count = integer(*value, "remote.connections", 1, 256, "an integer in 1..256")) remote.connections = *count;
+  }
+  if (const auto value = child(node, "retries")) {
+    if (auto count = integer(*value, "remote.retries", 0, 100, "an integer in 0..100"))
+      remote.retries = static_cast<int>(*count);
+  }
+  if (const auto value = child(node, "backoff")) {
+    if (auto wait = duration(*value, "remote.backoff", 1)) remote.backoff = *wait;
+  }
+  if (const auto value = child(node, "timeout")) {
+    if (auto wait = duration(*value, "remote.timeout", 1000)) remote.timeout = *wait;
+  }
+  if (const auto value = child(node, "connect_timeout")) {
+    if (auto wait = duration(*value, "remote.connect_timeout", 100)) remote.connect_timeout = *wait;
+  }
+  if (const auto value = child(node, "anonymous")) {
+    if (auto flag = boolean(*value, "remote.anonymous")) remote.anonymous = *flag;
   }
 }
 

@@ -145,8 +145,9 @@ std::optional<uint64_t> ConfigReader::size(const Node& node, const std::string& 
     return std::nullopt;
   }
   if (*bytes < min) {
-    problem(key, node, "expected " + what + ", found '" + printable(*text, 80) + "': less than the smallest, " +
-                           format_byte_size(min));
+    problem(key, node,
+            "expected " + what + ", found '" + printable(*text, 80) + "': less than the smallest, " +
+                format_byte_size(min));
     return std::nullopt;
   }
   return bytes;

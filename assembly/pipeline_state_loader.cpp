@@ -152,10 +152,9 @@ PipelineState state_from(const YAML::Node& root, const std::string& origin, std:
 PipelineState parse_pipeline_state(std::string_view text, const std::string& origin) {
   const YAML::Node root = load_state_text(text, origin);
   if (format_of(root) != "ferry-state") {
-    const std::string hint =
-        format_of(root) == "ferry-states"
-            ? " (this is the state of a group of devices: resume it with transfer.devices)"
-            : "";
+    const std::string hint = format_of(root) == "ferry-states"
+                                 ? " (this is the state of a group of devices: resume it with transfer.devices)"
+                                 : "";
     throw ConfigError(
         {{at(origin, root), "format", "not a saved pipeline state (expected \"format\": \"ferry-state\")" + hint}});
   }

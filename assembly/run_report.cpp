@@ -211,6 +211,19 @@ void append_body(std::string& text, const PipelineStats& stats) {
     appendf(text, "  mixture    %s: %s, %.1f%% (weight %.1f%%)\n", part.what.c_str(),
             plural(part.samples, "sample", "samples").c_str(), 100.0 * shares[k], 100.0 * part.weight);
   }
+  if (const RemoteDataStats& remote = stats.remote; remote.used) {
+    appendf(text, "  remote     fetched %s, %s (%s over the network, %s, %s); %s read from the cache\n",
+            plural(remote.fetches, "shard", "shards").c_str(),
+            format_decimal_bytes(static_cast<double>(remote.fetched_bytes)).c_str(),
+            format_decimal_bytes(static_cast<double>(remote.network_bytes)).c_str(),
+            plural(remote.requests, "request", "requests").c_str(), plural(remote.retries, "retry", "retries").c_str(),
+            format_decimal_bytes(static_cast<double>(remote.from_cache_bytes)).c_str());
+    appendf(text,
+            "             waited %.3f ms a batch for shards (%.1f%% of decode's time); cache %s, at most %s, %s\n",
+            stats.fetch_wait_per_batch_seconds() * 1e3, 100.0 * stats.fetch_wait_share(), remote.cache_dir.c_str(),
+            format_decimal_bytes(static_cast<double>(remote.max_bytes)).c_str(),
+            plural(remote.evictions, "shard dropped", "shards dropped").c_str());
+  }
   if (const DatasetCacheStats& cache = stats.cache; cache.enabled) {
     appendf(text, "  cache      %s memory on %s: %s of %s, %s kept%s\n", cache.memory.c_str(), cache.location.c_str(),
             format_decimal_bytes(static_cast<double>(cache.used_bytes)).c_str(),
@@ -594,6 +607,35 @@ void write_report_json(std::ostream& out, const RunInfo& info, const PipelineSta
           .end_object();
     }
     json.end_array();
+  }
+  if (const RemoteDataStats& remote = stats.remote; remote.used) {
+    json.key("remote")
+        .begin_object()
+        .key("cache_dir")
+        .value(remote.cache_dir)
+        .key("max_bytes")
+        .value(remote.max_bytes)
+        .key("fetches")
+        .value(remote.fetches)
+        .key("fetched_bytes")
+        .value(remote.fetched_bytes)
+        .key("network_bytes")
+        .value(remote.network_bytes)
+        .key("from_cache_bytes")
+        .value(remote.from_cache_bytes)
+        .key("requests")
+        .value(remote.requests)
+        .key("retries")
+        .value(remote.retries)
+        .key("evictions")
+        .value(remote.evictions)
+        .key("wait_seconds")
+        .value(remote.wait_seconds)
+        .key("wait_per_batch_seconds")
+        .value(stats.fetch_wait_per_batch_seconds())
+        .key("wait_share")
+        .value(stats.fetch_wait_share())
+        .end_object();
   }
   if (!stats.source_parts.empty()) {
     const std::vector<double> shares = part_shares(stats.source_parts);

@@ -65,7 +65,7 @@ void print_report(std::FILE* out, const std::string& title, const RunInfo& info,
 /// The report as one JSON document, as docs/report.md describes and docs/report.schema.json
 /// checks: keys always in the same order, every number finite. Bump kReportFormatVersion when a
 /// field changes meaning or goes away (adding a field is a change too: the schema is closed).
-inline constexpr int kReportFormatVersion = 13;
+inline constexpr int kReportFormatVersion = 14;
 void write_report_json(std::ostream& out, const RunInfo& info, const PipelineStats& stats);
 
 }  // namespace ferry

@@ -14,7 +14,8 @@ namespace ferry {
 std::string read_text_file(const std::string& path, size_t max_bytes, const std::string& what) {
   // Only a regular file: a directory would read as an empty config ("source: missing required key"),
   // and opening a FIFO would wait for a writer that may never come, deaf to Ctrl-C.
-  if (const auto kind = detail::special_file_kind(path)) throw ConfigError({{path, "", "is " + *kind + ", not a " + what}});
+  if (const auto kind = detail::special_file_kind(path))
+    throw ConfigError({{path, "", "is " + *kind + ", not a " + what}});
   std::string why;
   const int fd = detail::open_regular_file(path, why);
   if (fd < 0) throw ConfigError({{path, "", "cannot open the " + what + ": " + why}});
@@ -31,8 +32,9 @@ std::string read_text_file(const std::string& path, size_t max_bytes, const std:
     if (n == 0) return text;
     text.append(chunk, static_cast<size_t>(n));
     if (text.size() > max_bytes) {
-      throw ConfigError({{path, "", "more than " + format_byte_size(max_bytes) + ": too large for a " + what +
-                                        " (is it the right file?)"}});
+      throw ConfigError(
+          {{path, "",
+            "more than " + format_byte_size(max_bytes) + ": too large for a " + what + " (is it the right file?)"}});
     }
   }
 }

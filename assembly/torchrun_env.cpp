@@ -61,8 +61,7 @@ std::optional<TorchrunEnv> torchrun_env(const EnvLookup& lookup) {
       reject("LOCAL_WORLD_SIZE", local_world_size, "expected 1..WORLD_SIZE=" + std::to_string(env.world_size));
     }
     if (local_rank && env.local_rank >= env.local_world_size) {
-      reject("LOCAL_RANK", local_rank,
-             "must be less than LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size));
+      reject("LOCAL_RANK", local_rank, "must be less than LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size));
     }
   }
   return env;

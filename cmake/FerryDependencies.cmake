@@ -52,6 +52,11 @@ find_package(yaml-cpp REQUIRED)
 find_package(PNG REQUIRED)  # libpng, for the "png" decoder (Debian: libpng-dev)
 # simdjson, for the "jsonl" source (Debian: libsimdjson-dev).
 find_package(simdjson REQUIRED CONFIG)
+# Remote and compressed shards (io/remote/): libcurl for HTTP(S) and S3, zlib, liblzma (and libzstd, in
+# ferryImportedTargets.cmake) to decompress them. Debian: libcurl4-openssl-dev, zlib1g-dev, liblzma-dev.
+find_package(CURL REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(LibLZMA REQUIRED)
 # libsentencepiece, for the "sentencepiece" decoder (Debian: libsentencepiece-dev). Optional: without it
 # the decoder says so when a config names it. Only the module io/decoders/sentencepiece_module.cpp links it.
 find_path(FERRY_SENTENCEPIECE_INCLUDE_DIR sentencepiece_processor.h)

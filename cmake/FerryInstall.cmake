@@ -47,7 +47,7 @@ string(REGEX MATCH "^[0-9]+\\.[0-9]+" ferry_torch_minor "${Torch_VERSION}")
 string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\1" ferry_torch_major "${ferry_torch_minor}")
 string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\2" ferry_torch_next "${ferry_torch_minor}")
 math(EXPR ferry_torch_next "${ferry_torch_next} + 1")
-set(ferry_depends "libtbb-dev (>= 2021), libyaml-cpp-dev (>= 0.7), libturbojpeg0-dev, libpng-dev, libwebp-dev, libsimdjson-dev")
+set(ferry_depends "libtbb-dev (>= 2021), libyaml-cpp-dev (>= 0.7), libturbojpeg0-dev, libpng-dev, libwebp-dev, libsimdjson-dev, libcurl4-openssl-dev | libcurl-dev, zlib1g-dev, libzstd-dev, liblzma-dev")
 if(TORCH_INSTALL_PREFIX MATCHES "^/usr(/lib)?/?$" OR TORCH_INSTALL_PREFIX MATCHES "^/usr/lib/")
   # Debian's libtorch: ferry's code is compiled against its headers, so the same minor version.
   string(PREPEND ferry_depends
@@ -65,7 +65,7 @@ if(FERRY_MALLOC_PACKAGE)  # the `ferry` command is linked to it (cmake/FerryMall
 endif()
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "${ferry_depends}")
 # What tests/package/consumer.cmake checks the package's Depends for.
-set(FERRY_DEB_DEPENDS "libtbb-dev;libyaml-cpp-dev;libturbojpeg0-dev;libpng-dev;libwebp-dev;libsimdjson-dev")
+set(FERRY_DEB_DEPENDS "libtbb-dev;libyaml-cpp-dev;libturbojpeg0-dev;libpng-dev;libwebp-dev;libsimdjson-dev;libcurl4-openssl-dev;zlib1g-dev;libzstd-dev;liblzma-dev")
 if(FERRY_MALLOC_PACKAGE)
   list(APPEND FERRY_DEB_DEPENDS "${FERRY_MALLOC_PACKAGE}")
 endif()

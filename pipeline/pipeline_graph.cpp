@@ -810,6 +810,7 @@ PipelineStats PipelineGraph::stats() const {
   stats.gpu_decode = stages_.decode->gpu_stats();
   stats.user_code = stages_.decode->user_code();
   stats.source_parts = stages_.decode->source_parts();
+  stats.remote = stages_.decode->remote_data();
   if (stages_.decode->gpu_share() == SampleStage::GpuShare::kAuto) {
     const AutoDecodeChoice::Outcome outcome = auto_choice_.outcome();
     stats.gpu_decode.auto_choice = AutoDecodeChoice::phase_name(outcome.phase);

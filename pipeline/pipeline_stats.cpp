@@ -127,6 +127,15 @@ double UserCodeStats::busy_share(double elapsed_seconds, size_t decode_threads) 
                elapsed_seconds * static_cast<double>(std::max<size_t>(1, processes > 0 ? processes : decode_threads)));
 }
 
+double PipelineStats::fetch_wait_per_batch_seconds() const {
+  return batches > 0 ? remote.wait_seconds / static_cast<double>(batches) : 0.0;
+}
+
+double PipelineStats::fetch_wait_share() const {
+  const double capacity = elapsed_seconds * static_cast<double>(std::max<size_t>(1, decode_threads));
+  return capacity > 0.0 ? std::min(1.0, remote.wait_seconds / capacity) : 0.0;
+}
+
 std::string bottleneck_summary(const PipelineStats& stats) {
   const double wall = stats.elapsed_seconds;
   if (!(wall > 0.0) || !std::isfinite(wall)) return "no bottleneck to name: the pipeline has not run";
@@ -164,6 +173,14 @@ std::string bottleneck_summary(const PipelineStats& stats) {
   }
   const double code_share = code != nullptr ? code->busy_share(wall, stats.decode_threads) : 0.0;
   const bool decode_top = top < chain.size() && chain[top]->name == "decode";
+  // The network (Note [remote data]): decode's threads count their wait for a shard as busy.
+  const double network = stats.fetch_wait_share();
+  if (network >= kSaturated && network >= code_share && network >= consumer && (decode_top || network >= top_share)) {
+    return "the network is the bottleneck: the " + threads_text(stats.decode_threads) + " of decode waited " +
+           percent(network) +
+           " of their time for shards to arrive (remote.prefetch fetches further ahead, "
+           "remote.connections fetches more at once)";
+  }
   if (code_share >= kSaturated && code_share >= consumer && (decode_top || code_share >= top_share)) {
     if (code->processes == 0) {
       return code->what + " is the bottleneck: it kept the " + threads_text(stats.decode_threads) + " of decode " +
@@ -321,6 +338,10 @@ PipelineStats merged_stats(const std::vector<PipelineStats>& devices) {
     pool.leased_bytes += one.pool.leased_bytes;
     pool.peak_bytes += one.pool.peak_bytes;
     pool.pending += one.pool.pending;
+    // One cache folder's counts, whichever device's pipeline reports them: the same numbers, not summed.
+    if (one.remote.used && (!all.remote.used || one.remote.wait_seconds > all.remote.wait_seconds)) {
+      all.remote = one.remote;
+    }
     DatasetCacheStats& cache = all.cache;
     cache.capacity_bytes += one.cache.capacity_bytes;
     cache.used_bytes += one.cache.used_bytes;

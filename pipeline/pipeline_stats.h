@@ -74,6 +74,23 @@ struct SourcePartStats {
   uint64_t samples = 0;  // samples decoded from it (from the dataset cache too); skipped ones not
 };
 
+/// What the run fetched: shards over HTTP(S), S3 or from commands, and compressed ones decoded, all
+/// through the local cache (Note [remote data] in io/remote/data_store.cpp). The counts are the cache
+/// folder's in this process, whichever pipeline asked.
+struct RemoteDataStats {
+  bool used = false;  // something was fetched or decoded, or came from the cache
+  std::string cache_dir;
+  uint64_t max_bytes = 0;         // the cache's budget
+  uint64_t fetches = 0;           // shards (or blocks) fetched or decoded into the cache
+  uint64_t fetched_bytes = 0;     // their bytes in the cache (decoded)
+  uint64_t network_bytes = 0;     // bytes received over the network (retried ones too)
+  uint64_t from_cache_bytes = 0;  // bytes the source read from the cache (every remote byte it uses)
+  uint64_t requests = 0;          // HTTP requests sent, retries included
+  uint64_t retries = 0;           // requests that repeated a failed one
+  uint64_t evictions = 0;         // shards dropped from the cache to make room
+  double wait_seconds = 0.0;      // the decode threads' time waiting for a shard to arrive, summed
+};
+
 /// Where one stage's time went. Each stage has `threads` threads for the whole run, so its
 /// capacity is wall time x threads, and every second of capacity is one of three kinds:
 ///
@@ -239,6 +256,8 @@ struct PipelineStats {
   std::vector<UserCodeStats> user_code;
   /// A mixed source's parts, in the config's order (empty for any other source).
   std::vector<SourcePartStats> source_parts;
+  /// What was fetched (remote.used: only where the source fetches anything).
+  RemoteDataStats remote;
 
   uint64_t skipped_samples = 0;        // all samples skipped so far
   std::vector<SkippedSample> skipped;  // the first kMaxListedSkips of them
@@ -258,6 +277,10 @@ struct PipelineStats {
   /// How long a batch took on average from its plan to the consumer's hands, by Little's law: batches
   /// in flight on average times the time per batch (0 before the first batch). Pure.
   double batch_latency_seconds() const;
+  /// The decode threads' wait for fetched shards per batch delivered (0 before the first). Pure.
+  double fetch_wait_per_batch_seconds() const;
+  /// The share of the decode threads' capacity spent waiting for fetched shards, in [0, 1]. Pure.
+  double fetch_wait_share() const;
   /// Part of the wall time the consumer spent waiting in next(), in [0, 1]. Pure.
   double consumer_wait_share() const;
   /// Part of the wall time the whole pipeline stood waiting for the consumer: every token held by

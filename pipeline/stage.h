@@ -68,6 +68,8 @@ class SampleStage {
   virtual void prepare(const std::vector<SampleWork*>& samples) { (void)samples; }
   /// What user code run beside the stage's threads did so far (PipelineStats::user_code). Thread-safe.
   virtual std::vector<UserCodeStats> user_code() const { return {}; }
+  /// What the source fetched (PipelineStats::remote); `used` false where it fetches nothing. Thread-safe.
+  virtual RemoteDataStats remote_data() const { return {}; }
   /// A mixed source's parts and the samples each gave so far (PipelineStats::source_parts). Thread-safe.
   virtual std::vector<SourcePartStats> source_parts() const { return {}; }
   /// The key of sample `index` ("shard-0003.tar:000123", a file's path), without reading it: what a

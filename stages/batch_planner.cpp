@@ -85,6 +85,59 @@ std::optional<uint64_t> BatchPlanner::sample_at(uint64_t epoch, uint64_t positio
   return sampler_->index(epoch, position % size);
 }
 
+namespace {
+
+// The planner's run as steps (Source::read_in_order): the first epoch from where the planner starts, then
+// whole epochs, up to the run's end. Holds what it needs itself, so it outlives the planner safely.
+class PlannedOrder : public ReadOrder {
+ public:
+  PlannedOrder(std::shared_ptr<const Sampler> sampler, uint64_t start_epoch, uint64_t start_position, uint64_t epochs,
+               uint64_t limit, uint64_t steps, std::shared_ptr<const std::atomic<uint64_t>> started, size_t readers)
+      : sampler_(std::move(sampler)),
+        start_epoch_(start_epoch),
+        start_position_(start_position),
+        epochs_(epochs),
+        limit_(limit),
+        steps_(steps),
+        started_(std::move(started)),
+        readers_(readers) {}
+
+  uint64_t steps() const override { return steps_; }
+  std::optional<uint64_t> sample_at_step(uint64_t step) const override {
+    if (step >= steps_ || limit_ == 0) return std::nullopt;
+    const uint64_t first = limit_ - std::min(limit_, start_position_);
+    uint64_t epoch = start_epoch_, position = start_position_ + step;
+    if (step >= first) {
+      epoch = start_epoch_ + 1 + (step - first) / limit_;
+      position = (step - first) % limit_;
+    }
+    if (epoch >= epochs_) return std::nullopt;
+    return sampler_->index(epoch, position);
+  }
+  uint64_t reached() const override {
+    const uint64_t started = started_->load(std::memory_order_relaxed);
+    return started - std::min<uint64_t>(started, readers_);  // those may still be reading
+  }
+  size_t readers() const override { return readers_; }
+
+ private:
+  std::shared_ptr<const Sampler> sampler_;
+  uint64_t start_epoch_, start_position_, epochs_, limit_, steps_;
+  std::shared_ptr<const std::atomic<uint64_t>> started_;
+  size_t readers_;
+};
+
+}  // namespace
+
+std::shared_ptr<const ReadOrder> BatchPlanner::read_order(size_t readers,
+                                                          std::shared_ptr<const std::atomic<uint64_t>> started) const {
+  // Samples the run plans: whole batches of batch_size but the last of each epoch, capped by max_batches.
+  const uint64_t batches = total_batches();
+  const uint64_t steps = batches > UINT64_MAX / options_.batch_size ? UINT64_MAX : batches * options_.batch_size;
+  return std::make_shared<PlannedOrder>(sampler_, start_epoch_, start_position_, options_.epochs, epoch_limit(), steps,
+                                        std::move(started), readers);
+}
+
 std::optional<BatchPlan> BatchPlanner::next() {
   if (epoch_end_due_) {
     BatchPlan marker;

@@ -1,9 +1,11 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 
+#include "ferry/io/formats/source.h"
 #include "ferry/io/samplers/sampler.h"
 #include "ferry/pipeline/engine_options.h"
 #include "ferry/pipeline/pipeline_state.h"
@@ -53,6 +55,11 @@ class BatchPlanner : public BatchSource {
   /// Batches this planner plans in `epoch`: its part after where the planner starts, and none past
   /// max_batches (with refill: at most this many are delivered). 0 outside the run's epochs.
   uint64_t batches_in_epoch(uint64_t epoch) const noexcept;
+  /// The order this planner's run reads samples in, step by step (Source::read_in_order). `started`: the
+  /// samples the decode stage took up so far, `readers` of them possibly still being read (the decode
+  /// threads): the order has reached the step before those. Thread-safe; it may outlive the planner.
+  std::shared_ptr<const ReadOrder> read_order(size_t readers,
+                                              std::shared_ptr<const std::atomic<uint64_t>> started) const;
   /// Batches this planner will plan, from where it starts on (with refill: at most this many are
   /// delivered; fewer when skipped samples shorten epochs).
   uint64_t total_batches() const noexcept;

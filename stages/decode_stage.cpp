@@ -429,6 +429,7 @@ void DecodeStage::prepare(const std::vector<SampleWork*>& samples) {
 }
 
 void DecodeStage::run(SampleWork& work) {
+  started_->fetch_add(1, std::memory_order_relaxed);  // how far the reading got (Source::read_in_order)
   if (cache_ && cache_->contains(work.index())) {
     work.cached = true;
     count_part(work.index());

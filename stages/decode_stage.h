@@ -44,6 +44,7 @@ class DecodeStage : public SampleStage {
   /// The source's, then each transform's.
   std::vector<UserCodeStats> user_code() const override;
   std::vector<SourcePartStats> source_parts() const override;
+  RemoteDataStats remote_data() const override { return source_->remote_data().value_or(RemoteDataStats{}); }
   std::string sample_key(uint64_t index) const override { return source_->key(index); }
   std::vector<std::string> class_names() const override { return source_->class_names(); }
   /// The fields of the samples it hands on: the source's and its decoders' companions (an image's
@@ -64,6 +65,13 @@ class DecodeStage : public SampleStage {
   std::string varies_by_epoch() const;
   /// Samples `cache` holds are not read from now on (Note [dataset cache]). Before the pipeline starts.
   void use_cache(std::shared_ptr<const DatasetCache> cache) { cache_ = std::move(cache); }
+  /// Tells the source the order the run reads in (Source::read_in_order), and keeps what it returns for
+  /// as long as the stage lives: a source fetching ahead follows the run until it ends.
+  void read_in_order(std::shared_ptr<const ReadOrder> order) {
+    reading_ahead_ = source_->read_in_order(std::move(order));
+  }
+  /// Samples run() has taken up so far (read, or found in the dataset cache): where the reading is.
+  std::shared_ptr<const std::atomic<uint64_t>> started() const noexcept { return started_; }
   /// Each field's decoder, in the source's field order.
   const std::vector<std::shared_ptr<const Decoder>>& decoders() const noexcept { return decoders_; }
 
@@ -95,6 +103,8 @@ class DecodeStage : public SampleStage {
   void transform(SampleWork& work, const std::string& key) const;
 
   std::shared_ptr<const Source> source_;
+  std::shared_ptr<const void> reading_ahead_;  // the source's fetching ahead, where it does
+  std::shared_ptr<std::atomic<uint64_t>> started_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::vector<std::shared_ptr<const Decoder>> decoders_;  // one per field
   // The source's fields, then the decoders' companions (Decoder::companions()), in field order: what a
   // decoded sample holds before the transforms. companions_[f]: where field f's start, and how many.

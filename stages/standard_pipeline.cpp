@@ -137,7 +137,9 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
   std::vector<SamplePlacer::Field> placed = collate->leading_fixed_fields();
 
   StageSet stages;
-  stages.batches = std::make_unique<BatchPlanner>(sampler, BatchPlanner::Options::of(options));
+  auto planner = std::make_unique<BatchPlanner>(sampler, BatchPlanner::Options::of(options));
+  decode->read_in_order(planner->read_order(options.resolved_decode_threads(), decode->started()));
+  stages.batches = std::move(planner);
   stages.decode = std::move(decode);
   stages.collate = std::move(collate);
   stages.pool = PinnedPool::create(pool_options);

@@ -2,7 +2,8 @@
 # Each library folder lists the folders it may include, as they appear after "ferry/":
 #   pipeline/       the engine: itself only
 #   io/util/        helpers: the engine
-#   io/samplers/    orders; io/formats/: dataset readers and writers: the engine and io/util
+#   io/remote/      data files over HTTP(S), S3 and pipes, compressed ones, the shard cache: the engine, io/util
+#   io/samplers/    orders; io/formats/: dataset readers and writers: the engine, io/util and io/remote
 #   io/decoders/    decoders and their encoders: also io/formats (a decoder reads a Source's FieldSpec)
 #   io/transforms/  sample transforms: the engine, io/util and io/formats (a transform declares FieldSpecs)
 #   io/workers/     user Python code in worker processes: io/formats and io/transforms (its kinds)
@@ -16,8 +17,9 @@ cmake_minimum_required(VERSION 3.22)
 set(rules
   "pipeline:pipeline/"
   "io/util:pipeline/|io/util/"
+  "io/remote:pipeline/|io/util/|io/remote/"
   "io/samplers:pipeline/|io/util/|io/samplers/"
-  "io/formats:pipeline/|io/util/|io/formats/"
+  "io/formats:pipeline/|io/util/|io/remote/|io/formats/"
   "io/decoders:pipeline/|io/util/|io/formats/|io/decoders/"
   "io/transforms:pipeline/|io/util/|io/formats/|io/transforms/"
   "io/workers:pipeline/|io/util/|io/formats/|io/transforms/|io/workers/"

@@ -31,7 +31,7 @@ void check_image_folder(const KeyValue& source, KeyProblems& problems) {
   // Found now, with the key's place, rather than when the folder is scanned.
   const KeyValue& root = source.at("root");
   struct stat info {};
-  if (const auto why = detail::unsupported_path(root.text())) {
+  if (const auto why = detail::unsupported_path(root.text(), false)) {
     problems.add(root, *why);
   } else if (::stat(root.text().c_str(), &info) != 0) {
     problems.add(root, detail::missing_text(root.text(), "folder") + detail::make_dataset_hint("images", root.text()));

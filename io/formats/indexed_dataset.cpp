@@ -13,6 +13,7 @@
 #include <torch/version.h>
 
 #include "ferry/io/formats/indexed_dataset_format.h"
+#include "ferry/io/util/dataset_paths.h"
 #include "ferry/io/util/printable.h"
 #include "ferry/io/util/regular_file.h"
 
@@ -117,10 +118,25 @@ std::optional<at::ScalarType> indexed_dtype_scalar_type(IndexedDtype dtype) noex
   return std::nullopt;
 }
 
-IndexedDataset::IndexedDataset(std::string prefix)
+IndexedDataset::IndexedDataset(std::string prefix, const RemoteOptions& remote)
     : prefix_(std::move(prefix)), idx_path_(prefix_ + ".idx"), bin_path_(prefix_ + ".bin") {
-  idx_ = map_file(idx_path_, prefix_, idx_bytes_);
-  bin_ = map_file(bin_path_, prefix_, bin_bytes_);
+  if (!detail::is_fetched_path(prefix_) || prefix_.starts_with("pipe:")) {
+    idx_ = map_file(idx_path_, prefix_, idx_bytes_);
+    bin_ = map_file(bin_path_, prefix_, bin_bytes_);
+  } else {
+    const std::shared_ptr<DataStore> store = DataStore::get(remote);
+    const std::shared_ptr<const DataFile> idx = store->open(idx_path_, DataStore::Access::kWhole, "megatron index");
+    idx_bytes_ = static_cast<size_t>(idx->size());
+    if (idx_bytes_ > 0) {
+      // Read into anonymous memory, which the Unmapper frees like a mapping.
+      void* data = ::mmap(nullptr, idx_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (data == MAP_FAILED) throw Error("megatron dataset: no memory for " + idx_path_ + ": " + errno_text(errno));
+      idx_ = detail::MappedBytes(static_cast<const std::byte*>(data), detail::Unmapper{idx_bytes_});
+      idx->read(0, idx_bytes_, data);  // (MappedBytes is a unique_ptr: read_whole()'s shared one does not fit)
+    }
+    bin_file_ = store->open(bin_path_, DataStore::Access::kBlocks, "megatron tokens");
+    bin_bytes_ = static_cast<size_t>(bin_file_->size());
+  }
   validate();
 }
 
@@ -284,6 +300,7 @@ std::span<const std::byte> IndexedDataset::sequence_bytes(uint64_t i) const {
   check_sequence(i, "sequence_bytes");
   const auto length = static_cast<uint64_t>(idx_value<int32_t>(lengths_offset() + 4 * i));
   const auto pointer = static_cast<uint64_t>(idx_value<int64_t>(pointers_offset() + 8 * i));
+  if (!mapped()) throw Error("megatron dataset " + prefix_ + ": sequence_bytes() of a remote .bin (read_tokens())");
   return {bin_.get() + pointer, length * itemsize_};
 }
 
@@ -292,7 +309,21 @@ std::span<const std::byte> IndexedDataset::token_bytes(uint64_t first, uint64_t 
     throw Error("megatron dataset " + prefix_ + ": tokens [" + std::to_string(first) + ", " + std::to_string(first) +
                 " + " + std::to_string(count) + ") run past its " + std::to_string(total_tokens_) + " tokens");
   }
+  if (!mapped()) throw Error("megatron dataset " + prefix_ + ": token_bytes() of a remote .bin (read_tokens())");
   return {bin_.get() + first * itemsize_, count * itemsize_};
+}
+
+void IndexedDataset::read_tokens(uint64_t first, uint64_t count, void* out, const std::atomic<bool>* stop) const {
+  if (first > total_tokens_ || count > total_tokens_ - first) {
+    throw Error("megatron dataset " + prefix_ + ": tokens [" + std::to_string(first) + ", " + std::to_string(first) +
+                " + " + std::to_string(count) + ") run past its " + std::to_string(total_tokens_) + " tokens");
+  }
+  if (count == 0) return;
+  if (mapped()) {
+    std::memcpy(out, bin_.get() + first * itemsize_, count * itemsize_);
+  } else {
+    bin_file_->read(first * itemsize_, count * itemsize_, out, stop);
+  }
 }
 
 uint64_t IndexedDataset::document_index(uint64_t j) const {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -12,6 +13,8 @@
 
 #include <c10/core/ScalarType.h>
 
+#include "ferry/io/remote/data_store.h"
+#include "ferry/io/util/remote_options.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
@@ -68,8 +71,10 @@ class IndexedDataset {
 
   /// Opens, maps and validates `<prefix>.idx` and `<prefix>.bin`. Blocks on I/O: it reads every
   /// length and pointer of the index once (O(sequences)), and no token. Throws ferry::Error naming
-  /// the file and the byte offset for a missing file or any inconsistency.
-  explicit IndexedDataset(std::string prefix);
+  /// the file and the byte offset for a missing file or any inconsistency. An http://, https:// or
+  /// s3:// prefix is fetched through the DataStore of `remote`: the .idx whole, into memory; the .bin
+  /// in blocks as its tokens are read (read_tokens(); it is not mapped).
+  explicit IndexedDataset(std::string prefix, const RemoteOptions& remote = {});
   ~IndexedDataset();
   IndexedDataset(const IndexedDataset&) = delete;
   IndexedDataset& operator=(const IndexedDataset&) = delete;
@@ -102,6 +107,14 @@ class IndexedDataset {
   /// lie back to back in the .bin, so any token range is one contiguous byte range. Throws
   /// ferry::Error when the range runs past total_tokens().
   std::span<const std::byte> token_bytes(uint64_t first, uint64_t count) const;
+  /// Copies `count` tokens from token `first` on to `out` (count * itemsize() bytes), from the
+  /// mapping or, for a remote .bin, through the cache. Thread-safe; blocks on I/O. Throws as
+  /// token_bytes(), or ferry::Error for a failed fetch ("stopped" when `stop` turns true).
+  void read_tokens(uint64_t first, uint64_t count, void* out, const std::atomic<bool>* stop = nullptr) const;
+  /// Whether the .bin is mapped (a local one): token_bytes() and sequence_bytes() need it.
+  bool mapped() const noexcept { return bin_file_ == nullptr; }
+  /// The remote .bin, or null for a mapped one.
+  const std::shared_ptr<const DataFile>& bin_file() const noexcept { return bin_file_; }
 
   /// Documents. Megatron stores document_count() + 1 document indices: 0, then the index of the
   /// sequence after each document's last, ending with sequence_count().
@@ -138,6 +151,7 @@ class IndexedDataset {
   size_t idx_bytes_ = 0;
   detail::MappedBytes bin_;
   size_t bin_bytes_ = 0;
+  std::shared_ptr<const DataFile> bin_file_;  // a remote .bin
   IndexedDtype dtype_ = IndexedDtype::kInt32;
   size_t itemsize_ = 4;
   uint64_t sequence_count_ = 0;

@@ -88,6 +88,7 @@ void check_jsonl(const KeyValue& source, KeyProblems& problems) {
       problems.add(item, *why);
       continue;
     }
+    if (detail::is_fetched_path(item.text())) continue;  // asked for when the source is made
     try {
       for (const std::string& file : TarShardSource::expand_braces(item.text())) {
         struct stat info {};
@@ -122,7 +123,8 @@ SourceKind jsonl_source_kind() {
       {.name = "files",
        .type = Type::kList,
        .description = "The JSON-lines files, read in this order; `{000..009}` in a path stands for each number of "
-                      "the range.",
+                      "the range. Paths, http://, https:// or s3:// URLs, or pipe:COMMAND; gzip, zstd or xz files "
+                      "too (fetched and decoded into memory).",
        .default_value = "required",
        .required = true,
        .example = "[data/text.jsonl]",
@@ -144,7 +146,11 @@ SourceKind jsonl_source_kind() {
        .type_text = "list of fields",
        .missing = "the fields: a list of {name, key, dtype, shape, max_length, decoder}"},
   };
-  kind.make = [](const KeyValue& source) { return std::make_shared<JsonlSource>(jsonl_options(source)); };
+  kind.make_in = [](const KeyValue& source, const MakeContext& context) {
+    JsonlOptions options = jsonl_options(source);
+    options.remote = context.remote;
+    return std::make_shared<JsonlSource>(std::move(options));
+  };
   kind.check = check_jsonl;
   kind.error_key = "source.files";
   kind.fields = [](const KeyValue& source) {

@@ -6,6 +6,7 @@
 #include <ATen/ops/empty.h>
 #include <simdjson.h>
 
+#include "ferry/io/remote/data_store.h"
 #include "ferry/io/util/mapped_file.h"
 #include "ferry/pipeline/error.h"
 
@@ -39,8 +40,15 @@ JsonlSource::JsonlSource(JsonlOptions options) : options_(std::move(options)) {
   for (const std::string& path : options_.files) {
     File file;
     file.path = path;
-    // Read ahead: the first thing done with the mapping is the scan for lines, start to end.
-    file.data = detail::map_file(path, "jsonl source", detail::MappedAccess::kSequential, file.bytes);
+    if (is_plain_local_file(path)) {
+      // Read ahead: the first thing done with the mapping is the scan for lines, start to end.
+      file.data = detail::map_file(path, "jsonl source", detail::MappedAccess::kSequential, file.bytes);
+    } else {
+      // Remote, compressed or piped: fetched (decoded) through the cache, then held in memory.
+      fetched_ = true;
+      file.data =
+          read_whole(*DataStore::get(options_.remote)->open(path, DataStore::Access::kWhole, "jsonl file"), file.bytes);
+    }
     file.first = size_;
     const char* data = reinterpret_cast<const char*>(file.data.get());
     const char* end = data + file.bytes;
@@ -183,6 +191,11 @@ std::string JsonlSource::describe() const {
   for (const JsonlField& field : options_.fields) fields += (fields.empty() ? "" : ", ") + field.name;
   return "jsonl(" + std::to_string(files_.size()) + (files_.size() == 1 ? " file, " : " files, ") +
          std::to_string(size_) + " lines, fields=" + fields + ")";
+}
+
+std::optional<RemoteDataStats> JsonlSource::remote_data() const {
+  if (!fetched_) return std::nullopt;
+  return DataStore::get(options_.remote)->stats();
 }
 
 }  // namespace ferry

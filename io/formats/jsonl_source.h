@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ferry/io/formats/source.h"
+#include "ferry/io/util/remote_options.h"
 
 namespace ferry {
 
@@ -24,8 +25,11 @@ struct JsonlField {
 
 /// What a JsonlSource reads: the files, in order, and the fields.
 struct JsonlOptions {
+  /// Local paths (plain ones are mapped), http://, https:// or s3:// URLs or `pipe:COMMAND`, and gzip,
+  /// zstd or xz files: those are fetched and decoded through the cache, then held in memory.
   std::vector<std::string> files;
   std::vector<JsonlField> fields;
+  RemoteOptions remote;
 };
 
 /// JSON lines (https://jsonlines.org): each line of each file is one sample, a JSON object; a field is
@@ -44,6 +48,8 @@ class JsonlSource : public Source {
   const std::vector<FieldSpec>& fields() const override { return fields_; }
   uint64_t size() const override { return size_; }
   EncodedSample read(uint64_t index) const override;
+  /// What fetching its remote, compressed or piped files did; nullopt where all are local plain files.
+  std::optional<RemoteDataStats> remote_data() const override;
   std::string describe() const override;
   std::string key(uint64_t index) const override;
 
@@ -63,6 +69,7 @@ class JsonlSource : public Source {
   std::vector<FieldSpec> fields_;
   std::vector<File> files_;
   uint64_t size_ = 0;
+  bool fetched_ = false;  // some file came through the cache
 };
 
 }  // namespace ferry

@@ -116,4 +116,45 @@ std::vector<SourcePartStats> MixtureSource::mixed_parts() const {
   return parts;
 }
 
+namespace {
+
+// A mixture's order as one part sees it: the steps that read that part, in its own indices.
+class PartOrder : public ReadOrder {
+ public:
+  PartOrder(std::shared_ptr<const ReadOrder> order, std::vector<uint64_t> offsets, size_t part)
+      : order_(std::move(order)), offsets_(std::move(offsets)), part_(part) {}
+  uint64_t steps() const override { return order_->steps(); }
+  std::optional<uint64_t> sample_at_step(uint64_t step) const override {
+    const std::optional<uint64_t> sample = order_->sample_at_step(step);
+    if (!sample || *sample < offsets_[part_] || *sample >= offsets_[part_ + 1]) return std::nullopt;
+    return *sample - offsets_[part_];
+  }
+  uint64_t reached() const override { return order_->reached(); }
+  size_t readers() const override { return order_->readers(); }
+
+ private:
+  std::shared_ptr<const ReadOrder> order_;
+  std::vector<uint64_t> offsets_;
+  size_t part_;
+};
+
+}  // namespace
+
+std::optional<RemoteDataStats> MixtureSource::remote_data() const {
+  for (const MixturePart& part : parts_) {
+    if (std::optional<RemoteDataStats> stats = part.source->remote_data()) return stats;
+  }
+  return std::nullopt;
+}
+
+std::shared_ptr<const void> MixtureSource::read_in_order(std::shared_ptr<const ReadOrder> order) const {
+  auto handles = std::make_shared<std::vector<std::shared_ptr<const void>>>();
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    if (auto handle = parts_[p].source->read_in_order(std::make_shared<PartOrder>(order, offsets_, p))) {
+      handles->push_back(std::move(handle));
+    }
+  }
+  return handles->empty() ? nullptr : handles;
+}
+
 }  // namespace ferry

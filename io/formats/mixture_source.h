@@ -51,6 +51,10 @@ class MixtureSource : public Source {
   std::vector<SourcePartStats> mixed_parts() const override;
   /// Which part index belongs to.
   size_t part_of(uint64_t index) const override;
+  /// The first part's that fetches anything (the parts share one cache: the same counts).
+  std::optional<RemoteDataStats> remote_data() const override;
+  /// Tells each part the steps of the order that read it.
+  std::shared_ptr<const void> read_in_order(std::shared_ptr<const ReadOrder> order) const override;
   const std::shared_ptr<const MixtureSchedule>& schedule() const noexcept { return schedule_; }
   /// Positions in one epoch (before a data-parallel run deals them out).
   uint64_t epoch_samples() const noexcept { return samples_; }

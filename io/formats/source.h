@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -67,6 +68,22 @@ struct ReadResult {
   std::exception_ptr error;  // set when it could not
 };
 
+/// The order a run reads a source's samples in, told to a source that fetches its data ahead (remote
+/// shards, Source::read_in_order). Thread-safe: asked from the source's own threads while the run goes on.
+class ReadOrder {
+ public:
+  virtual ~ReadOrder() = default;
+  /// Steps in the run: its reads, counted over its epochs from its first (0).
+  virtual uint64_t steps() const = 0;
+  /// The sample of this source the run reads at `step` (< steps()); nullopt where that read is of
+  /// another source (a mixture's other parts).
+  virtual std::optional<uint64_t> sample_at_step(uint64_t step) const = 0;
+  /// The first step the run has not started reading yet.
+  virtual uint64_t reached() const = 0;
+  /// Samples read at once (the decode threads).
+  virtual size_t readers() const = 0;
+};
+
 /// Random access to a dataset's samples.
 ///
 /// read() is called concurrently from the decode threads, for any index in [0, size()), in any
@@ -107,6 +124,9 @@ class Source {
   /// What its code did so far, where it runs beside the pipeline's threads (worker processes); nullopt
   /// otherwise. Thread-safe.
   virtual std::optional<UserCodeStats> user_code() const { return std::nullopt; }
+  /// What fetching its data did (remote, compressed or piped files, through the cache); nullopt where it
+  /// fetches nothing. Thread-safe.
+  virtual std::optional<RemoteDataStats> remote_data() const { return std::nullopt; }
   /// The sources this one draws from by weight (a mixture), in order, each with its weight's share and
   /// samples 0; empty for any other source. The decode stage counts each part's samples for the report.
   virtual std::vector<SourcePartStats> mixed_parts() const { return {}; }
@@ -114,6 +134,13 @@ class Source {
   virtual size_t part_of(uint64_t index) const {
     (void)index;
     return 0;
+  }
+  /// Called as a run starts, before it reads: the order it reads in. A source that fetches its data
+  /// (remote shards) fetches ahead along it while the returned handle lives; the others ignore it and
+  /// return null (the default).
+  virtual std::shared_ptr<const void> read_in_order(std::shared_ptr<const ReadOrder> order) const {
+    (void)order;
+    return nullptr;
   }
   /// Reads the samples `contexts` name (their index each), one result each, in order: a sample that
   /// cannot be read fails alone. By default, read_sample() for each.

@@ -1,20 +1,15 @@
 #include "ferry/io/formats/tar_index.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstring>
 #include <map>
-#include <system_error>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
+#include "ferry/io/remote/data_store.h"
 #include "ferry/io/util/printable.h"
-#include "ferry/io/util/regular_file.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
@@ -76,31 +71,6 @@ using Block = std::array<unsigned char, kBlock>;
 // Text from a file, safe to put in a message: control and non-ASCII bytes escaped, long text cut.
 std::string printable(std::string_view text) { return ferry::printable(text, 200); }
 
-std::string errno_text(int error) { return std::system_category().message(error); }
-
-// The compression a file starting with `block` is in, by its magic number: a .tar.gz shard fails the
-// tar checksum, and "bad header checksum" would not say why.
-std::optional<std::string_view> compression_of(const Block& block) {
-  const auto starts = [&block](std::string_view magic) {
-    return std::memcmp(block.data(), magic.data(), magic.size()) == 0;
-  };
-  using namespace std::string_view_literals;
-  if (starts("\x1f\x8b"sv)) return "gzip";
-  if (starts("BZh"sv)) return "bzip2";
-  if (starts("\xfd"
-             "7zXZ\0"sv))
-    return "xz";
-  if (starts("\x28\xb5\x2f\xfd"sv)) return "zstd";
-  return std::nullopt;
-}
-
-std::string decompressor_of(std::string_view format) {
-  if (format == "gzip") return "gunzip -k SHARD.tar.gz";
-  if (format == "bzip2") return "bunzip2 -k SHARD.tar.bz2";
-  if (format == "xz") return "unxz -k SHARD.tar.xz";
-  return "unzstd SHARD.tar.zst";
-}
-
 // A NUL-terminated string in a fixed-width field (no terminator when it fills the field).
 std::string_view field_text(const Block& block, size_t offset, size_t width) {
   const auto* begin = reinterpret_cast<const char*>(block.data() + offset);
@@ -151,22 +121,12 @@ std::string lower(std::string_view text) {
   return out;
 }
 
-// Reads up to `size` bytes at `offset`; fewer only at the end of the file. Throws on an I/O error.
-size_t pread_full(int fd, void* out, size_t size, uint64_t offset, const std::string& path) {
-  size_t done = 0;
-  while (done < size) {
-    const size_t chunk = std::min<size_t>(size - done, size_t{1} << 30);
-    const ssize_t got = ::pread(fd, static_cast<char*>(out) + done, chunk, static_cast<off_t>(offset + done));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      const int error = errno;
-      throw Error("tar shard '" + path + "': read of " + std::to_string(size) + " bytes at byte " +
-                  std::to_string(offset) + " failed: " + errno_text(error));
-    }
-    if (got == 0) break;
-    done += static_cast<size_t>(got);
-  }
-  return done;
+// Reads up to `size` bytes at `offset` of `file` (`file_size` bytes); fewer only at its end. Throws
+// ferry::Error naming the shard on a failed read.
+size_t read_up_to(const DataFile& file, uint64_t file_size, void* out, size_t size, uint64_t offset) {
+  const size_t take = offset >= file_size ? 0 : static_cast<size_t>(std::min<uint64_t>(size, file_size - offset));
+  if (take > 0) file.read(offset, take, out);
+  return take;
 }
 
 // pax extended-header keys, local ('x', for the next member) over global ('g').
@@ -228,58 +188,12 @@ class PaxState {
 
 }  // namespace
 
-TarIndex::TarIndex(std::string path) : path_(std::move(path)) {
-  std::string why;  // a FIFO is refused, not waited on
-  fd_ = detail::open_regular_file(path_, why);
-  if (fd_ < 0) {
-    const int error = errno;
-    throw Error("tar shard '" + path_ + "': cannot open: " + why +
-                (error == EMFILE ? " (one file stays open per shard: raise `ulimit -n`)" : ""));
-  }
-  try {
-    struct stat info {};
-    if (::fstat(fd_, &info) != 0) {
-      const int error = errno;
-      throw Error("tar shard '" + path_ + "': cannot stat: " + errno_text(error));
-    }
-    if (!S_ISREG(info.st_mode)) throw Error("tar shard '" + path_ + "': not a regular file");
-    file_size_ = static_cast<uint64_t>(info.st_size);
-    scan();
-  } catch (...) {
-    ::close(fd_);
-    throw;
-  }
-}
+TarIndex::TarIndex(std::string path)
+    : TarIndex(DataStore::get(RemoteOptions{})->open(path, DataStore::Access::kWhole, "tar shard")) {}
 
-TarIndex::~TarIndex() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-TarIndex::TarIndex(TarIndex&& other) noexcept
-    : path_(std::move(other.path_)),
-      fd_(std::exchange(other.fd_, -1)),
-      file_size_(other.file_size_),
-      extensions_(std::move(other.extensions_)),
-      members_(std::move(other.members_)),
-      member_begin_(std::exchange(other.member_begin_, {0})),
-      keys_(std::move(other.keys_)),
-      key_begin_(std::exchange(other.key_begin_, {0})),
-      links_(std::move(other.links_)) {}
-
-TarIndex& TarIndex::operator=(TarIndex&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    path_ = std::move(other.path_);
-    fd_ = std::exchange(other.fd_, -1);
-    file_size_ = other.file_size_;
-    extensions_ = std::move(other.extensions_);
-    members_ = std::move(other.members_);
-    member_begin_ = std::exchange(other.member_begin_, {0});
-    keys_ = std::move(other.keys_);
-    key_begin_ = std::exchange(other.key_begin_, {0});
-    links_ = std::move(other.links_);
-  }
-  return *this;
+TarIndex::TarIndex(std::shared_ptr<const DataFile> file) : path_(file->name()), file_(std::move(file)) {
+  file_size_ = file_->size();
+  scan();
 }
 
 std::string_view TarIndex::key(size_t sample) const {
@@ -320,12 +234,13 @@ std::optional<std::string> TarIndex::link_named(std::string_view name) const {
   return found->second;
 }
 
-void TarIndex::read(const TarMember& member, void* out) const {
-  const size_t got = pread_full(fd_, out, member.size, member.data_offset, path_);
-  if (got != member.size) {
-    throw Error("tar shard '" + path_ + "': member with header at byte " + std::to_string(member.header_offset) +
-                ": read " + std::to_string(got) + " of its " + std::to_string(member.size) + " bytes at byte " +
-                std::to_string(member.data_offset) + " (the file shrank after it was indexed)");
+void TarIndex::read(const TarMember& member, void* out, const std::atomic<bool>* stop) const {
+  try {
+    file_->read(member.data_offset, member.size, out, stop);
+  } catch (const std::exception& e) {
+    throw Error("tar shard '" + path_ + "': member with header at byte " + std::to_string(member.header_offset) + " (" +
+                std::to_string(member.size) + " bytes at byte " + std::to_string(member.data_offset) +
+                "): " + cause_of(e));
   }
 }
 
@@ -353,7 +268,8 @@ void TarIndex::scan() {
                   std::to_string(size) + " bytes, more than the " + std::to_string(kMaxExtendedHeader) + " accepted");
     }
     std::string data(size, '\0');
-    if (pread_full(fd_, data.data(), size, data_offset, path_) != size) {  // within the file, as the caller checked
+    if (read_up_to(*file_, file_size_, data.data(), size, data_offset) !=
+        size) {  // within the file, as the caller checked
       throw Error(where + "the file shrank while the " + what + " at byte " + std::to_string(data_offset - kBlock) +
                   " was read");
     }
@@ -370,7 +286,7 @@ void TarIndex::scan() {
       throw Error(where + "truncated header at byte " + std::to_string(offset) + ": only " +
                   std::to_string(file_size_ - offset) + " of its 512 bytes are in the file");
     }
-    if (pread_full(fd_, block.data(), kBlock, offset, path_) != kBlock) {
+    if (read_up_to(*file_, file_size_, block.data(), kBlock, offset) != kBlock) {
       throw Error(where + "the file shrank while its header at byte " + std::to_string(offset) + " was read");
     }
     if (std::all_of(block.begin(), block.end(), [](unsigned char c) { return c == 0; })) {
@@ -384,7 +300,7 @@ void TarIndex::scan() {
       const uint64_t next = offset + kBlock;
       if (next < file_size_) {
         const uint64_t length = std::min<uint64_t>(kBlock, file_size_ - next);
-        if (pread_full(fd_, block.data(), length, next, path_) != length) {
+        if (read_up_to(*file_, file_size_, block.data(), length, next) != length) {
           throw Error(where + "the file shrank while the block at byte " + std::to_string(next) + " was read");
         }
         if (!std::all_of(block.begin(), block.begin() + static_cast<std::ptrdiff_t>(length),
@@ -407,14 +323,6 @@ void TarIndex::scan() {
       signed_sum += static_cast<signed char>(c);
     }
     if (!stored || (*stored != unsigned_sum && static_cast<int64_t>(*stored) != signed_sum)) {
-      if (offset == 0) {
-        if (const std::optional<std::string_view> format = compression_of(block)) {
-          throw Error(where + "the file is " + std::string(*format) +
-                      "-compressed, not a tar archive: ferry reads uncompressed tar shards (their members are read in "
-                      "place); decompress it first, e.g. with `" +
-                      decompressor_of(*format) + "`");
-        }
-      }
       throw Error(where + "bad header checksum at byte " + std::to_string(offset) + " (name field '" +
                   printable(field_text(block, kNameOffset, kNameSize)) + "'): stored " +
                   (stored ? std::to_string(*stored)
@@ -517,6 +425,124 @@ void TarIndex::scan() {
     keys_ += sample_key;
     key_begin_.push_back(keys_.size());
   }
+}
+
+// Note [kept indexes]
+//
+// Indexing a shard reads all of it; for a fetched shard (remote, compressed, piped) that is a whole
+// download. Its index is therefore kept in the cache folder (index/<key>.tarindex), and a later run, or
+// another rank, starts from it without fetching anything: a resumed run fetches only the shards it still
+// reads. The index records the object's size and ETag when it was indexed; every later fetch checks
+// them, so a shard that changed since is an error rather than samples read at stale offsets, and that
+// index is dropped for the next run to make anew.
+namespace {
+
+constexpr std::string_view kIndexMagic = "ferry-tar-index-1\n";
+
+template <typename T>
+void put(std::string& out, const T& value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+void put_text(std::string& out, std::string_view text) {
+  put<uint64_t>(out, text.size());
+  out.append(text);
+}
+template <typename T>
+void put_vector(std::string& out, const std::vector<T>& values) {
+  put<uint64_t>(out, values.size());
+  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+
+// Reads what put*() wrote; any shortfall makes it fail.
+struct Reader {
+  std::string_view in;
+  bool ok = true;
+  template <typename T>
+  T get() {
+    T value{};
+    if (in.size() < sizeof value) {
+      ok = false;
+      return value;
+    }
+    std::memcpy(&value, in.data(), sizeof value);
+    in.remove_prefix(sizeof value);
+    return value;
+  }
+  std::string text() {
+    const auto size = get<uint64_t>();
+    if (!ok || in.size() < size) {
+      ok = false;
+      return "";
+    }
+    std::string value(in.substr(0, size));
+    in.remove_prefix(size);
+    return value;
+  }
+  template <typename T>
+  std::vector<T> vector() {
+    const auto size = get<uint64_t>();
+    if (!ok || size > in.size() / sizeof(T)) {
+      ok = false;
+      return {};
+    }
+    std::vector<T> values(size);
+    std::memcpy(values.data(), in.data(), size * sizeof(T));
+    in.remove_prefix(size * sizeof(T));
+    return values;
+  }
+};
+
+}  // namespace
+
+std::string TarIndex::serialize() const {
+  std::string out(kIndexMagic);
+  put<uint64_t>(out, file_size_);
+  put<uint64_t>(out, extensions_.size());
+  for (const std::string& extension : extensions_) put_text(out, extension);
+  put_vector(out, members_);
+  put_vector(out, member_begin_);
+  put_text(out, keys_);
+  put_vector(out, key_begin_);
+  put<uint64_t>(out, links_.size());
+  for (const auto& [name, what] : links_) {
+    put_text(out, name);
+    put_text(out, what);
+  }
+  return out;
+}
+
+std::optional<TarIndex> TarIndex::deserialize(std::shared_ptr<const DataFile> file, std::string_view bytes) {
+  if (!bytes.starts_with(kIndexMagic)) return std::nullopt;
+  Reader in{bytes.substr(kIndexMagic.size())};
+  TarIndex index;
+  index.path_ = file->name();
+  index.file_ = std::move(file);
+  index.file_size_ = in.get<uint64_t>();
+  const auto extensions = in.get<uint64_t>();
+  for (uint64_t e = 0; in.ok && e < extensions && e < (uint64_t{1} << 20); ++e) index.extensions_.push_back(in.text());
+  index.members_ = in.vector<TarMember>();
+  index.member_begin_ = in.vector<size_t>();
+  index.keys_ = in.text();
+  index.key_begin_ = in.vector<size_t>();
+  const auto links = in.get<uint64_t>();
+  for (uint64_t l = 0; in.ok && l < links; ++l) {
+    std::string name = in.text();
+    index.links_[std::move(name)] = in.text();
+  }
+  // Whole and consistent, or not used: every offset it holds must lie where it says.
+  bool sound = in.ok && in.in.empty() && index.extensions_.size() == extensions && !index.member_begin_.empty() &&
+               index.member_begin_.size() == index.key_begin_.size() && index.member_begin_.front() == 0 &&
+               index.member_begin_.back() == index.members_.size() && index.key_begin_.front() == 0 &&
+               index.key_begin_.back() == index.keys_.size();
+  for (size_t s = 1; sound && s < index.member_begin_.size(); ++s) {
+    sound = index.member_begin_[s - 1] < index.member_begin_[s] && index.key_begin_[s - 1] <= index.key_begin_[s];
+  }
+  for (const TarMember& member : index.members_) {
+    sound = sound && member.extension < index.extensions_.size() && member.data_offset <= index.file_size_ &&
+            member.size <= index.file_size_ - member.data_offset;
+  }
+  if (!sound) return std::nullopt;
+  return index;
 }
 
 }  // namespace ferry

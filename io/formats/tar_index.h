@@ -1,7 +1,9 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -9,6 +11,8 @@
 #include <vector>
 
 namespace ferry {
+
+class DataFile;
 
 /// One regular-file member of a tar shard, as TarIndex found it.
 struct TarMember {
@@ -20,27 +24,25 @@ struct TarMember {
 
 /// The samples of one WebDataset tar shard: which members each has, where their bytes are.
 ///
-/// In: a tar file's path. The constructor scans it once, reading headers only (it seeks over member
-/// data), and validates it as it goes: header checksums, numeric fields, every member's data lying
-/// inside the file, the end-of-archive marker, and WebDataset's grouping rule. Anything wrong throws
-/// ferry::Error naming the file, the member and the byte offset. See Note [Tar scanning].
+/// In: a tar file (a path, or a DataFile: remote, compressed, piped). The constructor scans it once, reading headers
+/// only (it seeks over member data), and validates it as it goes: header checksums, numeric fields, every member's data
+/// lying inside the file, the end-of-archive marker, and WebDataset's grouping rule. Anything wrong throws ferry::Error
+/// naming the file, the member and the byte offset. See Note [Tar scanning].
 ///
 /// Out: samples in archive order, each a key ("a/b/000123") and its members (extension, data offset,
 /// size), and read(), which copies one member's bytes.
 ///
-/// Owns the open file (closed by the destructor); holds no file position: reads use pread, so any
+/// Shares the shard's DataFile (a local file is open while it lives); holds no file position, so any
 /// number of threads may call read() at once, without a lock. Everything else is immutable after
 /// construction. Memory: about 32 bytes per member plus the key text; no string per member.
 class TarIndex {
  public:
-  /// Opens and scans `path`. Blocks on file I/O; allocates the index. Throws ferry::Error for a file
-  /// that cannot be opened or is not a valid WebDataset tar.
+  /// Opens and scans `path` (a local file, or what DataStore opens with the default RemoteOptions).
+  /// Blocks on I/O; allocates the index. Throws ferry::Error for a file that cannot be opened or is not
+  /// a valid WebDataset tar.
   explicit TarIndex(std::string path);
-  ~TarIndex();
-  TarIndex(TarIndex&& other) noexcept;
-  TarIndex& operator=(TarIndex&& other) noexcept;
-  TarIndex(const TarIndex&) = delete;
-  TarIndex& operator=(const TarIndex&) = delete;
+  /// Scans `file` (fetching it first where it is remote, compressed or piped).
+  explicit TarIndex(std::shared_ptr<const DataFile> file);
 
   const std::string& path() const noexcept { return path_; }
   uint64_t file_size() const noexcept { return file_size_; }
@@ -64,17 +66,28 @@ class TarIndex {
   /// WebDataset skips them, and a message about the missing member says so. nullopt when there is none.
   std::optional<std::string> link_named(std::string_view name) const;
 
-  /// Copies the member's `size` bytes to `out`. Thread-safe, lock-free (pread); blocks on I/O;
-  /// allocates nothing. Throws ferry::Error (file, member offset, errno text) if the read fails or
-  /// comes up short (the file shrank since it was scanned).
-  void read(const TarMember& member, void* out) const;
+  /// Copies the member's `size` bytes to `out`. Thread-safe (pread, locally or from the cache, which
+  /// may fetch the shard first); blocks on I/O; allocates nothing. Throws ferry::Error (file, member
+  /// offset, the cause) if the read fails or comes up short (the file shrank since it was scanned);
+  /// "stopped" when `stop` turns true while it waits for a fetch.
+  void read(const TarMember& member, void* out, const std::atomic<bool>* stop = nullptr) const;
+  /// The shard's bytes, as read.
+  const DataFile& file() const noexcept { return *file_; }
+
+  /// The index as bytes, to be kept beside a fetched shard's cache (Note [kept indexes]).
+  std::string serialize() const;
+  /// The index serialize() made of `file`, without scanning it; nullopt when `bytes` are not one (another
+  /// version, damaged) or not of a file of file->size() bytes... as far as known without fetching it:
+  /// `file_size` is the size the shard had when it was indexed.
+  static std::optional<TarIndex> deserialize(std::shared_ptr<const DataFile> file, std::string_view bytes);
 
  private:
+  TarIndex() = default;
   void scan();
   uint32_t intern(std::string_view extension);
 
   std::string path_;
-  int fd_ = -1;
+  std::shared_ptr<const DataFile> file_;
   uint64_t file_size_ = 0;
   std::vector<std::string> extensions_;
   std::vector<TarMember> members_;

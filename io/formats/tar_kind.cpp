@@ -99,6 +99,7 @@ void check_shards(const KeyValue& shards, KeyProblems& problems) {
     try {
       std::vector<std::string> missing;
       const std::vector<std::string> expanded = TarShardSource::expand_braces(pattern);
+      if (detail::is_fetched_path(pattern)) continue;  // asked for when the source is made
       for (const std::string& shard : expanded) {
         struct stat info {};
         if (::stat(shard.c_str(), &info) != 0) {
@@ -198,7 +199,8 @@ SourceKind tar_source_kind() {
       {.name = "shards",
        .type = Type::kList,
        .description = "The tar shards, read in this order; `{000..009}` in a path stands for each number of the "
-                      "range.",
+                      "range. Local paths, http://, https:// or s3:// URLs, or `pipe:COMMAND`; gzip, zstd and xz "
+                      "shards (.tar.gz, .tar.zst, .tar.xz) too (docs/remote-data.md).",
        .default_value = "required",
        .required = true,
        .example = "[data/shard-000.tar]",
@@ -217,7 +219,11 @@ SourceKind tar_source_kind() {
        .expected = "a list of members ({name, extension, dtype, shape, max_length, decoder, optional})",
        .type_text = "list of members"},
   };
-  kind.make = [](const KeyValue& source) { return std::make_shared<TarShardSource>(tar_options(source)); };
+  kind.make_in = [](const KeyValue& source, const MakeContext& context) {
+    TarShardOptions options = tar_options(source);
+    options.remote = context.remote;
+    return std::make_shared<TarShardSource>(std::move(options));
+  };
   kind.check = check_tar;
   kind.shards = true;
   kind.fields = [](const KeyValue& source) {

@@ -150,7 +150,8 @@ std::vector<std::string> TarShardSource::expand_braces(std::string_view pattern)
   return results;
 }
 
-TarShardSource::TarShardSource(TarShardOptions options) : options_(std::move(options)) {
+TarShardSource::TarShardSource(TarShardOptions options)
+    : options_(std::move(options)), store_(DataStore::get(options_.remote)) {
   if (options_.shards.empty()) throw Error("tar source: no shards given");
 
   // Index the shards in parallel (each scan is mostly waiting on reads); report the first failure in
@@ -160,7 +161,17 @@ TarShardSource::TarShardSource(TarShardOptions options) : options_(std::move(opt
   std::vector<std::exception_ptr> failures(count);
   tbb::parallel_for(size_t{0}, count, [&](size_t s) {
     try {
-      indexed[s].emplace(options_.shards[s]);
+      std::shared_ptr<const DataFile> file = store_->open(options_.shards[s], DataStore::Access::kWhole, "tar shard");
+      // A fetched shard's index kept by an earlier run spares fetching it now (Note [kept indexes]).
+      if (const std::optional<std::string> kept = store_->kept_index(*file)) {
+        if (std::optional<TarIndex> index = TarIndex::deserialize(file, *kept)) {
+          file->size_hint(index->file_size());
+          indexed[s] = std::move(index);
+          return;
+        }
+      }
+      indexed[s].emplace(file);
+      store_->keep_index(*file, indexed[s]->serialize());
     } catch (...) {
       failures[s] = std::current_exception();
     }
@@ -276,7 +287,55 @@ const TarIndex& TarShardSource::shard(size_t shard) const {
   return shards_[shard];
 }
 
-EncodedSample TarShardSource::read(uint64_t index) const {
+EncodedSample TarShardSource::read(uint64_t index) const { return read_at(index, nullptr); }
+
+EncodedSample TarShardSource::read_sample(uint64_t index, const SampleContext& context) const {
+  return read_at(index, context.stop);
+}
+
+namespace {
+
+// The shards' cache extents in the order a run reads their samples. Holds copies of what it needs: the
+// cache's threads may use it a moment after the source is gone.
+class ShardFetchOrder : public FetchOrder {
+ public:
+  ShardFetchOrder(std::vector<uint64_t> shard_begin, std::vector<std::vector<uint32_t>> extents,
+                  std::shared_ptr<const ReadOrder> order)
+      : shard_begin_(std::move(shard_begin)), extents_(std::move(extents)), order_(std::move(order)) {}
+  bool extents_at(uint64_t step, std::vector<uint32_t>& out) const override {
+    if (step >= order_->steps()) return false;
+    const std::optional<uint64_t> sample = order_->sample_at_step(step);
+    if (!sample) return true;  // another source's read
+    const auto after = std::upper_bound(shard_begin_.begin(), shard_begin_.end(), *sample);
+    const auto& ids = extents_[static_cast<size_t>(after - shard_begin_.begin()) - 1];
+    out.insert(out.end(), ids.begin(), ids.end());
+    return true;
+  }
+  uint64_t reached() const override { return order_->reached(); }
+
+ private:
+  std::vector<uint64_t> shard_begin_;
+  std::vector<std::vector<uint32_t>> extents_;
+  std::shared_ptr<const ReadOrder> order_;
+};
+
+}  // namespace
+
+std::optional<RemoteDataStats> TarShardSource::remote_data() const {
+  if (!store_->cache_used()) return std::nullopt;
+  return store_->stats();
+}
+
+std::shared_ptr<const void> TarShardSource::read_in_order(std::shared_ptr<const ReadOrder> order) const {
+  if (!store_->cache_used()) return nullptr;  // every shard is a local plain file
+  std::vector<std::vector<uint32_t>> extents(shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) shards_[s].file().extents(0, 0, extents[s]);
+  auto fetch_order = std::make_shared<ShardFetchOrder>(shard_begin_, std::move(extents), order);
+  store_->cache().follow(fetch_order, order->readers());
+  return fetch_order;
+}
+
+EncodedSample TarShardSource::read_at(uint64_t index, const std::atomic<bool>* stop) const {
   const size_t s = shard_of(index);
   const TarIndex& tar = shards_[s];
   const size_t local = static_cast<size_t>(index - shard_begin_[s]);
@@ -316,7 +375,7 @@ EncodedSample TarShardSource::read(uint64_t index) const {
       continue;
     }
     at::Tensor bytes = at::empty({static_cast<int64_t>(member->size)}, at::kByte);
-    tar.read(*member, bytes.data_ptr());
+    tar.read(*member, bytes.data_ptr(), stop);
     sample.fields[at] = std::move(bytes);
   }
   return sample;

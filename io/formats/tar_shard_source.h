@@ -8,7 +8,9 @@
 
 #include "ferry/io/formats/source.h"
 #include "ferry/io/formats/tar_index.h"
+#include "ferry/io/remote/data_store.h"
 #include "ferry/io/util/key_schema.h"
+#include "ferry/io/util/remote_options.h"
 
 namespace ferry {
 
@@ -31,10 +33,13 @@ struct TarField {
 };
 
 struct TarShardOptions {
-  /// Shard paths, read in this order (see TarShardSource::expand_braces for "shard-{000..009}.tar").
+  /// Shards, read in this order (see TarShardSource::expand_braces for "shard-{000..009}.tar"): local
+  /// paths, http://, https:// or s3:// URLs, or `pipe:COMMAND`; compressed ones (gzip, zstd, xz) too.
   std::vector<std::string> shards;
   /// Empty: one field per extension of the first sample (see TarShardSource's class comment).
   std::vector<TarField> fields;
+  /// How remote, compressed and piped shards are fetched and cached (Note [remote data]).
+  RemoteOptions remote;
 };
 
 /// The options of a config's `source: {kind: tar, ...}` mapping, as the config loader checked it: its
@@ -57,8 +62,10 @@ TarShardOptions tar_options(const KeyValue& source);
 /// (images, .txt, .json, ...) -> decoder "raw", uint8 bytes of variable length, no max_length: images
 /// stay encoded until a field names an image decoder. Default fields are all required.
 ///
-/// Thread-safe: read() is const and takes no lock (pread into a fresh tensor); called from the
-/// decode threads. Owns one open file per shard (TarIndex) and the index, about 32 bytes a member.
+/// Thread-safe: read() is const and takes no lock for a local shard (pread into a fresh tensor); called
+/// from the decode threads. Owns one open file per local shard (TarIndex) and the index, about 32 bytes
+/// a member; remote, compressed and piped shards are read from the DataStore's cache, fetched ahead in
+/// the run's order.
 class TarShardSource : public Source {
  public:
   /// Blocks on file I/O while indexing. Throws ferry::Error for no shards, a shard that fails to
@@ -72,6 +79,11 @@ class TarShardSource : public Source {
   /// an index out of range, a sample without a required member (naming the shard, the key and the
   /// extension: a per-sample problem, so `on_error: skip` skips it) or a failed read.
   EncodedSample read(uint64_t index) const override;
+  /// read(), giving up a wait for a shard's fetch when the pipeline stops.
+  EncodedSample read_sample(uint64_t index, const SampleContext& context) const override;
+  std::optional<RemoteDataStats> remote_data() const override;
+  /// Fetches remote, compressed and piped shards ahead along `order` (Note [the shard cache]).
+  std::shared_ptr<const void> read_in_order(std::shared_ptr<const ReadOrder> order) const override;
   /// "tar(3 shards, 3000 samples, fields=jpg,cls)": the fields' extensions.
   std::string describe() const override;
   /// "<shard path>:<member key>", as read() gives it.
@@ -103,7 +115,10 @@ class TarShardSource : public Source {
   static std::vector<std::string> expand_braces(std::string_view pattern);
 
  private:
+  EncodedSample read_at(uint64_t index, const std::atomic<bool>* stop) const;
+
   TarShardOptions options_;
+  std::shared_ptr<DataStore> store_;
   std::vector<FieldSpec> specs_;
   std::vector<TarIndex> shards_;
   std::vector<uint64_t> shard_begin_{0};  // shard s holds [shard_begin_[s], shard_begin_[s + 1])

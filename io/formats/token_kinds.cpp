@@ -131,6 +131,13 @@ void check_megatron(const KeyValue& source, KeyProblems& problems) {
     problems.add(prefix, *why);
     return;
   }
+  if (prefix.text().starts_with("pipe:")) {
+    problems.add(prefix,
+                 "a Megatron dataset is read at random, not as a stream: give a path or an http://, https:// or "
+                 "s3:// prefix, not pipe:");
+    return;
+  }
+  if (detail::is_fetched_path(prefix.text())) return;  // asked for when the source is made
   std::vector<std::string> missing;
   for (const char* suffix : {".idx", ".bin"}) {
     struct stat info {};
@@ -156,6 +163,7 @@ void check_tokens(const KeyValue& source, KeyProblems& problems) {
     problems.add(path, *why);
     return;
   }
+  if (detail::is_fetched_path(path.text())) return;  // asked for when the source is made
   struct stat info {};
   if (::stat(path.text().c_str(), &info) != 0) {
     problems.add(path, detail::missing_text(path.text(), "token file"));
@@ -223,7 +231,8 @@ SourceKind megatron_source_kind() {
       "to int32 where libtorch has no uint16) or `output_dtype`.";
   kind.keys = {{.name = "prefix",
                 .type = Type::kPath,
-                .description = "The dataset's path without `.bin`/`.idx`.",
+                .description = "The dataset's path without `.bin`/`.idx`; or an http://, https:// or s3:// URL without "
+                               "them (the .idx is fetched whole, the .bin in blocks).",
                 .default_value = "required",
                 .required = true,
                 .example = "data/tokens",
@@ -232,7 +241,9 @@ SourceKind megatron_source_kind() {
                 .missing = "the dataset's path without .bin/.idx"}};
   for (KeySpec& key : window_keys("2048", "stored")) kind.keys.push_back(std::move(key));
   kind.make_in = [](const KeyValue& source, const MakeContext& context) {
-    return std::make_shared<TokenWindowSource>(token_window_options(source, context.seed));
+    TokenWindowOptions options = token_window_options(source, context.seed);
+    options.remote = context.remote;
+    return std::make_shared<TokenWindowSource>(std::move(options));
   };
   kind.check = check_megatron;
   kind.fields = window_fields;
@@ -258,7 +269,8 @@ SourceKind tokens_source_kind() {
       "default.";
   kind.keys = {{.name = "path",
                 .type = Type::kPath,
-                .description = "The token file.",
+                .description = "The token file: a path, an http://, https:// or s3:// URL (read in blocks), or "
+                               "pipe:COMMAND.",
                 .default_value = "required",
                 .required = true,
                 .example = "data/tokens.bin",
@@ -273,7 +285,9 @@ SourceKind tokens_source_kind() {
                 .choices = {"uint8", "uint16", "int16", "uint32", "int32", "int64"}}};
   for (KeySpec& key : window_keys("1024", "int64")) kind.keys.push_back(std::move(key));
   kind.make_in = [](const KeyValue& source, const MakeContext& context) {
-    return std::make_shared<TokenWindowSource>(token_window_options(source, context.seed));
+    TokenWindowOptions options = token_window_options(source, context.seed);
+    options.remote = context.remote;
+    return std::make_shared<TokenWindowSource>(std::move(options));
   };
   kind.check = check_tokens;
   kind.fields = window_fields;

@@ -6,6 +6,7 @@
 #include <ATen/ops/empty.h>
 #include <torch/version.h>
 
+#include "ferry/io/util/dataset_paths.h"
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/io/util/mapped_file.h"
 #include "ferry/io/util/splitmix64.h"
@@ -155,7 +156,7 @@ TokenWindowSource::TokenWindowSource(TokenWindowOptions options) : options_(std:
   }
 
   if (megatron) {
-    dataset_ = std::make_shared<const IndexedDataset>(options_.prefix);
+    dataset_ = std::make_shared<const IndexedDataset>(options_.prefix, options_.remote);
     const std::optional<TokenType> type = token_type_of(dataset_->dtype());
     if (!type) {
       throw Error("megatron source: " + dataset_->idx_path() + " at byte offset 17: dtype " +
@@ -163,13 +164,22 @@ TokenWindowSource::TokenWindowSource(TokenWindowOptions options) : options_(std:
     }
     type_ = *type;
     total_ = dataset_->total_tokens();
-    tokens_ = total_ == 0 ? nullptr : dataset_->token_bytes(0, total_).data();
+    if (dataset_->mapped()) {
+      tokens_ = total_ == 0 ? nullptr : dataset_->token_bytes(0, total_).data();
+    } else {
+      remote_file_ = dataset_->bin_file();
+    }
     file_ = dataset_->bin_path();
   } else {
     type_ = options_.type;
     size_t bytes = 0;
-    // Windows are read at random offsets (shuffled, or drawn at random).
-    mapped_ = detail::map_file(options_.path, "tokens source", detail::MappedAccess::kRandom, bytes);
+    if (detail::is_fetched_path(options_.path)) {
+      remote_file_ = DataStore::get(options_.remote)->open(options_.path, DataStore::Access::kBlocks, "token file");
+      bytes = static_cast<size_t>(remote_file_->size());
+    } else {
+      // Windows are read at random offsets (shuffled, or drawn at random).
+      mapped_ = detail::map_file(options_.path, "tokens source", detail::MappedAccess::kRandom, bytes);
+    }
     const size_t width = token_type_size(type_);
     if (bytes % width != 0) {
       throw Error("tokens source: " + options_.path + " holds " + std::to_string(bytes) +
@@ -232,13 +242,13 @@ TokenWindowSource::TokenWindowSource(TokenWindowOptions options) : options_(std:
 // (0 at the window's start and at each document start, +1 per token), as Megatron-LM's
 // reset_position_ids and reset_attention_mask compute them from the end-of-document token. Documents
 // are a Megatron dataset's own (its .idx), or end after each `eod_token`.
-void TokenWindowSource::document_starts(uint64_t first, uint64_t count, std::vector<uint64_t>& starts) const {
+void TokenWindowSource::document_starts(uint64_t first, uint64_t count, const std::byte* from,
+                                        std::vector<uint64_t>& starts) const {
   starts.clear();
   if (options_.eod_token) {
     thread_local std::vector<int64_t> tokens;
     tokens.resize(count);
-    convert_from<int64_t>(type_, tokens_ + first * token_type_size(type_), reinterpret_cast<std::byte*>(tokens.data()),
-                          count);
+    convert_from<int64_t>(type_, from, reinterpret_cast<std::byte*>(tokens.data()), count);
     for (uint64_t at = 0; at + 1 < count; ++at) {
       if (tokens[at] == *options_.eod_token) starts.push_back(at + 1);
     }
@@ -286,12 +296,21 @@ EncodedSample TokenWindowSource::read_sample(uint64_t index, const SampleContext
     throw Error(describe() + ": sample " + std::to_string(index) + " is beyond its " + std::to_string(samples_) +
                 " samples");
   }
-  return read_window(index, first_token(context.epoch, index));
+  return read_window(index, first_token(context.epoch, index), context.stop);
 }
 
-EncodedSample TokenWindowSource::read_window(uint64_t index, uint64_t first) const {
+const std::byte* TokenWindowSource::window_bytes(uint64_t first, uint64_t count, const std::atomic<bool>* stop) const {
   const size_t width = token_type_size(type_);
-  const std::byte* from = tokens_ + first * width;
+  if (!remote_file_) return tokens_ + first * width;
+  thread_local std::vector<std::byte> buffer;
+  buffer.resize(count * width);
+  remote_file_->read(first * width, count * width, buffer.data(), stop);
+  return buffer.data();
+}
+
+EncodedSample TokenWindowSource::read_window(uint64_t index, uint64_t first, const std::atomic<bool>* stop) const {
+  const size_t width = token_type_size(type_);
+  const std::byte* from = window_bytes(first, static_cast<uint64_t>(window_), stop);
   EncodedSample sample;
   sample.index = index;
   sample.key = file_key(first);
@@ -306,7 +325,7 @@ EncodedSample TokenWindowSource::read_window(uint64_t index, uint64_t first) con
   if (options_.document_ids || options_.position_ids) {
     const auto count = static_cast<uint64_t>(options_.split.empty() ? window_ : options_.seq_len);
     thread_local std::vector<uint64_t> starts;
-    document_starts(first, count, starts);
+    document_starts(first, count, from, starts);
     at::Tensor documents = at::empty({static_cast<int64_t>(count * sizeof(int64_t))}, at::kByte);
     at::Tensor positions = at::empty({static_cast<int64_t>(count * sizeof(int64_t))}, at::kByte);
     auto* document = reinterpret_cast<int64_t*>(documents.data_ptr());
@@ -339,6 +358,49 @@ std::string TokenWindowSource::describe() const {
   if (options_.windows == TokenWindows::kRandom) text += ", " + std::to_string(samples_) + " random windows";
   if (!options_.split.empty()) text += ", split " + options_.split[0] + "/" + options_.split[1];
   return text + ")";
+}
+
+namespace {
+
+// The blocks of a remote token file that a run's strided windows read, in its order.
+class WindowFetchOrder : public FetchOrder {
+ public:
+  WindowFetchOrder(std::shared_ptr<const DataFile> file, std::shared_ptr<const ReadOrder> order, uint64_t window_bytes,
+                   uint64_t stride_bytes)
+      : file_(std::move(file)), order_(std::move(order)), window_(window_bytes), stride_(stride_bytes) {}
+  bool extents_at(uint64_t step, std::vector<uint32_t>& out) const override {
+    if (step >= order_->steps()) return false;
+    if (const std::optional<uint64_t> sample = order_->sample_at_step(step)) {
+      file_->extents(*sample * stride_, window_, out);
+    }
+    return true;
+  }
+  uint64_t reached() const override { return order_->reached(); }
+
+ private:
+  std::shared_ptr<const DataFile> file_;
+  std::shared_ptr<const ReadOrder> order_;
+  uint64_t window_, stride_;
+};
+
+}  // namespace
+
+std::optional<RemoteDataStats> TokenWindowSource::remote_data() const {
+  if (!remote_file_) return std::nullopt;
+  return DataStore::get(options_.remote)->stats();
+}
+
+std::shared_ptr<const void> TokenWindowSource::read_in_order(std::shared_ptr<const ReadOrder> order) const {
+  // Random windows start elsewhere every epoch, which the order (samples, not epochs) does not say:
+  // their blocks are fetched as they are read.
+  if (!remote_file_ || options_.windows != TokenWindows::kStrided) return nullptr;
+  const uint64_t width = token_type_size(type_);
+  const size_t readers = order->readers();
+  auto fetch_order =
+      std::make_shared<WindowFetchOrder>(remote_file_, std::move(order), static_cast<uint64_t>(window_) * width,
+                                         static_cast<uint64_t>(options_.seq_len) * width);
+  DataStore::get(options_.remote)->cache().follow(fetch_order, readers);
+  return fetch_order;
 }
 
 }  // namespace ferry

@@ -12,7 +12,9 @@
 
 #include "ferry/io/formats/indexed_dataset.h"
 #include "ferry/io/formats/source.h"
+#include "ferry/io/remote/data_store.h"
 #include "ferry/io/util/key_schema.h"
+#include "ferry/io/util/remote_options.h"
 
 namespace ferry {
 
@@ -65,6 +67,8 @@ struct TokenWindowOptions {
   /// The end-of-document token, after which a new document starts; unset: a Megatron dataset's own
   /// documents (a token file then has no documents, and asks for it).
   std::optional<int64_t> eod_token;
+  /// How a remote prefix or path (http://, https://, s3://) is fetched and cached (Note [remote data]).
+  RemoteOptions remote;
 };
 
 /// The options of a config's `source: {kind: megatron, ...}` or `{kind: tokens, ...}` mapping, as the
@@ -107,6 +111,9 @@ class TokenWindowSource : public Source {
   /// start elsewhere every epoch: "<file>:window <index>".
   std::string key(uint64_t index) const override;
   bool same_every_epoch() const override { return options_.windows == TokenWindows::kStrided; }
+  std::optional<RemoteDataStats> remote_data() const override;
+  /// For a remote file read in strided windows: fetches its blocks ahead along `order`.
+  std::shared_ptr<const void> read_in_order(std::shared_ptr<const ReadOrder> order) const override;
 
   const TokenWindowOptions& options() const noexcept { return options_; }
   /// How the file stores its tokens.
@@ -120,16 +127,21 @@ class TokenWindowSource : public Source {
   uint64_t first_token(uint64_t epoch, uint64_t index) const;
 
  private:
-  EncodedSample read_window(uint64_t index, uint64_t first) const;
-  /// Where documents start in the `count` tokens from `first`: offsets in (0, count), ascending.
-  void document_starts(uint64_t first, uint64_t count, std::vector<uint64_t>& starts) const;
+  EncodedSample read_window(uint64_t index, uint64_t first, const std::atomic<bool>* stop) const;
+  /// The `count` tokens from `first` on: in the mapping, or read from the remote file into a buffer of
+  /// the calling thread's (valid until its next call).
+  const std::byte* window_bytes(uint64_t first, uint64_t count, const std::atomic<bool>* stop) const;
+  /// Where documents start in the `count` tokens from `first` (whose bytes are `from`): offsets in
+  /// (0, count), ascending.
+  void document_starts(uint64_t first, uint64_t count, const std::byte* from, std::vector<uint64_t>& starts) const;
   std::string file_key(uint64_t first) const;
 
   TokenWindowOptions options_;
   std::shared_ptr<const IndexedDataset> dataset_;  // a Megatron dataset's mappings
   std::shared_ptr<const std::byte> mapped_;        // a token file's mapping
-  const std::byte* tokens_ = nullptr;
-  std::string file_;  // where the tokens lie, for keys
+  const std::byte* tokens_ = nullptr;              // mapped tokens; null for a remote file
+  std::shared_ptr<const DataFile> remote_file_;    // a remote token file (or .bin)
+  std::string file_;                               // where the tokens lie, for keys
   TokenType type_ = TokenType::kUInt16;
   uint64_t total_ = 0;
   std::vector<FieldSpec> fields_;

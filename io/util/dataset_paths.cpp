@@ -9,7 +9,22 @@
 
 namespace ferry::detail {
 
-std::optional<std::string> unsupported_path(std::string_view path) {
+bool is_fetched_path(std::string_view path) {
+  return path.starts_with("http://") || path.starts_with("https://") || path.starts_with("s3://") ||
+         path.starts_with("pipe:");
+}
+
+std::optional<std::string> unsupported_path(std::string_view path, bool fetched_ok) {
+  if (is_fetched_path(path)) {
+    if (fetched_ok) return std::nullopt;
+    std::string why(1, '\'');  // built by appending: g++ 12 warns (-Wrestrict) on "'" + std::string
+    why.append(path.substr(0, path.find(':')));
+    why.append(
+        ":' is not read here: this is read from a local (or mounted) folder, since a URL or a command "
+        "lists no files; pack the data into tar shards (ferry make-dataset tar) and read those over HTTP, S3 "
+        "or pipe:");
+    return why;
+  }
   // A URL: a scheme of letters, digits, '+', '-' or '.', then "://".
   const size_t scheme_end = path.find("://");
   if (scheme_end != std::string_view::npos && scheme_end > 0 && std::isalpha(static_cast<unsigned char>(path[0]))) {
@@ -20,13 +35,11 @@ std::optional<std::string> unsupported_path(std::string_view path) {
     if (scheme) {
       std::string why(1, '\'');  // built by appending: g++ 12 warns (-Wrestrict) on "'" + std::string
       why.append(path.substr(0, scheme_end));
-      why.append("://' is not supported yet: ferry reads local files (or mounted ones); download the data first");
+      why.append(
+          "://' is not supported: ferry reads local files, http://, https:// and s3:// URLs, and "
+          "pipe:COMMAND (e.g. pipe:gsutil cat gs://bucket/shard.tar)");
       return why;
     }
-  }
-  if (path.rfind("pipe:", 0) == 0) {
-    return "'pipe:' sources (a command's output) are not supported yet: ferry reads local files; write the "
-           "shards to disk first";
   }
   if (path.find_first_of("*?[") != std::string_view::npos) {
     return "globs ('*', '?', '[...]') are not supported yet: list the files, or give a numbered range such as "

@@ -10,9 +10,13 @@
 
 namespace ferry::detail {
 
-/// Why `path` is not yet a path ferry can read: a URL (http://, s3://, ...), a WebDataset `pipe:`
-/// source, or a glob ('*', '?', '['); nullopt for a plain local path.
-std::optional<std::string> unsupported_path(std::string_view path);
+/// Whether `path` is fetched rather than opened: an http://, https:// or s3:// URL, or `pipe:COMMAND`.
+bool is_fetched_path(std::string_view path);
+
+/// Why `path` is not a path ferry can read: a URL of another scheme (gs://, hdfs://), a fetched one
+/// (is_fetched_path) where `fetched_ok` is false (an image folder, which must be listed), or a glob
+/// ('*', '?', '['); nullopt for a local path or, with `fetched_ok`, a fetched one.
+std::optional<std::string> unsupported_path(std::string_view path, bool fetched_ok = true);
 
 /// `path` as it is looked for: relative paths are relative to the current folder (not the config's).
 std::string absolute_path(const std::string& path);

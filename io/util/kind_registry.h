@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ferry/io/util/key_schema.h"
+#include "ferry/io/util/remote_options.h"
 #include "ferry/pipeline/error.h"
 
 namespace ferry {
@@ -25,6 +26,8 @@ struct MakeContext {
   std::chrono::milliseconds timeout{0};
   std::string python = "python3";  // the interpreter that worker processes run
   std::string python_path;         // put first on the workers' PYTHONPATH ("" : theirs as inherited)
+  /// How remote, compressed and piped files are fetched and cached (the config's `remote:`).
+  RemoteOptions remote;
 };
 
 }  // namespace ferry

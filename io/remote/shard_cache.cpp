@@ -1,0 +1,493 @@
+#include "ferry/io/remote/shard_cache.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <system_error>
+#include <utility>
+
+#include "ferry/pipeline/error.h"
+
+namespace ferry {
+
+// Note [the shard cache]
+//
+// The folder holds data/<key> (whole extents), partial/<key>.<pid>.<n> (fetches under way) and
+// locks/<key> (who fetches what). An extent is written to its partial file and renamed into data/ once
+// complete, so a reader never sees part of one, and a fetch killed with -9 leaves only a partial file,
+// which the next ShardCache removes (its writer's lock on it died with it). The processes that share
+// the folder (the ranks of one machine) fetch each extent once: a fetch holds an flock on locks/<key>,
+// and another process that wants the extent waits for the lock and then finds the file in data/. flock
+// locks die with their process, so a crash never leaves a lock that blocks the next run.
+//
+// Reading ahead: the pipeline says in which order it reads samples (FetchOrder), and the extents follow
+// from the samples. `fetchers` threads fetch the next `prefetch` extents not present, in the order they
+// will be read. Room is made by dropping the present extent whose next read is furthest ahead — never
+// read again first, then the least recently used — which is Belady's rule, the fewest fetches any cache
+// of that size can do for the order. A prefetch never drops an extent needed before its own; a reader
+// that needs an extent now may drop any that nobody reads at the moment. Extents being read are never
+// dropped: a file a reader holds stays open, and follow() refuses a max_bytes that cannot hold one
+// extent per reader, so readers never wait for room that cannot come.
+//
+// Shared by processes, the budget is kept loosely: each process counts the folder's files before it
+// fetches, and drops by its own order; files no order of its own reads (another dataset's, stale) go
+// first.
+
+namespace {
+
+constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+constexpr uint64_t kPlanSteps = 2'000'000;  // steps looked at per plan, at most
+constexpr auto kPoll = std::chrono::milliseconds(20);
+
+std::string errno_text() { return std::system_category().message(errno); }
+
+void make_folder(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+    throw Error("remote.cache_dir: cannot create " + path + ": " + errno_text());
+  }
+}
+
+struct DiskFile {
+  std::string key;
+  uint64_t bytes = 0;
+  int64_t modified = 0;
+};
+
+// The extents in data/, every process's.
+std::vector<DiskFile> list_files(const std::string& folder) {
+  std::vector<DiskFile> files;
+  DIR* dir = ::opendir(folder.c_str());
+  if (dir == nullptr) return files;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    struct stat info {};
+    if (::fstatat(::dirfd(dir), entry->d_name, &info, 0) != 0 || !S_ISREG(info.st_mode)) continue;
+    files.push_back(DiskFile{entry->d_name, static_cast<uint64_t>(info.st_size), info.st_mtim.tv_sec});
+  }
+  ::closedir(dir);
+  return files;
+}
+
+// An flock held until destruction; the file descriptor closes with it.
+class FileLock {
+ public:
+  FileLock() = default;
+  explicit FileLock(int fd) : fd_(fd) {}
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileLock(FileLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileLock& operator=(FileLock&& other) noexcept {
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
+  bool held() const noexcept { return fd_ >= 0; }
+
+  // The lock on `path` (created where missing), or an unheld FileLock when another process has it.
+  static FileLock try_take(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) throw Error("remote.cache_dir: cannot open the lock " + path + ": " + errno_text());
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      return FileLock();
+    }
+    return FileLock(fd);
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
+CachedFile::~CachedFile() { ::close(fd_); }
+
+void CachedFile::read(uint64_t offset, size_t size, void* out, const std::string& what) const {
+  read_fd(fd_, offset, size, out, what, size_);
+  if (counters_ != nullptr) counters_->read_bytes.fetch_add(size, std::memory_order_relaxed);
+}
+
+void CachedFile::read_fd(int fd, uint64_t offset, size_t size, void* out, const std::string& what, uint64_t file_size) {
+  if (offset > file_size || size > file_size - offset) {
+    throw Error(what + ": bytes " + std::to_string(offset) + "-" + std::to_string(offset + size) + " are past its " +
+                std::to_string(file_size) + " bytes");
+  }
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t got = ::pread(fd, static_cast<char*>(out) + done, size - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      throw Error(what + ": reading at byte " + std::to_string(offset + done) +
+                  " failed: " + (got < 0 ? errno_text() : std::string("the file is shorter than it was")));
+    }
+    done += static_cast<size_t>(got);
+  }
+}
+
+struct ShardCache::Entry {
+  CacheExtent extent;
+  std::shared_ptr<const CachedFile> file;  // open while present: readers' copies pin it
+  bool fetching = false;                   // a thread of this process fetches it
+  uint64_t last_used = 0;
+  bool prefetch_failed = false;  // left to a reader, who fetches it and hears why it fails
+};
+
+ShardCache::ShardCache(Options options) : options_(std::move(options)) {
+  if (options_.dir.empty()) throw Error("remote.cache_dir is empty");
+  while (options_.dir.size() > 1 && options_.dir.back() == '/') options_.dir.pop_back();
+  // The folder and its parents (mkdir -p).
+  for (size_t slash = options_.dir.find('/', 1); slash != std::string::npos;
+       slash = options_.dir.find('/', slash + 1)) {
+    make_folder(options_.dir.substr(0, slash));
+  }
+  make_folder(options_.dir);
+  for (const char* sub : {"/data", "/partial", "/locks"}) make_folder(options_.dir + sub);
+
+  // Partial files whose writer is gone: it held an flock on its file until it finished or died.
+  const std::string partial = options_.dir + "/partial";
+  for (const DiskFile& file : list_files(partial)) {
+    const std::string path = partial + "/" + file.key;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) ::unlink(path.c_str());
+    ::close(fd);
+  }
+  for (const DiskFile& file : list_files(options_.dir + "/data")) disk_bytes_ += file.bytes;
+  threads_.emplace_back([this] { plan_loop(); });
+  for (size_t t = 0; t < std::max<size_t>(1, options_.fetchers); ++t)
+    threads_.emplace_back([this] { prefetch_loop(); });
+}
+
+ShardCache::~ShardCache() {
+  stopping_.store(true, std::memory_order_release);
+  changed_.notify_all();
+  planned_.notify_all();
+  for (std::thread& thread : threads_) thread.join();
+}
+
+uint32_t ShardCache::add(CacheExtent extent) {
+  std::lock_guard lock(mutex_);
+  if (const auto found = by_key_.find(extent.key); found != by_key_.end()) return found->second;
+  const auto id = static_cast<uint32_t>(entries_.size());
+  by_key_.emplace(extent.key, id);
+  entries_.push_back(std::make_unique<Entry>());
+  entries_.back()->extent = std::move(extent);
+  return id;
+}
+
+const CacheExtent& ShardCache::extent(uint32_t id) const {
+  std::lock_guard lock(mutex_);
+  return entries_.at(id)->extent;  // entries are never removed: the reference stays valid
+}
+
+void ShardCache::set_bytes(uint32_t id, uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  entries_.at(id)->extent.bytes = bytes;
+}
+
+void ShardCache::set_max_bytes(uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  options_.max_bytes = bytes;
+}
+
+std::string ShardCache::data_path(const CacheExtent& extent) const { return options_.dir + "/data/" + extent.key; }
+
+uint64_t ShardCache::used_bytes() const {
+  uint64_t bytes = 0;
+  for (const DiskFile& file : list_files(options_.dir + "/data")) bytes += file.bytes;
+  return bytes;
+}
+
+std::shared_ptr<const CachedFile> ShardCache::open_present(uint32_t id) {
+  const std::string path = data_path(entries_[id]->extent);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  struct stat info {};
+  ::fstat(fd, &info);
+  return std::make_shared<const CachedFile>(fd, static_cast<uint64_t>(info.st_size), path, &counters_);
+}
+
+std::shared_ptr<const CachedFile> ShardCache::get(uint32_t id, const std::atomic<bool>* stop) {
+  std::unique_lock lock(mutex_);
+  Entry& entry = *entries_.at(id);
+  static std::atomic<uint64_t> ticks{0};
+  if (entry.file) {
+    entry.last_used = ++ticks;
+    return entry.file;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  struct Waited {
+    CacheCounters& counters;
+    std::chrono::steady_clock::time_point start;
+    ~Waited() {
+      counters.wait_ns.fetch_add(
+          static_cast<uint64_t>(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()),
+          std::memory_order_relaxed);
+    }
+  } waited{counters_, start};
+  for (;;) {
+    if (entry.file) {
+      entry.last_used = ++ticks;
+      return entry.file;
+    }
+    if (stop != nullptr && stop->load(std::memory_order_acquire)) throw Error(entry.extent.what + ": stopped");
+    if (!entry.fetching) break;
+    changed_.wait_for(lock, kPoll);  // a prefetch of it is under way here
+  }
+  entry.fetching = true;
+  lock.unlock();
+  return fetch(id, false, stop);
+}
+
+std::shared_ptr<const CachedFile> ShardCache::fetch(uint32_t id, bool prefetch, const std::atomic<bool>* stop) {
+  // Called with entry.fetching set by the caller; clears it, whatever happens.
+  Entry& entry = *entries_[id];
+  const CacheExtent& extent = entry.extent;
+  struct Done {
+    ShardCache& cache;
+    Entry& entry;
+    uint64_t reserved = 0;
+    ~Done() {
+      std::lock_guard lock(cache.mutex_);
+      entry.fetching = false;
+      cache.inflight_bytes_ -= reserved;
+      cache.changed_.notify_all();
+    }
+  } done{*this, entry};
+
+  const std::string path = data_path(extent);
+  const auto adopt = [&](std::shared_ptr<const CachedFile> file) {
+    std::lock_guard lock(mutex_);
+    entry.file = file;
+    return file;
+  };
+  if (auto file = open_present(id)) return adopt(std::move(file));
+
+  // One process fetches it; the others wait for its file.
+  const std::string lock_path = options_.dir + "/locks/" + extent.key;
+  FileLock owner = FileLock::try_take(lock_path);
+  while (!owner.held()) {
+    if (auto file = open_present(id)) return adopt(std::move(file));
+    if ((stop != nullptr && stop->load(std::memory_order_acquire)) || (prefetch && stopping_.load())) {
+      throw Error(extent.what + ": stopped");
+    }
+    std::this_thread::sleep_for(kPoll);
+    owner = FileLock::try_take(lock_path);
+  }
+  if (auto file = open_present(id)) return adopt(std::move(file));
+
+  if (!prefetch) refresh_plan();  // the drop below goes by where reading is now
+  {
+    std::unique_lock lock(mutex_);
+    done.reserved = extent.bytes;
+    inflight_bytes_ += extent.bytes;
+    // A prefetch drops only extents needed after this one; a reader's fetch, any not in use.
+    uint64_t before = 0;
+    if (prefetch) {
+      const auto next = next_use_.find(id);
+      before = next == next_use_.end() ? kNever : next->second;
+    }
+    if (!make_room(before, lock) && prefetch) return nullptr;  // no room yet: later
+  }
+
+  static std::atomic<uint64_t> serial{0};
+  const std::string partial = options_.dir + "/partial/" + extent.key + "." + std::to_string(::getpid()) + "." +
+                              std::to_string(serial.fetch_add(1));
+  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(extent.what + ": cannot write its cached copy " + partial + ": " + errno_text());
+  ::flock(fd, LOCK_EX);  // says the file is being written (Note [the shard cache])
+  uint64_t written = 0;
+  try {
+    const std::atomic<bool>* watch = prefetch ? &stopping_ : stop;
+    extent.produce(
+        [&](const char* data, size_t size) {
+          while (size > 0) {
+            const ssize_t put = ::write(fd, data, size);
+            if (put < 0 && errno == EINTR) continue;
+            if (put < 0) {
+              throw Error(extent.what + ": writing its cached copy " + partial + " failed: " + errno_text() +
+                          (errno == ENOSPC ? " (lower remote.max_bytes, or free space on the cache's disk)" : ""));
+            }
+            data += put;
+            size -= static_cast<size_t>(put);
+            written += static_cast<uint64_t>(put);
+          }
+        },
+        watch);
+    if (::rename(partial.c_str(), path.c_str()) != 0) {
+      throw Error(extent.what + ": cannot move its cached copy into " + path + ": " + errno_text());
+    }
+  } catch (...) {
+    ::unlink(partial.c_str());
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  ::unlink(lock_path.c_str());  // complete: whoever takes this lock later finds the file first
+  counters_.fetched_bytes.fetch_add(written, std::memory_order_relaxed);
+  counters_.fetches.fetch_add(1, std::memory_order_relaxed);
+  std::shared_ptr<const CachedFile> file = open_present(id);
+  if (!file) throw Error(extent.what + ": its cached copy " + path + " vanished as it was written");
+  std::lock_guard lock(mutex_);
+  disk_bytes_ += written;
+  entry.extent.bytes = written;
+  entry.file = file;
+  entry.prefetch_failed = false;
+  return file;
+}
+
+bool ShardCache::make_room(uint64_t before_step, std::unique_lock<std::mutex>& lock) {
+  (void)lock;  // held
+  if (options_.max_bytes == 0) return true;
+  // The folder as every process left it (counted afresh: the others add to it too).
+  const std::vector<DiskFile> files = list_files(options_.dir + "/data");
+  disk_bytes_ = 0;
+  for (const DiskFile& file : files) disk_bytes_ += file.bytes;
+  if (disk_bytes_ + inflight_bytes_ <= options_.max_bytes) return true;
+  struct Candidate {
+    std::string key;
+    uint64_t bytes;
+    uint64_t next;
+    uint64_t recency;
+    Entry* entry;
+  };
+  std::vector<Candidate> candidates;
+  for (const DiskFile& file : files) {
+    const auto found = by_key_.find(file.key);
+    Entry* entry = found == by_key_.end() ? nullptr : entries_[found->second].get();
+    if (entry != nullptr && (entry->fetching || (entry->file && entry->file.use_count() > 1))) continue;  // in use
+    const auto next = entry == nullptr ? next_use_.end() : next_use_.find(found->second);
+    candidates.push_back(Candidate{file.key, file.bytes, next == next_use_.end() ? kNever : next->second,
+                                   entry != nullptr ? entry->last_used : static_cast<uint64_t>(file.modified), entry});
+  }
+  // Needed furthest ahead first; never-again ones by least recent use.
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.next != b.next ? a.next > b.next : a.recency < b.recency;
+  });
+  for (const Candidate& candidate : candidates) {
+    if (disk_bytes_ + inflight_bytes_ <= options_.max_bytes) break;
+    if (candidate.next <= before_step && before_step != 0) break;
+    ::unlink((options_.dir + "/data/" + candidate.key).c_str());
+    disk_bytes_ -= std::min(disk_bytes_, candidate.bytes);
+    counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+    if (candidate.entry != nullptr) candidate.entry->file.reset();
+  }
+  return disk_bytes_ + inflight_bytes_ <= options_.max_bytes;
+}
+
+void ShardCache::follow(const std::shared_ptr<const FetchOrder>& order, size_t readers) {
+  uint64_t largest = 0;
+  std::vector<uint32_t> ids;
+  for (uint64_t step = order->reached(); step < order->reached() + 100'000; ++step) {
+    ids.clear();
+    if (!order->extents_at(step, ids)) break;
+    std::lock_guard lock(mutex_);
+    for (const uint32_t id : ids) largest = std::max(largest, entries_.at(id)->extent.bytes);
+  }
+  if (options_.max_bytes != 0 && options_.max_bytes < largest * std::max<size_t>(1, readers)) {
+    throw Error("remote.max_bytes (" + std::to_string(options_.max_bytes) + " bytes) cannot hold the " +
+                std::to_string(readers) + " shards the decode threads read at once (the largest is " +
+                std::to_string(largest) + " bytes): raise it to at least " + std::to_string(largest * readers) +
+                ", or use fewer decode threads");
+  }
+  {
+    std::lock_guard lock(mutex_);
+    orders_.push_back(order);
+  }
+  refresh_plan();
+  planned_.notify_all();
+}
+
+void ShardCache::refresh_plan() {
+  std::vector<std::shared_ptr<const FetchOrder>> orders;
+  size_t present = 0;
+  {
+    std::lock_guard lock(mutex_);
+    std::erase_if(orders_, [](const std::weak_ptr<const FetchOrder>& order) { return order.expired(); });
+    for (const auto& weak : orders_) {
+      if (auto order = weak.lock()) orders.push_back(std::move(order));
+    }
+    for (const auto& entry : entries_) present += entry->file ? 1 : 0;
+  }
+  // Steps are counted from each order's reading point: orders of several pipelines compare by how soon.
+  std::unordered_map<uint32_t, uint64_t> next_use;
+  std::vector<uint32_t> wanted, ids;
+  for (const auto& order : orders) {
+    const uint64_t from = order->reached();
+    size_t ahead = 0, found = 0;  // distinct extents met; present ones among them
+    for (uint64_t step = from; step < from + kPlanSteps; ++step) {
+      ids.clear();
+      if (!order->extents_at(step, ids)) break;
+      for (const uint32_t id : ids) {
+        const auto [it, first] = next_use.emplace(id, step - from);
+        if (!first) {
+          it->second = std::min(it->second, step - from);
+          continue;
+        }
+        std::lock_guard lock(mutex_);
+        const bool present = entries_[id]->file != nullptr;
+        found += present ? 1 : 0;
+        // The prefetch window: the next `prefetch` extents the order reads, present or not.
+        if (ahead++ < options_.prefetch && !present) wanted.push_back(id);
+      }
+      // Far enough: past the window, and every present extent's next read is known.
+      if (ahead >= options_.prefetch && found >= present) break;
+    }
+  }
+  std::lock_guard lock(mutex_);
+  next_use_ = std::move(next_use);
+  wanted_ = std::move(wanted);
+}
+
+void ShardCache::plan_loop() {
+  while (!stopping_.load(std::memory_order_acquire)) {
+    refresh_plan();
+    std::unique_lock lock(mutex_);
+    changed_.notify_all();
+    planned_.wait_for(lock, kPoll);
+  }
+}
+
+void ShardCache::prefetch_loop() {
+  while (!stopping_.load(std::memory_order_acquire)) {
+    std::optional<uint32_t> pick;
+    {
+      std::unique_lock lock(mutex_);
+      for (const uint32_t id : wanted_) {
+        Entry& entry = *entries_[id];
+        if (!entry.file && !entry.fetching && !entry.prefetch_failed) {
+          entry.fetching = true;
+          pick = id;
+          break;
+        }
+      }
+      if (!pick) {
+        changed_.wait_for(lock, kPoll);
+        continue;
+      }
+    }
+    bool fetched = false;
+    try {
+      fetched = fetch(*pick, true, nullptr) != nullptr;
+    } catch (const std::exception&) {
+      std::lock_guard lock(mutex_);
+      entries_[*pick]->prefetch_failed = true;
+    }
+    planned_.notify_one();
+    if (!fetched) {
+      std::unique_lock lock(mutex_);
+      changed_.wait_for(lock, kPoll);  // no room yet, or failed: wait for reading to move on
+    }
+  }
+}
+
+}  // namespace ferry
