@@ -430,7 +430,7 @@ void TarIndex::scan() {
 // Note [kept indexes]
 //
 // Indexing a shard reads all of it; for a fetched shard (remote, compressed, piped) that is a whole
-// download. Its index is therefore kept in the cache folder (index/<key>.tarindex), and a later run, or
+// download. Its index is therefore kept in the cache folder (index/<key>), and a later run, or
 // another rank, starts from it without fetching anything: a resumed run fetches only the shards it still
 // reads. The index records the object's size and ETag when it was indexed; every later fetch checks
 // them, so a shard that changed since is an error rather than samples read at stale offsets, and that

@@ -362,23 +362,32 @@ std::string TokenWindowSource::describe() const {
 
 namespace {
 
-// The blocks of a remote token file that a run's strided windows read, in its order.
+// The blocks of a remote token file that a run's strided windows read, in its order. Holds copies of what
+// it needs (each block's extent): the cache's threads may use it a moment after the source is gone, and
+// must not be the last to hold the file, whose store owns them.
 class WindowFetchOrder : public FetchOrder {
  public:
-  WindowFetchOrder(std::shared_ptr<const DataFile> file, std::shared_ptr<const ReadOrder> order, uint64_t window_bytes,
-                   uint64_t stride_bytes)
-      : file_(std::move(file)), order_(std::move(order)), window_(window_bytes), stride_(stride_bytes) {}
+  WindowFetchOrder(std::vector<uint32_t> blocks, uint64_t block_bytes, std::shared_ptr<const ReadOrder> order,
+                   uint64_t window_bytes, uint64_t stride_bytes)
+      : blocks_(std::move(blocks)),
+        block_(block_bytes),
+        order_(std::move(order)),
+        window_(window_bytes),
+        stride_(stride_bytes) {}
   bool extents_at(uint64_t step, std::vector<uint32_t>& out) const override {
     if (step >= order_->steps()) return false;
-    if (const std::optional<uint64_t> sample = order_->sample_at_step(step)) {
-      file_->extents(*sample * stride_, window_, out);
+    if (const std::optional<uint64_t> sample = order_->sample_at_step(step); sample && !blocks_.empty()) {
+      const uint64_t first = *sample * stride_;
+      const uint64_t last = std::min<uint64_t>((first + window_ - 1) / block_, blocks_.size() - 1);
+      for (uint64_t b = first / block_; b <= last; ++b) out.push_back(blocks_[b]);
     }
     return true;
   }
   uint64_t reached() const override { return order_->reached(); }
 
  private:
-  std::shared_ptr<const DataFile> file_;
+  std::vector<uint32_t> blocks_;
+  uint64_t block_;
   std::shared_ptr<const ReadOrder> order_;
   uint64_t window_, stride_;
 };
@@ -396,9 +405,12 @@ std::shared_ptr<const void> TokenWindowSource::read_in_order(std::shared_ptr<con
   if (!remote_file_ || options_.windows != TokenWindows::kStrided) return nullptr;
   const uint64_t width = token_type_size(type_);
   const size_t readers = order->readers();
-  auto fetch_order =
-      std::make_shared<WindowFetchOrder>(remote_file_, std::move(order), static_cast<uint64_t>(window_) * width,
-                                         static_cast<uint64_t>(options_.seq_len) * width);
+  const uint64_t block = std::max<uint64_t>(1, options_.remote.block_bytes);
+  std::vector<uint32_t> blocks;  // one extent a block, as the file was opened (DataStore::Access::kBlocks)
+  for (uint64_t offset = 0; offset < remote_file_->size(); offset += block) remote_file_->extents(offset, 1, blocks);
+  auto fetch_order = std::make_shared<WindowFetchOrder>(std::move(blocks), block, std::move(order),
+                                                        static_cast<uint64_t>(window_) * width,
+                                                        static_cast<uint64_t>(options_.seq_len) * width);
   DataStore::get(options_.remote)->cache().follow(fetch_order, readers);
   return fetch_order;
 }

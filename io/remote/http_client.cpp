@@ -118,6 +118,7 @@ struct Attempt {
   std::string etag;
   std::optional<uint64_t> range_start;  // Content-Range: bytes START-END/TOTAL
   std::optional<uint64_t> total;        // the object's size, from Content-Range or a 200's Content-Length
+  bool ranged = false;                  // the answer had a Content-Range
   uint64_t delivered = 0;               // bytes this request gave the sink
   bool retryable = false;
   bool complete = false;  // the range's bytes are all delivered (the rest of the body is not wanted)
@@ -144,6 +145,7 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
     a.etag.clear();
     a.range_start.reset();
     a.total.reset();
+    a.ranged = false;
     return line.size();
   }
   const size_t colon = line.find(':');
@@ -160,9 +162,11 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
   } else if (name == "content-range" && value.starts_with("bytes ")) {
     const size_t dash = value.find('-'), slash = value.find('/');
     if (dash != std::string::npos) a.range_start = number(std::string_view(value).substr(6, dash - 6));
-    if (slash != std::string::npos) a.total = number(std::string_view(value).substr(slash + 1));
-  } else if (name == "content-length" && !a.total) {
-    a.total = number(value);  // a 206's Content-Range comes first or after: it wins below
+    // "bytes a-b/*": the size is not known; a Content-Length read before was the range's, not the object's.
+    a.total = slash != std::string::npos ? number(std::string_view(value).substr(slash + 1)) : std::nullopt;
+    a.ranged = true;
+  } else if (name == "content-length" && !a.ranged) {
+    a.total = number(value);  // the object's size in a 200; a 206's Content-Range says it instead
   }
   return line.size();
 }
@@ -310,7 +314,7 @@ bool perform(CURL* curl, const RemoteOptions& options, const S3Account* s3, Tran
                 (s3 != nullptr && !s3->credentials
                      ? "; give credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile)"
                      : "");
-    } else if (a.status == 301 || code == "PermanentRedirect" || code == "AuthorizationHeaderMalformed") {
+    } else if (code == "PermanentRedirect" || code == "AuthorizationHeaderMalformed") {
       a.what += ": the bucket may be in another region than " + (s3 != nullptr ? s3->region : std::string("its")) +
                 "; set remote.region";
     } else if (a.status == 416) {
@@ -332,7 +336,9 @@ bool perform(CURL* curl, const RemoteOptions& options, const S3Account* s3, Tran
     return false;
   }
   if (a.status >= 300 && a.status < 400) {
-    a.what = "redirected (" + std::to_string(a.status) + ") and not followed";
+    a.what = "redirected (" + std::to_string(a.status) + ") and not followed" +
+             (s3 != nullptr ? ": the bucket may be in another region than " + s3->region + "; set remote.region"
+                            : std::string());
     return false;
   }
   switch (a.code) {
@@ -426,6 +432,9 @@ void HttpClient::fetch(const std::string& url, uint64_t offset, std::optional<ui
     const bool done = perform((*handle).curl, options_, account_for(url), counters_, url, false, offset + delivered,
                               left, &sink, a, stop);
     delivered += a.delivered;
+    // A transfer that got further starts its count again: a long one over a flaky link is not given up
+    // after `retries` cuts that each moved it on.
+    if (a.delivered > 0 && !done) tried = 0;
     if (done) {
       if (seen != nullptr) *seen = ObjectInfo{a.total.value_or(offset + delivered), a.etag};
       return;

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "ferry/io/util/printable.h"
@@ -25,7 +26,7 @@ constexpr int kPollMs = 50;
 [[noreturn]] void exec_child(const std::string& command, int out, int err) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  const int null = ::open("/dev/null", O_RDONLY);
+  const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // dup2 clears the flag on fd 0
   if (null >= 0) ::dup2(null, 0);
   ::dup2(out, 1);
   ::dup2(err, 2);
@@ -67,7 +68,7 @@ void run_pipe(const std::string& command, const ByteSink& out, std::chrono::mill
       failure = "stopped";
       break;
     }
-    if (timeout.count() > 0 && out_open && std::chrono::steady_clock::now() - quiet_since > timeout) {
+    if (timeout.count() > 0 && std::chrono::steady_clock::now() - quiet_since > timeout) {
       failure = "wrote nothing for " + std::to_string(timeout.count()) + " ms (remote.timeout)";
       break;
     }
@@ -94,6 +95,7 @@ void run_pipe(const std::string& command, const ByteSink& out, std::chrono::mill
       char text[4096];
       const ssize_t got = ::read(err_pipe[0], text, sizeof text);
       if (got > 0) {
+        quiet_since = std::chrono::steady_clock::now();
         stderr_tail.append(text, static_cast<size_t>(got));
         if (stderr_tail.size() > kStderrKept) stderr_tail.erase(0, stderr_tail.size() - kStderrKept);
       } else if (got == 0 || errno != EINTR) {
@@ -104,8 +106,17 @@ void run_pipe(const std::string& command, const ByteSink& out, std::chrono::mill
   ::close(out_pipe[0]);
   ::close(err_pipe[0]);
   if (!failure.empty() || sink_error) ::kill(-child, SIGKILL);
+  // Its output is closed; it may still linger (or a child of its holds nothing): the same limits apply.
   int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  for (;;) {
+    const pid_t done = ::waitpid(child, &status, WNOHANG);
+    if (done == child || (done < 0 && errno != EINTR)) break;
+    const bool stopped = stop != nullptr && stop->load(std::memory_order_acquire);
+    if (stopped || (timeout.count() > 0 && std::chrono::steady_clock::now() - quiet_since > timeout)) {
+      if (failure.empty() && !sink_error) failure = stopped ? "stopped" : "did not exit after closing its output";
+      ::kill(-child, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (sink_error) std::rethrow_exception(sink_error);
   const auto tail = [&stderr_tail] {

@@ -44,7 +44,7 @@ namespace ferry {
 namespace {
 
 constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
-constexpr uint64_t kPlanSteps = 2'000'000;  // steps looked at per plan, at most
+constexpr uint64_t kPlanSteps = 500'000;  // steps looked at per plan, at most
 constexpr auto kPoll = std::chrono::milliseconds(20);
 
 std::string errno_text() { return std::system_category().message(errno); }
@@ -206,8 +206,13 @@ uint64_t ShardCache::used_bytes() const {
   return bytes;
 }
 
+ShardCache::Entry& ShardCache::entry_of(uint32_t id) const {
+  std::lock_guard lock(mutex_);  // add() may grow entries_ meanwhile; the Entry itself never moves
+  return *entries_.at(id);
+}
+
 std::shared_ptr<const CachedFile> ShardCache::open_present(uint32_t id) {
-  const std::string path = data_path(entries_[id]->extent);
+  const std::string path = data_path(entry_of(id).extent);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return nullptr;
   struct stat info {};
@@ -250,7 +255,7 @@ std::shared_ptr<const CachedFile> ShardCache::get(uint32_t id, const std::atomic
 
 std::shared_ptr<const CachedFile> ShardCache::fetch(uint32_t id, bool prefetch, const std::atomic<bool>* stop) {
   // Called with entry.fetching set by the caller; clears it, whatever happens.
-  Entry& entry = *entries_[id];
+  Entry& entry = entry_of(id);
   const CacheExtent& extent = entry.extent;
   struct Done {
     ShardCache& cache;
@@ -299,12 +304,23 @@ std::shared_ptr<const CachedFile> ShardCache::fetch(uint32_t id, bool prefetch, 
     if (!make_room(before, lock) && prefetch) return nullptr;  // no room yet: later
   }
 
+  // The partial file, locked to say it is being written (Note [the shard cache]). Another process's start
+  // may remove it between its creation and the lock: then it is made again.
   static std::atomic<uint64_t> serial{0};
-  const std::string partial = options_.dir + "/partial/" + extent.key + "." + std::to_string(::getpid()) + "." +
-                              std::to_string(serial.fetch_add(1));
-  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(extent.what + ": cannot write its cached copy " + partial + ": " + errno_text());
-  ::flock(fd, LOCK_EX);  // says the file is being written (Note [the shard cache])
+  std::string partial;
+  int fd = -1;
+  for (int attempt = 0; fd < 0; ++attempt) {
+    partial = options_.dir + "/partial/" + extent.key + "." + std::to_string(::getpid()) + "." +
+              std::to_string(serial.fetch_add(1));
+    fd = ::open(partial.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) throw Error(extent.what + ": cannot write its cached copy " + partial + ": " + errno_text());
+    struct stat created {};
+    if (::flock(fd, LOCK_EX) != 0 || ::fstat(fd, &created) != 0 || created.st_nlink == 0) {
+      ::close(fd);
+      fd = -1;
+      if (attempt == 3) throw Error(extent.what + ": its cached copy " + partial + " was removed as it was made");
+    }
+  }
   uint64_t written = 0;
   try {
     const std::atomic<bool>* watch = prefetch ? &stopping_ : stop;
@@ -331,12 +347,11 @@ std::shared_ptr<const CachedFile> ShardCache::fetch(uint32_t id, bool prefetch, 
     ::close(fd);
     throw;
   }
-  ::close(fd);
   ::unlink(lock_path.c_str());  // complete: whoever takes this lock later finds the file first
   counters_.fetched_bytes.fetch_add(written, std::memory_order_relaxed);
   counters_.fetches.fetch_add(1, std::memory_order_relaxed);
-  std::shared_ptr<const CachedFile> file = open_present(id);
-  if (!file) throw Error(extent.what + ": its cached copy " + path + " vanished as it was written");
+  // Read through the descriptor it was written with: the name may be dropped by another process at once.
+  auto file = std::make_shared<const CachedFile>(fd, written, path, &counters_);
   std::lock_guard lock(mutex_);
   disk_bytes_ += written;
   entry.extent.bytes = written;
@@ -361,6 +376,12 @@ bool ShardCache::make_room(uint64_t before_step, std::unique_lock<std::mutex>& l
     Entry* entry;
   };
   std::vector<Candidate> candidates;
+  for (auto& entry : entries_) {
+    struct stat info {};
+    if (entry->file && entry->file.use_count() == 1 && ::fstat(entry->file->fd(), &info) == 0 && info.st_nlink == 0) {
+      entry->file.reset();  // dropped by another process
+    }
+  }
   for (const DiskFile& file : files) {
     const auto found = by_key_.find(file.key);
     Entry* entry = found == by_key_.end() ? nullptr : entries_[found->second].get();
@@ -434,10 +455,10 @@ void ShardCache::refresh_plan() {
           continue;
         }
         std::lock_guard lock(mutex_);
-        const bool present = entries_[id]->file != nullptr;
-        found += present ? 1 : 0;
+        const bool here = entries_[id]->file != nullptr;
+        found += here ? 1 : 0;
         // The prefetch window: the next `prefetch` extents the order reads, present or not.
-        if (ahead++ < options_.prefetch && !present) wanted.push_back(id);
+        if (ahead++ < options_.prefetch && !here) wanted.push_back(id);
       }
       // Far enough: past the window, and every present extent's next read is known.
       if (ahead >= options_.prefetch && found >= present) break;

@@ -31,10 +31,10 @@ struct CacheExtent {
   std::function<void(const std::function<void(const char*, size_t)>& sink, const std::atomic<bool>* stop)> produce;
 };
 
-/// An extent's file in the cache, open for reading: it stays readable while this lives, even if the
-/// cache drops the file meanwhile.
 struct CacheCounters;
 
+/// An extent's file in the cache, open for reading: it stays readable while this lives, even if the
+/// cache drops the file meanwhile.
 class CachedFile {
  public:
   /// `counters` (may be null) counts the bytes read.
@@ -126,6 +126,7 @@ class ShardCache {
 
  private:
   struct Entry;
+  Entry& entry_of(uint32_t id) const;
   std::shared_ptr<const CachedFile> open_present(uint32_t id);
   std::shared_ptr<const CachedFile> fetch(uint32_t id, bool prefetch, const std::atomic<bool>* stop);
   /// Drops extents (furthest next read first) until the folder and the fetches under way fit max_bytes,

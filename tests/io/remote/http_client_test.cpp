@@ -39,9 +39,15 @@ class HttpClientTest : public ::testing::Test {
     std::ofstream(*dir_ / "data/blob.bin", std::ios::binary) << data_;
     http_ = new HttpServer(*dir_ / "data", *dir_ / "http");
     proxy_ = new FaultProxy(http_->http, *dir_ / "proxy");
-    s3_ = new S3Server(*dir_ / "s3");
-    s3_->make_bucket("bucket");
-    s3_->put("bucket", "dir/blob.bin", *dir_ / "data/blob.bin");
+  }
+  // The S3 server, started by the first test that needs it (each test runs in a process of its own).
+  static const S3Server& s3() {
+    if (s3_ == nullptr) {
+      s3_ = new S3Server(*dir_ / "s3");
+      s3_->make_bucket("bucket");
+      s3_->put("bucket", "dir/blob.bin", *dir_ / "data/blob.bin");
+    }
+    return *s3_;
   }
   static void TearDownTestSuite() {
     delete s3_;
@@ -59,7 +65,7 @@ class HttpClientTest : public ::testing::Test {
   }
   static RemoteOptions s3_options() {
     RemoteOptions options = fast();
-    options.endpoint_url = s3_->endpoint;
+    options.endpoint_url = s3().endpoint;
     return options;
   }
   // Fetches [offset, offset + size) into a string.

@@ -60,16 +60,23 @@ class RemoteSourceTest : public ::testing::Test {
     }
     http_ = new HttpServer(data, *dir_ / "http");
     proxy_ = new FaultProxy(http_->http, *dir_ / "proxy");
-    s3_ = new S3Server(*dir_ / "s3");
-    s3_->make_bucket("shards");
-    for (size_t s = 0; s < kShards; ++s) {
-      for (const char* suffix : {".tar", ".tar.xz"}) {
-        const std::string name = "shard-" + std::to_string(s) + suffix;
-        s3_->put("shards", "train/" + name, data + "/" + name);
-      }
-    }
     ::setenv("AWS_ACCESS_KEY_ID", S3Server::kAccessKey, 1);
     ::setenv("AWS_SECRET_ACCESS_KEY", S3Server::kSecretKey, 1);
+  }
+  // The S3 server with the shards, started by the first test that needs it (each test runs in a process
+  // of its own).
+  static const S3Server& s3() {
+    if (s3_ == nullptr) {
+      s3_ = new S3Server(*dir_ / "s3");
+      s3_->make_bucket("shards");
+      for (size_t s = 0; s < kShards; ++s) {
+        for (const char* suffix : {".tar", ".tar.xz"}) {
+          const std::string name = "shard-" + std::to_string(s) + suffix;
+          s3_->put("shards", "train/" + name, *dir_ / ("data/" + name));
+        }
+      }
+    }
+    return *s3_;
   }
   static void TearDownTestSuite() {
     ::unsetenv("AWS_ACCESS_KEY_ID");
@@ -85,7 +92,7 @@ class RemoteSourceTest : public ::testing::Test {
   static RemoteOptions remote(const std::string& name) {
     RemoteOptions options;
     options.cache_dir = *dir_ / ("cache-" + name);
-    options.endpoint_url = s3_->endpoint;
+    if (s3_ != nullptr) options.endpoint_url = s3_->endpoint;
     options.ca_bundle = http_->certificate;
     options.backoff = 10ms;
     return options;
@@ -128,6 +135,7 @@ class RemoteSourceTest : public ::testing::Test {
 };
 
 TEST_F(RemoteSourceTest, EveryRouteGivesTheLocalSamples) {
+  s3();
   const std::string data = *dir_ / "data";
   const std::map<std::string, std::string> routes = {
       {"http", http_->http + "/shard-" + range() + ".tar"},
@@ -224,6 +232,7 @@ TEST_F(RemoteSourceTest, MissingShardsAndBucketsNameTheUrl) {
     EXPECT_NE(std::string(e.what()).find(url), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("404"), std::string::npos) << e.what();
   }
+  s3();
   try {
     source("s3://no-such-bucket/shard-0.tar", remote("missing-bucket"));
     ADD_FAILURE() << "a missing bucket made a source";

@@ -1,9 +1,5 @@
 // StreamDecoder: gzip, zstd and xz streams (made here with the same libraries) decode to their bytes
 // whatever the pieces they arrive in; plain bytes pass through; a cut stream and bzip2 are errors.
-#include <lzma.h>
-#include <zlib.h>
-#include <zstd.h>
-
 #include <random>
 #include <string>
 
@@ -11,6 +7,8 @@
 
 #include <ferry/io/remote/stream_decoder.h>
 #include <ferry/pipeline/error.h>
+
+#include "tests/support/compress.h"
 
 namespace ferry {
 namespace {
@@ -24,35 +22,9 @@ std::string random_text(size_t size, uint32_t seed) {
   return text;
 }
 
-std::string gzip(const std::string& data) {
-  z_stream stream{};
-  EXPECT_EQ(deflateInit2(&stream, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&stream, data.size()) + 64, '\0');
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  stream.avail_in = static_cast<uInt>(data.size());
-  stream.next_out = reinterpret_cast<Bytef*>(out.data());
-  stream.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&stream, Z_FINISH), Z_STREAM_END);
-  out.resize(stream.total_out);
-  deflateEnd(&stream);
-  return out;
-}
-
-std::string zstd(const std::string& data) {
-  std::string out(ZSTD_compressBound(data.size()), '\0');
-  out.resize(ZSTD_compress(out.data(), out.size(), data.data(), data.size(), 3));
-  return out;
-}
-
-std::string xz(const std::string& data) {
-  std::string out(lzma_stream_buffer_bound(data.size()), '\0');
-  size_t written = 0;
-  EXPECT_EQ(lzma_easy_buffer_encode(6, LZMA_CHECK_CRC64, nullptr, reinterpret_cast<const uint8_t*>(data.data()),
-                                    data.size(), reinterpret_cast<uint8_t*>(out.data()), &written, out.size()),
-            LZMA_OK);
-  out.resize(written);
-  return out;
-}
+std::string gzip(const std::string& data) { return testing::gzip_bytes(data); }
+std::string zstd(const std::string& data) { return testing::zstd_bytes(data); }
+std::string xz(const std::string& data) { return testing::xz_bytes(data); }
 
 // Decodes `stream` fed in pieces of `piece` bytes.
 std::string decode(const std::string& stream, size_t piece, std::string* format = nullptr) {
