@@ -158,6 +158,7 @@ CONFIG = """source:
   kind: tar
   shards: SHARDS
 batch_size: 64
+pool: {slab_size: 64MiB}      # raw JPEG bytes of any length: the largest batch is not known ahead
 transfer: {device: cpu}
 stats: {progress: off}
 sampler: {epochs: EPOCHS}
@@ -256,7 +257,7 @@ def main():
                                base + [f"remote.cache_dir={cache}", f"remote.max_bytes={budget}"], work, epochs=2)
             fetched = report["remote"]["network_bytes"]
             slots = max(1, budget // largest)
-            fewest = fewest_fetches(list(range(shards)) * 2, min(slots, shards))
+            fewest = shards if budget >= dataset_bytes else fewest_fetches(list(range(shards)) * 2, min(slots, shards))
             rows.append({"row": f"cache {share:.0%}, 2 epochs", "bytes_fetched_over_dataset": fetched / dataset_bytes,
                          "fetches": report["remote"]["fetches"], "fewest_fetches": fewest,
                          "cache_bytes": budget})
