@@ -299,7 +299,10 @@ std::shared_ptr<const CachedFile> ShardCache::fetch(uint32_t id, bool prefetch, 
     uint64_t before = 0;
     if (prefetch) {
       const auto next = next_use_.find(id);
-      before = next == next_use_.end() ? kNever : next->second;
+      // Only what is needed after the whole window too: an extent being read now looks needed at once,
+      // but may not be needed again for long, and the reader's own fetch would drop it then (Belady's
+      // choice, made with what is known when the extent is needed).
+      before = next == next_use_.end() ? kNever : next->second + window_span_;
     }
     if (!make_room(before, lock) && prefetch) return nullptr;  // no room yet: later
   }
@@ -442,6 +445,7 @@ void ShardCache::refresh_plan() {
   // Steps are counted from each order's reading point: orders of several pipelines compare by how soon.
   std::unordered_map<uint32_t, uint64_t> next_use;
   std::vector<uint32_t> wanted, ids;
+  uint64_t span = 0;  // steps to the last extent of the prefetch window
   for (const auto& order : orders) {
     const uint64_t from = order->reached();
     size_t ahead = 0, found = 0;  // distinct extents met; present ones among them
@@ -458,7 +462,10 @@ void ShardCache::refresh_plan() {
         const bool here = entries_[id]->file != nullptr;
         found += here ? 1 : 0;
         // The prefetch window: the next `prefetch` extents the order reads, present or not.
-        if (ahead++ < options_.prefetch && !here) wanted.push_back(id);
+        if (ahead++ < options_.prefetch) {
+          if (!here) wanted.push_back(id);
+          span = std::max(span, step - from);
+        }
       }
       // Far enough: past the window, and every present extent's next read is known.
       if (ahead >= options_.prefetch && found >= present) break;
@@ -466,6 +473,7 @@ void ShardCache::refresh_plan() {
   }
   std::lock_guard lock(mutex_);
   next_use_ = std::move(next_use);
+  window_span_ = span;
   wanted_ = std::move(wanted);
 }
 

@@ -147,6 +147,7 @@ class ShardCache {
   /// The planned reads (refresh_plan()): each extent's next step, and the extents not present, in order.
   std::unordered_map<uint32_t, uint64_t> next_use_;
   std::vector<uint32_t> wanted_;
+  uint64_t window_span_ = 0;  // steps from the reading to the last extent of the prefetch window
   uint64_t inflight_bytes_ = 0;
   uint64_t disk_bytes_ = 0;  // the data folder's bytes at the last scan, plus what this process added since
   std::atomic<bool> stopping_{false};
