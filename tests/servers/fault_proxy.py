@@ -52,6 +52,8 @@ import threading
 import time
 import urllib.parse
 
+from http_server import exit_on_signal, write_atomically  # tests/servers/, beside this file
+
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
               "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"}
 S3_CODES = {400: "InvalidRequest", 403: "AccessDenied", 404: "NoSuchKey", 416: "InvalidRange",
@@ -328,15 +330,6 @@ def serve(upstream, state=None, log=None):
             server.log_file.close()
 
 
-def write_atomically(path, text):
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def exit_on_signal(signum, frame):
-    raise SystemExit(0)
 
 
 def main():
