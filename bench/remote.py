@@ -9,8 +9,9 @@ moving the data, not decoding it), batches of 64, decode.threads --threads, on t
 
 The link: nginx (tests/servers/http_server.py) in a network namespace behind a veth pair with `tc netem`
 adding the round-trip time (half each way) and a rate limit, where the kernel has netem. Elsewhere (no
-sch_netem), a user-space proxy on 127.0.0.1 delays each chunk by half the round-trip time each way and
-paces it to the rate: the same latency and bandwidth, as seen by one TCP connection. The JSON says which.
+sch_netem), bench/slow_link, a proxy on 127.0.0.1 that paces each direction to the rate (shared by the
+connections) and delays it by half the round-trip time: the same latency and bandwidth, without TCP's slow
+start. The JSON says which.
 
 Rows:
   local        the shards on the local disk (the baseline)
@@ -18,17 +19,19 @@ Rows:
                kept from an earlier run (as every run after the first): samples/s, its ratio to the local
                rate (goal at 20 ms: >= 90%), time to the first batch (goal: < 2 s)
   first run    the same, without kept indexes: indexing fetches every shard first
-  cache 100% / 50%  two epochs of the shards in order, a cache of the whole dataset or of half of it: bytes
-               fetched over the dataset's bytes (goal: 1.00 for 100%), fetches beside the fewest any cache of
-               that size could make for that order (Belady's rule; goal: within 5%; the shuffled orders are
-               checked against Belady in tests/io/remote/remote_source_test.cpp)
+  cache 100% / 50%  two epochs of the shards in order over the 20 ms link, a cache of the whole dataset or
+               of half of it: samples/s against two local epochs, bytes fetched over the dataset's bytes
+               (goal: 1.00 for 100%), fetches beside the fewest any cache of that size could make for that
+               order (Belady's rule; goal: within 5%; other orders are checked against Belady in
+               tests/io/remote/fetch_plan_test.cpp and remote_source_test.cpp)
 
-Prints the table, writes OUT/remote.json and, with matplotlib, OUT/remote.png. Needs root (namespaces) only
+Prints the table, writes OUT/remote.json and, with matplotlib, OUT/remote.png (--plot JSON draws it again
+from an earlier run's JSON). Needs root (namespaces) only
 for netem; the proxy needs nothing.
 """
 
 import argparse
-import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -36,8 +39,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -56,72 +57,37 @@ def make_shards(ferry, folder, shards, samples):
                    check=True, capture_output=True)
 
 
-class DelayProxy:
-    """A TCP proxy on 127.0.0.1 before `upstream` that delays every chunk by half the round-trip time each
-    way and paces each direction to `rate` bits per second."""
+class SlowLink:
+    """bench/slow_link (built with the benchmarks) before `upstream_port`: each direction paced to `rate_bps`,
+    shared by all connections, and delayed by half the round-trip time `rtt_s`."""
 
-    def __init__(self, upstream_port, rtt_s, rate_bps):
-        self.upstream_port, self.delay, self.rate = upstream_port, rtt_s / 2, rate_bps / 8
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        threading.Thread(target=self._run, args=(ready,), daemon=True).start()
-        ready.wait()
+    def __init__(self, program, upstream_port, rtt_s, rate_bps):
+        self.proc = subprocess.Popen([program, str(upstream_port), str(rtt_s * 1000), str(int(rate_bps))],
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().split()
+        if len(line) != 2 or line[0] != "port":
+            self.close()
+            raise RuntimeError(f"{program} did not start")
+        self.port = int(line[1])
 
-    def _run(self, ready):
-        asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(asyncio.start_server(self._client, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        ready.set()
-        self.loop.run_forever()
-
-    async def _pipe(self, reader, writer):
-        queue = asyncio.Queue()
-        sent_until = [time.monotonic()]
-
-        async def deliver():
-            while True:
-                due, data = await queue.get()
-                if data is None:
-                    break
-                wait = due - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                writer.write(data)
-                await writer.drain()
-            writer.close()
-
-        task = asyncio.ensure_future(deliver())
-        try:
-            while True:
-                data = await reader.read(256 * 1024)
-                if not data:
-                    break
-                # Paced to the rate, then delayed: when its last bit leaves the link, plus the latency.
-                start = max(time.monotonic(), sent_until[0])
-                sent_until[0] = start + len(data) / self.rate
-                await queue.put((sent_until[0] + self.delay, data))
-        except ConnectionError:
-            pass
-        await queue.put((0, None))
-        await task
-
-    async def _client(self, reader, writer):
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        except OSError:
-            writer.close()
-            return
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True)
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
 
 
 def netem_available():
-    if os.geteuid() != 0 or shutil.which("tc") is None:
+    """Whether this machine can run NetemLink: root, tc with the kernel's netem, and network namespaces."""
+    if os.geteuid() != 0 or shutil.which("tc") is None or shutil.which("ip") is None:
         return False
     probe = subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "0ms"], capture_output=True)
-    if probe.returncode == 0:
-        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
-        return True
-    return False
+    if probe.returncode != 0:
+        return False
+    subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
+    name = f"ferryprobe{os.getpid()}"
+    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+        return False
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return True
 
 
 class NetemLink:
@@ -143,7 +109,8 @@ class NetemLink:
         sh("tc", "qdisc", "add", "dev", "fbh0", "root", *netem)
         sh(*ns, "tc", "qdisc", "add", "dev", "fbn0", "root", *netem)
         self.proc = subprocess.Popen([*ns, sys.executable, str(HERE.parent / "tests/servers/http_server.py"), "--root",
-                                      str(root), "--state", str(state)], stdout=subprocess.PIPE, text=True)
+                                      str(root), "--state", str(state), "--listen", "0.0.0.0"],
+                                     stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline().split()
         self.url = line[1].replace("127.0.0.1", "10.233.0.2")
 
@@ -166,15 +133,15 @@ sampler: {epochs: EPOCHS}
 
 
 def ferry_run(ferry, shards, settings, work, epochs=1):
-    report, config = work / "report.json", work / "remote.yaml"
+    report_path, config = work / "report.json", work / "remote.yaml"
     config.write_text(CONFIG.replace("SHARDS", shards).replace("EPOCHS", str(epochs)))
-    command = [ferry, "run", str(config), "--report", str(report)]
+    command = [ferry, "run", str(config), "--report", str(report_path)]
     for item in settings:
         command += ["--set", item]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-3000:])
-    return json.loads(report.read_text())
+    return json.loads(report_path.read_text())
 
 
 def fewest_fetches(order, slots):
@@ -200,10 +167,16 @@ def main():
     parser.add_argument("--out", default="results/remote")
     parser.add_argument("--data", default=None, help="where the shards are made (default: a temporary folder)")
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--slow-link", default=None,
+                        help="the slow_link program (default: bench/slow_link beside the ferry program's build)")
     parser.add_argument("--quick", action="store_true", help="small sizes for a CPU machine")
+    parser.add_argument("--plot", metavar="JSON", help="only print the table and draw the plot of an earlier run")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.plot:
+        report(json.loads(Path(args.plot).read_text()), out)
+        return
     work = Path(tempfile.mkdtemp(prefix="ferry-remote-bench-"))
     data = Path(args.data) if args.data else work / "shards"
     shards, samples = (8, 800) if args.quick else (32, 16000)
@@ -213,7 +186,13 @@ def main():
     threads = min(args.threads, 2) if args.quick else args.threads
     base = [f"decode.threads={threads}"]
     netem = netem_available()
-    links = [(0.0, 10e9), (0.020, 10e9), (0.020, 1e9), (0.100, 10e9)] if not args.quick else [(0.0, 10e9), (0.020, 1e9)]
+    slow_link = args.slow_link or str(Path(args.ferry).resolve().parent.parent / "bench" / "slow_link")
+    if not netem and not os.access(slow_link, os.X_OK):
+        raise SystemExit(f"no netem here, and no slow_link program at {slow_link}: build the benchmarks, or pass "
+                         "--slow-link")
+    links = [(rtt, rate) for rtt in (0.0, 0.020, 0.100) for rate in (10e9, 1e9)]
+    if args.quick:
+        links = [(0.0, 10e9), (0.020, 1e9)]
     rows = []
 
     local = ferry_run(args.ferry, f"{data}/{pattern}", base, work)
@@ -222,20 +201,30 @@ def main():
                  "first_batch_seconds": local["totals"]["first_batch_seconds"]})
     log(f"local: {local_rate:.0f} samples/s")
 
+    @contextlib.contextmanager
+    def link_to(http, rtt, rate):
+        """The shards' URL prefix over a link of round-trip time `rtt` and `rate` bits/s."""
+        if netem:
+            link = NetemLink(data, work / f"netns-{rtt}-{rate}", rtt, rate)
+            try:
+                yield link.url
+            finally:
+                link.close()
+        else:
+            link = SlowLink(slow_link, int(http.http.rsplit(":", 1)[1]), rtt, rate)
+            try:
+                yield f"http://127.0.0.1:{link.port}"
+            finally:
+                link.close()
+
     with http_server.serve(str(data), str(work / "http")) as http:
         for rtt, rate in links:
-            link = NetemLink(data, work / f"netns-{rtt}-{rate}", rtt, rate) if netem else None
-            proxy = None if netem else DelayProxy(int(http.http.rsplit(":", 1)[1]), rtt, rate)
-            url = link.url if link else f"http://127.0.0.1:{proxy.port}"
             name = f"rtt {rtt * 1000:.0f} ms, {rate / 1e9:.0f} Gbit/s"
             cache = work / f"cache-{rtt}-{rate}"
-            try:
+            with link_to(http, rtt, rate) as url:
                 first = ferry_run(args.ferry, f"{url}/{pattern}", base + [f"remote.cache_dir={cache}"], work)
                 shutil.rmtree(cache / "data")  # the shards go, their indexes stay: a later run's start
                 kept = ferry_run(args.ferry, f"{url}/{pattern}", base + [f"remote.cache_dir={cache}"], work)
-            finally:
-                if link:
-                    link.close()
             rate_kept = kept["totals"]["samples_per_second_after_first_batch"]
             rows.append({"row": name, "samples_per_second": rate_kept, "ratio": rate_kept / local_rate,
                          "first_batch_seconds": kept["totals"]["first_batch_seconds"],
@@ -244,38 +233,55 @@ def main():
             log(f"{name}: {rate_kept:.0f} samples/s ({rate_kept / local_rate:.2f} of local), first batch "
                 f"{kept['totals']['first_batch_seconds']:.2f} s (first run {first['totals']['first_batch_seconds']:.2f} s)")
 
-        # Two epochs in order (the same cycle of shards twice), a cache of the whole dataset and of half of it.
+        # Two epochs in order (the same cycle of shards twice) over the 20 ms link, a cache of the whole
+        # dataset and of half of it.
         largest = max(f.stat().st_size for f in data.glob("shard-*.tar"))
+        two_epochs = ferry_run(args.ferry, f"{data}/{pattern}", base, work, epochs=2)
+        local_two = two_epochs["totals"]["samples_per_second_after_first_batch"]
+        rtt, rate = (0.020, 10e9) if (0.020, 10e9) in links else links[-1]
         for share in (1.0, 0.5):
             cache = work / f"cache-share-{share}"
             indexed = work / f"cache-share-{share}-index"
-            ferry_run(args.ferry, f"{http.http}/{pattern}", base + [f"remote.cache_dir={indexed}"], work)
-            cache.mkdir()
-            shutil.copytree(indexed / "index", cache / "index")
             budget = max(int(dataset_bytes * share) + 4096, 2 * threads * largest)
-            report = ferry_run(args.ferry, f"{http.http}/{pattern}",
-                               base + [f"remote.cache_dir={cache}", f"remote.max_bytes={budget}"], work, epochs=2)
-            fetched = report["remote"]["network_bytes"]
+            with link_to(http, rtt, rate) as url:
+                # Indexed first (a cache's keys name the URL): the run starts from kept indexes, as later runs do.
+                ferry_run(args.ferry, f"{url}/{pattern}", base + [f"remote.cache_dir={indexed}"], work)
+                cache.mkdir()
+                shutil.copytree(indexed / "index", cache / "index")
+                run = ferry_run(args.ferry, f"{url}/{pattern}",
+                                   base + [f"remote.cache_dir={cache}", f"remote.max_bytes={budget}"], work, epochs=2)
+            fetched = run["remote"]["network_bytes"]
             slots = max(1, budget // largest)
             fewest = shards if budget >= dataset_bytes else fewest_fetches(list(range(shards)) * 2, min(slots, shards))
+            speed = run["totals"]["samples_per_second_after_first_batch"]
             rows.append({"row": f"cache {share:.0%}, 2 epochs", "bytes_fetched_over_dataset": fetched / dataset_bytes,
-                         "fetches": report["remote"]["fetches"], "fewest_fetches": fewest,
-                         "cache_bytes": budget})
+                         "fetches": run["remote"]["fetches"], "fewest_fetches": fewest, "cache_bytes": budget,
+                         "link": f"rtt {rtt * 1000:.0f} ms, {rate / 1e9:.0f} Gbit/s", "samples_per_second": speed,
+                         "ratio": speed / local_two, "first_batch_seconds": run["totals"]["first_batch_seconds"],
+                         "fetch_wait_share": run["remote"]["wait_share"]})
             log(f"cache {share:.0%}: fetched {fetched / dataset_bytes:.2f} x the dataset, "
-                f"{report['remote']['fetches']} fetches (bound {fewest})")
+                f"{run['remote']['fetches']} fetches (fewest {fewest}), {speed:.0f} samples/s "
+                f"({speed / local_two:.2f} of local)")
 
-    result = {"benchmark": "remote", "link": "netem" if netem else "user-space delay proxy (no sch_netem here)",
+    result = {"benchmark": "remote", "link": "netem" if netem else "bench/slow_link (no sch_netem here)",
               "host": platform.node(), "threads": threads, "shards": shards, "samples": samples,
               "dataset_bytes": dataset_bytes, "rows": rows}
     (out / "remote.json").write_text(json.dumps(result, indent=2))
-    print(f"\nremote data ({result['link']}), {shards} shards, {dataset_bytes / 1e6:.0f} MB, {threads} threads")
-    print(f"{'row':<28} {'samples/s':>10} {'of local':>9} {'1st batch':>10}")
+    report(result, out)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def report(result, out):
+    """Prints the table and, with matplotlib, draws OUT/remote.png."""
+    rows, shards, threads = result["rows"], result["shards"], result["threads"]
+    print(f"\nremote data ({result['link']}), {shards} shards, {result['dataset_bytes'] / 1e6:.0f} MB, {threads} threads")
+    print(f"{'row':<28} {'samples/s':>10} {'of local':>9} {'1st batch':>10} {'net wait':>9}")
     for row in rows:
-        if "samples_per_second" in row:
-            print(f"{row['row']:<28} {row['samples_per_second']:>10.0f} {row['ratio']:>9.2f} "
-                  f"{row['first_batch_seconds']:>9.2f}s")
-        else:
-            print(f"{row['row']:<28} fetched {row['bytes_fetched_over_dataset']:.2f} x the dataset, "
+        wait = f"{row['fetch_wait_share']:>9.1%}" if "fetch_wait_share" in row else ""
+        print(f"{row['row']:<28} {row['samples_per_second']:>10.0f} {row['ratio']:>9.2f} "
+              f"{row['first_batch_seconds']:>9.2f}s {wait}")
+        if "fetches" in row:
+            print(f"{'':<28} over {row['link']}: fetched {row['bytes_fetched_over_dataset']:.2f} x the dataset, "
                   f"{row['fetches']} fetches (fewest possible: {row['fewest_fetches']})")
     try:
         import matplotlib
@@ -284,16 +290,16 @@ def main():
     except ImportError:
         print("matplotlib is not installed: no plot")
         return
-    timed = [row for row in rows if "samples_per_second" in row]
     figure, axis = plt.subplots(figsize=(8, 4))
-    axis.barh([row["row"] for row in timed], [row["ratio"] for row in timed])
+    axis.barh([row["row"] for row in rows], [row["ratio"] for row in rows])
+    axis.invert_yaxis()
     axis.axvline(0.9, color="gray", linestyle="--", label="goal at 20 ms: 90% of local")
-    axis.set_xlabel("samples/s over the local rate")
+    axis.set_xlabel("samples/s over the local rate, same run")
+    axis.set_title(f"ferry over a slow link ({result['link']}), {result['host']}")
     axis.legend()
     figure.tight_layout()
     figure.savefig(out / "remote.png", dpi=120)
-    shutil.rmtree(work, ignore_errors=True)
-
+    print(f"plot: {out / 'remote.png'}")
 
 if __name__ == "__main__":
     main()

@@ -23,12 +23,14 @@
 #   scripts/gpu-check.sh --no-tests --no-bench        # compute-sanitizer
 #   scripts/gpu-check.sh --no-tests --no-sanitize --only=runs,transfer,loaders,python_iteration,start_copy
 #   scripts/gpu-check.sh --no-tests --no-sanitize --only=jpeg_decode,latency,overlap,augment,ddp_scaling
+#   scripts/gpu-check.sh --no-tests --no-sanitize --only=remote
 # ferry's programs link jemalloc where configure finds it (cmake/FerryMalloc.cmake): with .deps, only if
 # .deps/debs holds Debian's libjemalloc2 and libjemalloc-dev; configure's "programs' malloc" line says
 # which malloc the build got.
 # --only=NAME,... runs only those of the runs (info, demo, configs, examples: "runs") and benchmarks
-# (transfer, loaders, python_iteration, python_dataset, start_copy, jpeg_decode, latency, overlap, augment, ddp_scaling;
-# the last only where there are 2 or more GPUs). All the benchmarks together take longer than 10
+# (transfer, loaders, python_iteration, python_dataset, start_copy, jpeg_decode, latency, overlap, augment, ddp_scaling,
+# remote; ddp_scaling only where there are 2 or more GPUs; remote needs nginx: Debian's `nginx` .deb in .deps/debs
+# does, as /opt/ferry-deps/usr/sbin/nginx). All the benchmarks together take longer than 10
 # minutes too, hence the two groups above.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +51,7 @@ for arg in "$@"; do
 done
 for name in ${only//,/ }; do
   case "$name" in
-    runs|transfer|loaders|python_iteration|python_dataset|start_copy|jpeg_decode|latency|overlap|augment|ddp_scaling) ;;
+    runs|transfer|loaders|python_iteration|python_dataset|start_copy|jpeg_decode|latency|overlap|augment|ddp_scaling|remote) ;;
     *) echo "gpu-check: --only: no step named $name" >&2; exit 2 ;;
   esac
 done
@@ -185,6 +187,12 @@ if [ "$bench" = 1 ]; then
     step "bench/ddp_scaling.py (one ferry per rank, one ferry process for all GPUs, one DataLoader per rank; 1/2/4 GPUs)"
     PYTHONPATH=build/gpu/python python3 bench/ddp_scaling.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data \
       --out "$out/ddp-scaling" 2> "$out/ddp-scaling.log" | tee "$out/ddp-scaling.txt" || { status=1; tail -20 "$out/ddp-scaling.log"; }
+  fi
+  if want remote; then
+    step "bench/remote.py (tar shards from nginx over 0/20/100 ms and 1/10 Gbit/s links beside the local disk; caches of 100% and 50%)"
+    [ -x /opt/ferry-deps/usr/sbin/nginx ] && export FERRY_NGINX=${FERRY_NGINX:-/opt/ferry-deps/usr/sbin/nginx}
+    python3 bench/remote.py --ferry ./build/gpu/cli/ferry --threads 8 --data build/gpu/bench-data/remote \
+      --out "$out/remote" 2> "$out/remote.log" | tee "$out/remote.txt" || { status=1; tail -20 "$out/remote.log"; }
   fi
 fi
 step "done (status $status)"

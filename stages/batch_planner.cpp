@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "ferry/pipeline/error.h"
+#include "ferry/stages/read_progress.h"
 
 namespace ferry {
 
@@ -92,14 +93,14 @@ namespace {
 class PlannedOrder : public ReadOrder {
  public:
   PlannedOrder(std::shared_ptr<const Sampler> sampler, uint64_t start_epoch, uint64_t start_position, uint64_t epochs,
-               uint64_t limit, uint64_t steps, std::shared_ptr<const std::atomic<uint64_t>> started, size_t readers)
+               uint64_t limit, uint64_t steps, std::shared_ptr<const ReadProgress> progress, size_t readers)
       : sampler_(std::move(sampler)),
         start_epoch_(start_epoch),
         start_position_(start_position),
         epochs_(epochs),
         limit_(limit),
         steps_(steps),
-        started_(std::move(started)),
+        progress_(std::move(progress)),
         readers_(readers) {}
 
   uint64_t steps() const override { return steps_; }
@@ -114,28 +115,31 @@ class PlannedOrder : public ReadOrder {
     if (epoch >= epochs_) return std::nullopt;
     return sampler_->index(epoch, position);
   }
-  uint64_t reached() const override {
-    const uint64_t started = started_->load(std::memory_order_relaxed);
-    return started - std::min<uint64_t>(started, readers_);  // those may still be reading
-  }
+  uint64_t reached() const override { return progress_->first_unfinished(); }
   size_t readers() const override { return readers_; }
 
  private:
   std::shared_ptr<const Sampler> sampler_;
   uint64_t start_epoch_, start_position_, epochs_, limit_, steps_;
-  std::shared_ptr<const std::atomic<uint64_t>> started_;
+  std::shared_ptr<const ReadProgress> progress_;
   size_t readers_;
 };
 
 }  // namespace
 
 std::shared_ptr<const ReadOrder> BatchPlanner::read_order(size_t readers,
-                                                          std::shared_ptr<const std::atomic<uint64_t>> started) const {
+                                                          std::shared_ptr<ReadProgress> progress) const {
   // Samples the run plans: whole batches of batch_size but the last of each epoch, capped by max_batches.
   const uint64_t batches = total_batches();
   const uint64_t steps = batches > UINT64_MAX / options_.batch_size ? UINT64_MAX : batches * options_.batch_size;
+  // The inverse of PlannedOrder::sample_at_step()'s walk: a read's (epoch, position) to its step.
+  const uint64_t start_epoch = start_epoch_, start_position = start_position_, limit = epoch_limit();
+  progress->count_steps([=](uint64_t epoch, uint64_t position) {
+    if (epoch == start_epoch) return position - std::min(position, start_position);
+    return limit - std::min(limit, start_position) + (epoch - start_epoch - 1) * limit + position;
+  });
   return std::make_shared<PlannedOrder>(sampler_, start_epoch_, start_position_, options_.epochs, epoch_limit(), steps,
-                                        std::move(started), readers);
+                                        std::move(progress), readers);
 }
 
 std::optional<BatchPlan> BatchPlanner::next() {

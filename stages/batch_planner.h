@@ -13,6 +13,8 @@
 
 namespace ferry {
 
+class ReadProgress;
+
 /// Cuts the sampler's epochs into batches: batch_size samples each, the last one of an epoch smaller
 /// unless drop_last; `epochs` epochs back to back; at most max_batches batches in all (0: no cap).
 /// Called serially by the pipeline's source node.
@@ -55,11 +57,9 @@ class BatchPlanner : public BatchSource {
   /// Batches this planner plans in `epoch`: its part after where the planner starts, and none past
   /// max_batches (with refill: at most this many are delivered). 0 outside the run's epochs.
   uint64_t batches_in_epoch(uint64_t epoch) const noexcept;
-  /// The order this planner's run reads samples in, step by step (Source::read_in_order). `started`: the
-  /// samples the decode stage took up so far, `readers` of them possibly still being read (the decode
-  /// threads): the order has reached the step before those. Thread-safe; it may outlive the planner.
-  std::shared_ptr<const ReadOrder> read_order(size_t readers,
-                                              std::shared_ptr<const std::atomic<uint64_t>> started) const;
+  /// The order this planner's run reads samples in, step by step (Source::read_in_order). `progress`: how
+  /// far the decode stage's `readers` threads have read. Thread-safe; it may outlive the planner.
+  std::shared_ptr<const ReadOrder> read_order(size_t readers, std::shared_ptr<ReadProgress> progress) const;
   /// Batches this planner will plan, from where it starts on (with refill: at most this many are
   /// delivered; fewer when skipped samples shorten epochs).
   uint64_t total_batches() const noexcept;

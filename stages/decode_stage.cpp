@@ -429,7 +429,15 @@ void DecodeStage::prepare(const std::vector<SampleWork*>& samples) {
 }
 
 void DecodeStage::run(SampleWork& work) {
-  started_->fetch_add(1, std::memory_order_relaxed);  // how far the reading got (Source::read_in_order)
+  // How far the reading got (Source::read_in_order), once this read is over, however it ends. A
+  // replacement reads for the step of the sample it replaces, which counts it.
+  struct Finished {
+    ReadProgress* progress;
+    const SampleWork& work;
+    ~Finished() {
+      if (progress != nullptr) progress->finish(work.plan->epoch, work.epoch_position());
+    }
+  } finished{work.replacement ? nullptr : progress_.get(), work};
   if (cache_ && cache_->contains(work.index())) {
     work.cached = true;
     count_part(work.index());

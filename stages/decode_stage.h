@@ -13,6 +13,7 @@
 #include "ferry/io/transforms/transform.h"
 #include "ferry/pipeline/dataset_cache.h"
 #include "ferry/pipeline/stage.h"
+#include "ferry/stages/read_progress.h"
 
 namespace ferry {
 
@@ -69,9 +70,11 @@ class DecodeStage : public SampleStage {
   /// as long as the stage lives: a source fetching ahead follows the run until it ends.
   void read_in_order(std::shared_ptr<const ReadOrder> order) {
     reading_ahead_ = source_->read_in_order(std::move(order));
+    progress_->counting(reading_ahead_ != nullptr);  // only a source that fetches ahead asks how far
   }
-  /// Samples run() has taken up so far (read, or found in the dataset cache): where the reading is.
-  std::shared_ptr<const std::atomic<uint64_t>> started() const noexcept { return started_; }
+  /// The samples run() has taken up (read, or found in the dataset cache) and those it is still reading:
+  /// where the reading is.
+  std::shared_ptr<ReadProgress> progress() const noexcept { return progress_; }
   /// Each field's decoder, in the source's field order.
   const std::vector<std::shared_ptr<const Decoder>>& decoders() const noexcept { return decoders_; }
 
@@ -104,7 +107,7 @@ class DecodeStage : public SampleStage {
 
   std::shared_ptr<const Source> source_;
   std::shared_ptr<const void> reading_ahead_;  // the source's fetching ahead, where it does
-  std::shared_ptr<std::atomic<uint64_t>> started_ = std::make_shared<std::atomic<uint64_t>>(0);
+  std::shared_ptr<ReadProgress> progress_ = std::make_shared<ReadProgress>();
   std::vector<std::shared_ptr<const Decoder>> decoders_;  // one per field
   // The source's fields, then the decoders' companions (Decoder::companions()), in field order: what a
   // decoded sample holds before the transforms. companions_[f]: where field f's start, and how many.

@@ -138,7 +138,7 @@ StageSet make_standard_stages(std::shared_ptr<const Source> source, PipelineOpti
 
   StageSet stages;
   auto planner = std::make_unique<BatchPlanner>(sampler, BatchPlanner::Options::of(options));
-  decode->read_in_order(planner->read_order(options.resolved_decode_threads(), decode->started()));
+  decode->read_in_order(planner->read_order(options.resolved_decode_threads(), decode->progress()));
   stages.batches = std::move(planner);
   stages.decode = std::move(decode);
   stages.collate = std::move(collate);

@@ -78,7 +78,7 @@ class ReadOrder {
   /// The sample of this source the run reads at `step` (< steps()); nullopt where that read is of
   /// another source (a mixture's other parts).
   virtual std::optional<uint64_t> sample_at_step(uint64_t step) const = 0;
-  /// The first step the run has not started reading yet.
+  /// The first step whose read may not have finished: the steps before it are read and done with.
   virtual uint64_t reached() const = 0;
   /// Samples read at once (the decode threads).
   virtual size_t readers() const = 0;

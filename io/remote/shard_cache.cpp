@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <system_error>
+#include <unordered_set>
 #include <utility>
 
 #include "ferry/pipeline/error.h"
@@ -29,13 +30,12 @@ namespace ferry {
 // locks die with their process, so a crash never leaves a lock that blocks the next run.
 //
 // Reading ahead: the pipeline says in which order it reads samples (FetchOrder), and the extents follow
-// from the samples. `fetchers` threads fetch the next `prefetch` extents not present, in the order they
-// will be read. Room is made by dropping the present extent whose next read is furthest ahead — never
-// read again first, then the least recently used — which is Belady's rule, the fewest fetches any cache
-// of that size can do for the order. A prefetch never drops an extent needed before its own; a reader
-// that needs an extent now may drop any that nobody reads at the moment. Extents being read are never
-// dropped: a file a reader holds stays open, and follow() refuses a max_bytes that cannot hold one
-// extent per reader, so readers never wait for room that cannot come.
+// from the samples. `fetchers` threads fetch up to `prefetch` extents ahead, in the order they will be
+// read, dropping what the plan says (Note [fetching ahead, fetching least]): together, the fewest
+// fetches any cache of that size can do for the order. A reader that needs an extent now drops the one
+// read next furthest ahead — never again first, then the least recently used — which is Belady's rule.
+// Extents being read are never dropped: a file a reader holds stays open, and follow() refuses a
+// max_bytes that cannot hold one extent per reader, so readers never wait for room that cannot come.
 //
 // Shared by processes, the budget is kept loosely: each process counts the folder's files before it
 // fetches, and drops by its own order; files no order of its own reads (another dataset's, stale) go
@@ -44,8 +44,9 @@ namespace ferry {
 namespace {
 
 constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
-constexpr uint64_t kPlanSteps = 500'000;  // steps looked at per plan, at most
+constexpr uint64_t kPlanSteps = 500'000;  // steps of an order scanned at once
 constexpr auto kPoll = std::chrono::milliseconds(20);
+constexpr auto kWaitForReader = std::chrono::seconds(2);  // for a shard another decode thread is finishing
 
 std::string errno_text() { return std::system_category().message(errno); }
 
@@ -250,11 +251,13 @@ std::shared_ptr<const CachedFile> ShardCache::get(uint32_t id, const std::atomic
   }
   entry.fetching = true;
   lock.unlock();
-  return fetch(id, false, stop);
+  return fetch(id, nullptr, stop);
 }
 
-std::shared_ptr<const CachedFile> ShardCache::fetch(uint32_t id, bool prefetch, const std::atomic<bool>* stop) {
+std::shared_ptr<const CachedFile> ShardCache::fetch(uint32_t id, const std::vector<HeldExtent>* drops,
+                                                    const std::atomic<bool>* stop) {
   // Called with entry.fetching set by the caller; clears it, whatever happens.
+  const bool prefetch = drops != nullptr;
   Entry& entry = entry_of(id);
   const CacheExtent& extent = entry.extent;
   struct Done {
@@ -265,6 +268,7 @@ std::shared_ptr<const CachedFile> ShardCache::fetch(uint32_t id, bool prefetch, 
       std::lock_guard lock(cache.mutex_);
       entry.fetching = false;
       cache.inflight_bytes_ -= reserved;
+      cache.changes_.fetch_add(1, std::memory_order_relaxed);
       cache.changed_.notify_all();
     }
   } done{*this, entry};
@@ -290,21 +294,31 @@ std::shared_ptr<const CachedFile> ShardCache::fetch(uint32_t id, bool prefetch, 
   }
   if (auto file = open_present(id)) return adopt(std::move(file));
 
-  if (!prefetch) refresh_plan();  // the drop below goes by where reading is now
   {
     std::unique_lock lock(mutex_);
     done.reserved = extent.bytes;
     inflight_bytes_ += extent.bytes;
-    // A prefetch drops only extents needed after this one; a reader's fetch, any not in use.
-    uint64_t before = 0;
-    if (prefetch) {
-      const auto next = next_use_.find(id);
-      // Only what is needed after the whole window too: an extent being read now looks needed at once,
-      // but may not be needed again for long, and the reader's own fetch would drop it then (Belady's
-      // choice, made with what is known when the extent is needed).
-      before = next == next_use_.end() ? kNever : next->second + window_span_;
+  }
+  if (prefetch) {
+    // What the plan drops for it (Note [fetching ahead, fetching least]).
+    std::unique_lock lock(mutex_);
+    if (!drop_planned(*drops, lock)) return nullptr;  // no room yet: later
+  } else {
+    // What is read next furthest ahead (Belady's rule, at the time of need). Where that is a shard another
+    // decode thread is finishing (two threads straddle a shard boundary), wait for it rather than drop
+    // one kept for later; not for long, in case that thread waits for something this one holds.
+    const auto give_up = std::chrono::steady_clock::now() + kWaitForReader;
+    for (;;) {
+      refresh_plan();  // by where the reading is now
+      std::unique_lock lock(mutex_);
+      bool in_use = false;
+      if (make_room(lock, &in_use) || !in_use || std::chrono::steady_clock::now() > give_up ||
+          (stop != nullptr && stop->load(std::memory_order_acquire))) {
+        if (in_use) make_room(lock, nullptr);  // waited long enough: drop the next best
+        break;
+      }
+      changed_.wait_for(lock, kPoll);
     }
-    if (!make_room(before, lock) && prefetch) return nullptr;  // no room yet: later
   }
 
   // The partial file, locked to say it is being written (Note [the shard cache]). Another process's start
@@ -363,7 +377,15 @@ std::shared_ptr<const CachedFile> ShardCache::fetch(uint32_t id, bool prefetch, 
   return file;
 }
 
-bool ShardCache::make_room(uint64_t before_step, std::unique_lock<std::mutex>& lock) {
+void ShardCache::drop(const std::string& key, uint64_t bytes, Entry* entry) {
+  ::unlink((options_.dir + "/data/" + key).c_str());
+  disk_bytes_ -= std::min(disk_bytes_, bytes);
+  counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+  changes_.fetch_add(1, std::memory_order_relaxed);
+  if (entry != nullptr) entry->file.reset();
+}
+
+bool ShardCache::make_room(std::unique_lock<std::mutex>& lock, bool* in_use) {
   (void)lock;  // held
   if (options_.max_bytes == 0) return true;
   // The folder as every process left it (counted afresh: the others add to it too).
@@ -377,6 +399,7 @@ bool ShardCache::make_room(uint64_t before_step, std::unique_lock<std::mutex>& l
     uint64_t next;
     uint64_t recency;
     Entry* entry;
+    bool in_use;
   };
   std::vector<Candidate> candidates;
   for (auto& entry : entries_) {
@@ -388,25 +411,92 @@ bool ShardCache::make_room(uint64_t before_step, std::unique_lock<std::mutex>& l
   for (const DiskFile& file : files) {
     const auto found = by_key_.find(file.key);
     Entry* entry = found == by_key_.end() ? nullptr : entries_[found->second].get();
-    if (entry != nullptr && (entry->fetching || (entry->file && entry->file.use_count() > 1))) continue;  // in use
+    if (entry != nullptr && entry->fetching) continue;
     const auto next = entry == nullptr ? next_use_.end() : next_use_.find(found->second);
-    candidates.push_back(Candidate{file.key, file.bytes, next == next_use_.end() ? kNever : next->second,
-                                   entry != nullptr ? entry->last_used : static_cast<uint64_t>(file.modified), entry});
+    // One being read (a reader holds it, or the reading is within a run of reads of it) ranks by its
+    // read after that run: it is the one to drop once that run is over.
+    const bool reading = next != next_use_.end() && next->second.first == 0;
+    const bool held = entry != nullptr && entry->file && entry->file.use_count() > 1;
+    candidates.push_back(Candidate{file.key, file.bytes,
+                                   next == next_use_.end() ? kNever
+                                   : reading               ? next->second.second
+                                                           : next->second.first,
+                                   entry != nullptr ? entry->last_used : static_cast<uint64_t>(file.modified), entry,
+                                   reading || held});
   }
-  // Needed furthest ahead first; never-again ones by least recent use.
+  // Read next furthest ahead first; never-again ones by least recent use.
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return a.next != b.next ? a.next > b.next : a.recency < b.recency;
   });
   for (const Candidate& candidate : candidates) {
     if (disk_bytes_ + inflight_bytes_ <= options_.max_bytes) break;
-    if (candidate.next <= before_step && before_step != 0) break;
-    ::unlink((options_.dir + "/data/" + candidate.key).c_str());
-    disk_bytes_ -= std::min(disk_bytes_, candidate.bytes);
-    counters_.evictions.fetch_add(1, std::memory_order_relaxed);
-    if (candidate.entry != nullptr) candidate.entry->file.reset();
+    if (candidate.in_use) {
+      if (in_use != nullptr) {
+        *in_use = true;  // the one to drop is still being read: wait for it
+        return false;
+      }
+      continue;
+    }
+    drop(candidate.key, candidate.bytes, candidate.entry);
   }
   return disk_bytes_ + inflight_bytes_ <= options_.max_bytes;
 }
+
+bool ShardCache::drop_planned(const std::vector<HeldExtent>& drops, std::unique_lock<std::mutex>& lock) {
+  (void)lock;  // held
+  if (options_.max_bytes == 0) return true;
+  for (const HeldExtent& planned : drops) {
+    // An extent the plan fetches and drops again has no key in the plan: it was not in the cache then.
+    const std::string& key = planned.key.empty() && planned.id ? entries_.at(*planned.id)->extent.key : planned.key;
+    const auto found = by_key_.find(key);
+    Entry* entry = found == by_key_.end() ? nullptr : entries_[found->second].get();
+    // A reader still has it, for a moment (its last read): later.
+    if (entry != nullptr && (entry->fetching || (entry->file && entry->file.use_count() > 1))) return false;
+    struct stat info {};
+    if (::stat((options_.dir + "/data/" + key).c_str(), &info) == 0)
+      drop(key, static_cast<uint64_t>(info.st_size), entry);
+  }
+  disk_bytes_ = 0;
+  for (const DiskFile& file : list_files(options_.dir + "/data")) disk_bytes_ += file.bytes;
+  return disk_bytes_ + inflight_bytes_ <= options_.max_bytes;
+}
+
+// A run's order as runs of steps reading each extent, scanned once per stretch of kPlanSteps.
+struct ShardCache::Followed {
+  std::weak_ptr<const FetchOrder> order;
+  bool scanned = false;
+  bool ended = false;  // the stretch reaches the order's end
+  uint64_t from = 0;
+  uint64_t last_reached = kNever;
+  ReadsAhead reads;  // in the order's steps
+
+  void scan(const FetchOrder& steps, uint64_t start) {
+    reads = ReadsAhead();
+    scanned = true;
+    ended = false;
+    from = start;
+    std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> open;  // each extent's run so far
+    std::vector<uint32_t> ids;
+    for (uint64_t step = start; step < start + kPlanSteps; ++step) {
+      ids.clear();
+      if (!steps.extents_at(step, ids)) {
+        ended = true;
+        break;
+      }
+      for (const uint32_t id : ids) {
+        const auto [run, first] = open.try_emplace(id, step, step);
+        if (first) continue;
+        if (run->second.second + 1 < step) {
+          reads.add(id, run->second.first, run->second.second);
+          run->second.first = step;
+        }
+        run->second.second = step;
+      }
+    }
+    for (const auto& [id, run] : open) reads.add(id, run.first, run.second);
+    reads.finish();
+  }
+};
 
 void ShardCache::follow(const std::shared_ptr<const FetchOrder>& order, size_t readers) {
   uint64_t largest = 0;
@@ -425,56 +515,95 @@ void ShardCache::follow(const std::shared_ptr<const FetchOrder>& order, size_t r
   }
   {
     std::lock_guard lock(mutex_);
-    orders_.push_back(order);
+    orders_.push_back(std::make_unique<Followed>());
+    orders_.back()->order = order;
   }
   refresh_plan();
   planned_.notify_all();
 }
 
 void ShardCache::refresh_plan() {
-  std::vector<std::shared_ptr<const FetchOrder>> orders;
-  size_t present = 0;
+  std::lock_guard planning(plan_mutex_);
+  std::vector<std::pair<std::shared_ptr<const FetchOrder>, Followed*>> orders;
   {
     std::lock_guard lock(mutex_);
-    std::erase_if(orders_, [](const std::weak_ptr<const FetchOrder>& order) { return order.expired(); });
-    for (const auto& weak : orders_) {
-      if (auto order = weak.lock()) orders.push_back(std::move(order));
+    std::erase_if(orders_, [](const std::unique_ptr<Followed>& followed) { return followed->order.expired(); });
+    for (const auto& followed : orders_) {
+      if (auto order = followed->order.lock()) orders.emplace_back(std::move(order), followed.get());
     }
-    for (const auto& entry : entries_) present += entry->file ? 1 : 0;
   }
-  // Steps are counted from each order's reading point: orders of several pipelines compare by how soon.
-  std::unordered_map<uint32_t, uint64_t> next_use;
-  std::vector<uint32_t> wanted, ids;
-  uint64_t span = 0;  // steps to the last extent of the prefetch window
-  for (const auto& order : orders) {
-    const uint64_t from = order->reached();
-    size_t ahead = 0, found = 0;  // distinct extents met; present ones among them
-    for (uint64_t step = from; step < from + kPlanSteps; ++step) {
-      ids.clear();
-      if (!order->extents_at(step, ids)) break;
-      for (const uint32_t id : ids) {
-        const auto [it, first] = next_use.emplace(id, step - from);
-        if (!first) {
-          it->second = std::min(it->second, step - from);
-          continue;
-        }
-        std::lock_guard lock(mutex_);
-        const bool here = entries_[id]->file != nullptr;
-        found += here ? 1 : 0;
-        // The prefetch window: the next `prefetch` extents the order reads, present or not.
-        if (ahead++ < options_.prefetch) {
-          if (!here) wanted.push_back(id);
-          span = std::max(span, step - from);
-        }
-      }
-      // Far enough: past the window, and every present extent's next read is known.
-      if (ahead >= options_.prefetch && found >= present) break;
+  // Nothing to do where no reading moved and no extent came or went.
+  const uint64_t changes = changes_.load(std::memory_order_relaxed);
+  bool moved = changes != planned_changes_;
+  for (auto& [order, followed] : orders) {
+    const uint64_t reached = order->reached();
+    moved = moved || reached != followed->last_reached;
+    followed->last_reached = reached;
+  }
+  if (!moved) return;
+  planned_changes_ = changes;
+
+  // The reads ahead, steps counted from each order's reading point: orders of several pipelines compare
+  // by how soon.
+  for (auto& [order, followed] : orders) {
+    const uint64_t reached = followed->last_reached;
+    if (!followed->scanned || (!followed->ended && reached >= followed->from + kPlanSteps / 2)) {
+      followed->scan(*order, reached);
     }
+    followed->reads.set_origin(reached);
+  }
+  ReadsAhead merged;
+  const ReadsAhead* reads = &merged;
+  if (orders.size() == 1) {
+    reads = &orders.front().second->reads;
+  } else {
+    for (auto& [order, followed] : orders) merged.add(followed->reads);
+    merged.finish();
+  }
+
+  // What the folder holds (every process's extents), and the fetches under way here.
+  const std::vector<DiskFile> files = list_files(options_.dir + "/data");
+  std::vector<HeldExtent> held;
+  std::vector<uint64_t> sizes;
+  uint64_t max_bytes = 0, spare = 0;
+  {
+    std::lock_guard lock(mutex_);
+    max_bytes = options_.max_bytes;
+    spare = spare_fetches(counters_.fetches.load(std::memory_order_relaxed), spent_);
+    uint64_t known = 0, count = 0;
+    for (const auto& entry : entries_) {
+      sizes.push_back(entry->extent.bytes);
+      known += entry->extent.bytes;
+      count += entry->extent.bytes != 0 ? 1 : 0;
+    }
+    // An extent not fetched or indexed yet is guessed as large as the others.
+    for (uint64_t& size : sizes) size = size != 0 ? size : count != 0 ? known / count : 0;
+    std::unordered_set<std::string> on_disk;
+    for (const DiskFile& file : files) {
+      on_disk.insert(file.key);
+      const auto found = by_key_.find(file.key);
+      const Entry* entry = found == by_key_.end() ? nullptr : entries_[found->second].get();
+      held.push_back(HeldExtent{file.key, entry != nullptr ? std::optional<uint32_t>(found->second) : std::nullopt,
+                                file.bytes, entry != nullptr ? entry->last_used : 0,
+                                entry != nullptr && entry->fetching});
+    }
+    for (uint32_t id = 0; id < entries_.size(); ++id) {
+      const Entry& entry = *entries_[id];
+      if (entry.fetching && on_disk.count(entry.extent.key) == 0) {
+        held.push_back(HeldExtent{entry.extent.key, id, sizes[id], entry.last_used, true});
+      }
+    }
+  }
+  std::vector<PlannedFetch> plan = plan_fetches(
+      *reads, held, max_bytes, options_.prefetch, [&](uint32_t id) { return sizes.at(id); }, spare);
+  // Each extent's next read, and for one read now, its read after that run.
+  std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> next_use;
+  for (const auto& [id, next] : reads->first_reads()) {
+    next_use.emplace(id, std::pair{next, next == 0 ? reads->next_read(id, reads->next_run(id, 0).second + 1) : next});
   }
   std::lock_guard lock(mutex_);
   next_use_ = std::move(next_use);
-  window_span_ = span;
-  wanted_ = std::move(wanted);
+  plan_ = std::move(plan);
 }
 
 void ShardCache::plan_loop() {
@@ -488,14 +617,14 @@ void ShardCache::plan_loop() {
 
 void ShardCache::prefetch_loop() {
   while (!stopping_.load(std::memory_order_acquire)) {
-    std::optional<uint32_t> pick;
+    std::optional<PlannedFetch> pick;
     {
       std::unique_lock lock(mutex_);
-      for (const uint32_t id : wanted_) {
-        Entry& entry = *entries_[id];
+      for (const PlannedFetch& planned : plan_) {
+        Entry& entry = *entries_[planned.id];
         if (!entry.file && !entry.fetching && !entry.prefetch_failed) {
           entry.fetching = true;
-          pick = id;
+          pick = planned;
           break;
         }
       }
@@ -506,10 +635,14 @@ void ShardCache::prefetch_loop() {
     }
     bool fetched = false;
     try {
-      fetched = fetch(*pick, true, nullptr) != nullptr;
+      fetched = fetch(pick->id, &pick->drops, nullptr) != nullptr;
     } catch (const std::exception&) {
       std::lock_guard lock(mutex_);
-      entries_[*pick]->prefetch_failed = true;
+      entries_[pick->id]->prefetch_failed = true;
+    }
+    if (fetched && pick->extra != 0) {
+      std::lock_guard lock(mutex_);
+      spent_ += pick->extra;
     }
     planned_.notify_one();
     if (!fetched) {

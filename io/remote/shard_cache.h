@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ferry/io/remote/fetch_plan.h"
+
 // The local cache of fetched and decoded shards, filled in the order they will be read. Internal: not
 // installed.
 
@@ -65,7 +67,7 @@ class FetchOrder {
   virtual ~FetchOrder() = default;
   /// Appends the extents (CacheExtent ids) read at `step` of the run; false past the run's end.
   virtual bool extents_at(uint64_t step, std::vector<uint32_t>& out) const = 0;
-  /// The first step not read yet.
+  /// The first step whose read may not have finished: what only earlier steps read may be dropped.
   virtual uint64_t reached() const = 0;
 };
 
@@ -126,12 +128,21 @@ class ShardCache {
 
  private:
   struct Entry;
+  struct Followed;
   Entry& entry_of(uint32_t id) const;
   std::shared_ptr<const CachedFile> open_present(uint32_t id);
-  std::shared_ptr<const CachedFile> fetch(uint32_t id, bool prefetch, const std::atomic<bool>* stop);
-  /// Drops extents (furthest next read first) until the folder and the fetches under way fit max_bytes,
-  /// none read at or before `before_step` (0: any not in use). Whether they fit.
-  bool make_room(uint64_t before_step, std::unique_lock<std::mutex>& lock);
+  /// Fetches extent `id`: ahead of the reading where `drops` is given (what the plan drops for it; null
+  /// when a later try would find no room), else for a reader.
+  std::shared_ptr<const CachedFile> fetch(uint32_t id, const std::vector<HeldExtent>* drops,
+                                          const std::atomic<bool>* stop);
+  /// For a reader's fetch: drops extents (read next furthest ahead first) until the folder and the
+  /// fetches under way fit max_bytes, none in use. Whether they fit. Where `in_use` is given and the one to
+  /// drop next is still being read, drops nothing more, sets it and returns false.
+  bool make_room(std::unique_lock<std::mutex>& lock, bool* in_use = nullptr);
+  /// For a fetch ahead: drops what the plan drops for it, where none is in use. Whether it then fits.
+  bool drop_planned(const std::vector<HeldExtent>& drops, std::unique_lock<std::mutex>& lock);
+  void drop(const std::string& key, uint64_t bytes, Entry* entry);
+  /// Plans again where the reading moved or the folder changed (Note [fetching ahead, fetching least]).
   void refresh_plan();
   void plan_loop();
   void prefetch_loop();
@@ -143,11 +154,15 @@ class ShardCache {
   std::condition_variable planned_;  // time to plan again
   std::vector<std::unique_ptr<Entry>> entries_;
   std::unordered_map<std::string, uint32_t> by_key_;
-  std::vector<std::weak_ptr<const FetchOrder>> orders_;
-  /// The planned reads (refresh_plan()): each extent's next step, and the extents not present, in order.
-  std::unordered_map<uint32_t, uint64_t> next_use_;
-  std::vector<uint32_t> wanted_;
-  uint64_t window_span_ = 0;  // steps from the reading to the last extent of the prefetch window
+  std::vector<std::unique_ptr<Followed>> orders_;
+  std::mutex plan_mutex_;  // one refresh_plan() at a time; taken before mutex_, never while holding it
+  /// The plan (refresh_plan()): each extent's next read, in steps from the reading (and for one read
+  /// now, its next read after that run), and the fetches to start now, in order.
+  std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> next_use_;
+  std::vector<PlannedFetch> plan_;
+  std::atomic<uint64_t> changes_{0};  // extents fetched and dropped: a reason to plan again
+  uint64_t planned_changes_ = 0;      // changes_ at the last plan (under plan_mutex_)
+  uint64_t spent_ = 0;                // fetches started beyond the fewest, as their plans counted them
   uint64_t inflight_bytes_ = 0;
   uint64_t disk_bytes_ = 0;  // the data folder's bytes at the last scan, plus what this process added since
   std::atomic<bool> stopping_{false};

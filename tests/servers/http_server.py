@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-NGINX = "/usr/sbin/nginx"
+NGINX = os.environ.get("FERRY_NGINX", "/usr/sbin/nginx")  # another nginx binary, where set
 OPENSSL = "openssl"
 PR_SET_PDEATHSIG = 1
 
@@ -87,7 +87,7 @@ def q(path):
     return '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def write_config(state, root, http_port, https_port, crt, key):
+def write_config(state, root, http_port, https_port, crt, key, listen="127.0.0.1"):
     s = lambda name: q(os.path.join(state, name))
     # As root, nginx would otherwise switch to 'nobody'/'www-data' and may not read ROOT or STATE.
     user = ""
@@ -118,8 +118,8 @@ http {{
     keepalive_timeout 75s;
     keepalive_requests 100000;   # long test runs reuse one connection
     server {{
-        listen 127.0.0.1:{http_port};
-        listen 127.0.0.1:{https_port} ssl;
+        listen {listen}:{http_port};
+        listen {listen}:{https_port} ssl;
         ssl_certificate {q(crt)};
         ssl_certificate_key {q(key)};
         root {q(root)};
@@ -148,7 +148,7 @@ class Server:
         self.line = f"ready {self.http} {self.https} {cert}"
 
 
-def start(root, state, attempts=8, timeout=10.0):
+def start(root, state, attempts=8, timeout=10.0, listen="127.0.0.1"):
     root, state = os.path.abspath(root), os.path.abspath(state)
     if not os.path.isdir(root):
         raise FileNotFoundError(root)
@@ -157,7 +157,7 @@ def start(root, state, attempts=8, timeout=10.0):
     pidfile = os.path.join(state, "nginx.pid")
     for _ in range(attempts):
         http_port, https_port = free_ports(2)
-        conf = write_config(state, root, http_port, https_port, crt, key)
+        conf = write_config(state, root, http_port, https_port, crt, key, listen)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(pidfile)  # a stale one would look like readiness
         err_start = os.path.getsize(os.path.join(state, "error.log")) if os.path.exists(
@@ -201,8 +201,8 @@ def stop(proc):
 
 
 @contextlib.contextmanager
-def serve(root, state):
-    server = start(root, state)
+def serve(root, state, listen="127.0.0.1"):
+    server = start(root, state, listen=listen)
     try:
         yield server
     finally:
@@ -224,6 +224,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", required=True, help="folder to serve (only read)")
     ap.add_argument("--state", required=True, help="folder for config, logs, pid, certificates")
+    ap.add_argument("--listen", default="127.0.0.1",
+                    help="address to listen on (0.0.0.0 inside a network namespace of its own)")
     args = ap.parse_args()
     parent = os.getppid()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -231,7 +233,7 @@ def main():
     set_pdeathsig(signal.SIGTERM)
     if os.getppid() != parent:  # the parent died before prctl took effect
         return 1
-    with serve(args.root, args.state) as s:
+    with serve(args.root, args.state, args.listen) as s:
         write_atomically(os.path.join(s.state, "endpoint"), s.line + "\n")
         print(s.line, flush=True)
         code = s.proc.wait()

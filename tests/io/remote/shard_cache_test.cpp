@@ -229,11 +229,11 @@ TEST(ShardCache, FetchesAheadInTheOrderTheReadingTakes) {
   for (uint32_t n = 0; n < 6; ++n) ids.push_back(cache.add(extent(n, 1000, &produced[n])));
   auto order = std::make_shared<ListOrder>(std::vector<uint32_t>{4, 4, 2, 2, 0, 0, 5, 5, 1, 1, 3, 3});
   cache.follow(order, 1);
-  ASSERT_TRUE(wait_for([&] { return produced[4] == 1 && produced[2] == 1; }));
+  ASSERT_TRUE(wait_for([&] { return produced[4] == 1 && produced[2] == 1 && produced[0] == 1; }));
   std::this_thread::sleep_for(200ms);  // it would have fetched more by now
-  EXPECT_EQ(produced[0] + produced[5] + produced[1] + produced[3], 0) << "only the next two extents";
+  EXPECT_EQ(produced[5] + produced[1] + produced[3], 0) << "only the extent read now and the next two";
   order->reached_ = 4;  // the reading moved on to extent 0
-  ASSERT_TRUE(wait_for([&] { return produced[0] == 1 && produced[5] == 1; }));
+  ASSERT_TRUE(wait_for([&] { return produced[5] == 1 && produced[1] == 1; }));
   EXPECT_EQ(read_all(*cache.get(ids[0])), content(0, 1000));
   EXPECT_EQ(produced[0].load(), 1);
 }
