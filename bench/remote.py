@@ -4,8 +4,9 @@ local disk, in one run.
 
     python3 bench/remote.py --ferry build/release/cli/ferry --out results/remote [--quick]
 
-The dataset: `ferry make-dataset tar` shards (JPEG + label), read as raw bytes (no decoding: the rows measure
-moving the data, not decoding it), batches of 64, decode.threads --threads, on the CPU.
+The dataset: `ferry make-dataset tar` shards (JPEG + label), decoded as a training loader does (resized to
+256, cropped to 224 x 224), batches of 64, decode.threads --threads, on the CPU. Each row also says how much
+of the link's bandwidth it used: a run that fills the link cannot go faster over it.
 
 The link: nginx (tests/servers/http_server.py) in a network namespace behind a veth pair with `tc netem`
 adding the round-trip time (half each way) and a rate limit, where the kernel has netem. Elsewhere (no
@@ -124,8 +125,10 @@ class NetemLink:
 CONFIG = """source:
   kind: tar
   shards: SHARDS
+  members:
+    - {name: image, extension: jpg, decoder: jpeg, shape: [224, 224, 3], resize_shorter: 256, crop: random}
+    - {name: label, extension: cls, decoder: label, dtype: int64, shape: []}
 batch_size: 64
-pool: {slab_size: 64MiB}      # raw JPEG bytes of any length: the largest batch is not known ahead
 transfer: {device: cpu}
 stats: {progress: off}
 sampler: {epochs: EPOCHS}
@@ -227,6 +230,7 @@ def main():
                 kept = ferry_run(args.ferry, f"{url}/{pattern}", base + [f"remote.cache_dir={cache}"], work)
             rate_kept = kept["totals"]["samples_per_second_after_first_batch"]
             rows.append({"row": name, "samples_per_second": rate_kept, "ratio": rate_kept / local_rate,
+                         "link_share": rate_kept * dataset_bytes / samples / (rate / 8),
                          "first_batch_seconds": kept["totals"]["first_batch_seconds"],
                          "first_run_first_batch_seconds": first["totals"]["first_batch_seconds"],
                          "fetch_wait_share": kept["remote"]["wait_share"]})
@@ -257,6 +261,7 @@ def main():
             rows.append({"row": f"cache {share:.0%}, 2 epochs", "bytes_fetched_over_dataset": fetched / dataset_bytes,
                          "fetches": run["remote"]["fetches"], "fewest_fetches": fewest, "cache_bytes": budget,
                          "link": f"rtt {rtt * 1000:.0f} ms, {rate / 1e9:.0f} Gbit/s", "samples_per_second": speed,
+                         "link_share": speed * dataset_bytes / samples / (rate / 8),
                          "ratio": speed / local_two, "first_batch_seconds": run["totals"]["first_batch_seconds"],
                          "fetch_wait_share": run["remote"]["wait_share"]})
             log(f"cache {share:.0%}: fetched {fetched / dataset_bytes:.2f} x the dataset, "
@@ -275,11 +280,12 @@ def report(result, out):
     """Prints the table and, with matplotlib, draws OUT/remote.png."""
     rows, shards, threads = result["rows"], result["shards"], result["threads"]
     print(f"\nremote data ({result['link']}), {shards} shards, {result['dataset_bytes'] / 1e6:.0f} MB, {threads} threads")
-    print(f"{'row':<28} {'samples/s':>10} {'of local':>9} {'1st batch':>10} {'net wait':>9}")
+    print(f"{'row':<28} {'samples/s':>10} {'of local':>9} {'1st batch':>10} {'net wait':>9} {'of link':>8}")
     for row in rows:
-        wait = f"{row['fetch_wait_share']:>9.1%}" if "fetch_wait_share" in row else ""
+        wait = f"{row['fetch_wait_share']:>9.1%}" if "fetch_wait_share" in row else f"{'':>9}"
+        link = f"{row['link_share']:>8.1%}" if "link_share" in row else ""
         print(f"{row['row']:<28} {row['samples_per_second']:>10.0f} {row['ratio']:>9.2f} "
-              f"{row['first_batch_seconds']:>9.2f}s {wait}")
+              f"{row['first_batch_seconds']:>9.2f}s {wait} {link}")
         if "fetches" in row:
             print(f"{'':<28} over {row['link']}: fetched {row['bytes_fetched_over_dataset']:.2f} x the dataset, "
                   f"{row['fetches']} fetches (fewest possible: {row['fewest_fetches']})")
@@ -291,7 +297,11 @@ def report(result, out):
         print("matplotlib is not installed: no plot")
         return
     figure, axis = plt.subplots(figsize=(8, 4))
-    axis.barh([row["row"] for row in rows], [row["ratio"] for row in rows])
+    full = [row.get("link_share", 0) >= 0.95 for row in rows]
+    axis.barh([row["row"] for row in rows], [row["ratio"] for row in rows],
+              color=["tab:gray" if f else "tab:blue" for f in full])
+    if any(full):
+        axis.barh([rows[full.index(True)]["row"]], [0], color="tab:gray", label="the link is full")
     axis.invert_yaxis()
     axis.axvline(0.9, color="gray", linestyle="--", label="goal at 20 ms: 90% of local")
     axis.set_xlabel("samples/s over the local rate, same run")
