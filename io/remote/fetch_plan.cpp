@@ -115,15 +115,17 @@ class Replay {
     uint64_t end = kNoRead;
   };
 
+  // Its next read at or after `from`, by this process or (as far as known) another.
   uint64_t next_read(Item& item, uint64_t from) const {
-    if (!item.extent.id) return kNoRead;
+    const uint64_t others = item.extent.others_next >= from ? item.extent.others_next : kNoRead;
+    if (!item.extent.id) return others;
     if (from < item.from || (item.end != kNoRead && from > item.end)) {
       const auto [next, end] = reads_.next_run(*item.extent.id, from);
       item.from = from;
       item.next = next;
       item.end = end;
     }
-    return std::max(item.next, from);
+    return std::min(std::max(item.next, from), others);
   }
   void add(HeldExtent extent) {
     used_ += extent.bytes;
@@ -227,7 +229,7 @@ std::vector<PlannedFetch> plan_fetches(const ReadsAhead& reads, const std::vecto
     // Dropped now or when needed, the same: none of its drops is read before it (among them, one the
     // replay fetched before this miss and drops again is: it was fetched to be read).
     const bool same_as_then = std::all_of(miss.drops.begin(), miss.drops.end(), [&](const HeldExtent& drop) {
-      return !drop.pinned && (!drop.id || reads.next_read(*drop.id, 0) >= miss.step);
+      return !drop.pinned && drop.others_next >= miss.step && (!drop.id || reads.next_read(*drop.id, 0) >= miss.step);
     });
     if (!same_as_then) break;
     now.push_back(miss);

@@ -60,8 +60,9 @@ struct HeldExtent {
   std::string key;
   std::optional<uint32_t> id;  // none: no order reads it (another dataset's, or stale)
   uint64_t bytes = 0;
-  uint64_t recency = 0;  // larger: read more recently
-  bool pinned = false;   // being fetched: it cannot be dropped
+  uint64_t recency = 0;            // larger: read more recently
+  bool pinned = false;             // being fetched: it cannot be dropped
+  uint64_t others_next = kNoRead;  // its next read by another process sharing the cache, as far as known
 };
 
 /// A fetch to start now, and the extents to drop first to make room for it.

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <system_error>
 #include <unordered_set>
@@ -38,15 +39,20 @@ namespace ferry {
 // max_bytes that cannot hold one extent per reader, so readers never wait for room that cannot come.
 //
 // Shared by processes, the budget is kept loosely: each process counts the folder's files before it
-// fetches, and drops by its own order; files no order of its own reads (another dataset's, stale) go
-// first.
+// fetches. Each drops by its own order and the others': every kPlanExchange it writes the next reads of
+// its soonest extents to plans/<pid>-<n>.plan (renamed into place whole) and reads the others' plans, so
+// an extent another rank reads soon ranks as soon (steps of different ranks compare as they go at about
+// one pace). A plan's lock file, flock'ed by its writer, says it is alive; a plan without is a dead
+// process's and is removed. Files nobody's plan reads (another dataset's, stale) go first.
 
 namespace {
 
 constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
 constexpr uint64_t kPlanSteps = 500'000;  // steps of an order scanned at once
 constexpr auto kPoll = std::chrono::milliseconds(20);
-constexpr auto kWaitForReader = std::chrono::seconds(2);  // for a shard another decode thread is finishing
+constexpr auto kWaitForReader = std::chrono::seconds(2);        // for a shard another decode thread is finishing
+constexpr auto kPlanExchange = std::chrono::milliseconds(200);  // how often the processes' plans are shared
+constexpr size_t kPublished = 4096;                             // extents a plan names, the soonest read
 
 std::string errno_text() { return std::system_category().message(errno); }
 
@@ -150,7 +156,16 @@ ShardCache::ShardCache(Options options) : options_(std::move(options)) {
     make_folder(options_.dir.substr(0, slash));
   }
   make_folder(options_.dir);
-  for (const char* sub : {"/data", "/partial", "/locks"}) make_folder(options_.dir + sub);
+  for (const char* sub : {"/data", "/partial", "/locks", "/plans"}) make_folder(options_.dir + sub);
+
+  // This cache's plan for the others, named apart from every other cache in this process and others; its
+  // lock says it is alive.
+  static std::atomic<uint64_t> caches{0};
+  plan_name_ = std::to_string(::getpid()) + "-" + std::to_string(caches.fetch_add(1));
+  plan_lock_ = ::open((options_.dir + "/plans/" + plan_name_ + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (plan_lock_ < 0 || ::flock(plan_lock_, LOCK_EX) != 0) {
+    throw Error("remote.cache_dir: cannot lock " + options_.dir + "/plans/" + plan_name_ + ".lock: " + errno_text());
+  }
 
   // Partial files whose writer is gone: it held an flock on its file until it finished or died.
   const std::string partial = options_.dir + "/partial";
@@ -172,6 +187,59 @@ ShardCache::~ShardCache() {
   changed_.notify_all();
   planned_.notify_all();
   for (std::thread& thread : threads_) thread.join();
+  ::unlink((options_.dir + "/plans/" + plan_name_ + ".plan").c_str());
+  ::unlink((options_.dir + "/plans/" + plan_name_ + ".lock").c_str());
+  ::close(plan_lock_);
+}
+
+bool ShardCache::read_other_plans() {
+  std::unordered_map<std::string, uint64_t> others;
+  const std::string folder = options_.dir + "/plans/";
+  for (const DiskFile& file : list_files(folder)) {
+    const size_t dot = file.key.rfind(".plan");
+    if (dot == std::string::npos || dot + 5 != file.key.size()) continue;
+    const std::string name = file.key.substr(0, dot);
+    if (name == plan_name_) continue;
+    // A plan whose lock nobody holds is a dead process's.
+    const std::string lock_path = folder + name + ".lock";
+    const int fd = ::open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      ::unlink((folder + file.key).c_str());
+      ::unlink(lock_path.c_str());
+      if (fd >= 0) ::close(fd);
+      continue;
+    }
+    ::close(fd);
+    std::ifstream in(folder + file.key);
+    std::string key;
+    uint64_t next = 0;
+    while (in >> key >> next) {
+      const auto [it, first] = others.emplace(key, next);
+      if (!first) it->second = std::min(it->second, next);
+    }
+  }
+  std::lock_guard lock(mutex_);
+  const bool changed = others != others_next_;
+  others_next_ = std::move(others);
+  return changed;
+}
+
+void ShardCache::publish_plan(const std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>>& next_use) {
+  std::vector<std::pair<uint64_t, std::string>> soonest;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, next] : next_use) soonest.emplace_back(next.first, entries_[id]->extent.key);
+  }
+  const size_t kept = std::min(soonest.size(), kPublished);
+  std::partial_sort(soonest.begin(), soonest.begin() + static_cast<ptrdiff_t>(kept), soonest.end());
+  std::string text;
+  for (size_t i = 0; i < kept; ++i) text += soonest[i].second + " " + std::to_string(soonest[i].first) + "\n";
+  const std::string path = options_.dir + "/plans/" + plan_name_ + ".plan";
+  {
+    std::ofstream out(path + ".tmp", std::ios::trunc);
+    out << text;
+  }
+  ::rename((path + ".tmp").c_str(), path.c_str());
 }
 
 uint32_t ShardCache::add(CacheExtent extent) {
@@ -224,9 +292,8 @@ std::shared_ptr<const CachedFile> ShardCache::open_present(uint32_t id) {
 std::shared_ptr<const CachedFile> ShardCache::get(uint32_t id, const std::atomic<bool>* stop) {
   std::unique_lock lock(mutex_);
   Entry& entry = *entries_.at(id);
-  static std::atomic<uint64_t> ticks{0};
   if (entry.file) {
-    entry.last_used = ++ticks;
+    entry.last_used = ++ticks_;
     return entry.file;
   }
   const auto start = std::chrono::steady_clock::now();
@@ -242,7 +309,7 @@ std::shared_ptr<const CachedFile> ShardCache::get(uint32_t id, const std::atomic
   } waited{counters_, start};
   for (;;) {
     if (entry.file) {
-      entry.last_used = ++ticks;
+      entry.last_used = ++ticks_;
       return entry.file;
     }
     if (stop != nullptr && stop->load(std::memory_order_acquire)) throw Error(entry.extent.what + ": stopped");
@@ -277,6 +344,7 @@ std::shared_ptr<const CachedFile> ShardCache::fetch(uint32_t id, const std::vect
   const auto adopt = [&](std::shared_ptr<const CachedFile> file) {
     std::lock_guard lock(mutex_);
     entry.file = file;
+    entry.last_used = ++ticks_;
     return file;
   };
   if (auto file = open_present(id)) return adopt(std::move(file));
@@ -373,6 +441,7 @@ std::shared_ptr<const CachedFile> ShardCache::fetch(uint32_t id, const std::vect
   disk_bytes_ += written;
   entry.extent.bytes = written;
   entry.file = file;
+  entry.last_used = ++ticks_;
   entry.prefetch_failed = false;
   return file;
 }
@@ -417,12 +486,11 @@ bool ShardCache::make_room(std::unique_lock<std::mutex>& lock, bool* in_use) {
     // read after that run: it is the one to drop once that run is over.
     const bool reading = next != next_use_.end() && next->second.first == 0;
     const bool held = entry != nullptr && entry->file && entry->file.use_count() > 1;
-    candidates.push_back(Candidate{file.key, file.bytes,
-                                   next == next_use_.end() ? kNever
-                                   : reading               ? next->second.second
-                                                           : next->second.first,
-                                   entry != nullptr ? entry->last_used : static_cast<uint64_t>(file.modified), entry,
-                                   reading || held});
+    const auto others = others_next_.find(file.key);
+    const uint64_t own = next == next_use_.end() ? kNever : reading ? next->second.second : next->second.first;
+    candidates.push_back(
+        Candidate{file.key, file.bytes, std::min(own, others == others_next_.end() ? kNever : others->second),
+                  entry != nullptr ? entry->last_used : static_cast<uint64_t>(file.modified), entry, reading || held});
   }
   // Read next furthest ahead first; never-again ones by least recent use.
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
@@ -532,9 +600,15 @@ void ShardCache::refresh_plan() {
       if (auto order = followed->order.lock()) orders.emplace_back(std::move(order), followed.get());
     }
   }
+  // The other processes' plans, and this one's for them, every kPlanExchange.
+  const auto now = std::chrono::steady_clock::now();
+  const bool exchange = now - plans_exchanged_ >= kPlanExchange;
+  const bool others_changed = exchange && read_other_plans();
+  if (exchange) plans_exchanged_ = now;
+
   // Nothing to do where no reading moved and no extent came or went.
   const uint64_t changes = changes_.load(std::memory_order_relaxed);
-  bool moved = changes != planned_changes_;
+  bool moved = changes != planned_changes_ || others_changed || exchange;
   for (auto& [order, followed] : orders) {
     const uint64_t reached = order->reached();
     moved = moved || reached != followed->last_reached;
@@ -583,9 +657,11 @@ void ShardCache::refresh_plan() {
       on_disk.insert(file.key);
       const auto found = by_key_.find(file.key);
       const Entry* entry = found == by_key_.end() ? nullptr : entries_[found->second].get();
+      const auto others = others_next_.find(file.key);
       held.push_back(HeldExtent{file.key, entry != nullptr ? std::optional<uint32_t>(found->second) : std::nullopt,
                                 file.bytes, entry != nullptr ? entry->last_used : 0,
-                                entry != nullptr && entry->fetching});
+                                entry != nullptr && entry->fetching,
+                                others == others_next_.end() ? kNoRead : others->second});
     }
     for (uint32_t id = 0; id < entries_.size(); ++id) {
       const Entry& entry = *entries_[id];
@@ -601,6 +677,7 @@ void ShardCache::refresh_plan() {
   for (const auto& [id, next] : reads->first_reads()) {
     next_use.emplace(id, std::pair{next, next == 0 ? reads->next_read(id, reads->next_run(id, 0).second + 1) : next});
   }
+  if (exchange) publish_plan(next_use);
   std::lock_guard lock(mutex_);
   next_use_ = std::move(next_use);
   plan_ = std::move(plan);

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -96,8 +97,8 @@ class ShardCache {
     size_t fetchers = 4;  // threads fetching ahead
   };
 
-  /// Creates the folder (and its data/, partial/ and locks/) where missing, and removes the partial files
-  /// of fetches whose process is gone. Throws ferry::Error naming the folder when it cannot.
+  /// Creates the folder (and its data/, partial/, locks/ and plans/) where missing, and removes the
+  /// partial files of fetches whose process is gone. Throws ferry::Error naming the folder when it cannot.
   explicit ShardCache(Options options);
   ~ShardCache();
   ShardCache(const ShardCache&) = delete;
@@ -144,6 +145,11 @@ class ShardCache {
   void drop(const std::string& key, uint64_t bytes, Entry* entry);
   /// Plans again where the reading moved or the folder changed (Note [fetching ahead, fetching least]).
   void refresh_plan();
+  /// Reads the plans of the other caches on this folder into others_next_, removing dead processes'.
+  /// Whether they changed.
+  bool read_other_plans();
+  /// Writes this cache's next reads (the soonest kPublished) for the others.
+  void publish_plan(const std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>>& next_use);
   void plan_loop();
   void prefetch_loop();
   std::string data_path(const CacheExtent& extent) const;
@@ -163,6 +169,13 @@ class ShardCache {
   std::atomic<uint64_t> changes_{0};  // extents fetched and dropped: a reason to plan again
   uint64_t planned_changes_ = 0;      // changes_ at the last plan (under plan_mutex_)
   uint64_t spent_ = 0;                // fetches started beyond the fewest, as their plans counted them
+  /// The other processes on this folder (Note [the shard cache]): each key's soonest next read by one of
+  /// them, from their plans; this cache's plan file and the lock that says it is alive.
+  std::unordered_map<std::string, uint64_t> others_next_;
+  std::chrono::steady_clock::time_point plans_exchanged_{};  // under plan_mutex_
+  std::string plan_name_;
+  int plan_lock_ = -1;
+  uint64_t ticks_ = 0;  // orders the extents' uses (Entry::last_used), under mutex_
   uint64_t inflight_bytes_ = 0;
   uint64_t disk_bytes_ = 0;  // the data folder's bytes at the last scan, plus what this process added since
   std::atomic<bool> stopping_{false};

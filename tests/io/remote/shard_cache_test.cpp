@@ -1,6 +1,7 @@
 // ShardCache: each extent fetched once (by threads, and by processes sharing the folder), nothing partial
 // ever taken as complete (a fetch killed with -9 leaves nothing that blocks the next), the extent needed
-// furthest ahead dropped first, prefetch along the order, and a budget too small for its readers refused.
+// furthest ahead dropped first (by this process's reads and the others'), prefetch along the order, and a
+// budget too small for its readers refused.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -236,6 +238,40 @@ TEST(ShardCache, FetchesAheadInTheOrderTheReadingTakes) {
   ASSERT_TRUE(wait_for([&] { return produced[5] == 1 && produced[1] == 1; }));
   EXPECT_EQ(read_all(*cache.get(ids[0])), content(0, 1000));
   EXPECT_EQ(produced[0].load(), 1);
+}
+
+TEST(ShardCache, AnExtentAnotherProcessReadsSoonIsKeptOverOneNobodyReads) {
+  testing::TempDir dir;
+  // Two caches on one folder, as two ranks' processes are; room for two extents.
+  ShardCache mine({.dir = dir / "cache", .max_bytes = 2000, .prefetch = 0, .fetchers = 1});
+  ShardCache other({.dir = dir / "cache", .max_bytes = 2000, .prefetch = 0, .fetchers = 1});
+  // A dead process's plan (no one holds its lock) that says extent 0 is read at once: removed, not heeded.
+  { std::ofstream(dir / "cache/plans/999999-0.plan") << "extent-0 0\n"; }
+  { std::ofstream(dir / "cache/plans/999999-0.lock"); }
+  std::vector<std::atomic<int>> produced(3);
+  std::vector<uint32_t> mine_ids, other_ids;
+  for (uint32_t n = 0; n < 3; ++n) {
+    mine_ids.push_back(mine.add(extent(n, 1000, &produced[n])));
+    other_ids.push_back(other.add(extent(n, 1000, &produced[n])));
+  }
+  auto others_order = std::make_shared<ListOrder>(std::vector<uint32_t>(100, 1));  // reads extent 1 on and on
+  other.follow(others_order, 1);
+  EXPECT_EQ(read_all(*other.get(other_ids[1])), content(1, 1000));
+  // Mine reads 1 (the other's), then 0, then 2: room for 2 means dropping 1 or 0, neither of which it reads
+  // again. By itself it would drop 1, read least recently; the other reads 1 next, so 0 goes.
+  auto my_order = std::make_shared<ListOrder>(std::vector<uint32_t>{1, 0, 2});
+  mine.follow(my_order, 1);
+  std::this_thread::sleep_for(600ms);  // the plans are shared every 200 ms
+  for (uint64_t step = 0; step < 3; ++step) {
+    my_order->reached_ = step;
+    const uint32_t n = std::vector<uint32_t>{1, 0, 2}[step];
+    EXPECT_EQ(read_all(*mine.get(mine_ids[n])), content(n, 1000)) << "step " << step;
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir / "cache/data/extent-1")) << "dropped what the other reads next";
+  EXPECT_FALSE(std::filesystem::exists(dir / "cache/data/extent-0"));
+  EXPECT_EQ(read_all(*other.get(other_ids[1])), content(1, 1000));
+  EXPECT_EQ(produced[1].load(), 1);
+  EXPECT_FALSE(std::filesystem::exists(dir / "cache/plans/999999-0.plan")) << "a dead process's plan stays";
 }
 
 TEST(ShardCache, FollowRefusesABudgetTooSmallForItsReaders) {
