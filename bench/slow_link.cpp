@@ -8,6 +8,7 @@
 // A reader thread and a writer thread per direction: the reader stamps each chunk with when its last
 // byte leaves the link plus the delay, the writer sends it then.
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -65,6 +66,13 @@ class Pipe {
     std::vector<char> buffer(256 * 1024);
     for (;;) {
       const ssize_t got = ::read(from_, buffer.data(), buffer.size());
+      if (got < 0 && errno == EINTR) continue;
+      // At most kQueued chunks wait for the link: the sender is held back as a slow link holds it back.
+      {
+        std::unique_lock lock(mutex_);
+        room_.wait(lock, [&] { return queue_.size() < kQueued || closed_; });
+        if (closed_) return;  // the receiver is gone
+      }
       Chunk chunk;
       // Paced to the rate, then delayed: when its last bit leaves the link, plus the latency.
       chunk.due = (got > 0 ? link_.send(static_cast<size_t>(got), rate_) : Clock::now()) +
@@ -89,6 +97,7 @@ class Pipe {
         chunk = std::move(queue_.front());
         queue_.pop_front();
       }
+      room_.notify_one();
       std::this_thread::sleep_until(chunk.due);
       if (chunk.bytes.empty()) break;
       size_t done = 0;
@@ -96,6 +105,9 @@ class Pipe {
         const ssize_t put = ::send(to_, chunk.bytes.data() + done, chunk.bytes.size() - done, MSG_NOSIGNAL);
         if (put <= 0) {
           ::shutdown(from_, SHUT_RD);  // the receiver is gone: stop reading too
+          std::lock_guard lock(mutex_);
+          closed_ = true;
+          room_.notify_one();
           return;
         }
         done += static_cast<size_t>(put);
@@ -107,8 +119,10 @@ class Pipe {
   int from_, to_;
   Direction& link_;
   double delay_, rate_;
+  static constexpr size_t kQueued = 16;  // 4 MiB
   std::mutex mutex_;
-  std::condition_variable ready_;
+  std::condition_variable ready_, room_;
+  bool closed_ = false;  // the writer stopped
   std::deque<Chunk> queue_;
 };
 
@@ -154,7 +168,10 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   for (;;) {
     const int client = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) continue;
+    if (client < 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // out of descriptors, or interrupted
+      continue;
+    }
     const int server = connect_upstream(upstream);
     if (server < 0) {
       ::close(client);

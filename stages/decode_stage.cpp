@@ -429,8 +429,8 @@ void DecodeStage::prepare(const std::vector<SampleWork*>& samples) {
 }
 
 void DecodeStage::run(SampleWork& work) {
-  // How far the reading got (Source::read_in_order), once this read is over, however it ends. A
-  // replacement reads for the step of the sample it replaces, which counts it.
+  // How far the reading got (Source::read_in_order), once this sample is done (read, decoded and
+  // transformed, or failed). A replacement reads for the step of the sample it replaces, which counts it.
   struct Finished {
     ReadProgress* progress;
     const SampleWork& work;

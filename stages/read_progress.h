@@ -23,7 +23,7 @@ class ReadProgress {
   using StepOf = std::function<uint64_t(uint64_t epoch, uint64_t position)>;
   /// The run's steps; before the run starts.
   void count_steps(StepOf step_of);
-  /// Whether finish() counts; before the run starts.
+  /// Whether finish() counts (only once count_steps() gave the steps); before the run starts.
   void counting(bool on) noexcept { counting_.store(on && step_of_ != nullptr, std::memory_order_release); }
   /// The read of the sample at `position` in `epoch` is over (done, failed, or found in a cache).
   void finish(uint64_t epoch, uint64_t position);

@@ -41,8 +41,8 @@ class Replay {
   }
 
   // Plays the runs of reads in order, `starts` of them at most, and only those of the extents read now
-  // and the next `extents` after them, until room cannot be made; records the misses in `misses` where given. The
-  // misses met.
+  // and the next `extents` after them, until room cannot be made (stuck() says so then); records the
+  // misses in `misses` where given. Returns how many misses it met.
   size_t play(size_t starts, std::vector<PlannedFetch>* misses, size_t extents = SIZE_MAX) {
     size_t met = 0, seen = 0;
     std::unordered_set<uint32_t> read;
@@ -55,7 +55,10 @@ class Replay {
         return true;
       }
       PlannedFetch miss{id, step, {}, 0};
-      if (!make_room(step, step, bytes_of_(id), false, miss.drops)) return false;
+      if (!make_room(step, step, bytes_of_(id), false, miss.drops)) {
+        stuck_ = true;
+        return false;
+      }
       hold(id, step);
       ++met;
       if (misses != nullptr) misses->push_back(std::move(miss));
@@ -100,6 +103,8 @@ class Replay {
     }
     hold(fetch.id, 0);
   }
+
+  bool stuck() const noexcept { return stuck_; }
 
   void hold(uint32_t id, uint64_t step) { add(HeldExtent{"", id, bytes_of_(id), kPlayed + step, false}); }
 
@@ -148,6 +153,7 @@ class Replay {
   std::vector<Item> held_;
   std::unordered_map<uint32_t, size_t> by_id_;
   uint64_t used_ = 0;
+  bool stuck_ = false;
 };
 
 }  // namespace
@@ -246,7 +252,8 @@ std::vector<PlannedFetch> plan_fetches(const ReadsAhead& reads, const std::vecto
   early.hold(next.id, 0);
   const size_t misses_then = then.play(kComparedStarts, nullptr);
   const size_t misses_early = 1 + early.play(kComparedStarts, nullptr);
-  if (misses_early <= misses_then + spare) {
+  // A replay that could not make room stopped short: its count says nothing, so the early drop is not taken.
+  if (!early.stuck() && !then.stuck() && misses_early <= misses_then + spare) {
     fetch.extra = misses_early > misses_then ? misses_early - misses_then : 0;
     now.push_back(std::move(fetch));
   }

@@ -31,7 +31,8 @@ class ReadsAhead {
   /// The first step at or after `step` that reads `id`; kNoRead where none does.
   uint64_t next_read(uint32_t id, uint64_t step) const;
   /// The first run of reads of `id` that ends at or after `step`: its first step (0 where it began before
-  /// the origin) and its last; kNoRead for both where none does.
+  /// the origin; before `step` where `step` is within the run) and its last; kNoRead for both where none
+  /// does.
   std::pair<uint64_t, uint64_t> next_run(uint32_t id, uint64_t step) const;
   /// Calls visit(step, id) for each run from the origin on, in step order (one begun before the origin
   /// at step 0), until visit returns false.

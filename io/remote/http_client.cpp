@@ -288,7 +288,8 @@ bool perform(CURL* curl, const RemoteOptions& options, const S3Account* s3, Tran
   a.code = curl_easy_perform(curl);
   curl_slist_free_all(headers);
   if (a.sink_error) std::rethrow_exception(a.sink_error);
-  if (stop != nullptr && stop->load(std::memory_order_acquire)) throw Error((head ? "HEAD " : "GET ") + url + ": stopped");
+  if (stop != nullptr && stop->load(std::memory_order_acquire))
+    throw Error((head ? "HEAD " : "GET ") + url + ": stopped");
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &a.status);
 
   if (!a.what.empty()) return false;  // the body callback refused the answer (changed, wrong range)

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <system_error>
 #include <unordered_set>
 #include <utility>
@@ -33,9 +34,9 @@ namespace ferry {
 // Reading ahead: the pipeline says in which order it reads samples (FetchOrder), and the extents follow
 // from the samples. `fetchers` threads fetch up to `prefetch` extents ahead, in the order they will be
 // read, dropping what the plan says (Note [fetching ahead, fetching least]): together, the fewest
-// fetches any cache of that size can do for the order. A reader that needs an extent now drops the one
-// read next furthest ahead — never again first, then the least recently used — which is Belady's rule.
-// Extents being read are never dropped: a file a reader holds stays open, and follow() refuses a
+// fetches any cache of that size can do for the order, give or take the plan's small spare. A reader that needs an
+// extent now drops the one read next furthest ahead — never again first, then the least recently used — which is
+// Belady's rule. Extents being read are never dropped: a file a reader holds stays open, and follow() refuses a
 // max_bytes that cannot hold one extent per reader, so readers never wait for room that cannot come.
 //
 // Shared by processes, the budget is kept loosely: each process counts the folder's files before it
@@ -158,13 +159,20 @@ ShardCache::ShardCache(Options options) : options_(std::move(options)) {
   make_folder(options_.dir);
   for (const char* sub : {"/data", "/partial", "/locks", "/plans"}) make_folder(options_.dir + sub);
 
-  // This cache's plan for the others, named apart from every other cache in this process and others; its
-  // lock says it is alive.
-  static std::atomic<uint64_t> caches{0};
-  plan_name_ = std::to_string(::getpid()) + "-" + std::to_string(caches.fetch_add(1));
-  plan_lock_ = ::open((options_.dir + "/plans/" + plan_name_ + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (plan_lock_ < 0 || ::flock(plan_lock_, LOCK_EX) != 0) {
-    throw Error("remote.cache_dir: cannot lock " + options_.dir + "/plans/" + plan_name_ + ".lock: " + errno_text());
+  // This cache's plan for the others, and the lock that says it is alive. The name is new (created with
+  // O_EXCL), never a dead process's: processes in other PID namespaces share pids.
+  std::random_device random;
+  for (int attempt = 0; plan_lock_ < 0; ++attempt) {
+    plan_name_ = std::to_string(::getpid()) + "-" + std::to_string(random()) + std::to_string(random());
+    const std::string path = options_.dir + "/plans/" + plan_name_ + ".lock";
+    plan_lock_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (plan_lock_ >= 0 && ::flock(plan_lock_, LOCK_EX | LOCK_NB) != 0) {
+      ::close(plan_lock_);
+      plan_lock_ = -1;
+    }
+    if (plan_lock_ < 0 && (attempt == 8 || (errno != EEXIST && errno != EWOULDBLOCK))) {
+      throw Error("remote.cache_dir: cannot make the lock " + path + ": " + errno_text());
+    }
   }
 
   // Partial files whose writer is gone: it held an flock on its file until it finished or died.
@@ -187,8 +195,9 @@ ShardCache::~ShardCache() {
   changed_.notify_all();
   planned_.notify_all();
   for (std::thread& thread : threads_) thread.join();
-  ::unlink((options_.dir + "/plans/" + plan_name_ + ".plan").c_str());
-  ::unlink((options_.dir + "/plans/" + plan_name_ + ".lock").c_str());
+  for (const char* suffix : {".plan", ".plan.tmp", ".lock"}) {
+    ::unlink((options_.dir + "/plans/" + plan_name_ + suffix).c_str());
+  }
   ::close(plan_lock_);
 }
 
@@ -203,6 +212,7 @@ bool ShardCache::read_other_plans() {
     // A plan whose lock nobody holds is a dead process's.
     const std::string lock_path = folder + name + ".lock";
     const int fd = ::open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0 && errno != ENOENT) continue;  // cannot tell: neither heeded nor removed
     if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
       ::unlink((folder + file.key).c_str());
       ::unlink(lock_path.c_str());
@@ -235,11 +245,11 @@ void ShardCache::publish_plan(const std::unordered_map<uint32_t, std::pair<uint6
   std::string text;
   for (size_t i = 0; i < kept; ++i) text += soonest[i].second + " " + std::to_string(soonest[i].first) + "\n";
   const std::string path = options_.dir + "/plans/" + plan_name_ + ".plan";
-  {
-    std::ofstream out(path + ".tmp", std::ios::trunc);
-    out << text;
-  }
-  ::rename((path + ".tmp").c_str(), path.c_str());
+  std::ofstream out(path + ".tmp", std::ios::trunc);
+  out << text;
+  out.close();
+  // A plan cut short (a full disk) is not put in place: the others keep the last whole one.
+  if (out) ::rename((path + ".tmp").c_str(), path.c_str());
 }
 
 uint32_t ShardCache::add(CacheExtent extent) {
@@ -382,7 +392,8 @@ std::shared_ptr<const CachedFile> ShardCache::fetch(uint32_t id, const std::vect
       bool in_use = false;
       if (make_room(lock, &in_use) || !in_use || std::chrono::steady_clock::now() > give_up ||
           (stop != nullptr && stop->load(std::memory_order_acquire))) {
-        if (in_use) make_room(lock, nullptr);  // waited long enough: drop the next best
+        const bool stopped = stop != nullptr && stop->load(std::memory_order_acquire);
+        if (in_use && !stopped) make_room(lock, nullptr);  // waited long enough: drop the next best
         break;
       }
       changed_.wait_for(lock, kPoll);
@@ -513,13 +524,17 @@ bool ShardCache::make_room(std::unique_lock<std::mutex>& lock, bool* in_use) {
 bool ShardCache::drop_planned(const std::vector<HeldExtent>& drops, std::unique_lock<std::mutex>& lock) {
   (void)lock;  // held
   if (options_.max_bytes == 0) return true;
+  std::vector<std::pair<std::string, Entry*>> dropping;
   for (const HeldExtent& planned : drops) {
     // An extent the plan fetches and drops again has no key in the plan: it was not in the cache then.
     const std::string& key = planned.key.empty() && planned.id ? entries_.at(*planned.id)->extent.key : planned.key;
     const auto found = by_key_.find(key);
     Entry* entry = found == by_key_.end() ? nullptr : entries_[found->second].get();
-    // A reader still has it, for a moment (its last read): later.
+    // A reader still has one, for a moment (its last read): none is dropped yet, all are later.
     if (entry != nullptr && (entry->fetching || (entry->file && entry->file.use_count() > 1))) return false;
+    dropping.emplace_back(key, entry);
+  }
+  for (const auto& [key, entry] : dropping) {
     struct stat info {};
     if (::stat((options_.dir + "/data/" + key).c_str(), &info) == 0)
       drop(key, static_cast<uint64_t>(info.st_size), entry);
@@ -701,6 +716,7 @@ void ShardCache::prefetch_loop() {
         Entry& entry = *entries_[planned.id];
         if (!entry.file && !entry.fetching && !entry.prefetch_failed) {
           entry.fetching = true;
+          spent_ += planned.extra;  // at once: the plans made meanwhile must not spend it again
           pick = planned;
           break;
         }
@@ -717,9 +733,9 @@ void ShardCache::prefetch_loop() {
       std::lock_guard lock(mutex_);
       entries_[pick->id]->prefetch_failed = true;
     }
-    if (fetched && pick->extra != 0) {
+    if (!fetched && pick->extra != 0) {
       std::lock_guard lock(mutex_);
-      spent_ += pick->extra;
+      spent_ -= pick->extra;  // not fetched after all
     }
     planned_.notify_one();
     if (!fetched) {

@@ -132,8 +132,8 @@ class ShardCache {
   struct Followed;
   Entry& entry_of(uint32_t id) const;
   std::shared_ptr<const CachedFile> open_present(uint32_t id);
-  /// Fetches extent `id`: ahead of the reading where `drops` is given (what the plan drops for it; null
-  /// when a later try would find no room), else for a reader.
+  /// Fetches extent `id`: ahead of the reading where `drops` is given (what the plan drops for it), else
+  /// for a reader. Null for a fetch ahead that finds no room yet (a later plan tries again).
   std::shared_ptr<const CachedFile> fetch(uint32_t id, const std::vector<HeldExtent>* drops,
                                           const std::atomic<bool>* stop);
   /// For a reader's fetch: drops extents (read next furthest ahead first) until the folder and the
