@@ -41,7 +41,7 @@ namespace ferry {
 //
 // Shared by processes, the budget is kept loosely: each process counts the folder's files before it
 // fetches. Each drops by its own order and the others': every kPlanExchange it writes the next reads of
-// its soonest extents to plans/<pid>-<n>.plan (renamed into place whole) and reads the others' plans, so
+// its soonest extents to plans/<pid>-<random>.plan (renamed into place whole) and reads the others' plans, so
 // an extent another rank reads soon ranks as soon (steps of different ranks compare as they go at about
 // one pace). A plan's lock file, flock'ed by its writer, says it is alive; a plan without is a dead
 // process's and is removed. Files nobody's plan reads (another dataset's, stale) go first.
