@@ -1,9 +1,22 @@
 """What the Python benchmarks share: running a command (its output in the error when it fails), making an
-image folder once and listing it in ferry's image_folder order. Used by bench/loaders.py and bench/augment.py."""
+image folder once and listing it in ferry's image_folder order, matplotlib for the plots. Used by bench/loaders.py,
+bench/augment.py and the benchmarks that draw a plot."""
 import json
 import os
 import shutil
 import subprocess
+
+
+def pyplot():
+    """matplotlib.pyplot drawing to files, or None (saying so) where matplotlib is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return None
+    return plt
 
 
 def run(command, **kwargs):

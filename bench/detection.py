@@ -42,6 +42,7 @@ import torch
 import torch.utils.data
 
 import ferry
+from bench_support import pyplot  # bench/, beside this script
 
 BATCH = 32
 SIZE = 512
@@ -255,12 +256,8 @@ def main():
     with open(os.path.join(args.out, "detection.json"), "w") as f:
         json.dump({"batch": BATCH, "size": SIZE, "images": args.images, "device": str(device), "cores": cores,
                    "torch": torch.__version__, "rows": rows}, f, indent=2)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     figure, axis = plt.subplots(figsize=(6, 4))
     for name in dict.fromkeys(r["loader"] for r in rows):

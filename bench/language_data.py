@@ -47,6 +47,7 @@ import torch
 import torch.utils.data
 
 import ferry
+from bench_support import pyplot  # bench/, beside this script
 
 BATCH = 32
 
@@ -357,12 +358,8 @@ def main():
     with open(os.path.join(args.out, "language_data.json"), "w") as f:
         json.dump({"batch": BATCH, "device": str(device), "cores": cores, "torch": torch.__version__,
                    "host": platform.node(), "rows": rows}, f, indent=2)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     figure, axis = plt.subplots(figsize=(7, 4))
     labels = [f"{r['loader']}\n{r['seq_len']}" + (f" w{r['workers']}" if r["loader"] != "get_batch" else "")

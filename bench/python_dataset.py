@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 import ferry
+from bench_support import pyplot  # bench/, beside this script
 from python_dataset_cases import JpegFiles, MemoryImages, PythonWork, SmallSamples, make_jpegs
 
 BATCH = 64
@@ -238,13 +239,8 @@ def main():
     with open(os.path.join(args.out, "python_dataset.json"), "w") as out:
         json.dump({"host": platform.node(), "cores": os.cpu_count(), "device": str(device),
                    "torch": torch.__version__, "quick": args.quick, "results": results}, out, indent=2)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     figure, axes = plt.subplots(1, len(args.cases.split(",")), figsize=(4 * len(args.cases.split(",")), 3.5))
     axes = np.atleast_1d(axes)

@@ -45,6 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "servers"))
 import http_server  # noqa: E402
+from bench_support import pyplot  # noqa: E402  (bench/, beside this script)
 
 
 def log(message):
@@ -289,12 +290,8 @@ def report(result, out):
         if "fetches" in row:
             print(f"{'':<28} over {row['link']}: fetched {row['bytes_fetched_over_dataset']:.2f} x the dataset, "
                   f"{row['fetches']} fetches (fewest possible: {row['fewest_fetches']})")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     figure, axis = plt.subplots(figsize=(8, 4))
     full = [row.get("link_share", 0) >= 0.95 for row in rows]
