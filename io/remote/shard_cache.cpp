@@ -539,8 +539,7 @@ bool ShardCache::drop_planned(const std::vector<HeldExtent>& drops, std::unique_
     if (::stat((options_.dir + "/data/" + key).c_str(), &info) == 0)
       drop(key, static_cast<uint64_t>(info.st_size), entry);
   }
-  disk_bytes_ = 0;
-  for (const DiskFile& file : list_files(options_.dir + "/data")) disk_bytes_ += file.bytes;
+  disk_bytes_ = used_bytes();
   return disk_bytes_ + inflight_bytes_ <= options_.max_bytes;
 }
 
