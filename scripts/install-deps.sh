@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build git
   libtorch-dev libtbb-dev libconcurrentqueue-dev libyaml-cpp-dev libgtest-dev libbenchmark-dev
-  libturbojpeg0-dev libpng-dev libwebp-dev libsentencepiece-dev libsimdjson-dev libjemalloc-dev pybind11-dev python3-dev python3-torch python3-numpy python3-pil python3-sentencepiece python3-pytest
+  libturbojpeg0-dev libpng-dev libwebp-dev libsentencepiece-dev libsimdjson-dev libjemalloc-dev pybind11-dev python3-dev python3-torch python3-numpy python3-pil python3-matplotlib python3-sentencepiece python3-pytest
   python3-venv python3-pip python3-setuptools python3-wheel
   libcurl4-openssl-dev zlib1g-dev libzstd-dev liblzma-dev
 )
