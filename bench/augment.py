@@ -36,8 +36,10 @@ CPU: user + system seconds of every process of the loader (ferry's own process; 
 workers and this process) per image, from getrusage. Then ferry alone, at the largest T, over
 --long-images (default 131072): its steady rate and the share of images the GPU decoded, since under
 `auto` the GPU decoder starts in the background and joins after a run of 8192 images is over. Prints the
-tables per dataset and writes OUT/augment.json. --quick: 512 images (2048 in the long runs), T in 1 and
-2, for trying it on a small CPU machine (device cpu).
+tables per dataset and writes OUT/augment.json and, with matplotlib, OUT/augment.png: per dataset, each
+loader's images/s against T (with start-up, and after the first batch) and ferry's over the DataLoader's.
+--plot JSON draws it again, beside that JSON, from an earlier run's. --quick: 512 images (2048 in the long
+runs), T in 1 and 2, for trying it on a small CPU machine (device cpu).
 """
 import argparse
 import concurrent.futures
@@ -51,7 +53,8 @@ import time
 import torch
 import torch.utils.data
 
-from bench_support import image_files, make_image_folder, run  # bench/, beside this script
+from bench_support import (figure, image_files, lines, make_image_folder, png_beside, ratio_lines, read_json, run,
+                           save, threads_axis)  # bench/, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPO, "configs", "imagenet-train.yaml")
@@ -210,10 +213,42 @@ def torchvision_gpu_rate(files, labels, threads, images, device):
 
 # ------------------------------------------------------------------------------------------- main
 
+def plot(result, path):
+    """OUT/augment.png: per dataset, images/s against threads (ferry solid, the baselines dashed) with start-up
+    and after the first batch, and each ferry loader over the DataLoader at as many workers."""
+    rows = result["rows"]
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    drawn, axes = figure(3 * len(datasets), f"training-ready batches of {BATCH} x {CROP}x{CROP} on {result['device']}, "
+                         f"{result['cores']} cores, {result['images']} images a point", rows=len(datasets))
+    if drawn is None:
+        return
+    for i, dataset in enumerate(datasets):
+        rates, steady, ratios = axes[3 * i:3 * i + 3]
+        mine = [r for r in rows if r["dataset"] == dataset]
+        loaders = list(dict.fromkeys(r["loader"] for r in mine))
+        styles = {loader: {"color": f"C{k}", "linestyle": "-" if loader.startswith("ferry") else "--"}
+                  for k, loader in enumerate(loaders)}
+        for axis, key, what in ((rates, "images_per_second", "from the loader's start"),
+                                (steady, "images_per_second_after_first_batch", "after the first batch")):
+            lines(axis, {loader: [(r["threads"], r[key]) for r in mine if r["loader"] == loader] for loader in loaders},
+                  "threads / workers", "images/s", styles)
+            axis.set_title(f"{dataset}: images/s {what}", fontsize=9)
+        dataloader = {r["threads"]: r["images_per_second"] for r in mine if r["loader"] == "DataLoader"}
+        ratio_lines(ratios, {f"{loader} / DataLoader": [(r["threads"], r["images_per_second"] / dataloader[r["threads"]])
+                                                        for r in mine if r["loader"] == loader
+                                                        and r["threads"] in dataloader]
+                             for loader in loaders if loader.startswith("ferry")},
+                    "threads / workers", "rate over the DataLoader's")
+        ratios.set_title(f"{dataset}: ferry over the DataLoader (v2 in its workers)", fontsize=9)
+        for axis in (rates, steady, ratios):
+            threads_axis(axis, [r["threads"] for r in mine])
+    save(drawn, path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ferry", required=True, help="the ferry command (a build's cli/ferry)")
-    parser.add_argument("--data", required=True, help="where the datasets are (made when missing)")
+    parser.add_argument("--ferry", help="the ferry command (a build's cli/ferry)")
+    parser.add_argument("--data", help="where the datasets are (made when missing)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", default="augment-results")
     parser.add_argument("--threads", default="1,4,16")
@@ -221,7 +256,12 @@ def main():
     parser.add_argument("--long-images", type=int, default=131072,
                         help="images of ferry's long runs, at the largest thread count (0: none)")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--plot", metavar="JSON", help="only draw the plot of an earlier run's augment.json, beside it")
     args = parser.parse_args()
+    if args.plot:
+        return plot(read_json(args.plot), png_beside(args.plot))
+    if not args.ferry or not args.data:
+        parser.error("--ferry and --data are needed (or --plot JSON)")
     os.makedirs(args.out, exist_ok=True)
     device = torch.device(args.device)
     cores = len(os.sched_getaffinity(0))
@@ -292,11 +332,12 @@ def main():
             for r in rows:
                 print(f"{r['loader']:32}{r['images_per_second']:>12.0f}{r['images_per_second_after_first_batch']:>24.0f}"
                       f"{r['first_batch_seconds']:>17.2f}{r['gpu_share'] * 100:>11.0f}%")
+    result = {"machine": platform.node(), "device": str(device), "torch": torch.__version__,
+              "transforms": transforms_module()[2], "cores": cores, "images": images, "gpu_decode": gpu_decode,
+              "rows": results, "long_images": long_images, "long_rows": long_rows}
     with open(os.path.join(args.out, "augment.json"), "w") as f:
-        json.dump({"machine": platform.node(), "device": str(device), "torch": torch.__version__,
-                   "transforms": transforms_module()[2], "cores": cores,
-                   "images": images, "gpu_decode": gpu_decode, "rows": results,
-                   "long_images": long_images, "long_rows": long_rows}, f, indent=2)
+        json.dump(result, f, indent=2)
+    plot(result, os.path.join(args.out, "augment.png"))
 
 
 if __name__ == "__main__":

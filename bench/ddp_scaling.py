@@ -35,7 +35,10 @@ all processes' samples over the span from the barrier to the last end. The loade
 barrier, so their start-up counts. Scaling efficiency = rate(N) / (N x rate(1)) for the same loader.
 CPU: user + system seconds of every process (rank or ferry-1proc) and its workers over the same span
 (not the interpreter's start), per sample. Prints a table per workload and writes
-OUT/ddp-scaling.json. --quick: little data, a check that it runs, not a measurement.
+OUT/ddp-scaling.json and, with matplotlib, OUT/ddp-scaling.png: per workload, each loader's aggregate rate
+against the devices beside N x its rate on one (perfect scaling), and ferry's over the DataLoader's.
+--plot JSON draws it again, beside that JSON, from an earlier run's. --quick: little data, a check that it
+runs, not a measurement.
 """
 import argparse
 import importlib
@@ -54,6 +57,7 @@ import torch
 import torch.utils.data
 
 import loaders  # bench/, beside this script: the datasets and their makers
+from bench_support import figure, lines, png_beside, ratio_lines, read_json, save, threads_axis
 
 BATCHES = {"images": 256, "tokens": loaders.TOKEN_BATCH}
 LOADERS = ("ferry", "ferry-1proc", "DataLoader")
@@ -231,6 +235,42 @@ def measure(args, loader, workload, root, world):
             "cpu_seconds_per_sample": cpu / samples, "devices": [d for r in processes for d in r["devices"]]}
 
 
+def plot(result, path):
+    """OUT/ddp-scaling.png: per workload, the aggregate rate against devices (perfect scaling dotted), and the
+    ferry loaders' rates over the DataLoader's."""
+    rows = result["rows"]
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    devices = f"{result['gpus']} GPUs" if result["device"] == "cuda" else "the CPU"
+    drawn, axes = figure(2 * len(workloads), f"data-parallel loading on {devices}, {result['cores']} cores shared by "
+                         "the processes", rows=len(workloads))
+    if drawn is None:
+        return
+    for workload, rates, ratios in zip(workloads, axes[0::2], axes[1::2]):
+        unit, scale = ("images/s", 1) if workload == "images" else ("M tokens/s", loaders.WINDOW / 1e6)
+        mine = [r for r in rows if r["workload"] == workload]
+        series, styles = {}, {}
+        for i, loader in enumerate(result["loaders"]):
+            points = [(r["gpus"], r["samples_per_second"] * scale) for r in mine if r["loader"] == loader]
+            series[loader] = points
+            styles[loader] = {"color": f"C{i}"}
+            one = dict(points).get(1)
+            if one:
+                series[f"{loader}, perfect scaling"] = [(n, n * one) for n, _ in points]
+                styles[f"{loader}, perfect scaling"] = {"color": f"C{i}", "linestyle": ":", "marker": "",
+                                                        "alpha": 0.6}
+        lines(rates, series, "devices", f"aggregate {unit}", styles)
+        rates.set_title(f"{workload}: all processes together, start-up included", fontsize=9)
+        dataloader = {r["gpus"]: r["samples_per_second"] for r in mine if r["loader"] == "DataLoader"}
+        ratio_lines(ratios, {f"{loader} / DataLoader": [(r["gpus"], r["samples_per_second"] / dataloader[r["gpus"]])
+                                                        for r in mine if r["loader"] == loader and r["gpus"] in dataloader]
+                             for loader in result["loaders"] if loader != "DataLoader"},
+                    "devices", "rate over the DataLoader's")
+        ratios.set_title(f"{workload}: ferry over one DataLoader a rank", fontsize=9)
+        for axis in (rates, ratios):
+            threads_axis(axis, [r["gpus"] for r in mine])
+    save(drawn, path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ferry", help="the ferry command (a build's cli/ferry), to make the datasets")
@@ -246,6 +286,7 @@ def main():
     parser.add_argument("--token-batches", type=int, default=2000)
     parser.add_argument("--timeout", type=float, default=600, help="seconds a rank (or ferry-1proc) may take")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--plot", metavar="JSON", help="only draw the plot of an earlier run's ddp-scaling.json, beside it")
     # A rank process, or ferry-1proc's one process (started by the harness):
     parser.add_argument("--rank-of", choices=LOADERS, help=argparse.SUPPRESS)
     parser.add_argument("--feeds", type=int, default=1, help=argparse.SUPPRESS)  # ferry-1proc's devices
@@ -256,8 +297,10 @@ def main():
     if args.rank_of:
         args.loader = args.rank_of
         return rank_main(args)
+    if args.plot:
+        return plot(read_json(args.plot), png_beside(args.plot))
     if not args.ferry or not args.data:
-        parser.error("--ferry and --data are needed")
+        parser.error("--ferry and --data are needed (or --plot JSON)")
 
     gpus = torch.cuda.device_count()
     args.device = "cuda" if gpus > 0 and not args.quick else "cpu"
@@ -299,10 +342,11 @@ def main():
                 cells.append(f"{r['samples_per_second'] * scale:.{0 if scale == 1 else 2}f} "
                              f"({r['scaling_efficiency']:.2f}; {r['cpu_seconds_per_sample'] * 1e3:.3f})")
             print(f"{loader:12}" + "".join(f"{c:>30}" for c in cells))
+    result = {"machine": platform.node(), "device": args.device, "gpus": gpus, "cores": cores,
+              "torch": torch.__version__, "batches_per_rank": batches, "loaders": list(LOADERS), "rows": rows}
     with open(os.path.join(args.out, "ddp-scaling.json"), "w") as f:
-        json.dump({"machine": platform.node(), "device": args.device, "gpus": gpus, "cores": cores,
-                   "torch": torch.__version__, "batches_per_rank": batches, "loaders": list(LOADERS),
-                   "rows": rows}, f, indent=2)
+        json.dump(result, f, indent=2)
+    plot(result, os.path.join(args.out, "ddp-scaling.png"))
     return 0
 
 

@@ -37,7 +37,9 @@ the first batch (worker start-up and the first batch's latency) and counts the r
 ferry / DataLoader incl. start.
 
 Prints one table per workload and writes OUT/loaders.json (OUT also keeps the configs and ferry's
-reports). --quick: little data, T in 1 and 2, for trying it on a small CPU machine.
+reports) and, with matplotlib, OUT/loaders.png: each workload's rate against T for both loaders (the
+DataLoader after its first batch dashed), and ferry / DataLoader. --plot JSON draws it again, beside that
+JSON, from an earlier run's. --quick: little data, T in 1 and 2, for trying it on a small CPU machine.
 """
 import argparse
 import json
@@ -53,7 +55,8 @@ import torch.utils.data
 from PIL import Image
 
 from batch_digest import fields_digest, indices_digest  # bench/, beside this script
-from bench_support import image_files, make_image_folder, run
+from bench_support import (figure, image_files, lines, make_image_folder, png_beside, ratio_lines, read_json, run,
+                           save, threads_axis)
 
 SEQ_LEN = 2048
 WINDOW = SEQ_LEN + 1  # configs/megatron.yaml: add_extra_token
@@ -389,19 +392,56 @@ def table(title, points, scale, unit, note):
     return "\n".join(lines)
 
 
+def plot(result, path):
+    """OUT/loaders.png: per workload, the rate against threads/workers of both loaders, and ferry / DataLoader."""
+    units = {"images": ("images/s", 1), "tokens": ("M tokens/s", WINDOW / 1e6)}
+    workloads = [(name, *units[name]) for name in units if name in result]
+    gpu = f" ({result['gpu']})" if result["gpu"] != "none" else ""
+    drawn, axes = figure(2 * len(workloads), f"ferry and torch's DataLoader on {result['device']}{gpu}, "
+                         f"{result['cores']} cores{', --quick' if result.get('quick') else ''}", rows=len(workloads))
+    if drawn is None:
+        return
+    for (name, unit, scale), rates, ratios in zip(workloads, axes[0::2], axes[1::2]):
+        points = result[name]["points"]
+        threads = [p["threads"] for p in points]
+        lines(rates, {"ferry": [(p["threads"], p["ferry_samples_per_second"] * scale) for p in points],
+                      "DataLoader": [(p["threads"], p["dataloader_samples_per_second"] * scale) for p in points],
+                      "DataLoader after its 1st batch": [(p["threads"], p["dataloader_after_first_samples_per_second"]
+                                                          * scale) for p in points]},
+              "threads (ferry) / workers (DataLoader)", unit,
+              styles={"DataLoader after its 1st batch": {"linestyle": "--", "color": "tab:orange", "alpha": 0.6}})
+        more = result[name].get("ferry_prefetch_16")
+        if more:
+            rates.plot([more["threads"]], [more["ferry_samples_per_second"] * scale], marker="^", linestyle="",
+                       color="tab:blue", label="ferry, prefetch 16")
+            rates.legend(fontsize=7)
+        rates.set_title(f"{name}: rate, each loader's start included", fontsize=9)
+        ratio_lines(ratios, {"ferry / DataLoader": [(p["threads"], p["speedup"]) for p in points]},
+                    "threads / workers", "ferry / DataLoader")
+        ratios.set_title(f"{name}: ferry's rate over the DataLoader's", fontsize=9)
+        for axis in (rates, ratios):
+            threads_axis(axis, threads)
+    save(drawn, path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ferry", required=True, help="the ferry binary (build/gpu/cli/ferry)")
-    parser.add_argument("--data", required=True, help="folder for the datasets (made when missing, then kept)")
-    parser.add_argument("--device", choices=["cuda", "cpu"], required=True)
-    parser.add_argument("--out", required=True, help="folder for loaders.json, configs and ferry's reports")
+    parser.add_argument("--ferry", help="the ferry binary (build/gpu/cli/ferry)")
+    parser.add_argument("--data", help="folder for the datasets (made when missing, then kept)")
+    parser.add_argument("--device", choices=["cuda", "cpu"])
+    parser.add_argument("--out", help="folder for loaders.json, configs and ferry's reports")
     parser.add_argument("--quick", action="store_true", help="little data, 1 and 2 threads: a check, not a measurement")
     parser.add_argument("--threads", help="comma-separated thread/worker counts (default 1,2,4,8,16 up to the cores)")
     parser.add_argument("--token-threads", help="thread/worker counts for tokens (default 4,16 up to the cores)")
     parser.add_argument("--token-batches", type=int, help="batches per tokens point (default 16000)")
     parser.add_argument("--documents", type=int, help="documents of the token dataset (default 320000)")
     parser.add_argument("--skip", choices=["images", "tokens"], action="append", default=[])
+    parser.add_argument("--plot", metavar="JSON", help="only draw the plot of an earlier run's loaders.json, beside it")
     args = parser.parse_args()
+    if args.plot:
+        return plot(read_json(args.plot), png_beside(args.plot))
+    if not (args.ferry and args.data and args.device and args.out):
+        parser.error("--ferry, --data, --device and --out are needed (or --plot JSON)")
     args.ferry = os.path.abspath(args.ferry)
     args.data = os.path.abspath(args.data)
     os.makedirs(args.out, exist_ok=True)
@@ -463,6 +503,7 @@ def main():
     with open(os.path.join(args.out, "loaders.json"), "w") as f:
         json.dump(result, f, indent=2)
     print(f"wrote {os.path.join(args.out, 'loaders.json')} ({result['seconds']:.0f} s)")
+    plot(result, os.path.join(args.out, "loaders.png"))
 
 
 if __name__ == "__main__":
