@@ -23,7 +23,9 @@ epochs    Epochs 1.. (after the first, which fills the cache) of two workloads, 
 cache_to  For the managed cache of each workload: the time pipeline.cache_to(-1) and cache_to(0) take,
           and the cache's bytes; then an epoch gathered while the cache is on the host.
 
-Prints the tables and writes OUT/dataset_cache.json.
+Prints the tables and writes OUT/dataset_cache.json and, with matplotlib, OUT/dataset_cache.png: per
+workload, each loader's first and later epochs, and the managed prefetch beside the pinned copies. --plot
+JSON draws it again, beside that JSON, from an earlier run's.
 """
 import argparse
 import io
@@ -42,6 +44,7 @@ import torch.utils.data
 
 import ferry
 import ferry.uvm
+from bench_support import bars, figure, lines, png_beside, read_json, save  # bench/, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQ_LEN = 2048
@@ -222,15 +225,58 @@ def bench_workload(name, config, overrides, dataset, batch_size, threads, epochs
     return rows
 
 
+LOADERS = (("ferry, no cache", "off"), ("ferry, cache device", "device"), ("ferry, cache managed", "managed"),
+           ("DataLoader", "dataloader"))
+
+
+def plot(result, path):
+    """OUT/dataset_cache.png: per workload, epoch 0 and the later epochs of each loader; the prefetch's GB/s
+    against its size beside the pinned copies'."""
+    workloads = [name for name in ("tokens", "npy") if name in result]
+    prefetch = result.get("prefetch", {}).get("rows", [])
+    machine = result["machine"]
+    drawn, axes = figure(len(workloads) + (1 if prefetch else 0), f"the dataset cache on {machine['gpu']}, "
+                         f"{machine['cores']} cores, torch {machine['torch']}")
+    if drawn is None:
+        return
+    for name, axis in zip(workloads, axes):
+        rows = result[name]
+        bars(axis, [label for label, _ in LOADERS],
+             {"epoch 0 (fills the cache)": [rows[key]["epochs"][0] / 1e3 for _, key in LOADERS],
+              "later epochs (median)": [rows[key]["later_epochs_samples_per_second"] / 1e3 for _, key in LOADERS]},
+             "k samples/s", "{:.0f}")
+        axis.set_title(f"{name}: samples/s as the Python loop sees them", fontsize=9)
+    if prefetch:
+        axis = axes[-1]
+        sizes = [row["bytes"] for row in prefetch]
+        series = {"managed prefetch to the device": "prefetch_to_device_gbps",
+                  "managed prefetch to the host": "prefetch_to_host_gbps",
+                  "pinned copy H2D": "pinned_h2d_gbps", "pinned copy D2H": "pinned_d2h_gbps"}
+        lines(axis, {label: [(row["bytes"], row[key]) for row in prefetch] for label, key in series.items()},
+              "bytes", "GB/s (best of 5)",
+              styles={"pinned copy H2D": {"linestyle": "--"}, "pinned copy D2H": {"linestyle": "--"}})
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(sizes, [f"{b >> 30} GiB" if b >= 1 << 30 else f"{b >> 20} MiB" for b in sizes])
+        axis.minorticks_off()
+        axis.set_title("managed memory's prefetch beside a pinned copy", fontsize=9)
+    save(drawn, path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--ferry", required=True, help="the ferry command (for make-dataset)")
-    parser.add_argument("--data", required=True, help="where the datasets are made and kept")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--ferry", help="the ferry command (for make-dataset)")
+    parser.add_argument("--data", help="where the datasets are made and kept")
+    parser.add_argument("--out")
     parser.add_argument("--threads", type=int, default=8, help="ferry's decode threads = DataLoader workers")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--plot", metavar="JSON",
+                        help="only draw the plot of an earlier run's dataset_cache.json, beside it")
     args = parser.parse_args()
+    if args.plot:
+        return plot(read_json(args.plot), png_beside(args.plot))
+    if not (args.ferry and args.data and args.out):
+        parser.error("--ferry, --data and --out are needed (or --plot JSON)")
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: the first fills the cache, the later ones are measured")
     os.makedirs(args.out, exist_ok=True)
@@ -265,6 +311,7 @@ def main():
 
     with open(os.path.join(args.out, "dataset_cache.json"), "w") as f:
         json.dump(results, f, indent=2)
+    plot(results, os.path.join(args.out, "dataset_cache.png"))
 
     machine = results["machine"]
     print(f"\n{machine['gpu']}, torch {machine['torch']}, ferry {machine['ferry']}, {machine['cores']} cores")
@@ -282,8 +329,7 @@ def main():
         print(f"\n{name}: samples/s, epochs after the first (median), {args.threads} threads/workers")
         print(f"{'loader':>24} {'epoch 0':>10} {'later':>10} {'x off':>6} {'gather us/batch':>16}")
         off = rows["off"]["later_epochs_samples_per_second"]
-        for label, key in (("ferry, no cache", "off"), ("ferry, cache device", "device"),
-                           ("ferry, cache managed", "managed"), ("DataLoader", "dataloader")):
+        for label, key in LOADERS:
             row = rows[key]
             gather = row.get("cache", {}).get("gather_seconds_per_batch")
             print(f"{label:>24} {row['epochs'][0]:>10.0f} {row['later_epochs_samples_per_second']:>10.0f} "

@@ -22,7 +22,10 @@ Cases (decode.threads 16, or every core when fewer):
            resized and cropped to 224 x 224
 A wait share under 1% is the goal where the loader delivers faster than the step rate; the table
 gives the loader's own rate (batches/s with nothing else running, from a run without steps) beside
-the step rate so that the two cases can be told apart. Writes OUT/overlap.json.
+the step rate so that the two cases can be told apart. Writes OUT/overlap.json and, with matplotlib,
+OUT/overlap.png: the share of the loop waiting in next() against the step (C++ and Python loops), the
+C++ loop's median and 99th-percentile wait a step, and each loader's own rate beside the step rate.
+--plot JSON draws it again, beside that JSON, from an earlier run's.
 """
 import argparse
 import json
@@ -36,6 +39,7 @@ import time
 import torch
 
 import ferry
+from bench_support import figure, lines, png_beside, read_json, save  # bench/, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -124,22 +128,67 @@ def loader_rate(config, overrides):
         return pipeline.stats()["totals"]["batches_per_second"]
 
 
+def plot(result, path):
+    """OUT/overlap.png: per case (a colour), the wait against the step, and the loader's rate beside the step's."""
+    drawn, (share, per_step, rates) = figure(3, f"a training loop's wait in next() on {result['device']}, "
+                                             f"{result['cores']} cores, {result['decode_threads']} decode threads")
+    if drawn is None:
+        return
+    rows = result["rows"]
+    waits, percentiles, loader_rates, styles = {}, {}, {}, {}
+    for i, case in enumerate(dict.fromkeys(r["case"] for r in rows)):
+        mine = [r for r in rows if r["case"] == case]
+        short = case.split()[0]  # the full name is in the third panel's legend
+        for driver, name, line in (("cpp", "C++", "-"), ("python", "Python", "--")):
+            label = f"{short}, {name} loop"
+            waits[label] = [(r["step_ms"], 100 * r[f"{driver}_wait_share"]) for r in mine
+                            if f"{driver}_wait_share" in r]
+            styles[label] = {"color": f"C{i}", "linestyle": line}
+        for key, name, line in (("cpp_wait_p50_ms", "median", "-"), ("cpp_wait_p99_ms", "99th percentile", "--")):
+            label = f"{short}, {name}"
+            percentiles[label] = [(r["step_ms"], r[key]) for r in mine if key in r]
+            styles[label] = {"color": f"C{i}", "linestyle": line}
+        loader_rates[f"{case}, the loader alone"] = [(r["step_ms"], r["loader_batches_per_second"]) for r in mine]
+        styles[f"{case}, the loader alone"] = {"color": f"C{i}"}
+    steps = sorted({r["step_ms"] for r in rows})
+    loader_rates["the step rate"] = [(ms, 1000.0 / ms) for ms in steps]
+    styles["the step rate"] = {"color": "black", "linestyle": ":"}
+    share.axhline(1.0, color="gray", linestyle=":", linewidth=1)  # the goal where the loader is faster
+    lines(share, waits, "simulated step (ms)", "% of the loop waiting in next()", styles)
+    share.set_title("the loop's wait (goal: under 1% where the loader is faster)", fontsize=9)
+    lines(per_step, percentiles, "simulated step (ms)", "wait in next() a step, C++ loop (ms)", styles)
+    per_step.set_title("a cost on every step (median) or a few stalls (99th)", fontsize=9)
+    lines(rates, loader_rates, "simulated step (ms)", "batches/s", styles, log_y=True)
+    rates.set_title("the loader's own rate beside the step rate", fontsize=9)
+    for axis in (share, per_step, rates):
+        axis.set_xscale("log")
+        axis.set_xticks(steps, [f"{ms:g}" for ms in steps])
+        axis.minorticks_off()
+    save(drawn, path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ferry", required=True, help="the ferry binary (for make-dataset)")
-    parser.add_argument("--data", required=True, help="folder for the JPEG dataset (made when missing)")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--ferry", help="the ferry binary (for make-dataset)")
+    parser.add_argument("--data", help="folder for the JPEG dataset (made when missing)")
+    parser.add_argument("--out")
     parser.add_argument("--steps-ms", default="1,5,20")
     parser.add_argument("--cases", default="tokens,images,jpeg", help="which cases, comma-separated")
     parser.add_argument("--loop-seconds", type=float, default=3.0, help="about how long each loop runs")
     parser.add_argument("--threads", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--quick", action="store_true", help="short loops, few images: a check, not a measurement")
+    parser.add_argument("--plot", metavar="JSON", help="only draw the plot of an earlier run's overlap.json, beside it")
     args = parser.parse_args()
+    if args.plot:
+        return plot(read_json(args.plot), png_beside(args.plot))
+    if not (args.ferry and args.data and args.out):
+        parser.error("--ferry, --data and --out are needed (or --plot JSON)")
     os.makedirs(args.out, exist_ok=True)
     if args.quick:
         args.loop_seconds = 0.3
     images = os.path.join(args.data, "overlap-images")
-    make_images(args.ferry, images, 512 if args.quick else 8192)
+    if "jpeg" in args.cases.split(","):
+        make_images(args.ferry, images, 512 if args.quick else 8192)
 
     common = [f"decode.threads={args.threads}", "sampler.epochs=1000"]
     cases = [
@@ -201,9 +250,11 @@ def main():
               f"{r.get('cpp_wait_p50_ms', 0):6.3f}/{r.get('cpp_wait_p99_ms', 0):6.3f}/{r.get('cpp_wait_max_ms', 0):6.2f} "
               f"{r.get('cpp_steps_waiting_over_1ms', 0):7d} "
               f"{r.get('cpp_drop_ms_per_step', 0):7.3f}/{r['python_drop_ms_per_step']:.3f}")
+    result = {"machine": platform.node(), "device": device, "torch": torch.__version__, "cores": os.cpu_count(),
+              "decode_threads": args.threads, "rows": rows}
     with open(os.path.join(args.out, "overlap.json"), "w") as f:
-        json.dump({"machine": platform.node(), "device": device, "torch": torch.__version__,
-                   "cores": os.cpu_count(), "decode_threads": args.threads, "rows": rows}, f, indent=2)
+        json.dump(result, f, indent=2)
+    plot(result, os.path.join(args.out, "overlap.png"))
 
 
 if __name__ == "__main__":

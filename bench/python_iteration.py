@@ -15,7 +15,8 @@ the last batch taken), as ferry.Pipeline.stats() and `ferry run --report` give i
   epochs   `for epoch in range(pipeline.epochs): for batch in pipeline: pass`: the training-loop
            idiom, one loop per epoch (a generator frame more per batch).
 Rounds alternate the three; the table shows the median of each and Python / C++ (goal: within 5%).
-Writes OUT/python_iteration.json.
+Writes OUT/python_iteration.json and, with matplotlib, OUT/python_iteration.png: the three rates per
+config, and Python / C++. --plot JSON draws it again, beside that JSON, from an earlier run's.
 """
 import argparse
 import json
@@ -27,6 +28,7 @@ import sys
 import torch
 
 import ferry
+from bench_support import bars, figure, png_beside, read_json, save  # bench/, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (name, config, overrides): small tensors (per-batch cost shows), the demo (mixed fields, padding).
@@ -67,12 +69,39 @@ def python_epochs_rate(config, overrides):
         return pipeline.stats()["totals"]
 
 
+def plot(result, path):
+    """OUT/python_iteration.png: batches/s of the three consumers per config, and each Python loop over C++."""
+    drawn, (rates, ratios) = figure(2, f"iterating from Python and from C++ on {result['device']}, "
+                                    f"{result['cores']} cores, median of {result['rounds']} rounds", width=7)
+    if drawn is None:
+        return
+    rows = result["rows"]
+    cases = [row["case"] for row in rows]
+    bars(rates, cases, {"C++ iterator": [row["cpp_batches_per_second"] for row in rows],
+                        "Python, pipeline.batches()": [row["python_batches_per_second"] for row in rows],
+                        "Python, a loop per epoch": [row["python_epochs_batches_per_second"] for row in rows]},
+         "batches/s", "{:.0f}")
+    rates.set_yscale("log")  # the configs' rates differ by orders of magnitude
+    rates.set_title("batches/s, each consumer doing nothing with a batch", fontsize=9)
+    bars(ratios, cases, {"pipeline.batches() / C++": [row["python_over_cpp"] for row in rows],
+                         "a loop per epoch / C++": [row["python_epochs_over_cpp"] for row in rows]},
+         "Python's rate over C++'s", "{:.2f}")
+    ratios.axhline(0.95, color="gray", linestyle="--", linewidth=1, label="goal: within 5%")
+    ratios.legend(fontsize=7)
+    ratios.set_title("Python over C++", fontsize=9)
+    save(drawn, path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="python-iteration")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="fewer batches, for a small CPU machine")
+    parser.add_argument("--plot", metavar="JSON",
+                        help="only draw the plot of an earlier run's python_iteration.json, beside it")
     args = parser.parse_args()
+    if args.plot:
+        return plot(read_json(args.plot), png_beside(args.plot))
     os.makedirs(args.out, exist_ok=True)
 
     rows = []
@@ -104,9 +133,11 @@ def main():
         print(f"{row['case']:48} {row['batches']:8d} {row['cpp_batches_per_second']:14.1f} "
               f"{row['python_batches_per_second']:17.1f} {row['python_over_cpp']:11.3f} "
               f"{row['python_epochs_batches_per_second']:17.1f} {row['python_epochs_over_cpp']:11.3f}")
+    result = {"machine": platform.node(), "device": str(device), "torch": torch.__version__, "cores": os.cpu_count(),
+              "rounds": args.rounds, "rows": rows}
     with open(os.path.join(args.out, "python_iteration.json"), "w") as f:
-        json.dump({"machine": platform.node(), "device": str(device), "torch": torch.__version__,
-                   "cores": os.cpu_count(), "rounds": args.rounds, "rows": rows}, f, indent=2)
+        json.dump(result, f, indent=2)
+    plot(result, os.path.join(args.out, "python_iteration.png"))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ Per-tensor Python boundary (CPU only, 10 000 tensors of 16 floats, per tensor):
                      torch's own binding (THPVariable) and handed back (reused, no copy)
   DLPack             torch.utils.dlpack.from_dlpack(to_dlpack(t))
   array interface    torch.from_numpy(t.numpy())
-Prints the tables and writes OUT/start_copy.json.
+Prints the tables and writes OUT/start_copy.json and, with matplotlib, OUT/start_copy.png: each method's time
+per structure and start_copy's speed-up over the two torch ways (with a GPU), and the per-tensor boundary
+cost. --plot JSON draws it again, beside that JSON, from an earlier run's.
 """
 import argparse
 import json
@@ -35,6 +37,7 @@ import torch
 import torch.utils.dlpack
 
 import ferry
+from bench_support import bars, figure, png_beside, read_json, save  # bench/, beside this script
 
 
 def structures():
@@ -154,11 +157,37 @@ def bench_boundary():
     return {m: timed(f, 20, lambda: None) / len(tensors) * 1e6 for m, f in methods.items()}
 
 
+def plot(result, path):
+    """OUT/start_copy.png: with a GPU, ms per structure and method and start_copy's speed-ups; the boundary cost."""
+    copies = result.get("copies", [])
+    drawn, axes = figure(3 if copies else 1, f"nested tensors to {result['gpu'] or 'no GPU'}, torch {result['torch']}")
+    if drawn is None:
+        return
+    if copies:
+        structures = [f"{row['structure']}\n{row['bytes'] / 1024:.0f} KiB" for row in copies]
+        methods = list(copies[0]["milliseconds"])
+        bars(axes[0], structures, {m: [row["milliseconds"][m] for row in copies] for m in methods},
+             "ms to the GPU (median)", "{:.2f}")
+        axes[0].set_title("time from the call to the data on the GPU", fontsize=9)
+        bars(axes[1], structures, {"ferry.start_copy vs .to() per tensor": [row["speedup_vs_to"] for row in copies],
+                                   "ferry.start_copy vs cat + one copy": [row["speedup_vs_cat"] for row in copies]},
+             "speed-up (times faster)", "{:.1f}x")
+        axes[1].axhline(1.0, color="gray", linestyle=":", linewidth=1)
+        axes[1].set_title("ferry.start_copy's speed-up over torch's ways", fontsize=9)
+    boundary = result["boundary_us_per_tensor"]
+    bars(axes[-1], list(boundary), {"per tensor": list(boundary.values())}, "µs a tensor", "{:.2f}")
+    axes[-1].set_title("reading a tensor at the Python boundary (10 000 CPU tensors)", fontsize=9)
+    save(drawn, path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="start-copy")
     parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--plot", metavar="JSON", help="only draw the plot of an earlier run's start_copy.json, beside it")
     args = parser.parse_args()
+    if args.plot:
+        return plot(read_json(args.plot), png_beside(args.plot))
     os.makedirs(args.out, exist_ok=True)
     gpu = torch.cuda.is_available() and ferry.build_kind == "GPU"
     print(f"ferry {ferry.__version__} ({ferry.build_kind}), torch {torch.__version__}, "
@@ -185,6 +214,7 @@ def main():
           + ", ".join(f"{m} {us:.2f} us" for m, us in boundary.items()))
     with open(os.path.join(args.out, "start_copy.json"), "w") as f:
         json.dump(result, f, indent=2)
+    plot(result, os.path.join(args.out, "start_copy.png"))
 
 
 if __name__ == "__main__":
