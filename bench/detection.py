@@ -24,8 +24,9 @@ or [32, 3, 512, 512] (torchvision), and each sample's boxes and labels, all on t
 
 Rates: images / wall time, from the loader's start to a device synchronize after the last batch; CPU:
 user + system seconds of every process of the loader (this one and the DataLoader's workers) per image.
-Prints the table, writes OUT/detection.json and, with matplotlib, OUT/detection.png. --quick: 256 images,
-workers 1 and 2, for a small CPU machine (device cpu).
+Prints the table, writes OUT/detection.json and, with matplotlib, OUT/detection.png (--plot JSON draws it
+again, beside that JSON, from an earlier run's). --quick: 256 images, workers 1 and 2, for a small CPU
+machine (device cpu).
 """
 import argparse
 import io
@@ -42,7 +43,7 @@ import torch
 import torch.utils.data
 
 import ferry
-from bench_support import pyplot  # bench/, beside this script
+from bench_support import figure, lines, png_beside, read_json, save, threads_axis  # bench/, beside this script
 
 BATCH = 32
 SIZE = 512
@@ -204,16 +205,37 @@ def dataloader_rate(shards, workers, device, images):
 
 # ------------------------------------------------------------------------------------------ main
 
+def plot(result, path):
+    """OUT/detection.png: images/s against workers, one line a loader."""
+    rows = result["rows"]
+    drawn, (axis,) = figure(1, f"detection batches of {result['batch']}, {result['size']}x{result['size']}, "
+                            f"{result['device']}", width=6)
+    if drawn is None:
+        return
+    measured = [r for r in rows if "error" not in r]  # a loader that could not run here is a row that says so
+    lines(axis, {name: [(r["workers"], r["images_per_second"]) for r in measured if r["loader"] == name]
+                 for name in dict.fromkeys(r["loader"] for r in rows)},
+          "workers (decode threads / DataLoader workers)", "images / s")
+    threads_axis(axis, [r["workers"] for r in rows])
+    save(drawn, path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--data")
+    parser.add_argument("--out")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--workers", default="4,16")
     parser.add_argument("--images", type=int, default=4096)
     parser.add_argument("--dataset-images", type=int, default=2048)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--plot", metavar="JSON",
+                        help="only draw the plot of an earlier run's detection.json, beside it")
     args = parser.parse_args()
+    if args.plot:
+        return plot(read_json(args.plot), png_beside(args.plot))
+    if not args.data or not args.out:
+        parser.error("--data and --out are needed (or --plot JSON)")
     if args.quick:
         args.workers, args.images, args.dataset_images = "1,2", 256, 256
     device = torch.device(args.device)
@@ -253,23 +275,11 @@ def main():
         r["ratio_to_dataloader"] = ratio
         print(f"{r['loader']:<12} {r['workers']:>7} {r['images_per_second']:>10.0f} {r['cpu_ms_per_image']:>10.2f} "
               f"{ratio:>13.2f}")
+    result = {"batch": BATCH, "size": SIZE, "images": args.images, "device": str(device), "cores": cores,
+              "torch": torch.__version__, "rows": rows}
     with open(os.path.join(args.out, "detection.json"), "w") as f:
-        json.dump({"batch": BATCH, "size": SIZE, "images": args.images, "device": str(device), "cores": cores,
-                   "torch": torch.__version__, "rows": rows}, f, indent=2)
-    plt = pyplot()
-    if plt is None:
-        return
-    figure, axis = plt.subplots(figsize=(6, 4))
-    for name in dict.fromkeys(r["loader"] for r in rows):
-        points = [(r["workers"], r["images_per_second"]) for r in rows if r["loader"] == name and "error" not in r]
-        if points:
-            axis.plot(*zip(*points), marker="o", label=name)
-    axis.set_xlabel("workers (decode threads / DataLoader workers)")
-    axis.set_ylabel("images / s")
-    axis.set_title(f"detection batches, {SIZE}x{SIZE}, {device}")
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(os.path.join(args.out, "detection.png"), dpi=120)
+        json.dump(result, f, indent=2)
+    plot(result, os.path.join(args.out, "detection.png"))
 
 
 if __name__ == "__main__":

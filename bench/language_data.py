@@ -31,7 +31,8 @@ cut to 1024), tokenized by a sentencepiece model trained on them, batches of 32 
 
 Rates are tokens / wall time over the batches after a tenth as many untimed ones (the loader's start),
 to a device synchronize after the last batch.
-Prints the tables, writes OUT/language_data.json and, with matplotlib, OUT/language_data.png. --quick:
+Prints the tables, writes OUT/language_data.json and, with matplotlib, OUT/language_data.png (--plot JSON
+draws it again, beside that JSON, from an earlier run's). --quick:
 small sizes for a CPU machine (device cpu).
 """
 import argparse
@@ -47,7 +48,7 @@ import torch
 import torch.utils.data
 
 import ferry
-from bench_support import pyplot  # bench/, beside this script
+from bench_support import figure, png_beside, read_json, save  # bench/, beside this script
 
 BATCH = 32
 
@@ -252,11 +253,26 @@ def windows_config(path, seq_len, workers, batches):
             "batch_size": BATCH, "decode": {"threads": workers}}
 
 
+def plot(result, path):
+    """OUT/language_data.png: M tokens/s of every row, coloured by table."""
+    rows = result["rows"]
+    drawn, (axis,) = figure(1, f"language-model batches of {result['batch']}, {result['device']}", width=7, height=4)
+    if drawn is None:
+        return
+    labels = [f"{r['loader']}\n{r['seq_len']}" + (f" w{r['workers']}" if r["loader"] != "get_batch" else "")
+              for r in rows]
+    axis.bar(range(len(rows)), [r["tokens_per_second"] / 1e6 for r in rows],
+             color=[{"windows": "tab:blue", "mixture": "tab:orange", "text": "tab:green"}[r["table"]] for r in rows])
+    axis.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=7)
+    axis.set_ylabel("M tokens / s")
+    save(drawn, path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ferry", required=True, help="the ferry command (for make-dataset)")
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--ferry", help="the ferry command (for make-dataset)")
+    parser.add_argument("--data")
+    parser.add_argument("--out")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--workers", default="4")
     parser.add_argument("--tokens", type=int, default=1 << 29)
@@ -267,7 +283,13 @@ def main():
     parser.add_argument("--tables", default="windows,mixture,text", help="which tables to measure")
     parser.add_argument("--texts-kinds", default="short,long,book", help="which texts the text table measures")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--plot", metavar="JSON",
+                        help="only draw the plot of an earlier run's language_data.json, beside it")
     args = parser.parse_args()
+    if args.plot:
+        return plot(read_json(args.plot), png_beside(args.plot))
+    if not (args.ferry and args.data and args.out):
+        parser.error("--ferry, --data and --out are needed (or --plot JSON)")
     if args.quick:
         args.tokens, args.batches, args.documents, args.repeats, args.workers = 1 << 22, 40, 2000, 1, "2"
         args.texts = 3000
@@ -355,22 +377,11 @@ def main():
             print(f"text {r['loader']} w={r['workers']}: {r['ratio']:.2f}x DataLoader (goal: at least 3x)")
     for mixed in (r for r in rows if r["loader"].startswith("mixture")):
         print(f"mixture cost: {100 * (1 - mixed['ratio']):.1f}% (goal: at most 5%)")
+    result = {"batch": BATCH, "device": str(device), "cores": cores, "torch": torch.__version__,
+              "host": platform.node(), "rows": rows}
     with open(os.path.join(args.out, "language_data.json"), "w") as f:
-        json.dump({"batch": BATCH, "device": str(device), "cores": cores, "torch": torch.__version__,
-                   "host": platform.node(), "rows": rows}, f, indent=2)
-    plt = pyplot()
-    if plt is None:
-        return
-    figure, axis = plt.subplots(figsize=(7, 4))
-    labels = [f"{r['loader']}\n{r['seq_len']}" + (f" w{r['workers']}" if r["loader"] != "get_batch" else "")
-              for r in rows]
-    axis.bar(range(len(rows)), [r["tokens_per_second"] / 1e6 for r in rows],
-             color=[{"windows": "tab:blue", "mixture": "tab:orange", "text": "tab:green"}[r["table"]] for r in rows])
-    axis.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=7)
-    axis.set_ylabel("M tokens / s")
-    axis.set_title(f"language-model batches of {BATCH}, {device}")
-    figure.tight_layout()
-    figure.savefig(os.path.join(args.out, "language_data.png"), dpi=120)
+        json.dump(result, f, indent=2)
+    plot(result, os.path.join(args.out, "language_data.png"))
 
 
 if __name__ == "__main__":

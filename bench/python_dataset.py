@@ -20,7 +20,8 @@ else; the clock stops after a device synchronize. Reported per case and worker c
 constructing the loader), CPU seconds per sample (this process and its children, user + system) and the peak
 PSS of all those processes together, with what the loader added to this process's PSS before it was made
 (torch and the device context are there for both) and its workers' alone. Writes OUT/python_dataset.json
-and, with matplotlib, OUT/python_dataset.png. Needs numpy and Pillow.
+and, with matplotlib, OUT/python_dataset.png (--plot JSON draws it again, beside that JSON, from an earlier
+run's). Needs numpy and Pillow.
 """
 import argparse
 import json
@@ -36,7 +37,7 @@ import numpy as np
 import torch
 
 import ferry
-from bench_support import pyplot  # bench/, beside this script
+from bench_support import figure, png_beside, read_json, save  # bench/, beside this script
 from python_dataset_cases import JpegFiles, MemoryImages, PythonWork, SmallSamples, make_jpegs
 
 BATCH = 64
@@ -174,6 +175,27 @@ def run_dataloader(dataset, workers, device, batches):
     return measure(make, device, batches, keep_cpu=to_device)
 
 
+def plot(result, path):
+    """OUT/python_dataset.png: samples/s per worker count of the three loaders, a panel a case."""
+    results = result["results"]
+    cases = list(dict.fromkeys(r["case"] for r in results))
+    drawn, axes = figure(len(cases), f"your own Dataset through ferry and DataLoader, {result['device']}", width=4,
+                         height=3.5)
+    if drawn is None:
+        return
+    for axis, case in zip(axes, cases):
+        rows = [r for r in results if r["case"] == case]
+        x = np.arange(len(rows))
+        axis.bar(x - 0.27, [r["ferry"]["samples_per_second"] for r in rows], 0.27, label="ferry (processes)")
+        axis.bar(x, [r["ferry threads"]["samples_per_second"] for r in rows], 0.27, label="ferry (threads)")
+        axis.bar(x + 0.27, [r["DataLoader"]["samples_per_second"] for r in rows], 0.27, label="DataLoader")
+        axis.set_xticks(x, [f"{r['workers']} w" for r in rows])
+        axis.set_title(rows[0]["title"], fontsize=8)
+        axis.set_ylabel("samples/s")
+    axes[0].legend()
+    save(drawn, path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="python-dataset-results")
@@ -181,7 +203,11 @@ def main():
     parser.add_argument("--cases", default="memory,small,jpeg,python")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="a check that it runs, not a measurement")
+    parser.add_argument("--plot", metavar="JSON",
+                        help="only draw the plot of an earlier run's python_dataset.json, beside it")
     args = parser.parse_args()
+    if args.plot:
+        return plot(read_json(args.plot), png_beside(args.plot))
     os.makedirs(args.out, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     workers_list = [int(w) for w in args.workers.split(",")]
@@ -236,26 +262,11 @@ def main():
               f"{f['peak_pss_bytes'] / 2**20:.0f} / {d['peak_pss_bytes'] / 2**20:.0f} | "
               f"{f['added_pss_bytes'] / 2**20:.0f} / {d['added_pss_bytes'] / 2**20:.0f} | "
               f"{f['workers_pss_bytes'] / 2**20:.0f} / {d['workers_pss_bytes'] / 2**20:.0f} |")
+    result = {"host": platform.node(), "cores": os.cpu_count(), "device": str(device), "torch": torch.__version__,
+              "quick": args.quick, "results": results}
     with open(os.path.join(args.out, "python_dataset.json"), "w") as out:
-        json.dump({"host": platform.node(), "cores": os.cpu_count(), "device": str(device),
-                   "torch": torch.__version__, "quick": args.quick, "results": results}, out, indent=2)
-    plt = pyplot()
-    if plt is None:
-        return
-    figure, axes = plt.subplots(1, len(args.cases.split(",")), figsize=(4 * len(args.cases.split(",")), 3.5))
-    axes = np.atleast_1d(axes)
-    for axis, case in zip(axes, args.cases.split(",")):
-        rows = [r for r in results if r["case"] == case]
-        x = np.arange(len(rows))
-        axis.bar(x - 0.27, [r["ferry"]["samples_per_second"] for r in rows], 0.27, label="ferry (processes)")
-        axis.bar(x, [r["ferry threads"]["samples_per_second"] for r in rows], 0.27, label="ferry (threads)")
-        axis.bar(x + 0.27, [r["DataLoader"]["samples_per_second"] for r in rows], 0.27, label="DataLoader")
-        axis.set_xticks(x, [f"{r['workers']} w" for r in rows])
-        axis.set_title(cases[case][0], fontsize=8)
-        axis.set_ylabel("samples/s")
-    axes[0].legend()
-    figure.tight_layout()
-    figure.savefig(os.path.join(args.out, "python_dataset.png"), dpi=120)
+        json.dump(result, out, indent=2)
+    plot(result, os.path.join(args.out, "python_dataset.png"))
 
 
 if __name__ == "__main__":
