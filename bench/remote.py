@@ -26,9 +26,9 @@ Rows:
                order (Belady's rule; goal: within 5%; other orders are checked against Belady in
                tests/io/remote/fetch_plan_test.cpp and remote_source_test.cpp)
 
-Prints the table, writes OUT/remote.json and, with matplotlib, OUT/remote.png (--plot JSON draws it again
-from an earlier run's JSON). Needs root (namespaces) only
-for netem; the proxy needs nothing.
+Prints the table, writes OUT/remote.json and, with matplotlib, OUT/remote.png (--plot JSON prints the table
+and draws the plot again, beside that JSON, from an earlier run's). Needs root (namespaces) only for netem;
+the proxy needs nothing.
 """
 
 import argparse
@@ -167,20 +167,23 @@ def fewest_fetches(order, slots):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--ferry", required=True)
+    parser.add_argument("--ferry")
     parser.add_argument("--out", default="results/remote")
     parser.add_argument("--data", default=None, help="where the shards are made (default: a temporary folder)")
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--slow-link", default=None,
                         help="the slow_link program (default: bench/slow_link beside the ferry program's build)")
     parser.add_argument("--quick", action="store_true", help="small sizes for a CPU machine")
-    parser.add_argument("--plot", metavar="JSON", help="only print the table and draw the plot of an earlier run")
+    parser.add_argument("--plot", metavar="JSON",
+                        help="only print the table and draw the plot of an earlier run's remote.json, beside it")
     args = parser.parse_args()
+    if args.plot:
+        report(json.loads(Path(args.plot).read_text()), Path(args.plot).with_suffix(".png"))
+        return
+    if not args.ferry:
+        parser.error("--ferry is needed (or --plot JSON)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.plot:
-        report(json.loads(Path(args.plot).read_text()), out)
-        return
     work = Path(tempfile.mkdtemp(prefix="ferry-remote-bench-"))
     data = Path(args.data) if args.data else work / "shards"
     shards, samples = (8, 800) if args.quick else (32, 16000)
@@ -273,12 +276,12 @@ def main():
               "host": platform.node(), "threads": threads, "shards": shards, "samples": samples,
               "dataset_bytes": dataset_bytes, "rows": rows}
     (out / "remote.json").write_text(json.dumps(result, indent=2))
-    report(result, out)
+    report(result, out / "remote.png")
     shutil.rmtree(work, ignore_errors=True)
 
 
-def report(result, out):
-    """Prints the table and, with matplotlib, draws OUT/remote.png."""
+def report(result, png):
+    """Prints the table and, with matplotlib, draws the plot into `png`."""
     rows, shards, threads = result["rows"], result["shards"], result["threads"]
     print(f"\nremote data ({result['link']}), {shards} shards, {result['dataset_bytes'] / 1e6:.0f} MB, {threads} threads")
     print(f"{'row':<28} {'samples/s':>10} {'of local':>9} {'1st batch':>10} {'net wait':>9} {'of link':>8}")
@@ -305,8 +308,8 @@ def report(result, out):
     axis.set_title(f"ferry over a slow link ({result['link']}), {result['host']}")
     axis.legend()
     figure.tight_layout()
-    figure.savefig(out / "remote.png", dpi=120)
-    print(f"plot: {out / 'remote.png'}")
+    figure.savefig(png, dpi=120)
+    print(f"plot: {png}")
 
 if __name__ == "__main__":
     main()
