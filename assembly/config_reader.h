@@ -129,6 +129,9 @@ class ConfigReader {
   void read_devices(const Node& transfer, const Node& value);
   void read_transfer(const Node& node);
   void read_stats(const Node& node);
+  /// A file the run writes (stats.report, stats.trace): its path, or nullopt after a problem (its folder
+  /// missing or not writable, a folder in its place) or a null value.
+  std::optional<std::string> output_path(const Node& node, const std::string& key);
   void read_remote(const Node& node);
   /// A duration key of at least `min_ms`, or nullopt after a problem.
   std::optional<std::chrono::milliseconds> duration(const Node& node, const std::string& key, int64_t min_ms);

@@ -199,7 +199,7 @@ const std::vector<ConfigKey>& config_keys() {
       {"augment.dtype", "one of: float32, float16, bfloat16", "float32", "The output's element type.", "bfloat16"},
       {"augment.layout", "one of: NCHW, NHWC", "NCHW", "The output's layout: [B, 3, H, W] or [B, H, W, 3].", "NHWC"},
       // stats
-      {"stats", "mapping", "", "Progress and the report of `ferry run`.", "{progress: plain}"},
+      {"stats", "mapping", "", "Progress, the report of `ferry run` and the trace.", "{progress: plain}"},
       {"stats.progress", "one of: auto, live, plain, off", "auto",
        "Progress on stderr: live (one line rewritten in place), plain (a line every `interval`, for logs), off. auto: "
        "live on a terminal, plain otherwise.",
@@ -207,6 +207,13 @@ const std::vector<ConfigKey>& config_keys() {
       {"stats.interval", "duration", "5s", "Time between plain progress lines.", "10s"},
       {"stats.report", "path or empty", "none",
        "Write the JSON report (docs/report.md) to this file at the end of `ferry run`.", "run-report.json"},
+      {"stats.trace", "path or empty", "none",
+       "Write the run as a Chrome trace-event file (opens in Perfetto, ui.perfetto.dev, and chrome://tracing): every "
+       "stage's work on every batch on the thread that did it, the consumer's waits, queue depths and pinned slabs "
+       "in use, skipped samples (docs/report.md, The trace). Pipelines of one process naming the same file share it, "
+       "one "
+       "track each.",
+       "trace.json"},
       // remote
       {"remote", "mapping", "",
        "How shards given as http://, https://, s3:// URLs or `pipe:` commands, and compressed shards, are fetched and "

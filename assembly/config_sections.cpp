@@ -496,24 +496,34 @@ void ConfigReader::read_stats(const Node& node) {
     }
   }
   if (const auto value = child(node, "report")) {
-    if (value->IsNull()) {
-      note("stats.report", *value);
-    } else if (auto path = scalar(*value, "stats.report", "a file path")) {
-      // Found now rather than after a long run: the report's folder must exist.
-      const size_t slash = path->rfind('/');
-      const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path->substr(0, slash);
-      struct stat info {};
-      if (::stat(folder.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
-        problem("stats.report", *value, "the folder '" + folder + "' does not exist");
-      } else if (::access(folder.c_str(), W_OK) != 0) {
-        problem("stats.report", *value, "the folder '" + folder + "' is not writable");
-      } else if (::stat(path->c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
-        problem("stats.report", *value, "'" + *path + "' is a folder; expected a file path");
-      } else {
-        stats.report_path = *path;
-      }
-    }
+    if (auto path = output_path(*value, "stats.report")) stats.report_path = *path;
   }
+  if (const auto value = child(node, "trace")) {
+    if (auto path = output_path(*value, "stats.trace")) config_.pipeline.trace = *path;
+  }
+}
+
+std::optional<std::string> ConfigReader::output_path(const Node& node, const std::string& key) {
+  if (node.IsNull()) {
+    note(key, node);
+    return std::nullopt;
+  }
+  auto path = scalar(node, key, "a file path");
+  if (!path) return std::nullopt;
+  // Found now rather than after a long run: the file's folder must exist.
+  const size_t slash = path->rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path->substr(0, slash);
+  struct stat info {};
+  if (::stat(folder.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    problem(key, node, "the folder '" + folder + "' does not exist");
+  } else if (::access(folder.c_str(), W_OK) != 0) {
+    problem(key, node, "the folder '" + folder + "' is not writable");
+  } else if (::stat(path->c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    problem(key, node, "'" + *path + "' is a folder; expected a file path");
+  } else {
+    return path;
+  }
+  return std::nullopt;
 }
 
 std::optional<std::chrono::milliseconds> ConfigReader::duration(const Node& node, const std::string& key,

@@ -1,5 +1,5 @@
 // ferry: the command line.
-//   ferry run [CONFIG] [--set k=v]... [--batches N] [--epochs N] [--report PATH]
+//   ferry run [CONFIG] [--set k=v]... [--batches N] [--epochs N] [--report PATH] [--trace PATH]
 //   ferry validate CONFIG [--set k=v]...
 //   ferry info [--bandwidth] [--keys]
 //   ferry make-dataset tokens|tar|npy|images OUT [options]   (cli/make_dataset.h)
@@ -59,7 +59,7 @@ constexpr int kSignalled = 128;
 // Each command's usage: `ferry COMMAND --help` prints it; `ferry --help` prints them all.
 constexpr const char* kRunUsage =
     "usage: ferry run [CONFIG] [--set key=value]... [--batches N] [--epochs N] [--report PATH]\n"
-    "                 [--save-state PATH] [--resume PATH] [--digest PATH]\n"
+    "                 [--trace PATH] [--save-state PATH] [--resume PATH] [--digest PATH]\n"
     "\n"
     "Runs the pipeline CONFIG describes (default: the built-in configs/demo.yaml, synthetic data made on\n"
     "the fly), with progress on stderr and a report on stdout. Relative paths in CONFIG are relative to\n"
@@ -68,6 +68,7 @@ constexpr const char* kRunUsage =
     "  --batches N           stop after N batches (--set max_batches=N)\n"
     "  --epochs N            passes over the data (--set sampler.epochs=N)\n"
     "  --report PATH         also write the report as JSON, docs/report.md (--set stats.report=PATH)\n"
+    "  --trace PATH          write a timeline of the run for Perfetto or chrome://tracing (--set stats.trace=PATH)\n"
     "  --save-state PATH     at the end (also after Ctrl-C or a failure) save where the run stands\n"
     "  --resume PATH         start where a saved run stopped: the batches it had not delivered\n"
     "  --digest PATH         write a line per batch with a hash of its contents (for checking)\n"
@@ -141,6 +142,7 @@ struct ConfigArgs {
   std::optional<std::string> resume;
   std::optional<std::string> digest;
   bool report = false;  // --report given (it sets stats.report)
+  bool trace = false;   // --trace given (it sets stats.trace)
 };
 
 // `text` as a YAML single-quoted scalar, read back exactly (a path may look like YAML: "null", "a: b").
@@ -160,8 +162,8 @@ ConfigArgs parse_config_args(const std::vector<std::string_view>& args, bool run
       if (i + 1 >= args.size()) throw UsageError(std::string(flag) + " needs a value");
       return std::string(args[++i]);
     };
-    const bool once = flag == "--batches" || flag == "--epochs" || flag == "--report" || flag == "--save-state" ||
-                      flag == "--resume" || flag == "--digest";
+    const bool once = flag == "--batches" || flag == "--epochs" || flag == "--report" || flag == "--trace" ||
+                      flag == "--save-state" || flag == "--resume" || flag == "--digest";
     if (!options_ended && run_flags && once) {
       if (std::find(given.begin(), given.end(), flag) != given.end()) {
         throw UsageError(std::string(flag) + " is given twice: give it once");
@@ -189,6 +191,9 @@ ConfigArgs parse_config_args(const std::vector<std::string_view>& args, bool run
     } else if (run_flags && flag == "--report") {
       parsed.overrides.push_back("stats.report=" + yaml_quoted(value()));
       parsed.report = true;
+    } else if (run_flags && flag == "--trace") {
+      parsed.overrides.push_back("stats.trace=" + yaml_quoted(value()));
+      parsed.trace = true;
     } else if (run_flags && flag == "--save-state") {
       parsed.save_state = value();
     } else if (run_flags && flag == "--resume") {
@@ -218,6 +223,9 @@ void check_run_outputs(const ConfigArgs& parsed, const ferry::Config& config) {
   if (parsed.save_state) outputs.push_back({"--save-state", *parsed.save_state});
   if (!config.stats.report_path.empty()) {
     outputs.push_back({parsed.report ? "--report" : "stats.report", config.stats.report_path});
+  }
+  if (!config.pipeline.trace.empty()) {
+    outputs.push_back({parsed.trace ? "--trace" : "stats.trace", config.pipeline.trace});
   }
   if (parsed.digest) outputs.push_back({"--digest", *parsed.digest});
   std::vector<ferry::cli::NamedFile> inputs;

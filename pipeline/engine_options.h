@@ -85,6 +85,10 @@ struct EngineOptions {
   /// make_pipeline() sets it when there are several ranks.
   bool skip_replaces = false;
   PoolOptions pool;
+  /// Writes the run as a Chrome trace-event file (Perfetto, chrome://tracing) to this path: every
+  /// stage's work on every batch, the consumer's waits, queue depths, skipped samples (Note [trace] in
+  /// pipeline/trace.h). Pipelines of one process naming the same file share it, a track each. "": none.
+  std::string trace;
 
   /// Under kSkip without skip_replaces, collate cuts batches from the samples left (Note
   /// [refilling batches]) and the planner plans for that.

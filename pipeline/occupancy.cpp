@@ -17,12 +17,14 @@ void Occupancy::advance(uint64_t now_ns) {
   since_ns_ = now_ns;
 }
 
-void Occupancy::change(int delta, uint64_t now_ns, std::optional<bool> producer_waiting) {
+size_t Occupancy::change(int delta, uint64_t now_ns, std::optional<bool> producer_waiting) {
   std::lock_guard lock(mutex_);
   advance(now_ns);
   count_ += delta;
-  if (count_ > 0) peak_ = std::max(peak_, std::min(static_cast<size_t>(count_), capacity_));
+  const size_t capped = count_ > 0 ? std::min(static_cast<size_t>(count_), capacity_) : 0;
+  peak_ = std::max(peak_, capped);
   if (producer_waiting) producer_waiting_ = *producer_waiting;
+  return capped;
 }
 
 Occupancy::Snapshot Occupancy::snapshot(uint64_t until_ns) const {

@@ -21,7 +21,8 @@ class Occupancy {
   explicit Occupancy(size_t capacity) : capacity_(capacity) {}
   /// Adds `delta` at `now_ns`; `producer_waiting`, when given, says from now on whether the
   /// producer waits when the count is full (false while it works or once it has no more to add).
-  void change(int delta, uint64_t now_ns, std::optional<bool> producer_waiting = std::nullopt);
+  /// Returns the count after it, capped at the capacity (as the peak is).
+  size_t change(int delta, uint64_t now_ns, std::optional<bool> producer_waiting = std::nullopt);
   /// The integrals up to `until_ns` (the end of the run, or now).
   Snapshot snapshot(uint64_t until_ns) const;
 

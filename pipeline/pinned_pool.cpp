@@ -264,6 +264,11 @@ void PinnedPool::give_back(size_t slab, std::shared_ptr<CudaEvent> event, std::s
   returned_.notify_one();
 }
 
+size_t PinnedPool::slabs_in_use() const {
+  std::lock_guard lock(mutex_);
+  return slab_count_ - free_.size();
+}
+
 PinnedPoolStats PinnedPool::stats() const {
   std::lock_guard lock(mutex_);
   PinnedPoolStats s;

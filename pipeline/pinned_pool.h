@@ -92,6 +92,8 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
   size_t slab_count() const noexcept { return slab_count_; }
   bool pinned() const noexcept { return pinned_; }
   PinnedPoolStats stats() const;
+  /// Slabs leased or waiting for their copy's event: not free now. Thread-safe.
+  size_t slabs_in_use() const;
 
  private:
   friend class PinnedLease;

@@ -8,6 +8,7 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include "ferry/pipeline/profiler_range.h"
 #include "ferry/pipeline/thread_start.h"
 
 namespace ferry::detail {
@@ -142,6 +143,12 @@ PipelineGraph::PipelineGraph(StageSet stages, const EngineOptions& options, std:
   if (!stages_.batches || !stages_.decode || !stages_.collate || !stages_.pack || !stages_.h2d || !stages_.event_wait) {
     throw Error("a pipeline needs every stage: batches, decode, collate, pack, h2d and event_wait");
   }
+  span_names_ = trace_span_names();
+  for (const std::string& name : span_names_) torch_names_.push_back("ferry::" + name);
+  if (!options.trace.empty()) {
+    trace_ = Trace::open(options.trace);
+    track_ = trace_->add_track("ferry " + device_, started_, span_names_);
+  }
   // A pipeline of its own gets an arena of its own; a PipelineGroup's pipelines share one, sized for them all.
   arena_ = arena ? std::move(arena) : std::make_shared<SharedArena>(arena_slots(decode_threads_, gpu_groups_));
   // A graph belongs to the arena it is built in; its tasks, including those that the consumer's
@@ -186,7 +193,24 @@ uint64_t PipelineGraph::run_ns() const noexcept {
 
 void PipelineGraph::mark_ended() noexcept {
   int64_t running = -1;
-  (void)ended_ns_.compare_exchange_strong(running, static_cast<int64_t>(now_ns()), std::memory_order_acq_rel);
+  if (ended_ns_.compare_exchange_strong(running, static_cast<int64_t>(now_ns()), std::memory_order_acq_rel) && trace_) {
+    trace_->end_track(track_);  // the run is over for the consumer: what follows is the shutdown
+  }
+}
+
+std::vector<std::string> PipelineGraph::trace_span_names() const {
+  std::vector<std::string> names(kTraceSpanCount);
+  const BatchStage* batch_stages[] = {stages_.collate.get(), stages_.pack.get(), stages_.h2d.get(),
+                                      stages_.event_wait.get()};
+  names[kDecode] = std::string(stages_.decode->name());
+  for (size_t id = kCollate; id < kStageCount; ++id) names[id] = std::string(batch_stages[id - kCollate]->name());
+  names[kPlanSpan] = "plan";
+  names[kWaitSpan] = "wait in next()";
+  return names;
+}
+
+void PipelineGraph::trace_slabs(const char* role) {
+  if (trace_ && stages_.pool) trace_count(Trace::Counter::kSlabs, stages_.pool->slabs_in_use(), now_ns(), role);
 }
 
 void PipelineGraph::close() noexcept {
@@ -258,6 +282,7 @@ PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
   }
   std::optional<BatchPlan> plan;
   const uint64_t start_ns = now_ns();
+  ProfilerRange range(span_names_[kPlanSpan].c_str(), torch_names_[kPlanSpan].c_str(), next_batch_sequence_);
   run_.in_flight.change(0, start_ns, /*producer_waiting=*/false);  // planning is work, not waiting
   try {
     plan = stages_.batches->next();
@@ -285,7 +310,13 @@ PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
   // A plan that will give its token back counts as a batch in flight (Note [refilling batches]).
   // After the last plan the planner has nothing left to wait for.
   const bool holds_token = plan->kind == BatchPlan::Kind::kSamples || plan->kind == BatchPlan::Kind::kEpochEnd;
-  run_.in_flight.change(holds_token ? +1 : 0, end_ns, !planned_last_);
+  const size_t holding = run_.in_flight.change(holds_token ? +1 : 0, end_ns, !planned_last_);
+  if (trace_) {
+    if (plan->kind == BatchPlan::Kind::kSamples) {
+      trace_span(kPlanSpan, start_ns, end_ns, plan->epoch, plan->index, plan->slots(), "worker");
+    }
+    if (holds_token) trace_count(Trace::Counter::kTokens, holding, end_ns, "worker");
+  }
   plan->sequence = next_batch_sequence_++;
   plan->planned_ns = end_ns;
   return std::make_shared<const BatchPlan>(std::move(*plan));
@@ -390,6 +421,8 @@ void PipelineGraph::decode_failed(SampleWork& sample) {
 
 void PipelineGraph::decode_group(SampleGroup& group) {
   const uint64_t started_ns = now_ns();
+  const BatchPlan* plan = group.samples.empty() ? nullptr : group.samples.front().plan.get();
+  ProfilerRange range(span_names_[kDecode].c_str(), torch_names_[kDecode].c_str(), plan != nullptr ? plan->index : 0);
   AutoDecodeChoice::Path path = AutoDecodeChoice::Path::kCpu;
   if (group.gpu_candidate) {
     const SampleStage::GpuReadiness readiness = stages_.decode->gpu_readiness();
@@ -402,6 +435,9 @@ void PipelineGraph::decode_group(SampleGroup& group) {
   decode_samples(group);
   decode_pending(group, started_ns);
   if (group.gpu_candidate) auto_choice_.finished(path, group.samples.size(), now_ns());
+  if (trace_ && plan != nullptr) {
+    trace_span(kDecode, started_ns, now_ns(), plan->epoch, plan->index, group.samples.size(), "worker");
+  }
 }
 
 void PipelineGraph::decode_samples(SampleGroup& group) {
@@ -541,6 +577,7 @@ void PipelineGraph::take_placed_slab(BatchWork& work) {
 
 void PipelineGraph::record_skipped(const SkippedSample& skipped) {
   const uint64_t count = run_.add_skipped(skipped);
+  if (trace_) trace_->skipped(track_, now_ns(), skipped.index, skipped.key, skipped.stage, skipped.reason, "worker");
   if (count > PipelineStats::kMaxListedSkips) return;
   // Said as it happens, so a log shows which samples a run lost; after the first ones, only counted.
   const bool key_in_reason = skipped.key.empty() || skipped.reason.find(skipped.key) != std::string::npos;
@@ -557,7 +594,8 @@ bool PipelineGraph::skip(const BatchWork& work) const noexcept {
 }
 
 void PipelineGraph::return_token() {
-  run_.in_flight.change(-1, now_ns());
+  const uint64_t at_ns = now_ns();
+  trace_count(Trace::Counter::kTokens, run_.in_flight.change(-1, at_ns), at_ns, "event-wait thread");
   nodes_->tokens.decrementer().try_put(tbb::flow::continue_msg());
 }
 
@@ -608,9 +646,18 @@ void PipelineGraph::run_batch_stage(StageId id, BatchWork& work) {
   }
   if (id == kCollate) run_.stages[id].units_in.fetch_add(work.samples.size(), std::memory_order_relaxed);
   Span span;
-  if (auto error = guarded(
-          id, work.where(std::string(stage->name())), [&] { stage->run(work, stop_); }, &span)) {
-    work.error = std::move(error);
+  {
+    ProfilerRange range(span_names_[id].c_str(), torch_names_[id].c_str(), work.info.index);
+    if (auto error = guarded(
+            id, work.where(std::string(stage->name())), [&] { stage->run(work, stop_); }, &span)) {
+      work.error = std::move(error);
+    }
+  }
+  if (trace_) {
+    const char* role = id == kEventWait ? "event-wait thread" : "worker";
+    trace_span(id, span.start_ns, span.end_ns, work.info.epoch, work.info.index,
+               id == kCollate ? work.samples.size() : 0, role);
+    if (id == kPack) trace_slabs(role);
   }
   // Note [batch path]: the clock reads that time the stage stamp the batch too.
   switch (id) {
@@ -672,6 +719,7 @@ void PipelineGraph::completion_loop() {
     // The slab goes back before the consumer can take the batch and give its token back: the plan that
     // token admits leases a slab at once (Note [placing samples]), and must find this one.
     work->slab.release();
+    trace_slabs("event-wait thread");
     deliver(Delivery{Delivery::Kind::kBatch, std::move(work->batch), std::nullopt, work->next, work->marks});
   }
 }
@@ -680,7 +728,8 @@ void PipelineGraph::deliver(Delivery delivery) {
   const bool batch = delivery.kind == Delivery::Kind::kBatch;
   const uint64_t start_ns = now_ns();
   if (batch) {
-    run_.ready.change(+1, start_ns);  // before the push: Note [occupancy]
+    // Before the push: Note [occupancy].
+    trace_count(Trace::Counter::kReady, run_.ready.change(+1, start_ns), start_ns, "event-wait thread");
     delivery.marks.delivered = start_ns;
   }
   // Never waits while Note [tokens] holds; close() wakes it at shutdown regardless. Handing over
@@ -691,7 +740,7 @@ void PipelineGraph::deliver(Delivery delivery) {
   const uint64_t end_ns = now_ns();
   RunCounters::StageCounter& counter = run_.stages[kEventWait];
   (full ? counter.blocked_ns : counter.busy_ns).fetch_add(end_ns - start_ns, std::memory_order_relaxed);
-  if (batch && status != QueueStatus::kOk) run_.ready.change(-1, end_ns);
+  if (batch && status != QueueStatus::kOk) run_.ready.change(-1, end_ns);  // shutting down: not traced
 }
 
 std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool* timed_out) {
@@ -720,14 +769,28 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
 
   Delivery delivery;
   // A wait that timed out and is taken up again by the next call is still one wait for one batch.
-  if (ready_.size() == 0 && !resumed_wait_.exchange(false, std::memory_order_relaxed)) {
+  const bool waits = ready_.size() == 0;
+  if (waits && !resumed_wait_.exchange(false, std::memory_order_relaxed)) {
     run_.consumer_waits.fetch_add(1, std::memory_order_relaxed);
   }
   const uint64_t start_ns = now_ns();
-  const QueueStatus status =
-      ready_.pop(delivery, timeout < std::chrono::microseconds::zero() ? BoundedQueue<Delivery>::kForever : timeout);
+  QueueStatus status;
+  {
+    std::optional<ProfilerRange> range;
+    if (waits) {
+      range.emplace(span_names_[kWaitSpan].c_str(), torch_names_[kWaitSpan].c_str(),
+                    run_.delivered_batches.load(std::memory_order_relaxed));
+    }
+    status =
+        ready_.pop(delivery, timeout < std::chrono::microseconds::zero() ? BoundedQueue<Delivery>::kForever : timeout);
+  }
   const uint64_t popped_ns = now_ns();
   run_.consumer_wait_ns.fetch_add(popped_ns - start_ns, std::memory_order_relaxed);
+  if (trace_ && waits) {  // every wait, those that timed out too: the report's consumer_wait_seconds
+    const bool batch = status == QueueStatus::kOk && delivery.kind == Delivery::Kind::kBatch;
+    trace_span(kWaitSpan, start_ns, popped_ns, batch ? delivery.batch.epoch() : 0,
+               batch ? delivery.batch.index() : run_.delivered_batches.load(std::memory_order_relaxed), 0, "consumer");
+  }
   if (status == QueueStatus::kTimeout) {
     resumed_wait_.store(true, std::memory_order_relaxed);
     outcome.batch = true;  // not the end: the caller will ask again
@@ -741,7 +804,8 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
   }
   switch (delivery.kind) {
     case Delivery::Kind::kBatch: {
-      run_.ready.change(-1, popped_ns);
+      const size_t ready = run_.ready.change(-1, popped_ns);
+      trace_count(Trace::Counter::kReady, ready, popped_ns, "consumer");
       run_.add_batch_path(delivery.marks, popped_ns);
       try {
         delivery.batch.ready_on_current_stream();  // the consumer's stream, on the consumer's thread
@@ -753,7 +817,9 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
         ready_.close();
         throw *sticky_error_;
       }
-      run_.in_flight.change(-1, now_ns());  // before the token returns and planning resumes
+      const uint64_t returned_ns = now_ns();
+      // Before the token returns and planning resumes.
+      trace_count(Trace::Counter::kTokens, run_.in_flight.change(-1, returned_ns), returned_ns, "consumer");
       nodes_->tokens.decrementer().try_put(tbb::flow::continue_msg());
       outcome.batch = true;
       {

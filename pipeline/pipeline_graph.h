@@ -21,6 +21,7 @@
 #include "ferry/pipeline/run_counters.h"
 #include "ferry/pipeline/shared_arena.h"
 #include "ferry/pipeline/stage.h"
+#include "ferry/pipeline/trace.h"
 
 namespace ferry::detail {
 
@@ -198,6 +199,19 @@ class PipelineGraph {
   template <typename Body>
   void shielded(const char* where, Body&& body) noexcept;
   void fail_now(const char* where, std::exception_ptr error) noexcept;
+  /// Note [trace]: the names of the track's spans, by TraceSpan.
+  enum TraceSpan : uint8_t { kPlanSpan = kStageCount, kWaitSpan, kTraceSpanCount };
+  std::vector<std::string> trace_span_names() const;
+  /// Records span `span` (a StageId or a TraceSpan) of the batch `epoch`/`batch` when tracing.
+  void trace_span(uint8_t span, uint64_t start_ns, uint64_t end_ns, uint64_t epoch, uint64_t batch, uint64_t samples,
+                  const char* role) {
+    if (trace_) trace_->span(track_, span, start_ns, end_ns, epoch, batch, samples, role);
+  }
+  void trace_count(Trace::Counter counter, uint64_t value, uint64_t at_ns, const char* role) {
+    if (trace_) trace_->count(track_, counter, at_ns, value, role);
+  }
+  /// The pinned slabs in use now, when tracing.
+  void trace_slabs(const char* role);
 
   // Declaration order is destruction order in reverse: the stages (and the pool their leases
   // return to) outlive the graph and the queues holding work items.
@@ -212,6 +226,13 @@ class PipelineGraph {
   const bool replace_;  // on_error: skip with skip_replaces
   const std::string device_;
   const std::chrono::steady_clock::time_point started_;
+  // Note [trace]: null without stats.trace; this pipeline's track in it. The spans' names (by StageId
+  // and TraceSpan) name the profilers' ranges too, torch.profiler's as "ferry::<name>" (Note [profiler
+  // ranges] in profiler_range.h).
+  std::vector<std::string> span_names_;
+  std::vector<std::string> torch_names_;
+  std::shared_ptr<Trace> trace_;
+  uint32_t track_ = 0;
   BatchCutter cutter_;  // touched only by the serial collate node
 
   std::atomic<bool> stop_{false};          // close() was called

@@ -125,6 +125,45 @@ TEST(FerryRun, RunWritesAJsonReportThatMatchesItsSchema) {
   EXPECT_EQ(report_values(report), (std::vector<std::string>{"5", "320", "false", "0"}));
 }
 
+TEST(FerryRun, TraceHasASpanForEveryStageAndBatchThatTheReportCounts) {
+  if (!have_python()) GTEST_SKIP() << kPython << " not found: the trace check needs a Python interpreter";
+  const TempDir dir;
+  const std::string trace = dir / "t.json";
+  const std::string report = dir / "r.json";
+  const Result run =
+      ferry({"run", "--batches", "7", "--set", "decode.threads=2", "--trace", trace, "--report", report});
+  ASSERT_TRUE(run.status.is(0)) << run.status << both(run);
+  // Per stage: its spans, the report's batches out, and whether batches 0..6 all have one.
+  const Result check =
+      run_program({kPython, "-c",
+                   "import json, sys\n"
+                   "events = json.load(open(sys.argv[1]))\n"
+                   "report = json.load(open(sys.argv[2]))\n"
+                   "for stage in report['stages'][1:]:\n"
+                   "    spans = [e for e in events if e['ph'] == 'X' and e['name'] == stage['name']]\n"
+                   "    batches = {e['args']['batch'] for e in spans}\n"
+                   "    print(stage['name'], len(spans) == stage['items_out'], set(range(7)) <= batches)\n",
+                   trace, report});
+  ASSERT_TRUE(check.status.is(0)) << check.status << both(check);
+  EXPECT_EQ(check.out, "collate True True\npack True True\nh2d True True\nevent-wait True True\n") << both(check);
+}
+
+TEST(FerryRun, TraceOntoTheReportOrTheConfigIsRefusedBeforeTheRun) {
+  const TempDir dir;
+  const std::string same = dir / "out.json";
+  const Result onto_report = ferry({"run", "--batches", "2", "--trace", same, "--report", same});
+  EXPECT_TRUE(onto_report.status.is(2)) << onto_report.status << both(onto_report);
+  EXPECT_TRUE(contains(onto_report.err, "--trace")) << both(onto_report);
+  const std::string config = dir / "c.yaml";
+  std::ofstream(config) << "source: {kind: synthetic, samples: 8, fields: [{name: x, dtype: uint8, shape: [2]}]}\n";
+  const Result onto_config = ferry({"run", config, "--trace", config});
+  EXPECT_TRUE(onto_config.status.is(2)) << onto_config.status << both(onto_config);
+  std::ifstream kept(config);
+  std::string first;
+  std::getline(kept, first);
+  EXPECT_TRUE(contains(first, "synthetic")) << "the config was overwritten: " << first;
+}
+
 // Long enough (about 40 batches of 64 images of 3x256x256) that a 100 ms interval prints several lines.
 std::vector<std::string> slow_run(const std::string& progress) {
   std::vector<std::string> args = {"run",
