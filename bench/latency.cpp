@@ -126,7 +126,8 @@ double plain_loop(const at::Device& device, size_t bytes, size_t batches) {
   return static_cast<double>(batches) / seconds_since(start);
 }
 
-Result run_case(const Case& shape, const at::Device& device, size_t batches, size_t prefetch, size_t decode_threads) {
+Result run_case(const Case& shape, const at::Device& device, size_t batches, size_t prefetch, size_t decode_threads,
+                const std::string& trace) {
   Result result{shape, 0, 0, {}};
   const size_t bytes = kBatchSize * static_cast<size_t>(shape.elements) * at::elementSize(shape.dtype);
   result.plain_batches_per_s = plain_loop(device, bytes, batches);
@@ -138,6 +139,8 @@ Result run_case(const Case& shape, const at::Device& device, size_t batches, siz
   options.prefetch = prefetch;
   options.decode_threads = decode_threads;
   options.device = device.str();
+  // A file per case: "<--trace>-<case letter>.json".
+  if (!trace.empty()) options.trace = trace + "-" + shape.name.front() + ".json";
   ferry::Pipeline pipeline = ferry::make_pipeline(std::make_shared<PremadeSource>(shape), options);
   for (size_t i = 0; i < warmup; ++i) (void)pipeline.next();
   const auto start = Clock::now();
@@ -156,13 +159,16 @@ int main(int argc, char** argv) {
   size_t batches = 20000;
   size_t prefetch = 16;
   size_t decode_threads = std::min<size_t>(16, static_cast<size_t>(tbb::info::default_concurrency()));
+  std::string trace;  // --trace PATH: each case's run as a Chrome trace, PATH-<case letter>.json
   bench::BenchArgs("latency",
-                   "latency [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N]")
+                   "latency [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N] "
+                   "[--trace PATH]")
       .value("--device", device_name)
       .value("--json", json_path)
       .value("--batches", batches)
       .value("--prefetch", prefetch)
       .value("--decode-threads", decode_threads)
+      .value("--trace", trace)
       .parse(argc, argv);
   const at::Device device = ferry::resolve_device(device_name);
   const std::vector<Case> cases = {{"tokens 32 x 2049 uint16", at::kShort, 2049},
@@ -175,7 +181,7 @@ int main(int argc, char** argv) {
               "of plain");
   std::vector<Result> results;
   for (const Case& shape : cases) {
-    const Result r = run_case(shape, device, batches, prefetch, decode_threads);
+    const Result r = run_case(shape, device, batches, prefetch, decode_threads, trace);
     std::printf("%-26s %14.0f %12.1f %14.0f %12.1f %9.1f%%\n", shape.name.c_str(), r.plain_batches_per_s,
                 1e6 / r.plain_batches_per_s, r.ferry_batches_per_s, 1e6 / r.ferry_batches_per_s,
                 100.0 * r.ferry_batches_per_s / r.plain_batches_per_s);

@@ -1,8 +1,8 @@
 // bench/transfer: how fast ferry delivers batches of many tensors to the GPU, beside the link's own
 // limit and libtorch's per-tensor copies, all measured in one run on one machine.
 //
-//   transfer [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N] [--cases abcd]
-//            [--no-plain-loops] [--quick]
+//   transfer [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N] [--trace PATH]
+//            [--cases abcd] [--no-plain-loops] [--quick]
 //
 // Cases (a batch is one sample whose fields are the tensors; pageable float32 tensors made once):
 //   a) 4 x 16 MiB   b) 1000 x 4 KiB   c) 1000 x 64 KiB   d) 10000 x 1 KiB
@@ -320,7 +320,7 @@ void synchronize(const at::Device& device) {
 }
 
 Result run_case(const Case& shape, const at::Device& device, size_t batches, size_t warmup, size_t prefetch,
-                size_t decode_threads) {
+                size_t decode_threads, const std::string& trace) {
   auto source = std::make_shared<PremadeSource>(shape, 4);
   const double batch_bytes = static_cast<double>(shape.tensors * shape.bytes_each);
   Result result{shape, 0, 0, {}};
@@ -331,6 +331,8 @@ Result run_case(const Case& shape, const at::Device& device, size_t batches, siz
   options.prefetch = prefetch;
   options.decode_threads = decode_threads;
   options.device = device.str();
+  // A file per case: "<--trace>-<case letter>.json".
+  if (!trace.empty()) options.trace = trace + "-" + shape.name.front() + ".json";
   ferry::Pipeline pipeline = ferry::make_pipeline(source, options);
   for (size_t i = 0; i < warmup; ++i) (void)pipeline.next();
   const auto start = Clock::now();
@@ -383,17 +385,19 @@ int main(int argc, char** argv) {
   size_t batches = 0;
   size_t prefetch = 3;
   size_t decode_threads = 0;
-  std::string only;  // case letters to run, e.g. "bd"; empty: every case
+  std::string trace;  // --trace PATH: each case's run as a Chrome trace, PATH-<case letter>.json
+  std::string only;   // case letters to run, e.g. "bd"; empty: every case
   bool quick = false;
   bool no_plain_loops = false;
   bench::BenchArgs("transfer",
                    "transfer [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N] "
-                   "[--cases abcd] [--no-plain-loops] [--quick]")
+                   "[--trace PATH] [--cases abcd] [--no-plain-loops] [--quick]")
       .value("--device", device_name)
       .value("--json", json_path)
       .value("--batches", batches)
       .value("--prefetch", prefetch)
       .value("--decode-threads", decode_threads)
+      .value("--trace", trace)
       .value("--cases", only)
       .flag("--no-plain-loops", no_plain_loops)
       .flag("--quick", quick)
@@ -458,7 +462,7 @@ int main(int argc, char** argv) {
       const size_t batch_bytes = shape.tensors * shape.bytes_each;
       const size_t count =
           batches != 0 ? batches : std::clamp<size_t>((quick ? 64 : 4096) * kMiB / batch_bytes, 10, 200);
-      results.push_back(run_case(shape, device, count, quick ? 2 : 5, prefetch, decode_threads));
+      results.push_back(run_case(shape, device, count, quick ? 2 : 5, prefetch, decode_threads, trace));
       std::fprintf(stderr, "transfer: %s done\n", shape.name.c_str());
     }
 
