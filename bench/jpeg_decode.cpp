@@ -282,7 +282,12 @@ GpuResult measure_nvjpeg(const std::vector<Image>& images, double seconds, size_
       g.size = static_cast<size_t>(image.bytes.numel());
       g.width = image.width;
       g.height = image.height;
-      g.window = ferry::detail::ImageWindow{image.height, image.width, 0, 0, image.height, image.width};
+      // The whole image at its own size: each axis [0, size) resampled to size pixels, all kept.
+      const int64_t h = image.height, w = image.width;
+      g.window.height = h;
+      g.window.width = w;
+      g.window.rows = ferry::detail::AxisWindow{0.0, static_cast<double>(h), h, 0, h};
+      g.window.columns = ferry::detail::AxisWindow{0.0, static_cast<double>(w), w, 0, w};
       g.out = out + offset;
       offset += static_cast<size_t>(image.width) * static_cast<size_t>(image.height) * 3;
     }

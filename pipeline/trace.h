@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace ferry::detail {
@@ -68,25 +69,30 @@ class Trace {
   const std::string& path() const noexcept { return path_; }
 
  private:
+  // Plain data, so that appending one is a few stores.
   struct Event {
     enum class Kind : uint8_t { kSpan, kCount, kSkipped };
     Kind kind = Kind::kSpan;
     uint8_t what = 0;  // the span's index in its track's names, or the Counter
     uint32_t track = 0;
-    uint64_t start_ns = 0;  // the trace's clock
+    uint64_t start_ns = 0;  // the track's clock
     uint64_t end_ns = 0;
-    uint64_t a = 0;    // span: epoch; count: value; skipped: the sample's index
-    uint64_t b = 0;    // span: batch
-    uint64_t c = 0;    // span: samples
-    std::string text;  // skipped: key, stage and reason, as JSON members
+    uint64_t a = 0;  // span: epoch; count: value; skipped: the sample's index
+    uint64_t b = 0;  // span: batch; skipped: its text's place in the log's texts
+    uint64_t c = 0;  // span: samples
   };
-  // One thread's events since the writer last took them.
+  // One thread's events since the writer last took them. Two buffers that keep their capacity, swapped
+  // by the writer: after the first few swaps recording never allocates.
   struct ThreadLog {
     std::mutex mutex;
-    std::vector<Event> events;
+    std::vector<Event> events;       // guarded by mutex: the thread appends here
+    std::vector<std::string> texts;  // guarded by mutex: skipped samples' key, stage and reason (JSON members)
+    std::vector<Event> taken;        // the writer's: the events it took last, written and cleared
+    std::vector<std::string> taken_texts;
     int tid = 0;
     std::string role;
-    std::vector<bool> named_in;  // writer only: the tracks whose thread_name was written
+    std::vector<bool> named_in;                          // writer only: the tracks whose thread_name was written
+    std::unordered_map<uint64_t, std::string> prefixes;  // writer only: prefix() by track, kind and name
   };
   struct Track {
     std::string name;
@@ -97,10 +103,12 @@ class Trace {
 
   Trace(std::string path, std::FILE* file);
   ThreadLog& log(const char* role);
-  void record(Event&& event, const char* role);
+  void record(const Event& event, const char* role, std::string* text = nullptr);
   void write_loop();
   /// Takes every thread's events and writes them. Writer thread (or finish(), after it stopped).
   void drain();
+  /// An event's text up to its time, the same for each event of its kind, name, track and thread. Writer only.
+  static const std::string& prefix(ThreadLog& log, const Event& event, const Track& track);
   void write(std::string_view text);
   void finish();
 
@@ -109,6 +117,7 @@ class Trace {
   const uint64_t serial_;  // tells this trace from an earlier one at the same address
   std::FILE* file_;        // writer thread, or finish() after it stopped
   bool first_event_ = true;
+  std::string out_;  // drain()'s text, kept between calls
   bool write_failed_ = false;
   std::atomic<bool> finished_{false};
 

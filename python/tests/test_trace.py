@@ -18,6 +18,7 @@ def test_a_trace_has_every_stage_of_every_batch_and_matches_the_stats(tmp_path):
     with ferry.Pipeline(CONFIG, overrides={"stats.trace": str(path)}) as pipeline:
         taken = [(batch.epoch, batch.index) for epoch in range(2) for batch in pipeline]
         stats = pipeline.stats()
+        device = str(pipeline.device)
     events = json.loads(path.read_text())
     assert len(taken) == 24
     stages = {stage["name"]: stage for stage in stats["stages"]}
@@ -28,7 +29,7 @@ def test_a_trace_has_every_stage_of_every_batch_and_matches_the_stats(tmp_path):
     tokens = [e["args"]["batches"] for e in events if e["ph"] == "C" and e["name"] == "batches holding a prefetch token"]
     assert max(tokens) == stats["queues"]["in_flight"]["peak"]
     names = [e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"]
-    assert names == ["ferry cpu"]
+    assert names == [f"ferry {device}"]
     # The consumer's waits are this (Python) thread's, and add up to no more than the report says.
     waited = sum(e["dur"] for e in events if e["ph"] == "X" and e["name"] == "wait in next()")
     assert waited <= stats["consumer"]["wait_seconds"] * 1e6 + 1.0
