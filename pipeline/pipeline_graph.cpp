@@ -435,7 +435,7 @@ void PipelineGraph::decode_group(SampleGroup& group) {
   decode_samples(group);
   decode_pending(group, started_ns);
   if (group.gpu_candidate) auto_choice_.finished(path, group.samples.size(), now_ns());
-  if (trace_ && plan != nullptr) {
+  if (trace_ && plan != nullptr && plan->kind == BatchPlan::Kind::kSamples) {
     trace_span(kDecode, started_ns, now_ns(), plan->epoch, plan->index, group.samples.size(), "worker");
   }
 }
