@@ -320,6 +320,17 @@ Pipeline load_pipeline(const std::string& path, const std::vector<std::string>& 
 
 namespace {
 
+// Ranks are processes of their own, each writing its trace: a file each, "trace.json" -> "trace.rank3.json".
+// By the process's rank: a group's devices (ranks to the sampler) share their process's file.
+std::string rank_trace(const std::string& trace, const Placement& process) {
+  if (trace.empty() || process.world_size <= 1) return trace;
+  const size_t slash = trace.rfind('/');
+  const size_t dot = trace.rfind('.');
+  const std::string rank = ".rank" + std::to_string(process.rank);
+  if (dot == std::string::npos || (slash != std::string::npos && dot <= slash + 1)) return trace + rank;
+  return trace.substr(0, dot) + rank + trace.substr(dot);
+}
+
 // The stages and options of the pipeline `config` describes at `placement`, delivering to `device` ("" : the
 // config's transfer.device), resumed at `resume`: what make_pipeline() starts, or a group's part.
 PipelinePart configured_part(const Config& config, const Placement& placement, const std::string& device,
@@ -329,6 +340,7 @@ PipelinePart configured_part(const Config& config, const Placement& placement, c
   if (!device.empty()) placed.pipeline.device = device;
   PipelineOptions options = resolve_pipeline_options(placed, placement);
   options.order = batch_order(placed, placement, *source);
+  options.trace = rank_trace(options.trace, resolve_placement(config.sampler, torchrun_env()));
   if (resume) {
     // Another order would deliver other samples under the same batch numbers: refuse, key by key.
     // Both ways: a key only the saved run had (a setting this config leaves at its default) differs too.

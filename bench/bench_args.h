@@ -1,10 +1,11 @@
 #pragma once
 
-// What the C++ benchmarks share: their command-line options. Each benchmark names its options once,
-// with where each value goes; parse() reads argv and, for an unknown option, a missing value or a value
-// that is not a number, prints the problem and the usage and exits with status 2 (no exception escapes
-// to terminate the program).
+// What the C++ benchmarks share: their command-line options, and the name of a case's trace file. Each
+// benchmark names its options once, with where each value goes; parse() reads argv and, for an unknown
+// option, a missing value or a value that is not a number, prints the problem and the usage and exits
+// with status 2 (no exception escapes to terminate the program).
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -108,5 +109,20 @@ class BenchArgs {
   std::vector<Option> options_;
   std::string* positional_ = nullptr;
 };
+
+/// `--trace PATH`'s file for one case: PATH-<the case's name, letters and digits, the rest as '-'>.json
+/// ("a) 4 x 16 MiB" -> PATH-a-4-x-16-mib.json).
+inline std::string trace_file(const std::string& path, const std::string& case_name) {
+  std::string part;
+  for (const char c : case_name) {
+    if (std::isalnum(static_cast<unsigned char>(c)) != 0) {
+      part += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else if (!part.empty() && part.back() != '-') {
+      part += '-';
+    }
+  }
+  while (!part.empty() && part.back() == '-') part.pop_back();
+  return path + "-" + part + ".json";
+}
 
 }  // namespace bench

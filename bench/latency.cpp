@@ -139,8 +139,7 @@ Result run_case(const Case& shape, const at::Device& device, size_t batches, siz
   options.prefetch = prefetch;
   options.decode_threads = decode_threads;
   options.device = device.str();
-  // A file per case: "<--trace>-<case letter>.json".
-  if (!trace.empty()) options.trace = trace + "-" + shape.name.front() + ".json";
+  if (!trace.empty()) options.trace = bench::trace_file(trace, shape.name);
   ferry::Pipeline pipeline = ferry::make_pipeline(std::make_shared<PremadeSource>(shape), options);
   for (size_t i = 0; i < warmup; ++i) (void)pipeline.next();
   const auto start = Clock::now();
@@ -159,7 +158,7 @@ int main(int argc, char** argv) {
   size_t batches = 20000;
   size_t prefetch = 16;
   size_t decode_threads = std::min<size_t>(16, static_cast<size_t>(tbb::info::default_concurrency()));
-  std::string trace;  // --trace PATH: each case's run as a Chrome trace, PATH-<case letter>.json
+  std::string trace;  // --trace PATH: each case's run as a Chrome trace, bench::trace_file()
   bench::BenchArgs("latency",
                    "latency [--device cuda|cpu] [--json PATH] [--batches N] [--prefetch N] [--decode-threads N] "
                    "[--trace PATH]")

@@ -331,8 +331,7 @@ Result run_case(const Case& shape, const at::Device& device, size_t batches, siz
   options.prefetch = prefetch;
   options.decode_threads = decode_threads;
   options.device = device.str();
-  // A file per case: "<--trace>-<case letter>.json".
-  if (!trace.empty()) options.trace = trace + "-" + shape.name.front() + ".json";
+  if (!trace.empty()) options.trace = bench::trace_file(trace, shape.name);
   ferry::Pipeline pipeline = ferry::make_pipeline(source, options);
   for (size_t i = 0; i < warmup; ++i) (void)pipeline.next();
   const auto start = Clock::now();
@@ -385,7 +384,7 @@ int main(int argc, char** argv) {
   size_t batches = 0;
   size_t prefetch = 3;
   size_t decode_threads = 0;
-  std::string trace;  // --trace PATH: each case's run as a Chrome trace, PATH-<case letter>.json
+  std::string trace;  // --trace PATH: each case's run as a Chrome trace, bench::trace_file()
   std::string only;   // case letters to run, e.g. "bd"; empty: every case
   bool quick = false;
   bool no_plain_loops = false;

@@ -17,14 +17,14 @@ void Occupancy::advance(uint64_t now_ns) {
   since_ns_ = now_ns;
 }
 
-size_t Occupancy::change(int delta, uint64_t now_ns, std::optional<bool> producer_waiting) {
+Occupancy::Change Occupancy::change(int delta, uint64_t now_ns, std::optional<bool> producer_waiting) {
   std::lock_guard lock(mutex_);
   advance(now_ns);
   count_ += delta;
   const size_t capped = count_ > 0 ? std::min(static_cast<size_t>(count_), capacity_) : 0;
   peak_ = std::max(peak_, capped);
   if (producer_waiting) producer_waiting_ = *producer_waiting;
-  return capped;
+  return Change{capped, std::max(now_ns, since_ns_)};
 }
 
 Occupancy::Snapshot Occupancy::snapshot(uint64_t until_ns) const {

@@ -21,8 +21,14 @@ class Occupancy {
   explicit Occupancy(size_t capacity) : capacity_(capacity) {}
   /// Adds `delta` at `now_ns`; `producer_waiting`, when given, says from now on whether the
   /// producer waits when the count is full (false while it works or once it has no more to add).
-  /// Returns the count after it, capped at the capacity (as the peak is).
-  size_t change(int delta, uint64_t now_ns, std::optional<bool> producer_waiting = std::nullopt);
+  /// The count after a change, capped at the capacity (as the peak is), and the time it counted from:
+  /// `now_ns`, or the last change's time where that is later (callers read the clock before the lock), so that changes'
+  /// times follow one another in the order they were counted.
+  struct Change {
+    size_t count = 0;
+    uint64_t at_ns = 0;
+  };
+  Change change(int delta, uint64_t now_ns, std::optional<bool> producer_waiting = std::nullopt);
   /// The integrals up to `until_ns` (the end of the run, or now).
   Snapshot snapshot(uint64_t until_ns) const;
 

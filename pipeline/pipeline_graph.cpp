@@ -146,8 +146,9 @@ PipelineGraph::PipelineGraph(StageSet stages, const EngineOptions& options, std:
   span_names_ = trace_span_names();
   for (const std::string& name : span_names_) torch_names_.push_back("ferry::" + name);
   if (!options.trace.empty()) {
-    trace_ = Trace::open(options.trace);
-    track_ = trace_->add_track("ferry " + device_, started_, span_names_);
+    Trace::Opened opened = Trace::open(options.trace, "ferry " + device_, started_, span_names_);
+    trace_ = std::move(opened.trace);
+    track_ = opened.track;
   }
   // A pipeline of its own gets an arena of its own; a PipelineGroup's pipelines share one, sized for them all.
   arena_ = arena ? std::move(arena) : std::make_shared<SharedArena>(arena_slots(decode_threads_, gpu_groups_));
@@ -193,8 +194,9 @@ uint64_t PipelineGraph::run_ns() const noexcept {
 
 void PipelineGraph::mark_ended() noexcept {
   int64_t running = -1;
-  if (ended_ns_.compare_exchange_strong(running, static_cast<int64_t>(now_ns()), std::memory_order_acq_rel) && trace_) {
-    trace_->end_track(track_);  // the run is over for the consumer: what follows is the shutdown
+  const uint64_t ended = now_ns();
+  if (ended_ns_.compare_exchange_strong(running, static_cast<int64_t>(ended), std::memory_order_acq_rel) && trace_) {
+    trace_->end_track(track_, ended);  // the run is over for the consumer: what follows is the shutdown
   }
 }
 
@@ -210,7 +212,9 @@ std::vector<std::string> PipelineGraph::trace_span_names() const {
 }
 
 void PipelineGraph::trace_slabs(const char* role) {
-  if (trace_ && stages_.pool) trace_count(Trace::Counter::kSlabs, stages_.pool->slabs_in_use(), now_ns(), role);
+  if (!trace_ || !stages_.pool) return;
+  std::lock_guard lock(trace_slabs_mutex_);
+  trace_->count(track_, Trace::Counter::kSlabs, now_ns(), stages_.pool->slabs_in_use(), role);
 }
 
 void PipelineGraph::close() noexcept {
@@ -310,12 +314,12 @@ PipelineGraph::PlanPtr PipelineGraph::plan_next(tbb::flow_control& control) {
   // A plan that will give its token back counts as a batch in flight (Note [refilling batches]).
   // After the last plan the planner has nothing left to wait for.
   const bool holds_token = plan->kind == BatchPlan::Kind::kSamples || plan->kind == BatchPlan::Kind::kEpochEnd;
-  const size_t holding = run_.in_flight.change(holds_token ? +1 : 0, end_ns, !planned_last_);
+  const Occupancy::Change holding = run_.in_flight.change(holds_token ? +1 : 0, end_ns, !planned_last_);
   if (trace_) {
     if (plan->kind == BatchPlan::Kind::kSamples) {
       trace_span(kPlanSpan, start_ns, end_ns, plan->epoch, plan->index, plan->slots(), "worker");
     }
-    if (holds_token) trace_count(Trace::Counter::kTokens, holding, end_ns, "worker");
+    if (holds_token) trace_count(Trace::Counter::kTokens, holding, "worker");
   }
   plan->sequence = next_batch_sequence_++;
   plan->planned_ns = end_ns;
@@ -595,7 +599,7 @@ bool PipelineGraph::skip(const BatchWork& work) const noexcept {
 
 void PipelineGraph::return_token() {
   const uint64_t at_ns = now_ns();
-  trace_count(Trace::Counter::kTokens, run_.in_flight.change(-1, at_ns), at_ns, "event-wait thread");
+  trace_count(Trace::Counter::kTokens, run_.in_flight.change(-1, at_ns), "event-wait thread");
   nodes_->tokens.decrementer().try_put(tbb::flow::continue_msg());
 }
 
@@ -729,7 +733,7 @@ void PipelineGraph::deliver(Delivery delivery) {
   const uint64_t start_ns = now_ns();
   if (batch) {
     // Before the push: Note [occupancy].
-    trace_count(Trace::Counter::kReady, run_.ready.change(+1, start_ns), start_ns, "event-wait thread");
+    trace_count(Trace::Counter::kReady, run_.ready.change(+1, start_ns), "event-wait thread");
     delivery.marks.delivered = start_ns;
   }
   // Never waits while Note [tokens] holds; close() wakes it at shutdown regardless. Handing over
@@ -804,8 +808,7 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
   }
   switch (delivery.kind) {
     case Delivery::Kind::kBatch: {
-      const size_t ready = run_.ready.change(-1, popped_ns);
-      trace_count(Trace::Counter::kReady, ready, popped_ns, "consumer");
+      trace_count(Trace::Counter::kReady, run_.ready.change(-1, popped_ns), "consumer");
       run_.add_batch_path(delivery.marks, popped_ns);
       try {
         delivery.batch.ready_on_current_stream();  // the consumer's stream, on the consumer's thread
@@ -819,7 +822,7 @@ std::optional<Batch> PipelineGraph::next(std::chrono::microseconds timeout, bool
       }
       const uint64_t returned_ns = now_ns();
       // Before the token returns and planning resumes.
-      trace_count(Trace::Counter::kTokens, run_.in_flight.change(-1, returned_ns), returned_ns, "consumer");
+      trace_count(Trace::Counter::kTokens, run_.in_flight.change(-1, returned_ns), "consumer");
       nodes_->tokens.decrementer().try_put(tbb::flow::continue_msg());
       outcome.batch = true;
       {

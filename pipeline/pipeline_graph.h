@@ -207,8 +207,8 @@ class PipelineGraph {
                   const char* role) {
     if (trace_) trace_->span(track_, span, start_ns, end_ns, epoch, batch, samples, role);
   }
-  void trace_count(Trace::Counter counter, uint64_t value, uint64_t at_ns, const char* role) {
-    if (trace_) trace_->count(track_, counter, at_ns, value, role);
+  void trace_count(Trace::Counter counter, Occupancy::Change change, const char* role) {
+    if (trace_) trace_->count(track_, counter, change.at_ns, change.count, role);
   }
   /// The pinned slabs in use now, when tracing.
   void trace_slabs(const char* role);
@@ -233,7 +233,8 @@ class PipelineGraph {
   std::vector<std::string> torch_names_;
   std::shared_ptr<Trace> trace_;
   uint32_t track_ = 0;
-  BatchCutter cutter_;  // touched only by the serial collate node
+  std::mutex trace_slabs_mutex_;  // slab counts read and timed in one order (trace_slabs())
+  BatchCutter cutter_;            // touched only by the serial collate node
 
   std::atomic<bool> stop_{false};          // close() was called
   std::atomic<bool> failed_{false};        // a stage failed: plan no more

@@ -5,11 +5,14 @@
 
 #include <cerrno>
 #include <charconv>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <unordered_map>
 
 #include "ferry/pipeline/error.h"
+#include "ferry/pipeline/thread_start.h"
 
 namespace ferry::detail {
 namespace {
@@ -27,11 +30,26 @@ constexpr const char* kCounterUnits[] = {"batches", "batches", "slabs"};
 
 std::atomic<uint64_t> g_next_serial{1};
 
-// The traces open in this process, by path: pipelines naming one file share it.
+// The traces open in this process, by file (registry_key()): pipelines naming one file share it. An entry
+// stays until its trace has closed the file, so that a new trace never empties a file still written.
+struct OpenTrace {
+  std::weak_ptr<Trace> trace;
+  const Trace* raw = nullptr;  // which trace the entry is, after the weak_ptr expired
+};
 std::mutex g_open_mutex;
-std::map<std::string, std::weak_ptr<Trace>>& open_traces() {
-  static auto* traces = new std::map<std::string, std::weak_ptr<Trace>>();  // never destroyed: used at exit
+std::map<std::string, OpenTrace>& open_traces() {
+  static auto* traces = new std::map<std::string, OpenTrace>();  // never destroyed: used at exit
   return *traces;
+}
+
+// One name for a file however it is spelled ("t.json", "./t.json"): its folder's real path and its name.
+std::string registry_key(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  char resolved[PATH_MAX];
+  if (::realpath(folder.c_str(), resolved) == nullptr) return path;
+  return std::string(resolved) + "/" + name;
 }
 
 // The thread's log in the trace it last recorded to.
@@ -41,8 +59,44 @@ struct CachedLog {
 };
 thread_local CachedLog t_cached;
 
+// The length of the well-formed UTF-8 sequence at text[i], or 0.
+size_t utf8_length(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char first = byte(i);
+  size_t length = 0;
+  unsigned min = 0;
+  unsigned code = 0;
+  if (first >= 0xc2 && first <= 0xdf) {
+    length = 2, min = 0x80, code = first & 0x1fu;
+  } else if (first >= 0xe0 && first <= 0xef) {
+    length = 3, min = 0x800, code = first & 0x0fu;
+  } else if (first >= 0xf0 && first <= 0xf4) {
+    length = 4, min = 0x10000, code = first & 0x07u;
+  } else {
+    return 0;
+  }
+  if (i + length > text.size()) return 0;
+  for (size_t k = 1; k < length; ++k) {
+    if ((byte(i + k) & 0xc0u) != 0x80u) return 0;
+    code = (code << 6) | (byte(i + k) & 0x3fu);
+  }
+  const bool surrogate = code >= 0xd800 && code <= 0xdfff;
+  return code < min || code > 0x10ffff || surrogate ? 0 : length;
+}
+
+// `text` inside a JSON string. Keys and reasons are often file names, which need not be UTF-8: a byte
+// that is not part of a well-formed sequence is written as the code point of its value (\u00XX), so the
+// file stays valid JSON for strict parsers.
 void append_escaped(std::string& out, std::string_view text) {
-  for (const char c : text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      if (const size_t length = utf8_length(text, i); length != 0) {
+        out.append(text.substr(i, length));
+        i += length;
+        continue;
+      }
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -50,14 +104,15 @@ void append_escaped(std::string& out, std::string_view text) {
       case '\t': out += "\\t"; break;
       case '\r': out += "\\r"; break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) {
+        if (c < 0x20 || c >= 0x80) {
           char escaped[8];
-          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
           out += escaped;
         } else {
-          out += c;
+          out += static_cast<char>(c);
         }
     }
+    ++i;
   }
 }
 
@@ -88,43 +143,64 @@ void append_metadata(std::string& out, const char* what, uint32_t pid, const int
 
 }  // namespace
 
-std::shared_ptr<Trace> Trace::open(const std::string& path) {
-  std::lock_guard lock(g_open_mutex);
-  auto& traces = open_traces();
-  if (auto it = traces.find(path); it != traces.end()) {
-    if (auto open = it->second.lock(); open && !open->finished_.load(std::memory_order_acquire)) return open;
+Trace::Opened Trace::open(const std::string& path, std::string name, Clock::time_point start,
+                          std::vector<std::string> spans) {
+  const std::string key = registry_key(path);
+  while (true) {
+    std::unique_lock lock(g_open_mutex);
+    auto& traces = open_traces();
+    const auto it = traces.find(key);
+    if (it == traces.end()) break;
+    if (const std::shared_ptr<Trace> open = it->second.trace.lock()) {
+      if (auto track = open->try_add_track(name, start, spans)) return Opened{open, *track};
+    }
+    // Closing: its last events and the closing bracket are being written. Wait for it to leave.
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  std::FILE* file = std::fopen(path.c_str(), "w");
-  if (file == nullptr) throw Error("stats.trace: cannot write '" + path + "': " + std::strerror(errno));
-  std::shared_ptr<Trace> trace(new Trace(path, file));
-  traces[path] = trace;
-  return trace;
+  std::lock_guard lock(g_open_mutex);
+  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "w"));
+  if (!file) throw Error("stats.trace: cannot write '" + path + "': " + std::strerror(errno));
+  std::shared_ptr<Trace> trace;
+  try {
+    trace.reset(new Trace(path, key, std::move(file)));
+  } catch (...) {
+    (void)::unlink(path.c_str());  // made for nothing
+    throw;
+  }
+  const std::optional<uint32_t> track = trace->try_add_track(std::move(name), start, std::move(spans));
+  open_traces()[key] = OpenTrace{trace, trace.get()};
+  return Opened{trace, *track};
 }
 
-Trace::Trace(std::string path, std::FILE* file)
+Trace::Trace(std::string path, std::string key, std::unique_ptr<std::FILE, FileCloser> file)
     : path_(std::move(path)),
+      key_(std::move(key)),
       origin_(Clock::now()),
       serial_(g_next_serial.fetch_add(1, std::memory_order_relaxed)),
-      file_(file) {
+      file_(std::move(file)) {
   write("[\n");
-  writer_ = std::thread([this] { write_loop(); });
+  writer_ = start_thread("the trace writer of " + path_, [this] { write_loop(); });
 }
 
 Trace::~Trace() { finish(); }
 
-uint32_t Trace::add_track(std::string name, Clock::time_point start, std::vector<std::string> spans) {
+std::optional<uint32_t> Trace::try_add_track(std::string name, Clock::time_point start,
+                                             std::vector<std::string> spans) {
   std::lock_guard lock(mutex_);
+  if (closing_) return std::nullopt;
   const auto offset = std::chrono::duration_cast<std::chrono::nanoseconds>(start - origin_).count();
-  tracks_.push_back(Track{std::move(name), static_cast<int64_t>(offset), std::move(spans)});
+  tracks_.push_back(Track{std::move(name), static_cast<int64_t>(offset), std::move(spans), std::nullopt});
   return static_cast<uint32_t>(tracks_.size() - 1);
 }
 
-void Trace::end_track(uint32_t track) {
+void Trace::end_track(uint32_t track, uint64_t at_ns) noexcept {
   bool all_ended = true;
   {
     std::lock_guard lock(mutex_);
-    if (track < tracks_.size()) tracks_[track].ended = true;
-    for (const Track& t : tracks_) all_ended = all_ended && t.ended;
+    if (track < tracks_.size() && !tracks_[track].ended_ns) tracks_[track].ended_ns = at_ns;
+    for (const Track& t : tracks_) all_ended = all_ended && t.ended_ns.has_value();
+    if (all_ended) closing_ = true;
   }
   if (all_ended) finish();
 }
@@ -150,7 +226,7 @@ Trace::ThreadLog& Trace::log(const char* role) {
 }
 
 void Trace::record(const Event& event, const char* role, std::string* text) {
-  if (finished_.load(std::memory_order_relaxed)) return;
+  if (finished_.load(std::memory_order_relaxed) || dropping_.load(std::memory_order_relaxed)) return;
   ThreadLog& thread_log = log(role);
   std::lock_guard lock(thread_log.mutex);
   thread_log.events.push_back(event);
@@ -171,7 +247,7 @@ void Trace::count(uint32_t track, Counter counter, uint64_t at_ns, uint64_t valu
 
 void Trace::skipped(uint32_t track, uint64_t at_ns, uint64_t index, std::string_view key, std::string_view stage,
                     std::string_view reason, const char* role) {
-  if (finished_.load(std::memory_order_relaxed)) return;
+  if (finished_.load(std::memory_order_relaxed) || dropping_.load(std::memory_order_relaxed)) return;
   std::string text = ",\"key\":\"";
   append_escaped(text, key);
   text += "\",\"stage\":\"";
@@ -187,7 +263,11 @@ void Trace::write_loop() {
   while (!stopping_) {
     wake_.wait_for(lock, kWriteInterval);
     lock.unlock();
-    drain();
+    try {
+      drain();
+    } catch (...) {
+      dropping_.store(true, std::memory_order_relaxed);  // out of memory: record nothing more, finish as usual
+    }
     lock.lock();
   }
 }
@@ -212,28 +292,42 @@ const std::string& Trace::prefix(ThreadLog& log, const Event& event, const Track
 }
 
 void Trace::drain() {
-  // The logs and tracks as they are now; logs are never removed, so the pointers stay valid.
+  // The logs as they are now (never removed: the pointers stay valid), their events taken, then the
+  // tracks: every event taken belongs to a track copied.
   std::vector<ThreadLog*> logs;
-  std::vector<Track> tracks;
   {
     std::lock_guard lock(mutex_);
     for (const auto& log : logs_) logs.push_back(log.get());
+  }
+  for (ThreadLog* log : logs) {
+    std::lock_guard lock(log->mutex);
+    log->events.swap(log->taken);
+    log->texts.swap(log->taken_texts);
+  }
+  std::vector<Track> tracks;
+  {
+    std::lock_guard lock(mutex_);
     tracks = tracks_;
   }
   // Up to a million events a second on small batches: each is appended without temporaries, to a
   // buffer that keeps its capacity (a new one each time would fault in fresh pages every time).
   std::string& out = out_;
   out.clear();
+  // New tracks' names first: a file cut short by a kill still names its tracks.
+  for (uint32_t pid = static_cast<uint32_t>(named_tracks_.size()); pid < tracks.size(); ++pid) {
+    out += first_event_ ? "" : ",\n";
+    first_event_ = false;
+    append_metadata(out, "process_name", pid, nullptr, tracks[pid].name);
+    out += ",\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":" + std::to_string(pid) +
+           ",\"args\":{\"sort_index\":" + std::to_string(pid) + "}}";
+    named_tracks_.push_back(true);
+  }
   for (ThreadLog* log : logs) {
-    {
-      std::lock_guard lock(log->mutex);
-      log->events.swap(log->taken);
-      log->texts.swap(log->taken_texts);
-    }
     out.reserve(out.size() + log->taken.size() * 128);
     for (const Event& event : log->taken) {
       if (event.track >= tracks.size()) continue;
       const Track& track = tracks[event.track];
+      if (track.ended_ns && event.start_ns > *track.ended_ns) continue;  // its shutdown
       if (log->named_in.size() <= event.track) log->named_in.resize(event.track + 1, false);
       if (!log->named_in[event.track]) {
         log->named_in[event.track] = true;
@@ -282,42 +376,40 @@ void Trace::drain() {
 }
 
 void Trace::write(std::string_view text) {
-  if (text.empty() || write_failed_) return;
-  if (std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
-    write_failed_ = true;
+  if (text.empty() || dropping_.load(std::memory_order_relaxed)) return;
+  // Flushed each time: what a killed run leaves is whole up to its last write.
+  if (std::fwrite(text.data(), 1, text.size(), file_.get()) != text.size() || std::fflush(file_.get()) != 0) {
+    dropping_.store(true, std::memory_order_relaxed);  // nothing more is recorded
     std::fprintf(stderr, "ferry: cannot write the trace '%s': %s; the run goes on without it\n", path_.c_str(),
                  std::strerror(errno));
   }
 }
 
-void Trace::finish() {
-  if (finished_.exchange(true, std::memory_order_acq_rel)) return;
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  // end_track() may run on a thread the writer is waiting for; never on the writer itself.
-  if (writer_.joinable()) writer_.join();
-  drain();
-  // The tracks' names last: a viewer takes metadata from anywhere in the file.
-  std::string out;
-  {
-    std::lock_guard lock(mutex_);
-    for (uint32_t pid = 0; pid < tracks_.size(); ++pid) {
-      out += first_event_ ? "" : ",\n";
-      first_event_ = false;
-      append_metadata(out, "process_name", pid, nullptr, tracks_[pid].name);
-      out += ",\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":" + std::to_string(pid) +
-             ",\"args\":{\"sort_index\":" + std::to_string(pid) + "}}";
+void Trace::finish() noexcept {
+  // A second caller (another pipeline's end, then the destructor) waits here until the file is closed.
+  std::call_once(finish_once_, [this]() noexcept {
+    finished_.store(true, std::memory_order_release);
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
     }
-  }
-  out += "\n]\n";
-  write(out);
-  if (std::fclose(file_) != 0 && !write_failed_) {
-    std::fprintf(stderr, "ferry: cannot write the trace '%s': %s\n", path_.c_str(), std::strerror(errno));
-  }
-  file_ = nullptr;
+    wake_.notify_all();
+    // end_track() runs on a pipeline's thread, never on the writer.
+    if (writer_.joinable()) writer_.join();
+    try {
+      drain();
+      write("\n]\n");
+    } catch (...) {
+      // Out of memory for the last events: the file ends without them, still readable (Note [trace]).
+    }
+    if (std::fclose(file_.release()) != 0 && !dropping_.load(std::memory_order_relaxed)) {
+      std::fprintf(stderr, "ferry: cannot write the trace '%s': %s\n", path_.c_str(), std::strerror(errno));
+    }
+    // Written and closed: a new trace of the same file may now empty it.
+    std::lock_guard lock(g_open_mutex);
+    auto& traces = open_traces();
+    if (const auto it = traces.find(key_); it != traces.end() && it->second.raw == this) traces.erase(it);
+  });
 }
 
 }  // namespace ferry::detail

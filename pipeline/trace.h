@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -23,18 +24,20 @@ namespace ferry::detail {
 /// counters for the batches holding a prefetch token, the batches ready for the consumer and the
 /// pinned slabs in use, and an instant event for each skipped sample. The times are the clock reads
 /// that time the stages for the stats anyway (Note [stats] in run_counters.h), so the trace and the
-/// report tell the same story.
+/// report tell the same story; a counter's time is the one its change was counted at, under its lock,
+/// so that the values follow one another in time as they did in the count.
 ///
-/// Pipelines that name the same file in one process (a PipelineGroup's devices, or a training and an
-/// evaluation pipeline) share it: each is a track of its own (a trace "process"), all on one clock.
+/// Pipelines of one process that name the same file while it is open (a PipelineGroup's devices, or a
+/// training and an evaluation pipeline) share it: each is a track of its own (a trace "process"), all on
+/// one clock. A pipeline that names it after it was closed replaces it, once the last writer is done.
 ///
 /// Recording must not slow the run: each thread appends to a buffer of its own (a lock nobody else
-/// takes but the writer, a few times a second), and a writer thread turns the buffers into JSON and
-/// appends them to the file as the run goes, so memory stays bounded however long the run. The file is
-/// the trace-event format's array form, whose closing bracket is optional: a run killed mid-way still
-/// leaves a trace the viewers open. It is closed when every track's run has ended; events after that
-/// (the shutdown's) are dropped. Without `stats.trace` nothing is recorded: the graph holds no Trace and
-/// pays one null check per event.
+/// takes but the writer, 20 times a second), and a writer thread turns the buffers into JSON and
+/// appends them to the file as the run goes, flushed each time, so memory stays bounded however long
+/// the run. The file is the trace-event format's array form, whose closing bracket is optional: a run
+/// killed part-way leaves a trace the viewers open, its tracks named. The file is closed when every
+/// track's run has ended; a track's events after its end (its shutdown) are dropped. Without
+/// `stats.trace` nothing is recorded: the graph holds no Trace and pays one null check per event.
 class Trace {
  public:
   using Clock = std::chrono::steady_clock;
@@ -42,18 +45,24 @@ class Trace {
   /// What an event's `what` names.
   enum class Counter : uint8_t { kTokens, kReady, kSlabs };
 
-  /// The Trace writing `path` in this process, or a new one (the file created or emptied). Throws
-  /// ferry::Error naming the path when it cannot be opened.
-  static std::shared_ptr<Trace> open(const std::string& path);
+  /// A trace and the track a pipeline writes in it.
+  struct Opened {
+    std::shared_ptr<Trace> trace;
+    uint32_t track = 0;
+  };
+  /// Joins the trace this process is writing to `path` (the same file however it is spelled), or makes a
+  /// new one (the file created or emptied), and adds a track named `name` ("ferry cuda:0") whose times
+  /// count from `start` and whose span names, by index, are `spans`. Throws ferry::Error naming the path
+  /// when it cannot be written.
+  static Opened open(const std::string& path, std::string name, Clock::time_point start,
+                     std::vector<std::string> spans);
   ~Trace();
   Trace(const Trace&) = delete;
   Trace& operator=(const Trace&) = delete;
 
-  /// A new track, named `name` ("ferry cuda:0"), whose times count from `start`; its span names, by
-  /// index, are `spans`. Returns its id.
-  uint32_t add_track(std::string name, Clock::time_point start, std::vector<std::string> spans);
-  /// The track's run ended: once every track's has, the file is finished and closed.
-  void end_track(uint32_t track);
+  /// The track's run ended at `at_ns` (its clock): its later events are dropped; once every track's run
+  /// has ended, the file is finished and closed.
+  void end_track(uint32_t track, uint64_t at_ns) noexcept;
 
   /// Span `span` of `track` from `start_ns` to `end_ns` (the track's clock) on this thread, for batch
   /// `batch` of `epoch` (or a plan) and `samples` samples (0: not shown). `role` names the thread in the
@@ -98,32 +107,45 @@ class Trace {
     std::string name;
     int64_t offset_ns = 0;  // the track's clock minus the trace's
     std::vector<std::string> spans;
-    bool ended = false;
+    std::optional<uint64_t> ended_ns;  // its run's end, its clock
+  };
+  struct FileCloser {
+    void operator()(std::FILE* file) const noexcept { (void)std::fclose(file); }
   };
 
-  Trace(std::string path, std::FILE* file);
+  Trace(std::string path, std::string key, std::unique_ptr<std::FILE, FileCloser> file);
+  /// Adds a track unless the trace is closing (every track ended). Takes mutex_.
+  std::optional<uint32_t> try_add_track(std::string name, Clock::time_point start, std::vector<std::string> spans);
   ThreadLog& log(const char* role);
   void record(const Event& event, const char* role, std::string* text = nullptr);
   void write_loop();
-  /// Takes every thread's events and writes them. Writer thread (or finish(), after it stopped).
+  /// Takes every thread's events and writes them, with the names of tracks new since the last call.
+  /// Writer thread (or finish(), after it stopped).
   void drain();
-  /// An event's text up to its time, the same for each event of its kind, name, track and thread. Writer only.
+  /// An event's text up to its time, the same for each event of its kind, name, track and thread.
   static const std::string& prefix(ThreadLog& log, const Event& event, const Track& track);
   void write(std::string_view text);
-  void finish();
+  /// Stops the writer, writes what is left and the closing bracket, closes the file and leaves the
+  /// registry of open traces. Once; a second caller returns when the first is done.
+  void finish() noexcept;
 
   const std::string path_;
+  const std::string key_;  // the registry's name for the file
   const Clock::time_point origin_;
   const uint64_t serial_;  // tells this trace from an earlier one at the same address
-  std::FILE* file_;        // writer thread, or finish() after it stopped
+  // The writer thread's, or finish()'s after it stopped:
+  std::unique_ptr<std::FILE, FileCloser> file_;
   bool first_event_ = true;
-  std::string out_;  // drain()'s text, kept between calls
-  bool write_failed_ = false;
-  std::atomic<bool> finished_{false};
+  std::string out_;                    // drain()'s text, kept between calls
+  std::vector<bool> named_tracks_;     // the tracks whose names were written
+  std::atomic<bool> finished_{false};  // record nothing more
+  std::atomic<bool> dropping_{false};  // a write failed: record nothing more
+  std::once_flag finish_once_;
 
   std::mutex mutex_;  // guards what follows
   std::vector<std::unique_ptr<ThreadLog>> logs_;
   std::vector<Track> tracks_;
+  bool closing_ = false;  // every track ended: no track may join
   bool stopping_ = false;
   std::condition_variable wake_;
   std::thread writer_;

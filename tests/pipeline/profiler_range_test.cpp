@@ -1,19 +1,12 @@
-// Profiler ranges (Note [profiler ranges]): with an NVTX tool attached — here tests/support/nvtx_recorder.cpp,
-// loaded through NVTX_INJECTION64_PATH as Nsight Systems' is — every stage's work on every batch is a
-// range in the domain "ferry", named after the stage, and each thread's ranges are closed in order; with
-// a torch profiler's callback registered for every thread, each is a user scope "ferry::<stage>".
-#include <dlfcn.h>
-
-#include <cstdlib>
+// Profiler ranges (Note [profiler ranges]): with a torch profiler's callback registered for every thread,
+// every stage's work on every batch is a user scope "ferry::<stage>". (The NVTX ranges: nvtx_range_test.)
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <string>
 
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
 
-#include <ferry/pipeline/profiler_range.h>
 #include <ferry/stages/standard_pipeline.h>
 #include "tests/support/reference_batch.h"
 
@@ -38,38 +31,6 @@ PipelineStats run(const std::shared_ptr<const SyntheticSource>& truth) {
   Pipeline pipeline = make_pipeline(truth, options);
   while (auto batch = pipeline.next()) EXPECT_EQ(testing::compare_with_reference(*batch, *truth), "");
   return pipeline.stats();
-}
-
-std::map<std::string, unsigned long long> recorded(void* tool) {
-  using Recorded = const char* (*)();
-  auto read = reinterpret_cast<Recorded>(::dlsym(tool, "ferry_nvtx_recorded"));
-  std::map<std::string, unsigned long long> counts;
-  if (read == nullptr) return counts;
-  std::istringstream lines(read());
-  std::string name;
-  unsigned long long count = 0;
-  while (lines >> name >> count) counts[name] = count;
-  return counts;
-}
-
-TEST(ProfilerRanges, EachStagesWorkOnEachBatchIsARangeInTheFerryDomain) {
-  if (!detail::nvtx_compiled()) GTEST_SKIP() << "this build has no NVTX (no CUDA toolkit headers)";
-  const std::string tool_path = FERRY_NVTX_RECORDER;
-  // Read by NVTX at its first call in this process: none has been made yet.
-  ::setenv("NVTX_INJECTION64_PATH", tool_path.c_str(), 1);
-  const PipelineStats stats = run(dataset());
-  void* tool = ::dlopen(tool_path.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(tool, nullptr) << "NVTX did not load the tool " << tool_path;
-  std::map<std::string, unsigned long long> counts = recorded(tool);
-  EXPECT_GE(counts["ferry/plan"], stats.planner.items_out) << "a plan a batch (and those that found the end)";
-  EXPECT_GE(counts["ferry/decode"], 1u);
-  for (const StageStats& stage : stats.stages) {
-    if (stage.name == "decode") continue;
-    EXPECT_EQ(counts["ferry/" + stage.name], stage.items) << stage.name;
-  }
-  EXPECT_EQ(counts["open"], 0u) << "ranges left open";
-  EXPECT_EQ(counts["unbalanced"], 0u) << "pops without a push";
-  ::dlclose(tool);
 }
 
 // What a torch profiler that records every thread sees: the user scopes' names, counted.

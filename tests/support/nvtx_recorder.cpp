@@ -56,7 +56,10 @@ __attribute__((visibility("default"))) int InitializeInjectionNvtx2(NvtxGetExpor
   if (callbacks == nullptr) return 0;
   NvtxFunctionTable table = nullptr;
   unsigned int size = 0;
-  if (!callbacks->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &table, &size) || table == nullptr) return 0;
+  if (!callbacks->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &table, &size) || table == nullptr ||
+      size <= NVTX_CBID_CORE2_DomainCreateA) {
+    return 0;
+  }
   *table[NVTX_CBID_CORE2_DomainCreateA] = reinterpret_cast<NvtxFunctionPointer>(&create_domain);
   *table[NVTX_CBID_CORE2_DomainRangePushEx] = reinterpret_cast<NvtxFunctionPointer>(&push);
   *table[NVTX_CBID_CORE2_DomainRangePop] = reinterpret_cast<NvtxFunctionPointer>(&pop);
