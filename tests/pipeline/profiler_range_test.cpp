@@ -52,7 +52,9 @@ TEST(ProfilerRanges, EachStagesWorkOnEachBatchIsATorchProfilerUserScope) {
   EXPECT_GE(g_scopes["ferry::plan"], stats.planner.items_out);
   EXPECT_GE(g_scopes["ferry::decode"], 1u);
   for (const StageStats& stage : stats.stages) {
-    if (stage.name != "decode") EXPECT_EQ(g_scopes["ferry::" + stage.name], stage.items) << stage.name;
+    if (stage.name != "decode") {
+      EXPECT_EQ(g_scopes["ferry::" + stage.name], stage.items) << stage.name;
+    }
   }
 }
 

@@ -140,7 +140,9 @@ void check_track(const std::vector<Event>& events, int64_t pid, const PipelineSt
     for (const auto& batch : batches)
       EXPECT_TRUE(seen.count(batch)) << name << " has no span for batch " << batch.first << "/" << batch.second;
   }
-  if (whole) EXPECT_EQ(of(events, "X", "plan", pid).size(), stats.planner.items_out);
+  if (whole) {
+    EXPECT_EQ(of(events, "X", "plan", pid).size(), stats.planner.items_out);
+  }
   // Decode: a span per group, each on a worker; the groups hold every delivered sample.
   uint64_t decoded = 0;
   std::set<std::pair<uint64_t, uint64_t>> decoded_batches;
@@ -169,9 +171,13 @@ void check_track(const std::vector<Event>& events, int64_t pid, const PipelineSt
   ASSERT_FALSE(tokens.empty());
   ASSERT_FALSE(ready.empty());
   ASSERT_FALSE(slabs.empty());
-  if (whole) EXPECT_EQ(max_value(tokens), stats.in_flight.peak);
+  if (whole) {
+    EXPECT_EQ(max_value(tokens), stats.in_flight.peak);
+  }
   EXPECT_LE(max_value(tokens), stats.prefetch);
-  if (whole) EXPECT_EQ(max_value(ready), stats.ready_queue.peak);
+  if (whole) {
+    EXPECT_EQ(max_value(ready), stats.ready_queue.peak);
+  }
   EXPECT_LE(max_value(slabs), stats.pool.slab_count);
   // Each thread's events are written together: the file is not in time order. The last change (changes
   // at one time come in any order) leaves every token back.
@@ -179,14 +185,18 @@ void check_track(const std::vector<Event>& events, int64_t pid, const PipelineSt
   for (const Event& e : tokens) last_ts = std::max(last_ts, e.ts);
   bool all_back = false;
   for (const Event& e : tokens) all_back = all_back || (e.ts == last_ts && e.value == 0);
-  if (whole) EXPECT_TRUE(all_back) << "every token came back by the end";
+  if (whole) {
+    EXPECT_TRUE(all_back) << "every token came back by the end";
+  }
   // Every thread that recorded is named, on this track.
   std::set<int64_t> named;
   for (const Event& e : events) {
     if (e.ph == "M" && e.name == "thread_name" && e.pid == pid) named.insert(e.tid);
   }
   for (const Event& e : events) {
-    if (e.pid == pid && (e.ph == "X" || e.ph == "i")) EXPECT_TRUE(named.count(e.tid)) << "thread " << e.tid;
+    if (e.pid == pid && (e.ph == "X" || e.ph == "i")) {
+      EXPECT_TRUE(named.count(e.tid)) << "thread " << e.tid;
+    }
   }
 }
 
