@@ -210,9 +210,8 @@ const std::vector<ConfigKey>& config_keys() {
       {"stats.trace", "path or empty", "none",
        "Write the run as a Chrome trace-event file (opens in Perfetto, ui.perfetto.dev, and chrome://tracing): every "
        "stage's work on every batch on the thread that did it, the consumer's waits, queue depths and pinned slabs "
-       "in use, skipped samples (docs/report.md, The trace). Pipelines of one process naming the same file share it, "
-       "one "
-       "track each.",
+       "in use, skipped samples (docs/report.md, The trace). Pipelines of one process naming the same file share "
+       "it, one track each; each rank of several writes its own (trace.rank3.json).",
        "trace.json"},
       // remote
       {"remote", "mapping", "",
