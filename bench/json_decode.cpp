@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
   std::printf("%-28s %12.0f %10.1f\n", "ferry json, select /boxes", best_ferry, best_ferry * mean_bytes / 1e6);
   std::printf("%-28s %12.0f %10.1f\n", "simdjson DOM, at_pointer", best_simdjson, best_simdjson * mean_bytes / 1e6);
   std::ofstream json(out);
-  json << "{\"documents\": " << docs << ", \"mean_bytes\": " << mean_bytes << ", \"differing\": " << differing
-       << ", \"ferry_docs_per_second\": " << best_ferry << ", \"simdjson_docs_per_second\": " << best_simdjson << "}\n";
+  json << "{\"benchmark\": \"json_decode\", \"documents\": " << docs << ", \"mean_bytes\": " << mean_bytes
+       << ", \"differing\": " << differing << ", \"ferry_docs_per_second\": " << best_ferry
+       << ", \"simdjson_docs_per_second\": " << best_simdjson << "}\n";
   return 0;
 }

@@ -197,8 +197,9 @@ int main(int argc, char** argv) {
   }
   if (!json_path.empty()) {
     std::ofstream out(json_path);
-    out << "{\"device\": \"" << device.str() << "\", \"malloc\": \"" << malloc_used << "\", \"batches\": " << batches
-        << ", \"prefetch\": " << prefetch << ", \"decode_threads\": " << decode_threads << ", \"cases\": [";
+    out << "{\"benchmark\": \"latency\", \"device\": \"" << device.str() << "\", \"malloc\": \"" << malloc_used
+        << "\", \"batches\": " << batches << ", \"prefetch\": " << prefetch
+        << ", \"decode_threads\": " << decode_threads << ", \"cases\": [";
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       out << (i ? ", " : "") << "{\"name\": \"" << r.shape.name

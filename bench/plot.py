@@ -23,8 +23,8 @@ from bench_support import bars, figure, lines, png_beside, ratio_lines, read_jso
 
 
 def benchmark_of(result):
-    """Which benchmark wrote `result`: its "benchmark" key; latency's and json_decode's JSON have none, so
-    their own keys tell."""
+    """Which benchmark wrote `result`: its "benchmark" key; latency's and json_decode's JSON from before they
+    wrote one are told by their own keys."""
     if "benchmark" in result:
         return result["benchmark"]
     if "ferry_docs_per_second" in result:
