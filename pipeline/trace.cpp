@@ -13,6 +13,7 @@
 
 #include "ferry/pipeline/error.h"
 #include "ferry/pipeline/thread_start.h"
+#include "ferry/pipeline/utf8.h"
 
 namespace ferry::detail {
 namespace {
@@ -59,31 +60,6 @@ struct CachedLog {
 };
 thread_local CachedLog t_cached;
 
-// The length of the well-formed UTF-8 sequence at text[i], or 0.
-size_t utf8_length(std::string_view text, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char first = byte(i);
-  size_t length = 0;
-  unsigned min = 0;
-  unsigned code = 0;
-  if (first >= 0xc2 && first <= 0xdf) {
-    length = 2, min = 0x80, code = first & 0x1fu;
-  } else if (first >= 0xe0 && first <= 0xef) {
-    length = 3, min = 0x800, code = first & 0x0fu;
-  } else if (first >= 0xf0 && first <= 0xf4) {
-    length = 4, min = 0x10000, code = first & 0x07u;
-  } else {
-    return 0;
-  }
-  if (i + length > text.size()) return 0;
-  for (size_t k = 1; k < length; ++k) {
-    if ((byte(i + k) & 0xc0u) != 0x80u) return 0;
-    code = (code << 6) | (byte(i + k) & 0x3fu);
-  }
-  const bool surrogate = code >= 0xd800 && code <= 0xdfff;
-  return code < min || code > 0x10ffff || surrogate ? 0 : length;
-}
-
 // `text` inside a JSON string. Keys and reasons are often file names, which need not be UTF-8: a byte
 // that is not part of a well-formed sequence is written as the code point of its value (\u00XX), so the
 // file stays valid JSON for strict parsers.
@@ -91,7 +67,7 @@ void append_escaped(std::string& out, std::string_view text) {
   for (size_t i = 0; i < text.size();) {
     const auto c = static_cast<unsigned char>(text[i]);
     if (c >= 0x80) {
-      if (const size_t length = utf8_length(text, i); length != 0) {
+      if (const size_t length = utf8_sequence_length(text.substr(i)); length != 0) {
         out.append(text.substr(i, length));
         i += length;
         continue;
