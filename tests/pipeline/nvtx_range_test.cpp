@@ -12,31 +12,10 @@
 #include <gtest/gtest.h>
 
 #include <ferry/pipeline/profiler_range.h>
-#include <ferry/stages/standard_pipeline.h>
-#include "tests/support/reference_batch.h"
+#include "tests/support/pipeline_checks.h"
 
 namespace ferry {
 namespace {
-
-std::shared_ptr<const SyntheticSource> dataset() {
-  SyntheticOptions data;
-  data.seed = 4;
-  data.samples = 90;
-  data.fields = {SyntheticField{"x", at::kFloat, {7}, false, 0, 0, std::nullopt}};
-  return std::make_shared<SyntheticSource>(data);
-}
-
-// Runs a pipeline over `truth` to its end, checking every batch; returns its stats.
-PipelineStats run(const std::shared_ptr<const SyntheticSource>& truth) {
-  PipelineOptions options;
-  options.device = "cpu";
-  options.decode_threads = 3;
-  options.batch_size = 6;
-  options.prefetch = 4;
-  Pipeline pipeline = make_pipeline(truth, options);
-  while (auto batch = pipeline.next()) EXPECT_EQ(testing::compare_with_reference(*batch, *truth), "");
-  return pipeline.stats();
-}
 
 std::map<std::string, unsigned long long> recorded(void* tool) {
   using Recorded = const char* (*)();
@@ -61,7 +40,7 @@ TEST(ProfilerRanges, EachStagesWorkOnEachBatchIsARangeInTheFerryDomain) {
     before = recorded(loaded);
     ::dlclose(loaded);
   }
-  const PipelineStats stats = run(dataset());
+  const PipelineStats stats = testing::run_small_pipeline();
   void* tool = ::dlopen(tool_path.c_str(), RTLD_NOW | RTLD_NOLOAD);
   ASSERT_NE(tool, nullptr) << "NVTX did not load the tool " << tool_path;
   std::map<std::string, unsigned long long> counts = recorded(tool);

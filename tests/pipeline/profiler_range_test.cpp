@@ -7,31 +7,10 @@
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
 
-#include <ferry/stages/standard_pipeline.h>
-#include "tests/support/reference_batch.h"
+#include "tests/support/pipeline_checks.h"
 
 namespace ferry {
 namespace {
-
-std::shared_ptr<const SyntheticSource> dataset() {
-  SyntheticOptions data;
-  data.seed = 4;
-  data.samples = 90;
-  data.fields = {SyntheticField{"x", at::kFloat, {7}, false, 0, 0, std::nullopt}};
-  return std::make_shared<SyntheticSource>(data);
-}
-
-// Runs a pipeline over `truth` to its end, checking every batch; returns its stats.
-PipelineStats run(const std::shared_ptr<const SyntheticSource>& truth) {
-  PipelineOptions options;
-  options.device = "cpu";
-  options.decode_threads = 3;
-  options.batch_size = 6;
-  options.prefetch = 4;
-  Pipeline pipeline = make_pipeline(truth, options);
-  while (auto batch = pipeline.next()) EXPECT_EQ(testing::compare_with_reference(*batch, *truth), "");
-  return pipeline.stats();
-}
 
 // What a torch profiler that records every thread sees: the user scopes' names, counted.
 std::mutex g_scopes_mutex;
@@ -46,7 +25,7 @@ std::unique_ptr<at::ObserverContext> count_scope(const at::RecordFunction& scope
 TEST(ProfilerRanges, EachStagesWorkOnEachBatchIsATorchProfilerUserScope) {
   const at::CallbackHandle handle =
       at::addGlobalCallback(at::RecordFunctionCallback(&count_scope).scopes({at::RecordScope::USER_SCOPE}));
-  const PipelineStats stats = run(dataset());
+  const PipelineStats stats = testing::run_small_pipeline();
   at::removeCallback(handle);
   std::lock_guard lock(g_scopes_mutex);
   EXPECT_GE(g_scopes["ferry::plan"], stats.planner.items_out);

@@ -53,4 +53,21 @@ RunToError run_to_error(Pipeline& pipeline, const SyntheticSource& truth) {
   return run;
 }
 
+PipelineStats run_small_pipeline() {
+  SyntheticOptions data;
+  data.seed = 4;
+  data.samples = 90;
+  data.fields = {SyntheticField{"x", at::kFloat, {7}, false, 0, 0, std::nullopt}};
+  const SyntheticSource truth(data);
+  PipelineOptions options;
+  options.device = "cpu";
+  options.decode_threads = 3;
+  options.batch_size = 6;
+  options.prefetch = 4;
+  Pipeline pipeline = make_pipeline(std::make_shared<SyntheticSource>(data), options);
+  const RunToError run = run_to_error(pipeline, truth);
+  EXPECT_FALSE(run.error) << run.error->what();
+  return pipeline.stats();
+}
+
 }  // namespace ferry::testing

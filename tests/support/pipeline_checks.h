@@ -28,4 +28,9 @@ struct RunToError {
 /// byte for byte (compare_with_reference, GoogleTest assertions). Any other exception propagates.
 RunToError run_to_error(Pipeline& pipeline, const SyntheticSource& truth);
 
+/// A small run on the CPU — 90 synthetic samples of float32 [7], batches of 6, 3 decode threads, prefetch
+/// 4 — taken to its end, each batch checked as run_to_error() checks it (and none failing); its stats. For
+/// tests of what a run leaves beside its batches (the profilers' ranges).
+PipelineStats run_small_pipeline();
+
 }  // namespace ferry::testing
