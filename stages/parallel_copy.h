@@ -17,8 +17,9 @@ struct CopyOp {
 };
 
 /// Runs `ops`. When they move at least `parallel_bytes` in all, the concatenated byte range is cut
-/// into equal pieces that oneTBB workers of the calling arena copy concurrently — so one 64 MiB
-/// tensor and 10 000 tensors of 1 KiB spread over the threads alike. Blocks until done.
+/// into equal pieces that oneTBB workers copy concurrently, in an arena of the copies' own with a slot
+/// per hardware thread — so one 64 MiB tensor and 10 000 tensors of 1 KiB spread over the threads
+/// alike. Blocks until done.
 void run_copies(const std::vector<CopyOp>& ops, size_t parallel_bytes);
 
 }  // namespace ferry
