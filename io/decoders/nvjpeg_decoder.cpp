@@ -161,14 +161,18 @@ struct NvJpegDecoder::Worker {
 NvJpegDecoder::NvJpegDecoder(int device, Start start)
     : device_(device), library_(std::make_unique<Library>()), made_ns_(steady_ns()) {
   if (start == Start::kNow) {
-    create();
-    ready_ns_.store(steady_ns() - made_ns_, std::memory_order_relaxed);
-    warm_workers_.store(kMaxWorkers, std::memory_order_release);  // each made, cold, by its first call
-    return;
+    create();  // throws here where the device has no hardware decoder
+    made_.store(true, std::memory_order_release);
   }
+  // Every decoding state is warmed on the start-up thread (warm()); counted as made from now on, so that
+  // a decode() call waits for a warm one instead of making a cold one beside it.
+  library_->workers = kMaxWorkers;
   starter_ = detail::start_thread("the GPU JPEG decoder's start-up thread", [this] {
     try {
-      create();
+      if (!made_.load(std::memory_order_acquire)) {
+        create();
+        made_.store(true, std::memory_order_release);
+      }
       warm();  // ready with its first warm state
     } catch (const std::exception& e) {
       // Once ready, a state that fails to warm is left to decode() calls, which make it cold and report
@@ -190,13 +194,33 @@ void NvJpegDecoder::create() {
   }
 }
 
-// A decoding state's first decode makes its allocations: 0.39 s for a batch of 256 on an H200
-// (bench/jpeg_decode), a second batch 9 ms. Here every state pays it before any decode() call gets it, one
-// after another on the background thread (on threads of their own they finished no sooner, and took
-// cores from the CPU decoders): the decoder is ready with its first warm state, and each later one is
-// there for decode() calls as soon as it is warm. All kMaxWorkers are counted as made from the start, so
-// that no decode() call makes a cold one meanwhile.
+// Note [warming the decoding states]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// nvJPEG's hardware decoder is slow to start, and not in the decoding: on an H200 nvjpegCreateEx took
+// 275 ms, the first decoding state (nvjpegJpegStateCreate) 340-360 ms and each further one 100-130 ms,
+// while a batch of 256 then decodes in 5-10 ms. States made at once are made one after another inside
+// nvJPEG all the same: four of them, each by the first decode() call of a batch's groups, were ready
+// after 0.36, 0.47, 0.58 and 0.71 s, and the first batch, which needs all its groups, came after the
+// last. So all states are made here, on the start-up thread, one after another, each warmed with a first
+// decode: the decoder is ready with the first, decode() calls share it until the next is warm, and no
+// call makes a cold one meanwhile. Under `gpu` the handle is made in the constructor (which reports a
+// device without the hardware) and the states are warmed while the rest of the pipeline starts.
 void NvJpegDecoder::warm() {
+  size_t unmade = kMaxWorkers;  // reserved in the constructor
+  // However this ends (all warm, a failure, the destructor), the states not made are no longer
+  // reserved: decode() calls waiting for one make them (cold) after all.
+  struct Unreserve {
+    Library& library;
+    const size_t& unmade;
+    ~Unreserve() {
+      if (unmade == 0) return;
+      {
+        std::lock_guard lock(library.mutex);
+        library.workers -= unmade;
+      }
+      library.returned.notify_all();
+    }
+  } unreserve{*library_, unmade};
   constexpr int64_t kSide = 256;
   constexpr size_t kImages = 64;
   // A gradient, so that the file has real coefficients to decode.
@@ -219,29 +243,15 @@ void NvJpegDecoder::warm() {
     image.window.rows = image.window.columns = AxisWindow{0.0, static_cast<double>(kSide), kSide - 1, 0, kSide - 1};
     image.out = static_cast<uint8_t*>(output.memory) + k * window_bytes;
   }
-  size_t unmade = kMaxWorkers;
-  {
-    std::lock_guard lock(library_->mutex);
-    library_->workers += unmade;
-  }
-  try {
-    for (; unmade > 0 && !stopping_.load(std::memory_order_acquire); --unmade) {
-      auto worker = std::make_unique<Worker>(library_->handle, device_);
-      for (const std::string& error : decode_on(*worker, images)) {
-        if (!error.empty()) throw Error("warming nvJPEG up: " + error);
-      }
-      release(std::move(worker));
-      if (warm_workers_.load(std::memory_order_relaxed) == 0)
-        ready_ns_.store(steady_ns() - made_ns_, std::memory_order_relaxed);
-      warm_workers_.fetch_add(1, std::memory_order_acq_rel);  // ready() with the first
+  for (; unmade > 0 && !stopping_.load(std::memory_order_acquire); --unmade) {
+    auto worker = std::make_unique<Worker>(library_->handle, device_);
+    for (const std::string& error : decode_on(*worker, images)) {
+      if (!error.empty()) throw Error("warming nvJPEG up: " + error);
     }
-  } catch (...) {
-    {
-      std::lock_guard lock(library_->mutex);
-      library_->workers -= unmade;  // decode() calls may make them (cold) after all
-    }
-    library_->returned.notify_all();
-    throw;
+    release(std::move(worker));
+    if (warm_workers_.load(std::memory_order_relaxed) == 0)
+      ready_ns_.store(steady_ns() - made_ns_, std::memory_order_relaxed);
+    warm_workers_.fetch_add(1, std::memory_order_acq_rel);  // ready() with the first
   }
 }
 
@@ -288,7 +298,7 @@ void NvJpegDecoder::release(std::unique_ptr<Worker> worker) {
 }
 
 bool NvJpegDecoder::supported(const uint8_t* data, size_t size) const {
-  if (!ready()) return false;
+  if (!made_.load(std::memory_order_acquire)) return false;
   nvjpegJpegStream_t stream = library_->take_stream();
   if (stream == nullptr) return false;
   int answer = -1;
@@ -320,7 +330,7 @@ void NvJpegDecoder::mark_busy(bool starting) noexcept {
 
 std::vector<std::string> NvJpegDecoder::decode(std::span<const GpuJpegImage> images) {
   if (images.empty()) return {};
-  if (!ready()) {
+  if (!made_.load(std::memory_order_acquire)) {
     const std::string why = failure();
     throw Error("nvJPEG's decoder on cuda:" + std::to_string(device_) + " is not ready" +
                 (why.empty() ? std::string(": it is still starting") : ": " + why));

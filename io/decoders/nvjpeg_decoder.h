@@ -65,11 +65,11 @@ struct GpuJpegImage {
 /// pool; no CUDA call is made under its lock). Thread-safe.
 class NvJpegDecoder {
  public:
-  /// kNow: made in the constructor, which throws if it cannot be; each decoding state makes its
-  /// allocations in its first call. kInBackground: made, and each decoding state warmed with a first
-  /// decode, on a thread of its own while the caller goes on (`auto`, where the CPU decodes everything
-  /// until ready()); ready() with the first warm state; a failure leaves it never ready (failure() says
-  /// why) or with fewer states.
+  /// kNow: the library handle made in the constructor, which throws if it cannot be. kInBackground: the
+  /// handle made on a thread of its own while the caller goes on (`auto`, where the CPU decodes everything
+  /// until ready()). Either way the decoding states are then warmed there one after another, each with a
+  /// first decode (Note [warming the decoding states]); ready() with the first warm state; a failure
+  /// leaves it never ready (failure() says why) or with fewer states.
   enum class Start { kNow, kInBackground };
 
   /// For CUDA device `device`. Throws ferry::Error where this build has no nvJPEG (unavailable_reason()
@@ -83,11 +83,9 @@ class NvJpegDecoder {
   static std::string unavailable_reason();
   int device() const noexcept { return device_; }
 
-  /// Whether decode() can be called: always after a kNow construction; after a background start, once
-  /// its first decoding state is warm. Thread-safe.
+  /// Whether a decoding state is warm (a decode() call then starts at once). Thread-safe.
   bool ready() const noexcept { return room() > 0; }
-  /// decode() calls that find a warm decoding state now: 0 before ready(), kMaxWorkers after a kNow
-  /// construction, the states warmed so far after a background start. Thread-safe.
+  /// The decoding states warmed so far: 0 before ready(), kMaxWorkers once all are. Thread-safe.
   size_t room() const noexcept;
   /// Why a background start failed; "" if it did not (or has not finished). Thread-safe.
   std::string failure() const;
@@ -101,15 +99,16 @@ class NvJpegDecoder {
   double state_busy_seconds() const noexcept;
 
   /// Whether the hardware decodes these bytes. Never throws: bytes nvJPEG cannot parse are "no" (the CPU
-  /// decoder then says what is wrong with them), and so is everything before ready(). Thread-safe; does
-  /// not block on the GPU.
+  /// decoder then says what is wrong with them), and so is everything before the library handle is made
+  /// (a background start). Thread-safe; does not block on the GPU.
   bool supported(const uint8_t* data, size_t size) const;
 
   /// Decodes `images` and writes each window to its `out`. Blocks until the device has finished (in the
   /// operating system, not spinning: the waiting thread leaves its core to the CPU decoders). Returns, per
   /// image, "" or why it could not be decoded (nvJPEG's status). Throws ferry::CudaError for a failure of
-  /// the device itself, and ferry::Error before ready(). Thread-safe: concurrent calls use separate states
-  /// and streams, at most kMaxWorkers at once (a call beyond them waits for one).
+  /// the device itself, and ferry::Error before the library handle is made (a background start). Waits
+  /// for a warm decoding state while they are being warmed. Thread-safe: concurrent calls use separate
+  /// states and streams, at most kMaxWorkers at once (a call beyond them waits for one).
   std::vector<std::string> decode(std::span<const GpuJpegImage> images);
 
   struct Worker;
@@ -135,9 +134,10 @@ class NvJpegDecoder {
   std::atomic<uint64_t> ready_ns_{0};       // since made_ns_
   std::atomic<uint64_t> busy_ns_{0};        // finished busy spells
   std::atomic<uint64_t> state_busy_ns_{0};  // decoding states in use, integrated over time
+  std::atomic<bool> made_{false};           // the library handle is made: decode() and supported() work
   std::atomic<size_t> warm_workers_{0};     // room(); ready() once above 0
   std::atomic<bool> stopping_{false};       // the destructor runs: warm no more states
-  std::thread starter_;                     // Start::kInBackground
+  std::thread starter_;                     // warms the states; makes the handle under kInBackground
 };
 
 }  // namespace ferry::detail
