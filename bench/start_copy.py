@@ -9,6 +9,7 @@ Structures (pageable CPU tensors, as a training step's inputs usually are):
   1000 x 64 KiB    float32 [16384] each
   mixed 528        a dict of 16 entries, each a list of 32 small tensors (16..315 B, mixed dtypes) and one
                    of 4 KiB, plus strings and None: ~150 KB in 528 tensors
+  4 x 16 MiB       float32 [4194304] each: a few large tensors, where the link sets the time
 Methods, each timed from the call to the data being on the GPU (torch.cuda.synchronize()), median
 of --iterations after 10 warm-up rounds:
   .to() per tensor   tensor.to("cuda", non_blocking=True) for every tensor (the usual loop)
@@ -55,7 +56,8 @@ def structures():
             items.append(torch.randint(0, 100, (elements,), generator=generator).to(dtype))
         items.append(torch.randn(1024, generator=generator))
         mixed[f"entry{entry}"] = {"tensors": items, "name": f"sample {entry}", "extra": None}
-    return [("1000 x 4 KiB", small), ("1000 x 64 KiB", large), ("mixed 528", mixed)]
+    huge = [torch.randn(4 << 20, generator=generator) for _ in range(4)]
+    return [("1000 x 4 KiB", small), ("1000 x 64 KiB", large), ("mixed 528", mixed), ("4 x 16 MiB", huge)]
 
 
 def leaves(value):
