@@ -85,12 +85,22 @@ def make_images(ferry, root, samples):
 
 
 def make_tokens(ferry, prefix, documents):
+    """ferry make-dataset tokens PREFIX with `documents` documents, unless PREFIX already holds what a run
+    with the same count made (PREFIX.loaders-bench.json records it); one made with another count is made
+    again, files no benchmark made are left alone."""
     stamp = prefix + ".loaders-bench.json"
     wanted = {"documents": documents}
+    files = [prefix + ".bin", prefix + ".idx"]
     if os.path.exists(stamp):
         with open(stamp) as f:
             if json.load(f) == wanted:
                 return
+        log(f"{prefix} was made by an earlier run with other settings: making it again")
+        for path in files + [stamp]:
+            if os.path.exists(path):
+                os.remove(path)
+    elif any(os.path.exists(path) for path in files):
+        raise RuntimeError(f"{prefix}.bin/.idx exist without {stamp}: remove them or pass another --data")
     log(f"making a token dataset of {documents} documents at {prefix}")
     result = run([ferry, "make-dataset", "tokens", prefix, "--documents", documents])
     log(result.stdout.strip())
