@@ -304,8 +304,9 @@ GpuResult measure_nvjpeg(const std::vector<Image>& images, double seconds, size_
   decode_batch_with(*warmed, first.data_ptr<uint8_t>(), 0);
   result.first_batch_after_warm_ms = milliseconds_since(warm_started);
   warmed.reset();
-  // Then one made as `gpu` makes it, alone: the handle in the constructor, the decoding states warmed in
-  // the background, the first batch asked for at once (it waits for the first warm state).
+  // Then one made as `gpu` makes it, alone: the handle in the constructor (the process's second, which
+  // nvJPEG may make faster than the first), the decoding states warmed in the background, the first batch
+  // asked for at once (it waits for the first warm state).
   const Clock::time_point made = Clock::now();
   ferry::detail::NvJpegDecoder nvjpeg(0);
   result.create_ms = milliseconds_since(made);

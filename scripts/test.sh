@@ -3,7 +3,7 @@
 # integration, stress and cuda tests (the cuda ones skip, saying why, where there is no GPU). Then the
 # concurrency core (queues, pools, the batch cutter, pipelines, on_error, fault injection, the routing of
 # samples between the CPU threads and the GPU decoder, pipeline groups, sample transforms, the shard cache,
-# the trace) again under ThreadSanitizer (scripts/test-tsan.sh; about 20 minutes on 2 cores from a fresh
+# the trace, the parallel copies) again under ThreadSanitizer (scripts/test-tsan.sh; about 20 minutes on 2 cores from a fresh
 # clone, 2 of them testing).
 # Extra arguments go to ctest (e.g. -L unit) and skip the ThreadSanitizer part, as FERRY_TSAN=0 does.
 # The two tests labelled `rebuild` (package.subdirectory, python.pip_install) compile ferry again from
@@ -28,6 +28,6 @@ if [ "$preset" = release ] && [ $# -eq 0 ] && [ "${FERRY_TSAN:-1}" = 1 ]; then
     exit 0
   fi
   echo "ferry: the concurrency core under ThreadSanitizer"
-  FERRY_TSAN_TARGETS="bounded_queue_test bounded_queue_stress_test pinned_pool_test batch_cutter_test pipeline_test on_error_skip_test fault_injection_test decode_routing_test auto_decode_choice_test pipeline_group_test extensions_test shard_cache_test trace_test" \
-    scripts/test-tsan.sh -R '^(BoundedQueue|BoundedQueueStress|PinnedPool|PoolOptions|BatchCutter|Pipeline|PipelineOrder|OnErrorSkip|FaultInjection|DecodeThreads/GpuDecodeRouting|AutoDecodeChoice|PipelineGroup|Extensions|ShardCache|Trace)\.'
+  FERRY_TSAN_TARGETS="bounded_queue_test bounded_queue_stress_test pinned_pool_test batch_cutter_test pipeline_test on_error_skip_test fault_injection_test decode_routing_test auto_decode_choice_test pipeline_group_test extensions_test shard_cache_test trace_test parallel_copy_test" \
+    scripts/test-tsan.sh -R '^(BoundedQueue|BoundedQueueStress|PinnedPool|PoolOptions|BatchCutter|Pipeline|PipelineOrder|OnErrorSkip|FaultInjection|DecodeThreads/GpuDecodeRouting|AutoDecodeChoice|PipelineGroup|Extensions|ShardCache|Trace|ParallelCopy)\.'
 fi

@@ -7,6 +7,8 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include "ferry/pipeline/thread_start.h"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -63,10 +65,15 @@ int threads() { return std::max(1, tbb::info::default_concurrency()); }
 // pipeline's arena lent the copy fewer threads was not pinned down: 4 or 14 decode threads made no
 // difference, and an arena of its own with 8 slots did little better than none. Pipelines whose samples
 // are placed in the slab as they decode (Note [placing samples]) never get here and ran as before.
-// Copies too small to be spread never enter it.
+// Copies too small to be spread never enter it. The arena is the machine's whatever the caller's: a
+// large copy briefly takes every hardware thread, however few decode threads a pipeline has.
 tbb::task_arena& copy_arena() {
-  static tbb::task_arena arena(threads());
-  return arena;
+  // Never destroyed: a thread still copying at exit (a start_copy worker) must find it.
+  static tbb::task_arena* const arena = [] {
+    detail::check_threads_can_start(static_cast<size_t>(threads()), "the threads that spread large copies");
+    return new tbb::task_arena(threads());
+  }();
+  return *arena;
 }
 
 void run_part(const CopyOp& op, size_t begin, size_t end) {

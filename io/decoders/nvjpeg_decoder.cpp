@@ -167,20 +167,25 @@ NvJpegDecoder::NvJpegDecoder(int device, Start start)
   // Every decoding state is warmed on the start-up thread (warm()); counted as made from now on, so that
   // a decode() call waits for a warm one instead of making a cold one beside it.
   library_->workers = kMaxWorkers;
-  starter_ = detail::start_thread("the GPU JPEG decoder's start-up thread", [this] {
-    try {
-      if (!made_.load(std::memory_order_acquire)) {
-        create();
-        made_.store(true, std::memory_order_release);
+  try {
+    starter_ = detail::start_thread("the GPU JPEG decoder's start-up thread", [this, start] {
+      try {
+        if (!made_.load(std::memory_order_acquire)) {
+          create();
+          made_.store(true, std::memory_order_release);
+        }
+        warm();  // ready with its first warm state
+      } catch (const std::exception& e) {
+        // A state that fails to warm is left to decode() calls, which make it cold and report what goes
+        // wrong with it there. Only a background start that never got ready has failed as a whole.
+        std::lock_guard lock(library_->mutex);
+        if (start == Start::kInBackground && !ready()) library_->failure = cause_of(e);
       }
-      warm();  // ready with its first warm state
-    } catch (const std::exception& e) {
-      // Once ready, a state that fails to warm is left to decode() calls, which make it cold and report
-      // what goes wrong with it there.
-      std::lock_guard lock(library_->mutex);
-      if (!ready()) library_->failure = cause_of(e);
-    }
-  });
+    });
+  } catch (...) {  // a constructor that throws runs no destructor
+    if (library_->handle != nullptr) (void)nvjpegDestroy(library_->handle);
+    throw;
+  }
 }
 
 void NvJpegDecoder::create() {

@@ -68,14 +68,15 @@ class NvJpegDecoder {
   /// kNow: the library handle made in the constructor, which throws if it cannot be. kInBackground: the
   /// handle made on a thread of its own while the caller goes on (`auto`, where the CPU decodes everything
   /// until ready()). Either way the decoding states are then warmed there one after another, each with a
-  /// first decode (Note [warming the decoding states]); ready() with the first warm state; a failure
-  /// leaves it never ready (failure() says why) or with fewer states.
+  /// first decode (Note [warming the decoding states]); ready() with the first warm state. A background
+  /// start that fails before that leaves it never ready (failure() says why); a state that fails to warm
+  /// is left to a decode() call, which makes it cold and reports what goes wrong there.
   enum class Start { kNow, kInBackground };
 
   /// For CUDA device `device`. Throws ferry::Error where this build has no nvJPEG (unavailable_reason()
   /// says why), and under kNow where the device has no hardware JPEG decoder.
   explicit NvJpegDecoder(int device, Start start = Start::kNow);
-  ~NvJpegDecoder();  // stops a background start after the state it is warming (about 0.4 s at most)
+  ~NvJpegDecoder();  // waits for the start-up thread: the handle it makes, the state it warms (each 0.1-0.4 s)
   NvJpegDecoder(const NvJpegDecoder&) = delete;
   NvJpegDecoder& operator=(const NvJpegDecoder&) = delete;
 
