@@ -53,7 +53,10 @@ void stream_copy(std::byte* target, const std::byte* source, size_t bytes) {
 #endif
 }
 
-int threads() { return std::max(1, tbb::info::default_concurrency()); }
+int threads() {
+  static const int count = std::max(1, tbb::info::default_concurrency());
+  return count;
+}
 
 // Note [an arena for the copies]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -65,8 +68,8 @@ int threads() { return std::max(1, tbb::info::default_concurrency()); }
 // pipeline's arena lent the copy fewer threads was not pinned down: 4 or 14 decode threads made no
 // difference, and an arena of its own with 8 slots did little better than none. Pipelines whose samples
 // are placed in the slab as they decode (Note [placing samples]) never get here and ran as before.
-// Copies too small to be spread never enter it. The arena is the machine's whatever the caller's: a
-// large copy briefly takes every hardware thread, however few decode threads a pipeline has.
+// Copies too small to be spread never enter it. The arena is sized to the machine, not to the caller:
+// a large copy briefly takes every hardware thread, however few decode threads a pipeline has.
 tbb::task_arena& copy_arena() {
   // Never destroyed: a thread still copying at exit (a start_copy worker) must find it.
   static tbb::task_arena* const arena = [] {
