@@ -1,5 +1,6 @@
-"""examples/python/train_ddp.py on 2 processes: with NCCL, one GPU each, where the machine has 2 GPUs,
-else with the gloo backend on the CPU (the GPUs hidden). Every rank delivers the same number of
+"""examples/python/train_ddp.py on 2 processes (FERRY_DDP_RANKS sets another count, e.g. 8 on a node of 8
+GPUs): with NCCL, one GPU each, where the machine has that many GPUs, else with the gloo backend on the
+CPU (the GPUs hidden). Every rank delivers the same number of
 batches; across ranks each sample appears exactly once per epoch apart from the padding; training
 converges; a run stopped and resumed in new processes continues exactly, per rank.
 
@@ -20,8 +21,11 @@ import torch.distributed as dist
 SOURCE_DIR = os.environ.get("FERRY_SOURCE_DIR",
                             os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 EXAMPLE = os.path.join(SOURCE_DIR, "examples", "python", "train_ddp.py")
-WORLD = 2
-SAMPLES = 4001  # odd: the second rank's last batch gets one padding sample
+WORLD = int(os.environ.get("FERRY_DDP_RANKS", "2"))
+# 2000 a rank and one more, whatever the count of ranks: each rank trains as long (8 batches an epoch), and
+# padding evens the ranks out (WORLD - 1 samples repeated).
+SAMPLES = 2000 * WORLD + 1
+PADDING = -SAMPLES % WORLD
 
 # One GPU for each rank, or none: two ranks on one GPU is not what DDP runs.
 ON_GPUS = torch.cuda.is_available() and torch.cuda.device_count() >= WORLD and dist.is_nccl_available()
@@ -95,7 +99,7 @@ def whole_run(tmp_path_factory):
 def test_every_rank_gets_its_share_once_per_epoch_and_training_converges(whole_run):
     logs, outputs = whole_run
     ranks = [batches_of(lines) for lines in logs]
-    assert len(ranks[0]) == len(ranks[1]) > 0, "the ranks delivered different numbers of batches"
+    assert len({len(rank) for rank in ranks}) == 1 and ranks[0], "the ranks delivered different numbers of batches"
     for epoch in range(3):
         counts = {}
         for rank in ranks:
@@ -104,13 +108,13 @@ def test_every_rank_gets_its_share_once_per_epoch_and_training_converges(whole_r
                     for index in batch["samples"]:
                         counts[index] = counts.get(index, 0) + 1
         assert sorted(counts) == list(range(SAMPLES)), f"epoch {epoch}: samples missing"
-        assert sum(counts.values()) == SAMPLES + 1, f"epoch {epoch}: more than the one padding sample"
+        assert sum(counts.values()) == SAMPLES + PADDING, f"epoch {epoch}: not {PADDING} padding samples"
     if ON_GPUS:  # each rank's batches arrive on its own GPU (transfer.device auto: cuda:LOCAL_RANK)
         for rank in range(WORLD):
             assert f"on cuda:{rank} (nccl)" in outputs[rank], outputs[rank][-500:]
     # The example's own all-gather check passed on rank 0, every epoch.
-    assert outputs[0].count("samples once across 2 ranks (1 padding)") == 3, outputs[0]
-    # Gradients are averaged across the ranks: both models learn, and the loss falls.
+    assert outputs[0].count(f"samples once across {WORLD} ranks ({PADDING} padding)") == 3, outputs[0]
+    # Gradients are averaged across the ranks: every model learns, and the loss falls.
     for lines in logs:
         assert lines[-1]["final_accuracy"] > 0.85, lines[-1]
         losses = [batch["loss"] for batch in batches_of(lines)]
@@ -119,7 +123,9 @@ def test_every_rank_gets_its_share_once_per_epoch_and_training_converges(whole_r
 
 def test_a_run_stopped_and_resumed_in_new_processes_continues_exactly_per_rank(tmp_path, whole_run):
     whole, _ = whole_run
-    for stop in (3, 8, 11):  # inside the first epoch, at its end (8 batches a rank), inside the second
+    per_epoch = len(batches_of(whole[0])) // 3  # batches a rank delivers an epoch (8)
+    # Inside the first epoch, at its end, inside the second.
+    for stop in sorted({max(1, per_epoch // 2), per_epoch, per_epoch + max(1, per_epoch // 2)}):
         parts = str(tmp_path / f"parts-{stop}")
         launch(parts, "3", "--stop-after", str(stop))
         resumed, _ = launch(parts, "3", "--resume")
