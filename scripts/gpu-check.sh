@@ -22,15 +22,16 @@
 #   scripts/gpu-check.sh --no-bench --no-sanitize     # build and every test
 #   scripts/gpu-check.sh --no-tests --no-bench        # compute-sanitizer
 #   scripts/gpu-check.sh --no-tests --no-sanitize --only=runs,transfer,loaders,python_iteration,start_copy
-#   scripts/gpu-check.sh --no-tests --no-sanitize --only=jpeg_decode,latency,overlap,augment,ddp_scaling
+#   scripts/gpu-check.sh --no-tests --no-sanitize --only=jpeg_decode,latency,overlap,augment,ddp,ddp_scaling
 #   scripts/gpu-check.sh --no-tests --no-sanitize --only=remote
 # ferry's programs link jemalloc where configure finds it (cmake/FerryMalloc.cmake): with .deps, only if
 # .deps/debs holds Debian's libjemalloc2 and libjemalloc-dev; configure's "programs' malloc" line says
 # which malloc the build got.
 # --only=NAME,... runs only those of the runs (info, demo, configs, examples: "runs") and benchmarks
-# (transfer, loaders, python_iteration, python_dataset, start_copy, jpeg_decode, latency, overlap, augment, ddp_scaling,
-# remote; ddp_scaling only where there are 2 or more GPUs; remote needs nginx: Debian's `nginx` .deb in .deps/debs
-# does, as /opt/ferry-deps/usr/sbin/nginx). All the benchmarks together take longer than 10
+# (transfer, loaders, python_iteration, python_dataset, start_copy, jpeg_decode, latency, overlap, augment, ddp,
+# ddp_scaling, remote; ddp, python/tests/test_ddp.py with a rank on every GPU, only where there are more than 2;
+# ddp_scaling at 1, 2, 4 ... GPUs, only where there are 2 or more; remote needs nginx: Debian's `nginx` .deb in
+# .deps/debs does, as /opt/ferry-deps/usr/sbin/nginx). All the benchmarks together take longer than 10
 # minutes too, hence the two groups above.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,7 +52,7 @@ for arg in "$@"; do
 done
 for name in ${only//,/ }; do
   case "$name" in
-    runs|transfer|loaders|python_iteration|python_dataset|start_copy|jpeg_decode|latency|overlap|augment|ddp_scaling|remote) ;;
+    runs|transfer|loaders|python_iteration|python_dataset|start_copy|jpeg_decode|latency|overlap|augment|ddp|ddp_scaling|remote) ;;
     *) echo "gpu-check: --only: no step named $name" >&2; exit 2 ;;
   esac
 done
@@ -183,10 +184,20 @@ if [ "$bench" = 1 ]; then
     python3 bench/augment.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data --device cuda \
       --out "$out/augment" 2> "$out/augment.log" | tee "$out/augment.txt" || { status=1; tail -20 "$out/augment.log"; }
   fi
-  if want ddp_scaling && [ "$(nvidia-smi --list-gpus | wc -l)" -ge 2 ]; then
-    step "bench/ddp_scaling.py (one ferry per rank, one ferry process for all GPUs, one DataLoader per rank; 1/2/4 GPUs)"
+  gpus=$(nvidia-smi --list-gpus | wc -l)
+  if want ddp && [ "$gpus" -gt 2 ]; then  # the suite's python.test_ddp runs 2 ranks
+    step "python/tests/test_ddp.py on all $gpus GPUs (a rank each, NCCL)"
+    PYTHONPATH=build/gpu/python FERRY_SOURCE_DIR=$PWD FERRY_DDP_RANKS=$gpus python3 -m pytest -q -p no:cacheprovider \
+      python/tests/test_ddp.py > "$out/ddp.txt" 2>&1 || status=1
+    tail -3 "$out/ddp.txt"
+  fi
+  if want ddp_scaling && [ "$gpus" -ge 2 ]; then
+    counts=1  # 1, 2, 4, 8 ... up to the machine's GPUs
+    for ((n = 2; n <= gpus; n *= 2)); do counts+=",$n"; done
+    step "bench/ddp_scaling.py (one ferry per rank, one ferry process for all GPUs, one DataLoader per rank; $counts GPUs)"
     PYTHONPATH=build/gpu/python python3 bench/ddp_scaling.py --ferry ./build/gpu/cli/ferry --data build/gpu/bench-data \
-      --out "$out/ddp-scaling" 2> "$out/ddp-scaling.log" | tee "$out/ddp-scaling.txt" || { status=1; tail -20 "$out/ddp-scaling.log"; }
+      --gpus "$counts" --out "$out/ddp-scaling" 2> "$out/ddp-scaling.log" | tee "$out/ddp-scaling.txt" ||
+      { status=1; tail -20 "$out/ddp-scaling.log"; }
   fi
   if want remote; then
     step "bench/remote.py (tar shards from nginx over 0/20/100 ms and 1/10 Gbit/s links beside the local disk; caches of 100% and 50%)"
