@@ -141,20 +141,41 @@ def image_files(root):
     return files, labels
 
 
+def made_before(stamp, wanted, paths, name, log):
+    """Whether `paths` (a dataset's files or folder) hold what a run with the settings `wanted` made, as
+    `stamp` records. Otherwise they are removed when the stamp says a benchmark made them with other
+    settings, and refused when they exist without it (an empty folder is no dataset); then False, and the
+    caller makes the dataset and calls stamp_made()."""
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            if json.load(f) == wanted:
+                return True
+        log(f"{name} was made by an earlier run with other settings: making it again")
+        for path in paths:  # the stamp says a benchmark made them
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
+        if os.path.exists(stamp):
+            os.remove(stamp)
+    elif any(os.path.exists(p) and not (os.path.isdir(p) and not os.listdir(p)) for p in paths):
+        raise RuntimeError(f"{name} exists without {stamp}: remove it or pass another --data")
+    return False
+
+
+def stamp_made(stamp, wanted):
+    """Records the settings a dataset was made with, for made_before()."""
+    with open(stamp, "w") as f:
+        json.dump(wanted, f)
+
+
 def make_image_folder(ferry, root, samples, image_size, stamp_name, log):
     """`ferry make-dataset images ROOT` with `samples` images of `image_size` (N, HxW or imagenet), unless
     ROOT already holds what a run with the same settings made (ROOT/stamp_name records them)."""
     stamp = os.path.join(root, stamp_name)
     wanted = {"samples": samples, "image_size": image_size}
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            if json.load(f) == wanted:
-                return
-        log(f"{root} was made by an earlier run with other settings: making it again")
-        shutil.rmtree(root)  # the stamp says a benchmark made it
-    elif os.path.exists(root) and os.listdir(root):
-        raise RuntimeError(f"{root} exists without {stamp}: remove it or pass another --data")
+    if made_before(stamp, wanted, [root], root, log):
+        return
     log(f"making {samples} JPEGs ({image_size}) in {root}")
     log(run([ferry, "make-dataset", "images", root, "--samples", samples, "--image-size", image_size]).stdout.strip())
-    with open(stamp, "w") as f:
-        json.dump(wanted, f)
+    stamp_made(stamp, wanted)

@@ -55,8 +55,8 @@ import torch.utils.data
 from PIL import Image
 
 from batch_digest import fields_digest, indices_digest  # bench/, beside this script
-from bench_support import (figure, image_files, lines, make_image_folder, png_beside, ratio_lines, read_json, run,
-                           save, threads_axis)
+from bench_support import (figure, image_files, lines, made_before, make_image_folder, png_beside, ratio_lines,
+                           read_json, run, save, stamp_made, threads_axis)
 
 SEQ_LEN = 2048
 WINDOW = SEQ_LEN + 1  # configs/megatron.yaml: add_extra_token
@@ -90,22 +90,12 @@ def make_tokens(ferry, prefix, documents):
     again, files no benchmark made are left alone."""
     stamp = prefix + ".loaders-bench.json"
     wanted = {"documents": documents}
-    files = [prefix + ".bin", prefix + ".idx"]
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            if json.load(f) == wanted:
-                return
-        log(f"{prefix} was made by an earlier run with other settings: making it again")
-        for path in files + [stamp]:
-            if os.path.exists(path):
-                os.remove(path)
-    elif any(os.path.exists(path) for path in files):
-        raise RuntimeError(f"{prefix}.bin/.idx exist without {stamp}: remove them or pass another --data")
+    if made_before(stamp, wanted, [prefix + ".bin", prefix + ".idx"], prefix, log):
+        return
     log(f"making a token dataset of {documents} documents at {prefix}")
     result = run([ferry, "make-dataset", "tokens", prefix, "--documents", documents])
     log(result.stdout.strip())
-    with open(stamp, "w") as f:
-        json.dump(wanted, f)
+    stamp_made(stamp, wanted)
 
 
 def read_token_index(prefix):
