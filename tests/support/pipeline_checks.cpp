@@ -58,14 +58,14 @@ PipelineStats run_small_pipeline() {
   data.seed = 4;
   data.samples = 90;
   data.fields = {SyntheticField{"x", at::kFloat, {7}, false, 0, 0, std::nullopt}};
-  const SyntheticSource truth(data);
+  const auto truth = std::make_shared<const SyntheticSource>(data);
   PipelineOptions options;
   options.device = "cpu";
   options.decode_threads = 3;
   options.batch_size = 6;
   options.prefetch = 4;
-  Pipeline pipeline = make_pipeline(std::make_shared<SyntheticSource>(data), options);
-  const RunToError run = run_to_error(pipeline, truth);
+  Pipeline pipeline = make_pipeline(truth, options);
+  const RunToError run = run_to_error(pipeline, *truth);
   EXPECT_FALSE(run.error) << run.error->what();
   return pipeline.stats();
 }
