@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -125,8 +126,8 @@ struct SampleGroup {
   // when the task starts under `auto` (gpu_candidate). Set once: a sample's own on_gpu turns false when a
   // CPU-decoded replacement takes its place, the group's does not.
   bool on_gpu = false;
-  bool gpu_candidate = false;       // `auto`: decoded on the GPU if it has room when the task starts
-  std::vector<SampleWork> samples;  // in plan order
+  bool gpu_candidate = false;        // `auto`: decoded on the GPU if it has room when the task starts
+  std::vector<SampleWork> samples;   // in plan order
   std::shared_ptr<PlacedSlab> slab;  // the plan's, shared by its groups (Note [placing samples]); may be null
 };
 
@@ -157,7 +158,8 @@ struct BatchWork {
   std::vector<std::pair<size_t, at::Tensor>> device_sources;
   Batch batch;  // h2d: the delivered batch (device views)
   std::optional<Error> error;
-  BatchMarks marks;  // kBatch: when it passed each point (Note [batch path] in pipeline_stats.h)
+  std::exception_ptr prepare_error;  // the next stage's prepare() failed: thrown at that stage's turn
+  BatchMarks marks;                  // kBatch: when it passed each point (Note [batch path] in pipeline_stats.h)
 
   bool is_marker() const noexcept { return kind != Kind::kBatch; }
   ErrorContext where(std::string stage) const {

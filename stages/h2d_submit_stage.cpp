@@ -76,13 +76,19 @@ std::optional<H2DSubmitStage::Augmented> H2DSubmitStage::augmented(const BatchWo
   return Augmented{*field, align_up(layout.total_bytes, kAugmentAlignment)};
 }
 
-void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
+void H2DSubmitStage::prepare(BatchWork& work) {
   const std::optional<Augmented> augment = augmented(work);
   const auto batch = static_cast<int64_t>(work.info.sample_indices.size());
   const size_t bytes = augment ? augment->offset + augment_->bytes(batch) : work.layout.total_bytes;
+  at::Tensor buffer;
   std::shared_ptr<CudaEvent> ready;
-  const at::Tensor buffer =
-      device_.is_cuda() ? copy_to_device(work, ready, bytes, augment) : copy_to_host(work, bytes, augment);
+  if (device_.is_cuda()) {
+    DeviceGuard guard(device_.index());
+    buffer = buffers_->take(bytes);
+    ready = events_->acquire();
+  } else {
+    buffer = host_buffers_->take(bytes);
+  }
 
   const BatchLayout& layout = work.layout;
   std::vector<at::Tensor> tensors(layout.fields.size());
@@ -121,15 +127,24 @@ void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
                                 field.list_shapes[s]));
     }
   }
-  work.batch = Batch(layout.schema, std::move(tensors), work.info, buffer, std::move(ready), std::move(lists));
+  work.batch =
+      Batch(layout.schema, std::move(tensors), work.info, std::move(buffer), std::move(ready), std::move(lists));
 }
 
-at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaEvent>& ready, size_t bytes,
-                                          const std::optional<Augmented>& augment) {
-  const int device = device_.index();
-  DeviceGuard guard(device);
-  at::Tensor buffer = buffers_->take(bytes);
-  ready = events_->acquire();
+void H2DSubmitStage::run(BatchWork& work, const std::atomic<bool>& /*stop*/) {
+  if (!work.batch.buffer().defined()) prepare(work);  // not done ahead (Note [work ahead])
+  const std::optional<Augmented> augment = augmented(work);
+  if (device_.is_cuda()) {
+    copy_to_device(work, augment);
+  } else {
+    copy_to_host(work, augment);
+  }
+}
+
+void H2DSubmitStage::copy_to_device(BatchWork& work, const std::optional<Augmented>& augment) {
+  DeviceGuard guard(device_.index());
+  const at::Tensor& buffer = work.batch.buffer();
+  const std::shared_ptr<CudaEvent>& ready = work.batch.ready_event();
   // However the lease ends from here on (delivery, error, shutdown), the slab — and the pinned tensors
   // copied in place — outlive the copies that read them. That holds when a later copy fails too: the
   // earlier ones are queued already.
@@ -181,15 +196,13 @@ at::Tensor H2DSubmitStage::copy_to_device(BatchWork& work, std::shared_ptr<CudaE
   (void)augment;
   protect();
 #endif
-  return buffer;
 }
 
-at::Tensor H2DSubmitStage::copy_to_host(BatchWork& work, size_t bytes, const std::optional<Augmented>& augment) {
+void H2DSubmitStage::copy_to_host(BatchWork& work, const std::optional<Augmented>& augment) {
   if (!work.device_sources.empty()) {
     throw Error("fields decoded on the GPU need a CUDA delivery device (transfer.device), not the CPU");
   }
-  at::Tensor buffer = host_buffers_->take(bytes);
-  auto* target = static_cast<std::byte*>(buffer.data_ptr());
+  auto* target = static_cast<std::byte*>(work.batch.buffer().data_ptr());
   std::vector<CopyOp> copies;
   copies.reserve(work.chunks.size());
   for (const CopyChunk& chunk : work.chunks)
@@ -205,7 +218,6 @@ at::Tensor H2DSubmitStage::copy_to_host(BatchWork& work, size_t bytes, const std
   }
   work.slab.release();
   work.direct_sources.clear();
-  return buffer;
 }
 
 }  // namespace ferry

@@ -36,8 +36,9 @@ class ImageAugment;
 /// [image augment] in image_augment.h), into the same buffer after the copied bytes; the delivered
 /// field is the augmented one.
 ///
-/// Serial: one batch at a time, per device. Allocates the device buffer (a cudaMalloc only when
-/// libtorch's cache has no block).
+/// The buffer, the event and the views are made in prepare(), on the node before (Note [work ahead]);
+/// run() queues the copies. Serial: one batch at a time, per device. Allocates the device buffer (a cudaMalloc only
+/// when libtorch's cache has no block).
 class H2DSubmitStage : public BatchStage {
  public:
   /// Creates the copy stream on a CUDA device. Throws ferry::Error when the device is unusable.
@@ -46,6 +47,9 @@ class H2DSubmitStage : public BatchStage {
                  std::shared_ptr<const ImageAugment> augment = nullptr, size_t in_flight = 4);
   ~H2DSubmitStage() override;
   std::string_view name() const override { return "h2d"; }
+  /// The device (or host) buffer, the event and the Batch of views into the buffer, ahead of the copy
+  /// (Note [work ahead]).
+  void prepare(BatchWork& work) override;
   void run(BatchWork& work, const std::atomic<bool>& stop) override;
 
   at::Device device() const noexcept { return device_; }
@@ -58,10 +62,9 @@ class H2DSubmitStage : public BatchStage {
     size_t offset = 0;
   };
   std::optional<Augmented> augmented(const BatchWork& work) const;
-  /// Both: a buffer of `bytes` (at least the layout's), the copies (and the gather, and the augmentation) queued.
-  at::Tensor copy_to_device(BatchWork& work, std::shared_ptr<CudaEvent>& ready, size_t bytes,
-                            const std::optional<Augmented>& augmented);
-  at::Tensor copy_to_host(BatchWork& work, size_t bytes, const std::optional<Augmented>& augmented);
+  /// Both: into the prepared batch's buffer, the copies (and the gather, and the augmentation) queued.
+  void copy_to_device(BatchWork& work, const std::optional<Augmented>& augmented);
+  void copy_to_host(BatchWork& work, const std::optional<Augmented>& augmented);
   static bool from_host(const BatchWork& work) noexcept { return static_cast<bool>(work.slab) || !work.chunks.empty(); }
 
   at::Device device_;

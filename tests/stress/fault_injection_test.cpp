@@ -3,7 +3,7 @@
 // allocation at start, a transfer copy, a consumer that stops or throws. Each must surface with
 // its identity, or be skipped and counted under on_error: skip; every batch delivered before it is
 // right byte for byte; nothing hangs (CTest's timeout); and every slab is back in its pool once the
-// pipeline is gone.
+// pipeline is gone. A batch stage's work ahead that fails surfaces at its own turn.
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -250,6 +250,72 @@ TEST(FaultInjection, FiresOnTheCallsItIsArmedForThenDisarmsItself) {
   EXPECT_EQ(detail::g_armed_faults.load(), 0u) << "still armed after its last call";
   EXPECT_FALSE(detail::fault_fires(Fault::kTransferCopy));
   FaultInjector::reset();
+}
+
+// A batch stage's work ahead (BatchStage::prepare) runs on the node before its own. What it throws
+// surfaces at the stage's own turn, naming that stage and the batch, with every batch before it
+// delivered whole; a stage whose prepare() does nothing (run() does it all) delivers the same batches.
+class WorkAhead : public BatchStage {
+ public:
+  WorkAhead(std::unique_ptr<BatchStage> inner, bool forward, std::optional<uint64_t> fails_at)
+      : inner_(std::move(inner)), forward_(forward), fails_at_(fails_at) {}
+  std::string_view name() const override { return inner_->name(); }
+  void run(BatchWork& work, const std::atomic<bool>& stop) override { inner_->run(work, stop); }
+  void prepare(BatchWork& work) override {
+    if (fails_at_ == work.info.index) throw Error("no device buffer for this batch (an injected fault)");
+    if (forward_) inner_->prepare(work);
+  }
+
+ private:
+  std::unique_ptr<BatchStage> inner_;
+  bool forward_;
+  std::optional<uint64_t> fails_at_;
+};
+
+TEST(FaultInjection, WorkAheadThatFailsSurfacesAtItsStagesTurnAndWorkAheadIsOptional) {
+  std::mt19937_64 rng(20261130);
+  for (int round = 0; round < 12; ++round) {
+    const uint64_t samples = 40 + rng() % 200;
+    auto truth = std::make_shared<const SyntheticSource>(testing::random_synthetic_options(rng, samples));
+    PipelineOptions options;
+    options.device = "cpu";
+    options.batch_size = 1 + rng() % 12;
+    options.decode_threads = 1 + rng() % 4;
+    options.prefetch = 1 + rng() % 4;
+    const uint64_t batches = (samples + options.batch_size - 1) / options.batch_size;
+    const bool fails = round % 2 == 0;
+    const uint64_t fails_at = rng() % batches;
+    SCOPED_TRACE("round " + std::to_string(round) + (fails ? ", fails at batch " + std::to_string(fails_at) : ""));
+
+    StageSet stages = make_standard_stages(truth, options);
+    stages.h2d = std::make_unique<WorkAhead>(std::move(stages.h2d), /*forward=*/round % 3 == 0,
+                                             fails ? std::optional<uint64_t>(fails_at) : std::nullopt);
+    std::shared_ptr<PinnedPool> pool = stages.pool;
+    auto pipeline = std::make_unique<Pipeline>(pipeline_from_stages(std::move(stages), options));
+    uint64_t taken = 0;
+    std::optional<Error> error;
+    try {
+      while (auto batch = pipeline->next()) {
+        ASSERT_EQ(testing::compare_with_reference(*batch, *truth), "");
+        ++taken;
+      }
+    } catch (const Error& e) {
+      error = e;
+    }
+    if (fails) {
+      ASSERT_TRUE(error) << "batch " << fails_at << "'s failed work ahead went unreported";
+      EXPECT_EQ(error->stage(), "h2d") << error->what();
+      EXPECT_EQ(error->batch_index(), fails_at) << error->what();
+      EXPECT_NE(std::string(error->what()).find("injected"), std::string::npos) << error->what();
+      EXPECT_EQ(taken, fails_at) << "every batch before the failed one, none after";
+    } else {
+      EXPECT_FALSE(error) << error->what();
+      EXPECT_EQ(taken, batches);
+    }
+    pipeline.reset();
+    EXPECT_EQ(pool.use_count(), 1) << "a lease outlived its pipeline";
+    EXPECT_EQ(pool->stats().leased_bytes, 0u) << "a slab did not come back";
+  }
 }
 
 }  // namespace
