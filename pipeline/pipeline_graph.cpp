@@ -649,7 +649,10 @@ void PipelineGraph::release(std::vector<SamplePtr>&& samples) {
 // not the copy, so a batch stage may do such work in prepare(), which the node before it calls right
 // after its own stage (collate's node for pack, pack's for h2d), in batch order. Its time is that
 // node's (its busy time and trace span); what it throws is kept and thrown at the stage's own turn, so
-// the error names the stage whose work failed.
+// the error names the stage whose work failed. Measured (H200, bench/latency, 3 runs each alternated):
+// h2d's busy time 11.0-11.8 -> 9.5-10.0 us a batch of tokens, 8.3-9.2 -> 7.3-7.4 of 32 x 1 KiB; pack's
+// rose 1.8 -> 6.0 and 1.4 -> 3.9 (the same work costs more on pack's node, which is far from the bound).
+// The rest of h2d is the CUDA calls themselves: cudaMemcpyAsync 4.1-5.2 us, the event's record 1.0-1.5.
 void PipelineGraph::run_batch_stage(StageId id, BatchWork& work) {
   if (skip(work)) return;
   BatchStage* stage = nullptr;
