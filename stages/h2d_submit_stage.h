@@ -37,8 +37,8 @@ class ImageAugment;
 /// field is the augmented one.
 ///
 /// The buffer, the event and the views are made in prepare(), on the node before (Note [work ahead]);
-/// run() queues the copies. Serial: one batch at a time, per device. Allocates the device buffer (a cudaMalloc only
-/// when libtorch's cache has no block).
+/// run() queues the copies. Serial: one batch at a time, per device. Allocates the device buffer (a
+/// cudaMalloc only when libtorch's cache has no block).
 class H2DSubmitStage : public BatchStage {
  public:
   /// Creates the copy stream on a CUDA device. Throws ferry::Error when the device is unusable.
