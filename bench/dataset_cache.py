@@ -44,7 +44,8 @@ import torch.utils.data
 
 import ferry
 import ferry.uvm
-from bench_support import bars, figure, lines, png_beside, read_json, save  # bench/, beside this script
+from bench_support import (bars, figure, lines, made_before, png_beside, read_json, save,  # bench/, beside this script
+                           stamp_made)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQ_LEN = 2048
@@ -58,14 +59,13 @@ def log(message):
 def make(ferry_cli, kind, out, *flags):
     stamp = out + ".cache-bench.json"
     wanted = {"kind": kind, "flags": list(flags)}
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            if json.load(f) == wanted:
-                return
+    # A token dataset is OUT.bin and OUT.idx; the others a folder OUT.
+    paths = [out + ".bin", out + ".idx"] if kind == "tokens" else [out]
+    if made_before(stamp, wanted, paths, out, log):
+        return
     log(f"making {kind} at {out}")
     subprocess.run([ferry_cli, "make-dataset", kind, out, *map(str, flags)], check=True, stdout=subprocess.DEVNULL)
-    with open(stamp, "w") as f:
-        json.dump(wanted, f)
+    stamp_made(stamp, wanted)
 
 
 # ------------------------------------------------------------------------------------------ prefetch

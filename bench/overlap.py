@@ -39,28 +39,13 @@ import time
 import torch
 
 import ferry
-from bench_support import figure, lines, png_beside, read_json, save  # bench/, beside this script
+from bench_support import figure, lines, make_image_folder, png_beside, read_json, save  # bench/, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def log(message):
     print(f"overlap: {message}", file=sys.stderr, flush=True)
-
-
-def make_images(ferry_binary, root, samples):
-    stamp = os.path.join(root, ".overlap-bench.json")
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            if json.load(f) == {"samples": samples}:
-                return
-    log(f"making {samples} JPEGs in {root}")
-    result = subprocess.run([ferry_binary, "make-dataset", "images", root, "--samples", str(samples)],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"ferry make-dataset images failed:\n{result.stdout}{result.stderr}")
-    with open(stamp, "w") as f:
-        json.dump({"samples": samples}, f)
 
 
 def cycles_per_second():
@@ -188,7 +173,7 @@ def main():
         args.loop_seconds = 0.3
     images = os.path.join(args.data, "overlap-images")
     if "jpeg" in args.cases.split(","):
-        make_images(args.ferry, images, 512 if args.quick else 8192)
+        make_image_folder(args.ferry, images, 512 if args.quick else 8192, "256", ".overlap-bench.json", log)
 
     common = [f"decode.threads={args.threads}", "sampler.epochs=1000"]
     cases = [
