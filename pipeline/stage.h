@@ -109,8 +109,9 @@ class BatchStage {
   virtual void run(BatchWork& work, const std::atomic<bool>& stop) = 0;
   /// The part of run()'s work that needs only what the stages before it produced, not its own previous
   /// batch: the engine calls it on the thread of the serial node before this stage's, right after that
-  /// node's stage ran, in batch order (Note [work ahead] in pipeline_graph.cpp). run() must also work
-  /// when it was not called. What it throws fails the batch at this stage's turn, as from run().
+  /// node's stage ran, in batch order (Note [work ahead] in pipeline_graph.cpp): one batch's prepare()
+  /// runs while the batch before it is in run(), on another thread. run() must also work when it was not
+  /// called. What it throws fails the batch at this stage's turn, as from run().
   virtual void prepare(BatchWork& work) { (void)work; }
 };
 
