@@ -144,13 +144,15 @@ def image_files(root):
 def made_before(stamp, wanted, paths, name, log):
     """Whether `paths` (a dataset's files or folder) hold what a run with the settings `wanted` made, as
     `stamp` records. Otherwise they are removed when the stamp says a benchmark made them with other
-    settings, and refused when they exist without it (an empty folder is no dataset); then False, and the
+    settings (or some of them are gone), and refused when they exist without it (an empty folder is no dataset); then False, and the
     caller makes the dataset and calls stamp_made()."""
     if os.path.exists(stamp):
         with open(stamp) as f:
-            if json.load(f) == wanted:
-                return True
-        log(f"{name} was made by an earlier run with other settings: making it again")
+            same = json.load(f) == wanted
+        if same and all(os.path.exists(p) for p in paths):
+            return True
+        log(f"{name} " + ("is missing files" if same else "was made by an earlier run with other settings") +
+            ": making it again")
         for path in paths:  # the stamp says a benchmark made them
             if os.path.isdir(path):
                 shutil.rmtree(path)

@@ -24,7 +24,7 @@ namespace ferry {
 ///
 /// Slices start at multiples of kAlignment (what the allocator guarantees for an allocation of its
 /// own), so a batch's layout is aligned as it would be in a buffer of its own. Serial: one caller at a
-/// time (the h2d stage).
+/// time (the h2d stage's prepare(), on pack's node: Note [work ahead]).
 class BufferCarver {
  public:
   static constexpr size_t kChunkBytes = size_t{4} << 20;

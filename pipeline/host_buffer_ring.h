@@ -16,8 +16,8 @@ namespace ferry {
 /// are gone (its storage has one reference) and so is every copy of its buffer tensor (one reference to
 /// the tensor itself). A consumer that keeps its batches simply makes the ring allocate, as before.
 ///
-/// Serial: one caller at a time (the h2d stage). A buffer's references are dropped on other threads; a
-/// count of one is final, since only the ring could make another.
+/// Serial: one caller at a time (the h2d stage's prepare(), on pack's node: Note [work ahead]). A buffer's
+/// references are dropped on other threads; a count of one is final, since only the ring could make another.
 ///
 /// Under ThreadSanitizer the ring never reuses a buffer: the hand-back is ordered by libtorch's reference
 /// counts, whose atomics are in uninstrumented libc10, so TSan would report the consumer's last read and the

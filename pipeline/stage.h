@@ -111,7 +111,9 @@ class BatchStage {
   /// batch: the engine calls it on the thread of the serial node before this stage's, right after that
   /// node's stage ran, in batch order (Note [work ahead] in pipeline_graph.cpp): one batch's prepare()
   /// runs while the batch before it is in run(), on another thread. run() must also work when it was not
-  /// called. What it throws fails the batch at this stage's turn, as from run().
+  /// called, for any batch (a stage run outside the engine, or wrapped by one that does not forward it; a
+  /// wrapper that forwards it does so for every batch). What it throws fails the batch at this stage's
+  /// turn, as from run().
   virtual void prepare(BatchWork& work) { (void)work; }
 };
 
