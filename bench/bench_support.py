@@ -144,8 +144,8 @@ def image_files(root):
 def made_before(stamp, wanted, paths, name, log):
     """Whether `paths` (a dataset's files or folder) hold what a run with the settings `wanted` made, as
     `stamp` records. Otherwise they are removed when the stamp says a benchmark made them with other
-    settings (or some of them are gone), and refused when they exist without it (an empty folder is no dataset); then False, and the
-    caller makes the dataset and calls stamp_made()."""
+    settings (or some of them are gone), and refused when they exist without it (an empty folder is no
+    dataset); then False, and the caller makes the dataset and calls stamp_made()."""
     if os.path.exists(stamp):
         with open(stamp) as f:
             same = json.load(f) == wanted
