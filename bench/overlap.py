@@ -10,8 +10,8 @@ step is a host sleep. Reported: the share of the loop spent waiting in next(), a
 from the first batch on (the first batch's wait, the pipeline starting, is in the JSON apart), and
 the C++ loop's waits at the median, 99th percentile and largest, with the steps that waited over 1 ms
 (a few long stalls and a small cost on every step need different fixes). Both loops drop their
-reference to the last step's batch just before next() and time that apart ("drop"; in Python the
-generator still holds the batch, so its release stays inside next()).
+reference to the last step's batch just before next() and time that apart ("drop": the batch is
+freed there, since ferry's Python iterator keeps no reference to a batch it handed over).
 The loop runs in Python (`for batch in pipeline`) and in C++ (the same loop inside the extension,
 Pipeline._train_in_cpp, GIL released) on the same config.
 
@@ -71,9 +71,8 @@ def python_loop(pipeline, steps, step_seconds, cycles):
     dropped = 0.0
     batch = None
     while done < steps:
-        # The loop's reference to the last step's batch goes apart from next(), as in the C++ loop. The
-        # generator of Pipeline.batches() still holds the batch until it has the next one, so in Python
-        # the release itself stays inside next() (as in a `for batch in pipeline` loop).
+        # The last step's batch is let go apart from next(), as in the C++ loop: it is its last reference
+        # (Pipeline.batches() keeps none), so the batch is freed here.
         dropping = time.perf_counter()
         batch = None
         asked = time.perf_counter()

@@ -175,14 +175,18 @@ class Pipeline:
                          "next, and start a new loop after load_state_dict()")
 
     def _epoch(self, epoch: int, generation: int) -> Iterator[Union[Batch, list[Batch]]]:
+        # Each batch is handed over without a reference kept here (`taken` is empty while the loop has it):
+        # the loop's variable is its last one, so a batch is freed where the loop lets it go (its variable
+        # rebound, `del batch`), not inside the next next(); after a `del batch` its buffer is back in
+        # ferry's pool before the next batch is asked for.
         next_of = self._impl.next
         try:
             self._superseded(generation)
-            batch = next_of(epoch)
-            while batch is not None:
-                yield batch
+            taken = [next_of(epoch)]
+            while taken[0] is not None:
+                yield taken.pop()
                 self._superseded(generation)
-                batch = next_of(epoch)
+                taken.append(next_of(epoch))
         finally:  # also when the loop stops early (the generator is closed): no loop is delivering
             if self._current == epoch and generation == self._generation:
                 self._current = None
@@ -197,11 +201,11 @@ class Pipeline:
     def _all_batches(self, generation: int) -> Iterator[Union[Batch, list[Batch]]]:
         next_of = self._impl.next
         self._superseded(generation)
-        batch = next_of()
-        while batch is not None:
-            yield batch
+        taken = [next_of()]
+        while taken[0] is not None:
+            yield taken.pop()  # no reference kept here, as in _epoch()
             self._superseded(generation)
-            batch = next_of()
+            taken.append(next_of())
 
     def __len__(self) -> int:
         """Batches in one epoch: the one the current loop delivers, else the next loop's (a resumed

@@ -274,8 +274,8 @@ py::dict PythonPipeline::train_in_cpp(uint64_t steps, double step_seconds, int64
     set_pending_epoch(std::nullopt);
     std::optional<BatchGroup> step;
     while (pipeline && done < steps) {
-      // Dropping the last step's batch is timed apart: a Python loop drops it when it rebinds its
-      // loop variable, inside its next().
+      // Dropping the last step's batch is timed apart, as bench/overlap.py's Python loop does: a Python
+      // loop drops it when it rebinds its loop variable, after its next().
       const auto dropping = Clock::now();
       step.reset();
       const auto asked = Clock::now();

@@ -3,6 +3,7 @@
 import glob
 import io
 import os
+import sys
 import tarfile
 import threading
 
@@ -161,6 +162,15 @@ def test_each_loop_is_one_epoch_in_its_own_order_and_len_is_one_epoch():
         everything = [bytes_digest(b) for b in flat.batches()]
     with ferry.Pipeline(small_config(samples=samples, batch_size=batch_size)) as looped:
         assert [bytes_digest(b) for _ in range(2) for b in looped] == everything
+
+
+def test_a_loop_holds_the_only_reference_to_its_batch():
+    # The loop's variable is a batch's last reference: it is freed where the loop lets it go (and its
+    # buffer goes back to the pool), not inside the next next(). getrefcount counts its own argument too.
+    with ferry.Pipeline(small_config(samples=100, batch_size=32, sampler={"epochs": 2})) as pipeline:
+        counts = [sys.getrefcount(batch) for batch in pipeline]
+        counts += [sys.getrefcount(batch) for batch in pipeline.batches()]
+        assert counts == [2] * 8
 
 
 def test_a_loop_that_stops_early_leaves_the_rest_of_its_epoch():
