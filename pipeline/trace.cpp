@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <new>
 #include <unordered_map>
+#include <utility>
 
 #include "ferry/pipeline/error.h"
 #include "ferry/pipeline/thread_start.h"
@@ -18,11 +20,9 @@
 namespace ferry::detail {
 namespace {
 
-// How often the writer moves the threads' events to the file: often enough that the buffers stay small
-// (a million events a second is 2.4 MB in 50 ms), seldom enough that its locks go unnoticed.
+// How often the writer moves the threads' events to the file: often enough that their blocks stay few
+// (a million events a second is 2.4 MB in 50 ms), seldom enough that its waking goes unnoticed.
 constexpr std::chrono::milliseconds kWriteInterval{50};
-// Each thread's buffers start with room for this many events (48 bytes each).
-constexpr size_t kReservedEvents = 4096;
 
 // The counters' names in the viewer, by Trace::Counter, and the unit each counts.
 constexpr const char* kCounterNames[] = {"batches holding a prefetch token", "batches ready for the consumer",
@@ -181,6 +181,25 @@ void Trace::end_track(uint32_t track, uint64_t at_ns) noexcept {
   if (all_ended) finish();
 }
 
+Trace::ThreadLog::ThreadLog() : tail(new Block), head(tail) {}
+
+Trace::ThreadLog::~ThreadLog() {
+  for (Block* block = head; block != nullptr;) delete std::exchange(block, block->next.load(std::memory_order_relaxed));
+  for (Block* block : spares) delete block;
+}
+
+Trace::Block* Trace::ThreadLog::spare_block() noexcept {
+  {
+    std::lock_guard lock(mutex);
+    if (!spares.empty()) {
+      Block* block = spares.back();
+      spares.pop_back();
+      return block;
+    }
+  }
+  return new (std::nothrow) Block;
+}
+
 Trace::ThreadLog& Trace::log(const char* role) {
   if (t_cached.serial == serial_) return *static_cast<ThreadLog*>(t_cached.log);
   const int tid = static_cast<int>(::syscall(SYS_gettid));
@@ -194,22 +213,28 @@ Trace::ThreadLog& Trace::log(const char* role) {
     found = logs_.back().get();
     found->tid = tid;
     found->role = role;
-    found->events.reserve(kReservedEvents);
-    found->taken.reserve(kReservedEvents);
   }
   t_cached = CachedLog{serial_, found};
   return *found;
 }
 
-void Trace::record(const Event& event, const char* role, std::string* text) {
+void Trace::record(const Event& event, const char* role) {
   if (finished_.load(std::memory_order_relaxed) || dropping_.load(std::memory_order_relaxed)) return;
   ThreadLog& thread_log = log(role);
-  std::lock_guard lock(thread_log.mutex);
-  thread_log.events.push_back(event);
-  if (text != nullptr) {
-    thread_log.events.back().b = thread_log.texts.size();
-    thread_log.texts.push_back(std::move(*text));
+  Block* block = thread_log.tail;
+  uint32_t size = block->size.load(std::memory_order_relaxed);  // this thread's own store
+  if (size == Block::kEvents) {
+    Block* next = thread_log.spare_block();
+    if (next == nullptr) {
+      dropping_.store(true, std::memory_order_relaxed);  // out of memory: record nothing more
+      return;
+    }
+    block->next.store(next, std::memory_order_release);
+    thread_log.tail = block = next;
+    size = 0;
   }
+  block->events[size] = event;
+  block->size.store(size + 1, std::memory_order_release);  // published: the writer may read it now
 }
 
 void Trace::span(uint32_t track, uint8_t span, uint64_t start_ns, uint64_t end_ns, uint64_t epoch, uint64_t batch,
@@ -231,7 +256,10 @@ void Trace::skipped(uint32_t track, uint64_t at_ns, uint64_t index, std::string_
   text += "\",\"reason\":\"";
   append_escaped(text, reason);
   text += "\"";
-  record(Event{Event::Kind::kSkipped, 0, track, at_ns, at_ns, index, 0, 0}, role, &text);
+  // Seldom, and with a text of its own: under the log's lock rather than in its blocks.
+  ThreadLog& thread_log = log(role);
+  std::lock_guard lock(thread_log.mutex);
+  thread_log.skipped.emplace_back(Event{Event::Kind::kSkipped, 0, track, at_ns, at_ns, index, 0, 0}, std::move(text));
 }
 
 void Trace::write_loop() {
@@ -268,17 +296,27 @@ const std::string& Trace::prefix(ThreadLog& log, const Event& event, const Track
 }
 
 void Trace::drain() {
-  // The logs as they are now (never removed: the pointers stay valid), their events taken, then the
-  // tracks: every event taken belongs to a track copied.
+  // The logs as they are now (never removed: the pointers stay valid), what each has published, then
+  // the tracks: every event taken belongs to a track copied.
   std::vector<ThreadLog*> logs;
   {
     std::lock_guard lock(mutex_);
     for (const auto& log : logs_) logs.push_back(log.get());
   }
-  for (ThreadLog* log : logs) {
-    std::lock_guard lock(log->mutex);
-    log->events.swap(log->taken);
-    log->texts.swap(log->taken_texts);
+  struct Published {
+    Block* block;
+    uint32_t size;
+  };
+  std::vector<std::vector<Published>> published(logs.size());
+  for (size_t i = 0; i < logs.size(); ++i) {
+    ThreadLog& log = *logs[i];
+    for (Block* block = log.head; block != nullptr;) {
+      const uint32_t size = block->size.load(std::memory_order_acquire);
+      published[i].push_back(Published{block, size});
+      block = size == Block::kEvents ? block->next.load(std::memory_order_acquire) : nullptr;
+    }
+    std::lock_guard lock(log.mutex);
+    log.skipped.swap(log.taken_skipped);
   }
   std::vector<Track> tracks;
   {
@@ -298,57 +336,79 @@ void Trace::drain() {
            ",\"args\":{\"sort_index\":" + std::to_string(pid) + "}}";
     named_tracks_.push_back(true);
   }
-  for (ThreadLog* log : logs) {
-    out.reserve(out.size() + log->taken.size() * 128);
-    for (const Event& event : log->taken) {
-      if (event.track >= tracks.size()) continue;
-      const Track& track = tracks[event.track];
-      if (track.ended_ns && event.start_ns > *track.ended_ns) continue;  // its shutdown
-      if (log->named_in.size() <= event.track) log->named_in.resize(event.track + 1, false);
-      if (!log->named_in[event.track]) {
-        log->named_in[event.track] = true;
-        out += first_event_ ? "" : ",\n";
-        first_event_ = false;
-        append_metadata(out, "thread_name", event.track, &log->tid, log->role + " " + std::to_string(log->tid));
-      }
-      out += first_event_ ? "" : ",\n";
-      first_event_ = false;
-      out += prefix(*log, event, track);
-      append_us(out,
-                static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(event.start_ns) + track.offset_ns)));
-      switch (event.kind) {
-        case Event::Kind::kSpan:
-          out += ",\"dur\":";
-          append_us(out, event.end_ns >= event.start_ns ? event.end_ns - event.start_ns : 0);
-          out += ",\"args\":{\"epoch\":";
-          append_number(out, event.a);
-          out += ",\"batch\":";
-          append_number(out, event.b);
-          if (event.c != 0) {
-            out += ",\"samples\":";
-            append_number(out, event.c);
-          }
-          out += "}}";
-          break;
-        case Event::Kind::kCount:
-          out += ",\"args\":{\"";
-          out += kCounterUnits[event.what];
-          out += "\":";
-          append_number(out, event.a);
-          out += "}}";
-          break;
-        case Event::Kind::kSkipped:
-          out += ",\"args\":{\"index\":";
-          append_number(out, event.a);
-          out += log->taken_texts[event.b];
-          out += "}}";
-          break;
-      }
+  for (size_t i = 0; i < logs.size(); ++i) {
+    ThreadLog& log = *logs[i];
+    for (const Published& part : published[i]) {
+      const uint32_t from = part.block == log.head ? log.read : 0;
+      out.reserve(out.size() + (part.size - from) * 128);
+      for (uint32_t e = from; e < part.size; ++e) append_event(out, log, part.block->events[e], tracks, nullptr);
     }
-    log->taken.clear();
-    log->taken_texts.clear();
+    for (const auto& [event, text] : log.taken_skipped) append_event(out, log, event, tracks, &text);
+    log.taken_skipped.clear();
+    // Blocks read to the end that the thread has left go back to its spares; the last block stays.
+    const Published& last = published[i].back();
+    std::vector<Block*> done;
+    for (const Published& part : published[i]) {
+      if (part.block != last.block) done.push_back(part.block);
+    }
+    log.head = last.block;
+    log.read = last.size;
+    if (!done.empty()) {
+      for (Block* block : done) {
+        block->size.store(0, std::memory_order_relaxed);  // the thread takes it under the lock: it sees these
+        block->next.store(nullptr, std::memory_order_relaxed);
+      }
+      std::lock_guard lock(log.mutex);
+      log.spares.insert(log.spares.end(), done.begin(), done.end());
+    }
   }
   write(out);
+}
+
+void Trace::append_event(std::string& out, ThreadLog& log, const Event& event, const std::vector<Track>& tracks,
+                         const std::string* text) {
+  if (event.track >= tracks.size()) return;
+  const Track& track = tracks[event.track];
+  if (track.ended_ns && event.start_ns > *track.ended_ns) return;  // its shutdown
+  if (log.named_in.size() <= event.track) log.named_in.resize(event.track + 1, false);
+  if (!log.named_in[event.track]) {
+    log.named_in[event.track] = true;
+    out += first_event_ ? "" : ",\n";
+    first_event_ = false;
+    append_metadata(out, "thread_name", event.track, &log.tid, log.role + " " + std::to_string(log.tid));
+  }
+  out += first_event_ ? "" : ",\n";
+  first_event_ = false;
+  out += prefix(log, event, track);
+  append_us(out, static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(event.start_ns) + track.offset_ns)));
+  switch (event.kind) {
+    case Event::Kind::kSpan:
+      out += ",\"dur\":";
+      append_us(out, event.end_ns >= event.start_ns ? event.end_ns - event.start_ns : 0);
+      out += ",\"args\":{\"epoch\":";
+      append_number(out, event.a);
+      out += ",\"batch\":";
+      append_number(out, event.b);
+      if (event.c != 0) {
+        out += ",\"samples\":";
+        append_number(out, event.c);
+      }
+      out += "}}";
+      break;
+    case Event::Kind::kCount:
+      out += ",\"args\":{\"";
+      out += kCounterUnits[event.what];
+      out += "\":";
+      append_number(out, event.a);
+      out += "}}";
+      break;
+    case Event::Kind::kSkipped:
+      out += ",\"args\":{\"index\":";
+      append_number(out, event.a);
+      if (text != nullptr) out += *text;
+      out += "}}";
+      break;
+  }
 }
 
 void Trace::write(std::string_view text) {

@@ -31,13 +31,13 @@ namespace ferry::detail {
 /// training and an evaluation pipeline) share it: each is a track of its own (a trace "process"), all on
 /// one clock. A pipeline that names it after it was closed replaces it, once the last writer is done.
 ///
-/// Recording must not slow the run: each thread appends to a buffer of its own (a lock nobody else
-/// takes but the writer, 20 times a second), and a writer thread turns the buffers into JSON and
-/// appends them to the file as the run goes, flushed each time, so memory stays bounded however long
-/// the run. The file is the trace-event format's array form, whose closing bracket is optional: a run
-/// killed part-way leaves a trace the viewers open, its tracks named. The file is closed when every
-/// track's run has ended; a track's events after its end (its shutdown) are dropped. Without
-/// `stats.trace` nothing is recorded: the graph holds no Trace and pays one null check per event.
+/// Recording must not slow the run: each thread appends to blocks of its own without a lock or an
+/// atomic read-modify-write (a few stores an event), and a writer thread, 20 times a second, turns what
+/// the threads have published into JSON and appends it to the file, flushed each time, so memory stays
+/// bounded however long the run. The file is the trace-event format's array form, whose closing bracket is optional: a
+/// run killed part-way leaves a trace the viewers open, its tracks named. The file is closed when every track's run has
+/// ended; a track's events after its end (its shutdown) are dropped. Without `stats.trace` nothing is recorded: the
+/// graph holds no Trace and pays one null check per event.
 class Trace {
  public:
   using Clock = std::chrono::steady_clock;
@@ -87,17 +87,35 @@ class Trace {
     uint64_t start_ns = 0;  // the track's clock
     uint64_t end_ns = 0;
     uint64_t a = 0;  // span: epoch; count: value; skipped: the sample's index
-    uint64_t b = 0;  // span: batch; skipped: its text's place in the log's texts
+    uint64_t b = 0;  // span: batch
     uint64_t c = 0;  // span: samples
   };
-  // One thread's events since the writer last took them. Two buffers that keep their capacity, swapped
-  // by the writer: after the first few swaps recording never allocates.
+  // A thread's events in blocks it appends to without a lock, read by the writer as they are published.
+  // The thread fills a block, publishing each event by storing the block's new size (release); the
+  // writer reads up to the size it loads (acquire). A block the writer has read to the end, once the
+  // thread has moved on to the next, goes back to the log's spares: after the first few, recording
+  // never allocates.
+  struct Block {
+    static constexpr uint32_t kEvents = 1024;
+    std::atomic<uint32_t> size{0};
+    std::atomic<Block*> next{nullptr};
+    Event events[kEvents];
+  };
   struct ThreadLog {
-    std::mutex mutex;
-    std::vector<Event> events;       // guarded by mutex: the thread appends here
-    std::vector<std::string> texts;  // guarded by mutex: skipped samples' key, stage and reason (JSON members)
-    std::vector<Event> taken;        // the writer's: the events it took last, written and cleared
-    std::vector<std::string> taken_texts;
+    ThreadLog();
+    ~ThreadLog();
+    ThreadLog(const ThreadLog&) = delete;
+    ThreadLog& operator=(const ThreadLog&) = delete;
+    /// A block for the thread to go on in (a spare one, else a new one); nullptr when out of memory.
+    Block* spare_block() noexcept;
+
+    Block* tail;        // the thread's: the block it appends to
+    Block* head;        // the writer's: the oldest block it has not read to the end
+    uint32_t read = 0;  // the writer's: the events of head it has written
+    std::mutex mutex;   // guards what follows: taken by the thread only for a block or a skipped sample
+    std::vector<Block*> spares;
+    std::vector<std::pair<Event, std::string>> skipped;        // with its key, stage and reason as JSON members
+    std::vector<std::pair<Event, std::string>> taken_skipped;  // the writer's: written and cleared
     int tid = 0;
     std::string role;
     std::vector<bool> named_in;                          // writer only: the tracks whose thread_name was written
@@ -117,7 +135,10 @@ class Trace {
   /// Adds a track unless the trace is closing (every track ended). Takes mutex_.
   std::optional<uint32_t> try_add_track(std::string name, Clock::time_point start, std::vector<std::string> spans);
   ThreadLog& log(const char* role);
-  void record(const Event& event, const char* role, std::string* text = nullptr);
+  void record(const Event& event, const char* role);
+  /// Writes `event` of `log` (`text`: a skipped sample's members) to `out`, unless its track has ended by then.
+  void append_event(std::string& out, ThreadLog& log, const Event& event, const std::vector<Track>& tracks,
+                    const std::string* text);
   void write_loop();
   /// Takes every thread's events and writes them, with the names of tracks new since the last call.
   /// Writer thread (or finish(), after it stopped).

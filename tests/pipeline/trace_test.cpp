@@ -4,10 +4,12 @@
 // peaks, every skipped sample is an instant event, and a group's devices are one track each.
 #include <unistd.h>
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -340,6 +342,53 @@ TEST(Trace, TextThatIsNotUtf8StaysValidJsonAndTwoSpellingsOfAPathAreOneFile) {
   }
   ASSERT_EQ(names.size(), 1u);
   EXPECT_EQ(names[0].arg_name, "again");
+}
+
+TEST(Trace, EveryEventOfManyThreadsIsWrittenOnceWithItsValues) {
+  // Threads record thousands of events each (many blocks) and pause now and then, so that the writer
+  // takes part of a block, then the rest, and hands read blocks back for reuse while they record.
+  testing::TempDir dir;
+  // The track's clock starts a second after the trace's: its times are written 1 s later.
+  const auto start = detail::Trace::Clock::now() + 1s;
+  detail::Trace::Opened trace = detail::Trace::open(dir / "t.json", "many", start, {"work"});
+  std::mt19937 random(std::random_device{}());
+  const int threads = 2 + static_cast<int>(random() % 5);
+  const uint64_t per_thread = 3000 + random() % 5000;
+  std::vector<std::thread> recorders;
+  for (int t = 0; t < threads; ++t) {
+    const uint64_t pause_every = 500 + random() % 1500;
+    recorders.emplace_back([&, t, pause_every] {
+      for (uint64_t i = 0; i < per_thread; ++i) {
+        trace.trace->span(trace.track, 0, i * 10, i * 10 + 7, t, i, i % 5, "worker");
+        trace.trace->count(trace.track, detail::Trace::Counter::kReady, i * 10, i * 31 + t, "worker");
+        if (i % pause_every == 0) std::this_thread::sleep_for(60ms);  // past the writer's interval
+      }
+    });
+  }
+  for (std::thread& recorder : recorders) recorder.join();
+  trace.trace->end_track(trace.track, per_thread * 10);
+  const std::vector<Event> events = read_trace(dir / "t.json");
+  // Times in nanoseconds of the track's clock (the file's microseconds have three decimals).
+  const std::vector<Event> work = of(events, "X", "work");
+  ASSERT_FALSE(work.empty());
+  const int64_t offset = std::llround(work[0].ts * 1000.0) - static_cast<int64_t>(work[0].batch * 10);
+  EXPECT_GT(offset, 900'000'000);
+  const auto track_ns = [&](double ts) { return static_cast<uint64_t>(std::llround(ts * 1000.0) - offset); };
+  std::set<std::pair<uint64_t, uint64_t>> spans;  // (thread, i)
+  for (const Event& e : work) {
+    EXPECT_EQ(track_ns(e.ts), e.batch * 10);
+    EXPECT_EQ(std::llround(e.dur * 1000.0), 7);
+    EXPECT_EQ(e.samples, e.batch % 5);
+    EXPECT_TRUE(spans.emplace(e.epoch, e.batch).second) << "thread " << e.epoch << " event " << e.batch << " twice";
+  }
+  EXPECT_EQ(spans.size(), threads * per_thread);
+  std::set<std::pair<uint64_t, uint64_t>> counts;  // (thread, i), from the value i * 31 + thread at time i * 10
+  for (const Event& e : of(events, "C", "batches ready for the consumer")) {
+    const uint64_t i = track_ns(e.ts) / 10;
+    ASSERT_LT(e.value - i * 31, static_cast<uint64_t>(threads)) << "a counter's value does not match its time";
+    EXPECT_TRUE(counts.emplace(e.value - i * 31, i).second);
+  }
+  EXPECT_EQ(counts.size(), threads * per_thread);
 }
 
 TEST(Trace, EachRankOfSeveralWritesAFileOfItsOwn) {
