@@ -226,7 +226,10 @@ void Trace::record(const Event& event, const char* role) {
   if (size == Block::kEvents) {
     Block* next = thread_log.spare_block();
     if (next == nullptr) {
-      dropping_.store(true, std::memory_order_relaxed);  // out of memory: record nothing more
+      if (!dropping_.exchange(true, std::memory_order_relaxed)) {  // record nothing more
+        std::fprintf(stderr, "ferry: out of memory for the trace '%s'; it ends here and the run goes on\n",
+                     path_.c_str());
+      }
       return;
     }
     block->next.store(next, std::memory_order_release);
@@ -351,16 +354,17 @@ void Trace::drain() {
     for (const Published& part : published[i]) {
       if (part.block != last.block) done.push_back(part.block);
     }
-    log.head = last.block;
-    log.read = last.size;
     if (!done.empty()) {
+      std::lock_guard lock(log.mutex);
+      log.spares.reserve(log.spares.size() + done.size());  // may throw: then the chain is as it was
       for (Block* block : done) {
         block->size.store(0, std::memory_order_relaxed);  // the thread takes it under the lock: it sees these
         block->next.store(nullptr, std::memory_order_relaxed);
+        log.spares.push_back(block);
       }
-      std::lock_guard lock(log.mutex);
-      log.spares.insert(log.spares.end(), done.begin(), done.end());
     }
+    log.head = last.block;
+    log.read = last.size;
   }
   write(out);
 }

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace ferry::detail {
@@ -31,13 +32,14 @@ namespace ferry::detail {
 /// training and an evaluation pipeline) share it: each is a track of its own (a trace "process"), all on
 /// one clock. A pipeline that names it after it was closed replaces it, once the last writer is done.
 ///
-/// Recording must not slow the run: each thread appends to blocks of its own without a lock or an
-/// atomic read-modify-write (a few stores an event), and a writer thread, 20 times a second, turns what
-/// the threads have published into JSON and appends it to the file, flushed each time, so memory stays
-/// bounded however long the run. The file is the trace-event format's array form, whose closing bracket is optional: a
-/// run killed part-way leaves a trace the viewers open, its tracks named. The file is closed when every track's run has
-/// ended; a track's events after its end (its shutdown) are dropped. Without `stats.trace` nothing is recorded: the
-/// graph holds no Trace and pays one null check per event.
+/// Recording must not slow the run: each thread appends to blocks of its own with a few stores an event
+/// (a lock only to take its next block, once in 1024 events, and for a skipped sample), and a writer
+/// thread, 20 times a second, turns what the threads have published into JSON and appends it to the file,
+/// flushed each time, so memory stays bounded however long the run. The file is the trace-event format's
+/// array form, whose closing bracket is optional: a run killed part-way leaves a trace the viewers open,
+/// its tracks named. The file is closed when every track's run has ended; a track's events after its end
+/// (its shutdown) are dropped. Without `stats.trace` nothing is recorded: the graph holds no Trace and
+/// pays one null check per event.
 class Trace {
  public:
   using Clock = std::chrono::steady_clock;
@@ -110,7 +112,8 @@ class Trace {
     Block* spare_block() noexcept;
 
     Block* tail;        // the thread's: the block it appends to
-    Block* head;        // the writer's: the oldest block it has not read to the end
+    Block* head;        // the writer's: where it reads on (the thread's block, or a full one it read before
+                        // the thread went on to the next)
     uint32_t read = 0;  // the writer's: the events of head it has written
     std::mutex mutex;   // guards what follows: taken by the thread only for a block or a skipped sample
     std::vector<Block*> spares;
@@ -160,7 +163,7 @@ class Trace {
   std::string out_;                    // drain()'s text, kept between calls
   std::vector<bool> named_tracks_;     // the tracks whose names were written
   std::atomic<bool> finished_{false};  // record nothing more
-  std::atomic<bool> dropping_{false};  // a write failed: record nothing more
+  std::atomic<bool> dropping_{false};  // a write failed or memory ran out: record nothing more
   std::once_flag finish_once_;
 
   std::mutex mutex_;  // guards what follows

@@ -177,8 +177,8 @@ class Pipeline:
     def _epoch(self, epoch: int, generation: int) -> Iterator[Union[Batch, list[Batch]]]:
         # Each batch is handed over without a reference kept here (`taken` is empty while the loop has it):
         # the loop's variable is its last one, so a batch is freed where the loop lets it go (its variable
-        # rebound, `del batch`), not inside the next next(); after a `del batch` its buffer is back in
-        # ferry's pool before the next batch is asked for.
+        # rebound, `del batch`), not inside the next next(); after a `del batch` (and no view of it kept)
+        # its buffer is back in ferry's pool before the next batch is asked for.
         next_of = self._impl.next
         try:
             self._superseded(generation)

@@ -354,14 +354,19 @@ TEST(Trace, EveryEventOfManyThreadsIsWrittenOnceWithItsValues) {
   std::mt19937 random(std::random_device{}());
   const int threads = 2 + static_cast<int>(random() % 5);
   const uint64_t per_thread = 3000 + random() % 5000;
+  std::vector<uint64_t> pause_every;
+  for (int t = 0; t < threads; ++t) pause_every.push_back(500 + random() % 1500);
+  SCOPED_TRACE(::testing::Message() << threads << " threads of " << per_thread << " events, pausing every "
+                                    << ::testing::PrintToString(pause_every));
   std::vector<std::thread> recorders;
   for (int t = 0; t < threads; ++t) {
-    const uint64_t pause_every = 500 + random() % 1500;
-    recorders.emplace_back([&, t, pause_every] {
+    recorders.emplace_back([&, t] {
       for (uint64_t i = 0; i < per_thread; ++i) {
         trace.trace->span(trace.track, 0, i * 10, i * 10 + 7, t, i, i % 5, "worker");
         trace.trace->count(trace.track, detail::Trace::Counter::kReady, i * 10, i * 31 + t, "worker");
-        if (i % pause_every == 0) std::this_thread::sleep_for(60ms);  // past the writer's interval
+        // Past the writer's interval: now and then, and once just as the first block is full (2 events
+        // a step), so that the writer reads a full block whose thread has not gone on yet.
+        if (i % pause_every[t] == 0 || i + 1 == 512) std::this_thread::sleep_for(60ms);
       }
     });
   }
