@@ -348,23 +348,20 @@ void Trace::drain() {
     }
     for (const auto& [event, text] : log.taken_skipped) append_event(out, log, event, tracks, &text);
     log.taken_skipped.clear();
-    // Blocks read to the end that the thread has left go back to its spares; the last block stays.
-    const Published& last = published[i].back();
-    std::vector<Block*> done;
-    for (const Published& part : published[i]) {
-      if (part.block != last.block) done.push_back(part.block);
-    }
-    if (!done.empty()) {
+    // Every block but the last was read to the end and the thread has left it: back to its spares.
+    const size_t done = published[i].size() - 1;
+    if (done != 0) {
       std::lock_guard lock(log.mutex);
-      log.spares.reserve(log.spares.size() + done.size());  // may throw: then the chain is as it was
-      for (Block* block : done) {
+      log.spares.reserve(log.spares.size() + done);  // may throw: then the chain is as it was
+      for (size_t b = 0; b < done; ++b) {
+        Block* block = published[i][b].block;
         block->size.store(0, std::memory_order_relaxed);  // the thread takes it under the lock: it sees these
         block->next.store(nullptr, std::memory_order_relaxed);
         log.spares.push_back(block);
       }
     }
-    log.head = last.block;
-    log.read = last.size;
+    log.head = published[i].back().block;
+    log.read = published[i].back().size;
   }
   write(out);
 }

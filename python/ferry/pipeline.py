@@ -175,18 +175,8 @@ class Pipeline:
                          "next, and start a new loop after load_state_dict()")
 
     def _epoch(self, epoch: int, generation: int) -> Iterator[Union[Batch, list[Batch]]]:
-        # Each batch is handed over without a reference kept here (`taken` is empty while the loop has it):
-        # the loop's variable is its last one, so a batch is freed where the loop lets it go (its variable
-        # rebound, `del batch`), not inside the next next(); after a `del batch` (and no view of it kept)
-        # its buffer is back in ferry's pool before the next batch is asked for.
-        next_of = self._impl.next
         try:
-            self._superseded(generation)
-            taken = [next_of(epoch)]
-            while taken[0] is not None:
-                yield taken.pop()
-                self._superseded(generation)
-                taken.append(next_of(epoch))
+            yield from self._handed_over(generation, epoch)
         finally:  # also when the loop stops early (the generator is closed): no loop is delivering
             if self._current == epoch and generation == self._generation:
                 self._current = None
@@ -196,16 +186,21 @@ class Pipeline:
         self._current = None
         self._next_epoch = self._impl.epochs  # the epochs are spoken for
         self._generation += 1
-        return self._all_batches(self._generation)
+        return self._handed_over(self._generation, None)
 
-    def _all_batches(self, generation: int) -> Iterator[Union[Batch, list[Batch]]]:
+    def _handed_over(self, generation: int, epoch: int | None) -> Iterator[Union[Batch, list[Batch]]]:
+        """The loop's batches: `epoch`'s, or every one left (None)."""
+        # Each batch is handed over without a reference kept here (`taken` is empty while the loop has it):
+        # the loop's variable is its last one, so a batch is freed where the loop lets it go (its variable
+        # rebound, `del batch`), not inside the next next(); after a `del batch` (and no view of it kept)
+        # its buffer is back in ferry's pool before the next batch is asked for.
         next_of = self._impl.next
         self._superseded(generation)
-        taken = [next_of()]
+        taken = [next_of(epoch)]
         while taken[0] is not None:
-            yield taken.pop()  # no reference kept here, as in _epoch()
+            yield taken.pop()
             self._superseded(generation)
-            taken.append(next_of())
+            taken.append(next_of(epoch))
 
     def __len__(self) -> int:
         """Batches in one epoch: the one the current loop delivers, else the next loop's (a resumed
