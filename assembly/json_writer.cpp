@@ -7,11 +7,6 @@
 #include "ferry/pipeline/utf8.h"
 
 namespace ferry {
-namespace {
-
-constexpr std::string_view kReplacement = "\\ufffd";
-
-}  // namespace
 
 JsonWriter::JsonWriter(std::ostream& out, int indent) : out_(out), indent_(indent < 0 ? 0 : indent) {}
 
@@ -19,30 +14,7 @@ std::string JsonWriter::quote(std::string_view text) {
   std::string quoted;
   quoted.reserve(text.size() + 2);
   quoted.push_back('"');
-  for (size_t i = 0; i < text.size();) {
-    const char c = text[i];
-    const auto byte = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      quoted.push_back('\\');
-      quoted.push_back(c);
-      ++i;
-    } else if (byte < 0x20) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      quoted += "\\u00";
-      quoted.push_back(kHex[byte >> 4]);
-      quoted.push_back(kHex[byte & 0xF]);
-      ++i;
-    } else if (byte < 0x80) {
-      quoted.push_back(c);
-      ++i;
-    } else if (const size_t length = detail::utf8_sequence_length(text.substr(i)); length != 0) {
-      quoted.append(text.substr(i, length));
-      i += length;
-    } else {
-      quoted += kReplacement;  // one per bad byte, as decoders commonly do
-      ++i;
-    }
-  }
+  detail::append_json_escaped(quoted, text, detail::InvalidUtf8::kReplacement);
   quoted.push_back('"');
   return quoted;
 }

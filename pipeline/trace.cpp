@@ -61,36 +61,9 @@ struct CachedLog {
 thread_local CachedLog t_cached;
 
 // `text` inside a JSON string. Keys and reasons are often file names, which need not be UTF-8: a byte
-// that is not part of a well-formed sequence is written as the code point of its value (\u00XX), so the
-// file stays valid JSON for strict parsers.
-void append_escaped(std::string& out, std::string_view text) {
-  for (size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x80) {
-      if (const size_t length = utf8_sequence_length(text.substr(i)); length != 0) {
-        out.append(text.substr(i, length));
-        i += length;
-        continue;
-      }
-    }
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20 || c >= 0x80) {
-          char escaped[8];
-          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
-          out += escaped;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-    ++i;
-  }
-}
+// that is not part of a well-formed sequence is written as the code point of its value, so a Latin-1
+// name shows as written and the file stays valid JSON for strict parsers.
+void append_escaped(std::string& out, std::string_view text) { append_json_escaped(out, text, InvalidUtf8::kLatin1); }
 
 void append_number(std::string& out, uint64_t value) {
   char text[24];

@@ -1,6 +1,7 @@
 #include "ferry/pipeline/utf8.h"
 
 #include <cstdint>
+#include <string>
 
 namespace ferry::detail {
 
@@ -33,6 +34,38 @@ size_t utf8_sequence_length(std::string_view text) noexcept {
     return 0;
   }
   return length;
+}
+
+void append_json_escaped(std::string& out, std::string_view text, InvalidUtf8 invalid) {
+  // `prefix` (\u and two hex digits), then the byte's two.
+  const auto escape = [&out](const char* prefix, unsigned char byte) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    out += prefix;
+    out.push_back(kHex[byte >> 4]);
+    out.push_back(kHex[byte & 0xFu]);
+  };
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte == '"' || byte == '\\') {
+      out.push_back('\\');
+      out.push_back(text[i++]);
+    } else if (byte < 0x20) {
+      escape("\\u00", byte);
+      ++i;
+    } else if (byte < 0x80) {
+      out.push_back(text[i++]);
+    } else if (const size_t length = utf8_sequence_length(text.substr(i)); length != 0) {
+      out.append(text.substr(i, length));
+      i += length;
+    } else {
+      switch (invalid) {
+        case InvalidUtf8::kReplacement: out += "\\ufffd"; break;
+        case InvalidUtf8::kLatin1: escape("\\u00", byte); break;
+        case InvalidUtf8::kSurrogateEscape: escape("\\udc", byte); break;
+      }
+      ++i;
+    }
+  }
 }
 
 }  // namespace ferry::detail

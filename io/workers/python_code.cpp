@@ -11,6 +11,7 @@
 
 #include "ferry/io/util/dtype_names.h"
 #include "ferry/pipeline/error.h"
+#include "ferry/pipeline/utf8.h"
 
 namespace ferry::detail {
 namespace {
@@ -46,24 +47,10 @@ bool is_number(const std::string& text) {
 }  // namespace
 
 std::string json_string(std::string_view text) {
+  // A config's text need not be UTF-8 (a path in Latin-1): Python gets such a byte as surrogateescape
+  // gives it, so the path the code opens is the one the config names.
   std::string out = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char escaped[8];
-          std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
-          out += escaped;
-        } else {
-          out += c;
-        }
-    }
-  }
+  append_json_escaped(out, text, InvalidUtf8::kSurrogateEscape);
   return out + "\"";
 }
 

@@ -17,7 +17,7 @@
 
 namespace ferry::detail {
 
-/// `text` as a JSON string literal.
+/// `text` as a JSON string literal; a byte that is not UTF-8 as Python's surrogateescape reads it (\udcXX).
 std::string json_string(std::string_view text);
 /// A config value as JSON: YAML scalars as what they read as (true, 3, 2.5, null, text).
 std::string json_value(const KeyValue& value);

@@ -92,6 +92,12 @@ def make_arrays(length, seed=0):
     return ArrayDataset(length, {"image": ("uint8", (3, 8, 8)), "label": ("int64", ())}, seed=seed)
 
 
+def arrays_counted_in(path, seed=0):
+    """make_arrays with its length read from the file at `path` (a YAML arg that names a file)."""
+    with open(path) as f:
+        return make_arrays(int(f.read()), seed=seed)
+
+
 def add_noise(sample, scale=1):
     """A python transform: a float copy of the image plus noise from sample_rng(), and the label doubled."""
     noise = ferry.sample_rng().integers(0, 3, size=sample["image"].shape)

@@ -355,6 +355,23 @@ def test_yaml_python_transform_over_the_python_source(tmp_path, tests_on_pythonp
 
 
 @pytest.mark.parametrize("workers", [2, "threads"])
+def test_a_path_arg_that_is_not_utf8_reaches_python_as_the_same_file(tmp_path, tests_on_pythonpath, workers):
+    # A YAML file may hold any bytes: a Latin-1 file name reaches the code as os.fsdecode() gives it.
+    folder = os.fsencode(tmp_path)
+    with open(os.path.join(folder, b"caf\xe9 length"), "w") as f:
+        f.write("26")
+    path = os.path.join(folder, b"python.yaml")
+    with open(path, "wb") as f:
+        f.write(b"source: {kind: python, dataset: 'python_datasets:arrays_counted_in', args: {path: '"
+                + os.path.join(folder, b"caf\xe9 length") + b"', seed: 4}}\n"
+                + f"batch_size: 4\ndecode: {{workers: {workers}, threads: 2}}\ntransfer: {{device: cpu}}\n".encode())
+    from python_datasets import make_arrays
+
+    with ferry.Pipeline(os.fsdecode(path)) as pipeline:
+        assert sorted(check_batches(pipeline, make_arrays(26, seed=4))) == list(range(26))
+
+
+@pytest.mark.parametrize("workers", [2, "threads"])
 def test_python_transform_over_a_builtin_source(tests_on_pythonpath, workers):
     cfg = {"source": {"kind": "synthetic", "samples": 12, "fields": [
         {"name": "image", "dtype": "uint8", "shape": [3, 8, 8]},
