@@ -104,15 +104,21 @@ class PeakMemory:
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
+    def sample(self):
+        workers = pss_bytes(descendants(os.getpid()))
+        self.peak_workers = max(self.peak_workers, workers)
+        self.peak = max(self.peak, pss_bytes([os.getpid()]) + workers)
+
     def run(self):
         while not self.stop.wait(0.1):
-            workers = pss_bytes(descendants(os.getpid()))
-            self.peak_workers = max(self.peak_workers, workers)
-            self.peak = max(self.peak, pss_bytes([os.getpid()]) + workers)
+            self.sample()
 
     def finish(self):
+        """Call while the loader still runs: its last sample is taken here, so that a run shorter than the
+        sampling interval is measured too (with no sample its peak would read 0)."""
         self.stop.set()
         self.thread.join()
+        self.sample()
         return {"peak_pss_bytes": self.peak, "added_pss_bytes": max(0, self.peak - self.before),
                 "workers_pss_bytes": self.peak_workers}
 
@@ -146,11 +152,12 @@ def measure(make_batches, device, batches, keep_cpu=None):
     synchronize(device)
     ended = time.perf_counter()
     cpu_end = cpu_seconds([os.getpid()] + descendants(os.getpid()))
+    memory_used = memory.finish()
     del iterator
     close()
     samples = (taken - 1) * BATCH
     return {"samples_per_second": samples / (ended - first), "first_batch_seconds": first - started,
-            "cpu_seconds_per_sample": (cpu_end - cpu_first) / samples, **memory.finish()}
+            "cpu_seconds_per_sample": (cpu_end - cpu_first) / samples, **memory_used}
 
 
 def run_ferry(dataset, workers, device, batches, threads=False):
