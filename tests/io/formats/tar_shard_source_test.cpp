@@ -410,7 +410,9 @@ TEST(TarShardSource, ReadsShardsWrittenByPythonsTarfileIdentically) {
       const bool present = by_extension.count(extension) != 0;
       EXPECT_EQ(sample.fields[field + 1].item<bool>(), present) << extension;
       EXPECT_EQ(sample.fields[field].defined(), present) << extension;
-      if (present) EXPECT_EQ(bytes_of(sample.fields[field]), by_extension[extension]);
+      if (present) {
+        EXPECT_EQ(bytes_of(sample.fields[field]), by_extension[extension]);
+      }
     }
   }
 }
